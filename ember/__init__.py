@@ -1,0 +1,39 @@
+"""Ember: Apache Spark's Standalone cluster and PySpark's RDD engine, rebuilt in Python.
+
+`import ember as pyspark` gives a PySpark RDD program the names it expects. Names are
+resolved lazily so that task processes and CLI commands import only what they use.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "SparkConf": "ember.conf", "SparkContext": "ember.context",
+    "InheritableThread": "ember.context", "inheritable_thread_target": "ember.context",
+    "SparkFiles": "ember.files", "RDD": "ember.rdd", "StorageLevel": "ember.storagelevel",
+    "Broadcast": "ember.broadcast", "Accumulator": "ember.accumulators",
+    "AccumulatorParam": "ember.accumulators", "MarshalSerializer": "ember.serializers",
+    "CPickleSerializer": "ember.serializers", "PickleSerializer": "ember.serializers",
+    "StatusTracker": "ember.status", "SparkJobInfo": "ember.status",
+    "SparkStageInfo": "ember.status", "TaskContext": "ember.taskcontext",
+    "BarrierTaskContext": "ember.taskcontext", "Row": "ember.sql",
+    "SparkSession": "ember.sql", "StatCounter": "ember.statcounter",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ember' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

@@ -1,0 +1,129 @@
+"""The one registry of configuration keys Ember reads: name, type, default and a line of doc.
+
+Spark's `spark.*` names where Spark has the concept. Values arrive as strings (SparkConf,
+`--conf`, properties files, environment) and are parsed here, so every reader agrees on what
+"512m" or "3s" means and a bad value fails with a message naming the key.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+_MEM_UNITS = {"b": 1 / (1024 * 1024), "k": 1 / 1024, "kb": 1 / 1024, "m": 1, "mb": 1,
+              "g": 1024, "gb": 1024, "t": 1024 * 1024, "tb": 1024 * 1024,
+              "p": 1024 ** 3, "pb": 1024 ** 3}
+_TIME_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0,
+               "h": 3600.0, "d": 86400.0}
+
+
+def parse_memory_mb(value: str | int, default_unit: str = "m") -> int:
+    """'512m' -> 512, '2g' -> 2048, '1024' -> 1024 (in default_unit). Raises ValueError."""
+    if isinstance(value, int):
+        return value
+    s = str(value).strip().lower()
+    m = re.fullmatch(r"(-?\d+(?:\.\d+)?)\s*([a-z]*)", s)
+    if not m or (m.group(2) and m.group(2) not in _MEM_UNITS):
+        raise ValueError(f"Invalid memory string: {value!r} (expected e.g. 512m, 2g)")
+    unit = m.group(2) or default_unit
+    return int(float(m.group(1)) * _MEM_UNITS[unit])
+
+
+def parse_time_seconds(value: str | float, default_unit: str = "s") -> float:
+    """'3s' -> 3.0, '200ms' -> 0.2, '60' -> 60 (in default_unit). Raises ValueError."""
+    if isinstance(value, (int, float)):
+        return float(value) * _TIME_UNITS[default_unit]
+    s = str(value).strip().lower()
+    m = re.fullmatch(r"(-?\d+(?:\.\d+)?)\s*([a-z]*)", s)
+    if not m or (m.group(2) and m.group(2) not in _TIME_UNITS):
+        raise ValueError(f"Invalid time string: {value!r} (expected e.g. 3s, 200ms)")
+    return float(m.group(1)) * _TIME_UNITS[m.group(2) or default_unit]
+
+
+def parse_bool(value: str | bool) -> bool:
+    if isinstance(value, bool):
+        return value
+    s = str(value).strip().lower()
+    if s in ("true", "1", "yes"):
+        return True
+    if s in ("false", "0", "no"):
+        return False
+    raise ValueError(f"Invalid boolean: {value!r}")
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    key: str
+    default: Any
+    parse: Callable[[Any], Any]
+    doc: str
+
+
+REGISTRY: dict[str, ConfigEntry] = {}
+
+
+def _entry(key: str, default: Any, parse: Callable[[Any], Any], doc: str) -> ConfigEntry:
+    e = ConfigEntry(key, default, parse, doc)
+    REGISTRY[key] = e
+    return e
+
+
+def _int(v: Any) -> int:
+    return int(str(v).strip())
+
+
+def _str(v: Any) -> str:
+    return str(v)
+
+
+def _float(v: Any) -> float:
+    return float(str(v).strip())
+
+
+# --- application / driver runtime -------------------------------------------------------
+_entry("spark.app.name", None, _str, "Application name.")
+_entry("spark.master", None, _str, "Master URL: local, local[N], local[*], local[N,F], spark://...")
+_entry("spark.default.parallelism", None, _int, "Default partitions for parallelize and shuffles.")
+_entry("spark.task.maxFailures", 4, _int, "Attempts per task before the job is aborted (cluster).")
+_entry("spark.task.cpus", 1, _int, "Cores per task.")
+_entry("spark.stage.maxConsecutiveAttempts", 4, _int,
+       "Consecutive fetch-failure attempts of a stage before it is aborted.")
+_entry("spark.scheduler.mode", "FIFO", lambda v: str(v).upper(), "FIFO or FAIR.")
+_entry("spark.scheduler.allocation.file", None, _str, "fairscheduler.xml with pool definitions.")
+_entry("spark.local.dir", None, _str, "Comma-separated scratch dirs for shuffle and spills.")
+_entry("spark.python.worker.memory", 512, parse_memory_mb,
+       "Memory per task process for aggregation before spilling to disk (e.g. 512m).")
+_entry("spark.python.worker.reuse", True, parse_bool, "Keep task processes between tasks.")
+_entry("spark.executor.memory", 1024, parse_memory_mb, "Memory per executor (MB).")
+_entry("spark.driver.memory", 1024, parse_memory_mb, "Driver memory (MB).")
+_entry("spark.memory.fraction", 0.6, _float, "Fraction of (heap - 300MB) for execution+storage.")
+_entry("spark.memory.storageFraction", 0.5, _float, "Storage share of spark.memory.fraction.")
+_entry("spark.ember.storage.memory", None, parse_memory_mb,
+       "Storage memory per task process for cached blocks; default from spark.memory.fraction.")
+_entry("spark.ui.showConsoleProgress", True, parse_bool, "Console progress bar on stderr (tty only).")
+_entry("spark.rdd.compress", False, parse_bool, "Compress serialized cached partitions.")
+_entry("spark.locality.wait", 3.0, parse_time_seconds, "Delay-scheduling wait per locality level.")
+_entry("spark.python.task.killTimeout", 2.0, parse_time_seconds,
+       "Time a killed task gets to stop before its task process is killed and replaced.")
+_entry("spark.ember.worker.maxCrashes", 4, _int,
+       "Attempts of a task whose task process dies (even in local mode, where maxFailures is 1).")
+
+
+def get_entry(key: str) -> ConfigEntry | None:
+    return REGISTRY.get(key)
+
+
+def read(conf: Any, key: str, default: Any = None) -> Any:
+    """Typed value of `key` from a SparkConf-like object (with .get), else the registry default."""
+    entry = REGISTRY.get(key)
+    raw = conf.get(key, None)
+    if raw is None:
+        if default is not None:
+            return default
+        return entry.default if entry else None
+    if entry is None:
+        return raw
+    try:
+        return entry.parse(raw)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"Invalid value for {key}: {raw!r} ({e})") from None

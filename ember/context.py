@@ -1,0 +1,649 @@
+"""SparkContext: the driver runtime an application talks to (PySpark's API, no JVM).
+
+Creating one builds the pipeline SparkContext → DAGScheduler → TaskSchedulerImpl → backend
+(local task processes, or a standalone cluster) and a scratch directory for shuffle files,
+spills, cached blocks, broadcasts and added files, removed again by stop().
+"""
+from __future__ import annotations
+
+import atexit
+import getpass
+import logging
+import os
+import pickle
+import re
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from typing import Any, Callable, Iterable
+
+from ember import config
+from ember.accumulators import (COMPLEX_ACCUMULATOR_PARAM, FLOAT_ACCUMULATOR_PARAM,
+                                INT_ACCUMULATOR_PARAM, Accumulator, AccumulatorParam,
+                                new_accumulator_id)
+from ember.broadcast import Broadcast
+from ember.conf import SparkConf
+from ember.dependency import ShuffleDependency
+from ember.errors import PySparkRuntimeError, SparkException
+from ember.files import SparkFiles
+from ember.rdd import (RDD, EmptyRDD, FileListRDD, ParallelCollectionRDD, TextFileRDD,
+                       UnionRDD, _pickle_scope, call_site)
+from ember.rdd_sources import slice_collection
+from ember.scheduler.dag_scheduler import DAGScheduler
+from ember.scheduler.listener import ListenerBus
+from ember.scheduler.map_output_tracker import MapOutputTracker
+from ember.scheduler.task import TaskLocation
+from ember.scheduler.task_scheduler import TaskSchedulerImpl
+from ember.serializers import CPickleSerializer, dumps_closure
+from ember.shuffle.writer import ShuffleWriteFunc
+from ember.status import StatusStore, StatusTracker
+from ember.storage.block_manager_master import BlockManagerMaster
+
+log = logging.getLogger("ember")
+
+SPARK_VERSION = "4.1.1"
+_LOG_LEVELS = {"ALL": logging.NOTSET, "DEBUG": logging.DEBUG, "ERROR": logging.ERROR,
+               "FATAL": logging.CRITICAL, "INFO": logging.INFO, "OFF": logging.CRITICAL + 10,
+               "TRACE": logging.DEBUG, "WARN": logging.WARNING}
+_LOCAL_RE = re.compile(r"local(?:\[\s*(\*|\d+)\s*(?:,\s*(\d+)\s*)?\])?")
+
+
+def _setup_logging() -> None:
+    if not logging.getLogger().handlers and not log.handlers:
+        h = logging.StreamHandler(sys.stderr)
+        h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s",
+                                         "%y/%m/%d %H:%M:%S"))
+        log.addHandler(h)
+        log.setLevel(logging.WARNING)
+        log.propagate = False
+
+
+def parse_local_master(master: str) -> tuple[int, int] | None:
+    """(threads, maxFailures) for local, local[N], local[*], local[N,F]; None otherwise."""
+    m = _LOCAL_RE.fullmatch(master.strip())
+    if not m:
+        return None
+    n = m.group(1)
+    threads = 1 if n is None else (os.cpu_count() or 1) if n == "*" else int(n)
+    failures = int(m.group(2)) if m.group(2) else 1
+    if threads < 1:
+        raise SparkException(f"Asked to run locally with {threads} threads")
+    return threads, failures
+
+
+class SparkContext:
+    """Main entry point for Ember functionality (PySpark's pyspark.SparkContext)."""
+
+    _active_spark_context: "SparkContext | None" = None
+    _lock = threading.RLock()
+    _system_properties: dict[str, str] = {}
+
+    def __init__(self, master: str | None = None, appName: str | None = None,
+                 sparkHome: str | None = None, pyFiles: list[str] | None = None,
+                 environment: dict[str, str] | None = None, batchSize: int = 0,
+                 serializer: Any = None, conf: SparkConf | None = None, gateway: Any = None,
+                 jsc: Any = None, profiler_cls: Any = None, udf_profiler_cls: Any = None,
+                 memory_profiler_cls: Any = None) -> None:
+        _setup_logging()
+        self._stopped = True
+        with SparkContext._lock:
+            active = SparkContext._active_spark_context
+            if active is not None:
+                raise ValueError(
+                    "Cannot run multiple SparkContexts at once; existing SparkContext(app=%s, "
+                    "master=%s) created by %s at %s:%s " % (active.appName, active.master,
+                                                            *active._created_at))
+            SparkContext._active_spark_context = self
+        try:
+            self._do_init(master, appName, sparkHome, pyFiles, environment, batchSize,
+                          serializer, conf)
+        except BaseException:
+            self._teardown()
+            raise
+
+    def _do_init(self, master: str | None, appName: str | None, sparkHome: str | None,
+                 pyFiles: list[str] | None, environment: dict[str, str] | None,
+                 batchSize: int, serializer: Any, conf: SparkConf | None) -> None:
+        site = call_site()
+        name, _, where = site.partition(" at ")
+        file, _, line = where.rpartition(":")
+        self._created_at = (name, file, line)
+        self._conf = conf.copy() if conf is not None else SparkConf()
+        if master:
+            self._conf.setMaster(master)
+        if appName:
+            self._conf.setAppName(appName)
+        if sparkHome:
+            self._conf.setSparkHome(sparkHome)
+        for k, v in (environment or {}).items():
+            self._conf.setExecutorEnv(k, v)
+        if not self._conf.contains("spark.master"):
+            raise PySparkRuntimeError("MASTER_URL_NOT_SET",
+                                      "A master URL must be set in your configuration.")
+        if not self._conf.contains("spark.app.name"):
+            raise PySparkRuntimeError("APPLICATION_NAME_NOT_SET",
+                                      "An application name must be set in your configuration.")
+        self.master: str = self._conf.get("spark.master")  # type: ignore[assignment]
+        self.appName: str = self._conf.get("spark.app.name")  # type: ignore[assignment]
+        self.sparkHome = self._conf.get("spark.home")
+        self.serializer = serializer or CPickleSerializer()
+        self.batchSize = batchSize
+        self.pythonExec = sys.executable
+        self.pythonVer = "%d.%d" % sys.version_info[:2]
+        self.environment: dict[str, str] = {
+            k[len("spark.executorEnv."):]: v for k, v in self._conf.getAll()
+            if k.startswith("spark.executorEnv.")}
+        self.environment["PYTHONHASHSEED"] = os.environ.get("PYTHONHASHSEED", "0")
+        self._start_time = int(time.time() * 1000)
+        self._local = threading.local()
+        self._next_rdd_id = 0
+        self._next_shuffle_id = 0
+        self._next_bid = 0
+        self._id_lock = threading.Lock()
+        self._checkpoint_dir: str | None = None
+        self._python_worker_memory_mb: int = config.read(self._conf, "spark.python.worker.memory")
+
+        root = self._conf.get("spark.local.dir") or os.environ.get("SPARK_LOCAL_DIRS") \
+            or tempfile.gettempdir()
+        base = root.split(",")[0]
+        os.makedirs(base, exist_ok=True)
+        self._local_dir = tempfile.mkdtemp(prefix="ember-", dir=base)
+        self._spill_dirs = [os.path.join(self._local_dir, "spill")]
+        self._broadcast_dir = os.path.join(self._local_dir, "broadcast")
+        self._files_dir = os.path.join(self._local_dir, "userFiles-" + uuid.uuid4().hex[:12])
+        for d in (self._spill_dirs[0], self._broadcast_dir, self._files_dir):
+            os.makedirs(d, exist_ok=True)
+        SparkFiles._root_directory = self._files_dir
+        SparkFiles._is_running_on_worker = False
+        SparkFiles._sc = self
+        self._added_files: dict[str, str] = {}
+
+        self._bus = ListenerBus()
+        self._status_store = StatusStore()
+        self._bus.add_sync(self._status_store)
+        self._block_master = BlockManagerMaster()
+        self._tracker = MapOutputTracker()
+        self._create_scheduler()
+        self._stopped = False
+        self._progress_bar = None
+        if config.read(self._conf, "spark.ui.showConsoleProgress") and sys.stderr.isatty():
+            from ember.scheduler.progress import ConsoleProgressBar
+            self._progress_bar = ConsoleProgressBar(self._status_store)
+            self._progress_bar.start()
+        for path in pyFiles or []:
+            self.addPyFile(path)
+        for path in (self._conf.get("spark.submit.pyFiles") or "").split(","):
+            if path:
+                self.addPyFile(path)
+        for path in (self._conf.get("spark.files") or "").split(","):
+            if path:
+                self.addFile(path)
+        atexit.register(self._atexit_stop)
+
+    def _create_scheduler(self) -> None:
+        local = parse_local_master(self.master)
+        if local is None:
+            if self.master.startswith("spark://"):
+                raise SparkException(
+                    f"Standalone master URLs are not supported by this Ember build yet: "
+                    f"{self.master}")
+            raise SparkException(f"Could not parse Master URL: '{self.master}'")
+        threads, failures = local
+        max_failures = failures
+        sched = TaskSchedulerImpl(
+            max_failures, config.read(self._conf, "spark.scheduler.mode"),
+            self._conf.get("spark.scheduler.allocation.file"), self._bus, self._block_master,
+            config.read(self._conf, "spark.ember.worker.maxCrashes"),
+            config.read(self._conf, "spark.locality.wait"))
+        from ember.scheduler.local_backend import LocalSchedulerBackend
+        storage = config.read(self._conf, "spark.ember.storage.memory")
+        if storage is None:
+            mem = config.read(self._conf, "spark.driver.memory")
+            storage = max(32, int((mem - 300) * config.read(self._conf, "spark.memory.fraction")))
+            storage = storage // threads
+        dp = self._conf.get("spark.default.parallelism")
+        backend = LocalSchedulerBackend(
+            sched, threads, self._local_dir, self._python_worker_memory_mb, storage << 20,
+            self._files_dir, dict(self.environment),
+            config.read(self._conf, "spark.python.task.killTimeout"),
+            int(dp) if dp else None)
+        self._app_id = f"local-{self._start_time}"
+        dag = DAGScheduler(sched, self._bus, self._tracker, self._cache_locations,
+                           self._serialize_stage, ShuffleWriteFunc.for_dependency,
+                           config.read(self._conf, "spark.stage.maxConsecutiveAttempts"))
+        sched.initialize(backend, dag)
+        self._task_scheduler = sched
+        self._backend = backend
+        self._dag = dag
+        dag.start()
+        backend.start()
+
+    # --- internals used by RDDs and the scheduler ---------------------------------------
+    def _new_rdd_id(self) -> int:
+        with self._id_lock:
+            self._next_rdd_id += 1
+            return self._next_rdd_id - 1
+
+    def _new_shuffle_id(self) -> int:
+        with self._id_lock:
+            self._next_shuffle_id += 1
+            return self._next_shuffle_id - 1
+
+    def _next_broadcast_id(self) -> int:
+        with self._id_lock:
+            self._next_bid += 1
+            return self._next_bid - 1
+
+    def _cache_locations(self, rdd_id: int, partition: int) -> list[TaskLocation]:
+        return [TaskLocation(b.host, b.executor_id, b.slot if b.where == "memory" else None)
+                for b in self._block_master.locations(rdd_id, partition)]
+
+    @staticmethod
+    def _serialize_stage(kind: str, rdd: RDD, func: Any) -> bytes:
+        ids: set[int] = set()
+        stack = [rdd]
+        while stack:
+            r = stack.pop()
+            if r._id in ids:
+                continue
+            ids.add(r._id)
+            stack.extend(d.rdd for d in r.dependencies() if not isinstance(d, ShuffleDependency))
+        _pickle_scope.ids = ids
+        try:
+            return dumps_closure((kind, rdd, func))
+        finally:
+            _pickle_scope.ids = None
+
+    def _check_running(self) -> None:
+        if self._stopped:
+            raise PySparkRuntimeError("SPARK_CONTEXT_STOPPED",
+                                      "Cannot call methods on a stopped SparkContext.")
+
+    def _run_job(self, rdd: RDD, func: Callable, partitions: list[int] | None = None,
+                 with_context: bool = False) -> list:
+        """Run func over partitions of rdd; a list with one result per partition."""
+        self._check_running()
+        for r in rdd._lineage():           # surfaces input errors here, in the caller
+            r.partitions()
+        if partitions is None:
+            partitions = list(range(rdd.getNumPartitions()))
+        results: list = [None] * len(partitions)
+
+        def handler(index: int, data: bytes) -> None:
+            results[index] = pickle.loads(data)
+
+        if with_context:
+            task_func = func
+        else:
+            def task_func(ctx: Any, it: Iterable) -> Any:
+                return func(it)
+        props = dict(getattr(self._local, "props", {}))
+        waiter = self._dag.submit_job(rdd, task_func, partitions, call_site(), handler, props)
+        try:
+            waiter.wait()
+        except KeyboardInterrupt:
+            waiter.cancel()
+            raise
+        if any(r._checkpoint_requested and r._checkpoint_dir is None or
+               (r._local_checkpointed and not r._truncated) for r in rdd._lineage()):
+            rdd._do_checkpoint()
+        return results
+
+    def _unpersist_rdd(self, rdd_id: int) -> None:
+        if self._stopped:
+            return
+        self._backend.unpersist_rdd(rdd_id)
+        self._block_master.remove_rdd(rdd_id)
+        block_dir = os.path.join(self._local_dir, "blocks")
+        if os.path.isdir(block_dir):
+            for f in os.listdir(block_dir):
+                if f.startswith(f"rdd_{rdd_id}_"):
+                    try:
+                        os.unlink(os.path.join(block_dir, f))
+                    except OSError:
+                        pass
+
+    def _unpersist_broadcast(self, bid: int) -> None:
+        if not self._stopped:
+            self._backend.unpersist_broadcast(bid)
+
+    def _remove_shuffle(self, shuffle_id: int) -> None:
+        for st in self._tracker.statuses(shuffle_id):
+            if st is not None:
+                for ext in (".data", ".index"):
+                    try:
+                        os.unlink(st.path + ext)
+                    except OSError:
+                        pass
+        self._tracker.unregister_shuffle(shuffle_id)
+
+    # --- lifecycle ----------------------------------------------------------------------
+    @classmethod
+    def getOrCreate(cls, conf: SparkConf | None = None) -> "SparkContext":
+        with cls._lock:
+            if cls._active_spark_context is None:
+                SparkContext(conf=conf or SparkConf())
+            assert cls._active_spark_context is not None
+            return cls._active_spark_context
+
+    def __enter__(self) -> "SparkContext":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def _atexit_stop(self) -> None:
+        try:
+            self.stop()
+        except Exception:
+            pass
+
+    def stop(self) -> None:
+        with SparkContext._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        self._teardown()
+
+    def _teardown(self) -> None:
+        dag = getattr(self, "_dag", None)
+        if dag is not None:
+            dag.post(dag.handle_shutdown)
+            dag.stop()
+        if getattr(self, "_progress_bar", None) is not None:
+            self._progress_bar.stop()
+        backend = getattr(self, "_backend", None)
+        if backend is not None:
+            backend.stop()
+        bus = getattr(self, "_bus", None)
+        if bus is not None:
+            bus.stop()
+        local_dir = getattr(self, "_local_dir", None)
+        if local_dir:
+            shutil.rmtree(local_dir, ignore_errors=True)
+        with SparkContext._lock:
+            if SparkContext._active_spark_context is self:
+                SparkContext._active_spark_context = None
+        if SparkFiles._sc is self:
+            SparkFiles._root_directory = None
+            SparkFiles._sc = None
+        try:
+            atexit.unregister(self._atexit_stop)
+        except Exception:
+            pass
+
+    # --- properties ---------------------------------------------------------------------
+    @property
+    def version(self) -> str:
+        return SPARK_VERSION
+
+    @property
+    def applicationId(self) -> str:
+        return self._app_id
+
+    @property
+    def uiWebUrl(self) -> str | None:
+        return None
+
+    @property
+    def startTime(self) -> int:
+        return self._start_time
+
+    @property
+    def defaultParallelism(self) -> int:
+        dp = self._conf.get("spark.default.parallelism")
+        return int(dp) if dp else self._backend.default_parallelism()
+
+    @property
+    def defaultMinPartitions(self) -> int:
+        return min(self.defaultParallelism, 2)
+
+    @property
+    def resources(self) -> dict:
+        return {}
+
+    @property
+    def listFiles(self) -> list[str]:
+        return list(self._added_files.values())
+
+    @property
+    def listArchives(self) -> list[str]:
+        return []
+
+    def getConf(self) -> SparkConf:
+        return self._conf.copy()
+
+    def sparkUser(self) -> str:
+        return os.environ.get("SPARK_USER") or getpass.getuser()
+
+    def setLogLevel(self, logLevel: str) -> None:
+        level = _LOG_LEVELS.get(logLevel.upper())
+        if level is None:
+            raise ValueError(f"Supplied level {logLevel} did not match one of: "
+                             f"{','.join(sorted(_LOG_LEVELS))}")
+        log.setLevel(level)
+
+    @classmethod
+    def setSystemProperty(cls, key: str, value: str) -> None:
+        cls._system_properties[key] = value
+
+    @classmethod
+    def getSystemProperty(cls, key: str) -> str | None:
+        return cls._system_properties.get(key)
+
+    # --- creating RDDs ------------------------------------------------------------------
+    def emptyRDD(self) -> RDD:
+        self._check_running()
+        return EmptyRDD(self)
+
+    def range(self, start: int, end: int | None = None, step: int = 1,
+              numSlices: int | None = None) -> RDD:
+        if end is None:
+            end, start = start, 0
+        return self.parallelize(range(start, end, step), numSlices)
+
+    def parallelize(self, c: Iterable, numSlices: int | None = None) -> RDD:
+        self._check_running()
+        n = self.defaultParallelism if numSlices is None else numSlices
+        if not isinstance(c, (list, range)):
+            c = list(c)
+        return ParallelCollectionRDD(self, slice_collection(c, n))
+
+    def textFile(self, name: str, minPartitions: int | None = None,
+                 use_unicode: bool = True) -> RDD:
+        self._check_running()
+        return TextFileRDD(self, name, minPartitions or self.defaultMinPartitions, use_unicode)
+
+    def wholeTextFiles(self, path: str, minPartitions: int | None = None,
+                       use_unicode: bool = True) -> RDD:
+        self._check_running()
+        return FileListRDD(self, path, minPartitions or self.defaultMinPartitions, "text",
+                           use_unicode)
+
+    def binaryFiles(self, path: str, minPartitions: int | None = None) -> RDD:
+        self._check_running()
+        return FileListRDD(self, path, minPartitions or self.defaultMinPartitions, "binary")
+
+    def binaryRecords(self, path: str, recordLength: int) -> RDD:
+        self._check_running()
+        if recordLength <= 0:
+            raise ValueError(f"The record length must be positive, got {recordLength}")
+        return FileListRDD(self, path, self.defaultMinPartitions, "records",
+                           record_length=recordLength)
+
+    def pickleFile(self, name: str, minPartitions: int | None = None) -> RDD:
+        self._check_running()
+        return FileListRDD(self, name, minPartitions or self.defaultMinPartitions, "pickle")
+
+    def union(self, rdds: list[RDD]) -> RDD:
+        self._check_running()
+        if not rdds:
+            raise ValueError("Union of an empty list of RDDs")
+        if len(rdds) == 1:
+            return rdds[0]
+        return UnionRDD(self, list(rdds))
+
+    def _unsupported(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("Hadoop input formats are not supported by Ember")
+
+    sequenceFile = newAPIHadoopFile = newAPIHadoopRDD = hadoopFile = hadoopRDD = _unsupported
+
+    # --- shared variables ---------------------------------------------------------------
+    def broadcast(self, value: Any) -> Broadcast:
+        self._check_running()
+        return Broadcast(self, value)
+
+    def accumulator(self, value: Any, accum_param: AccumulatorParam | None = None) -> Accumulator:
+        if accum_param is None:
+            if isinstance(value, bool) or not isinstance(value, (int, float, complex)):
+                raise TypeError(f"No default accumulator param for type {type(value)}")
+            accum_param = (INT_ACCUMULATOR_PARAM if isinstance(value, int) else
+                           FLOAT_ACCUMULATOR_PARAM if isinstance(value, float) else
+                           COMPLEX_ACCUMULATOR_PARAM)
+        return Accumulator(new_accumulator_id(), value, accum_param)
+
+    # --- files --------------------------------------------------------------------------
+    def addFile(self, path: str, recursive: bool = False) -> None:
+        self._check_running()
+        from ember.rdd_sources import _strip_scheme
+        local = os.path.abspath(_strip_scheme(path))
+        if not os.path.exists(local):
+            raise FileNotFoundError(f"File {path} does not exist")
+        name = os.path.basename(local.rstrip("/"))
+        if os.path.isdir(local) and not recursive:
+            raise SparkException(f"Added file file:{local} is a directory and recursive is "
+                                 "not turned on.")
+        prev = self._added_files.get(name)
+        if prev is not None and prev != "file:" + local:
+            raise SparkException(f"File {name} was already registered with a different path "
+                                 f"(old path = {prev}, new path = file:{local}")
+        dest = os.path.join(self._files_dir, name)
+        if os.path.isdir(local):
+            shutil.copytree(local, dest, dirs_exist_ok=True)
+        else:
+            tmp = dest + ".tmp"
+            shutil.copyfile(local, tmp)
+            os.replace(tmp, dest)
+        self._added_files[name] = "file:" + local
+
+    def addPyFile(self, path: str) -> None:
+        self.addFile(path)
+        name = os.path.basename(path)
+        dest = os.path.join(self._files_dir, name)
+        if name.endswith((".zip", ".egg", ".jar", ".whl")):
+            if dest not in sys.path:
+                sys.path.insert(1, dest)
+        elif self._files_dir not in sys.path:
+            sys.path.insert(1, self._files_dir)
+        import importlib
+        importlib.invalidate_caches()
+
+    def addArchive(self, path: str) -> None:
+        raise NotImplementedError("Archives are not supported by Ember; use addFile")
+
+    def setCheckpointDir(self, dirName: str) -> None:
+        from ember.rdd_sources import _strip_scheme
+        d = os.path.join(os.path.abspath(_strip_scheme(dirName)), str(uuid.uuid4()))
+        os.makedirs(d, exist_ok=True)
+        self._checkpoint_dir = d
+
+    def getCheckpointDir(self) -> str | None:
+        return ("file:" + self._checkpoint_dir) if self._checkpoint_dir else None
+
+    # --- jobs ---------------------------------------------------------------------------
+    def _props(self) -> dict[str, str]:
+        props = getattr(self._local, "props", None)
+        if props is None:
+            props = self._local.props = {}
+        return props
+
+    def setLocalProperty(self, key: str, value: str | None) -> None:
+        if value is None:
+            self._props().pop(key, None)
+        else:
+            self._props()[key] = value
+
+    def getLocalProperty(self, key: str) -> str | None:
+        return self._props().get(key)
+
+    def setJobGroup(self, groupId: str, description: str, interruptOnCancel: bool = False) -> None:
+        self.setLocalProperty("spark.jobGroup.id", groupId)
+        self.setLocalProperty("spark.job.description", description)
+        self.setLocalProperty("spark.job.interruptOnCancel", str(interruptOnCancel).lower())
+
+    def setInterruptOnCancel(self, interruptOnCancel: bool) -> None:
+        self.setLocalProperty("spark.job.interruptOnCancel", str(interruptOnCancel).lower())
+
+    def setJobDescription(self, value: str) -> None:
+        self.setLocalProperty("spark.job.description", value)
+
+    def _tags(self) -> list[str]:
+        tags = self.getLocalProperty("spark.job.tags")
+        return [t for t in tags.split(",") if t] if tags else []
+
+    def addJobTag(self, tag: str) -> None:
+        if not tag or "," in tag:
+            raise ValueError(f"Spark job tag cannot be empty or contain ',': {tag!r}")
+        tags = self._tags()
+        if tag not in tags:
+            tags.append(tag)
+        self.setLocalProperty("spark.job.tags", ",".join(tags))
+
+    def removeJobTag(self, tag: str) -> None:
+        self.setLocalProperty("spark.job.tags", ",".join(t for t in self._tags() if t != tag) or None)
+
+    def getJobTags(self) -> set[str]:
+        return set(self._tags())
+
+    def clearJobTags(self) -> None:
+        self.setLocalProperty("spark.job.tags", None)
+
+    def cancelJobGroup(self, groupId: str) -> None:
+        self._dag.cancel_job_group(groupId)
+
+    def cancelJobsWithTag(self, tag: str) -> None:
+        self._dag.cancel_jobs_with_tag(tag)
+
+    def cancelAllJobs(self) -> None:
+        self._dag.cancel_all_jobs()
+
+    def statusTracker(self) -> StatusTracker:
+        return StatusTracker(self._status_store)
+
+    def runJob(self, rdd: RDD, partitionFunc: Callable[[Iterable], Iterable],
+               partitions: list[int] | None = None, allowLocal: bool = False) -> list:
+        parts = self._run_job(rdd, lambda it: list(partitionFunc(it)), partitions)
+        return [x for part in parts for x in part]
+
+    def show_profiles(self) -> None:
+        raise NotImplementedError("Profilers are not supported by Ember")
+
+    dump_profiles = show_profiles
+
+
+class InheritableThread(threading.Thread):
+    """A thread that starts with its creator's local properties (job group, pool, ...)."""
+
+    def __init__(self, target: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        sc = SparkContext._active_spark_context
+        props = dict(sc._props()) if sc is not None else {}
+
+        def copy_local_properties(*a: Any, **k: Any) -> Any:
+            if sc is not None:
+                sc._local.props = dict(props)
+            return target(*a, **k)
+        super().__init__(target=copy_local_properties, *args, **kwargs)
+
+
+def inheritable_thread_target(f: Callable[..., Any]) -> Callable[..., Any]:
+    sc = SparkContext._active_spark_context
+    props = dict(sc._props()) if sc is not None else {}
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        if sc is not None:
+            sc._local.props = dict(props)
+        return f(*args, **kwargs)
+    return wrapped

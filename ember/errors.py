@@ -1,0 +1,134 @@
+"""Exception types a PySpark user expects, with Spark's messages.
+
+PySpark surfaces most failures as JVM exceptions wrapped by py4j; Ember has no JVM, so these
+classes carry the same messages directly and, where it helps, also inherit the natural
+Python type (a missing input path is also a FileNotFoundError) so ordinary `except` works.
+"""
+from __future__ import annotations
+
+import builtins
+import pickle
+
+
+class SparkException(Exception):
+    """Base of every engine-side failure (Spark's org.apache.spark.SparkException)."""
+
+
+class PicklingError(SparkException, pickle.PicklingError):
+    """A closure or value could not be serialized for shipping to task processes."""
+
+
+class InvalidInputException(SparkException, FileNotFoundError):
+    """Input path does not exist (Hadoop's InvalidInputException); raised at action time."""
+
+    def __init__(self, message: str) -> None:
+        Exception.__init__(self, message)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class FileAlreadyExistsException(SparkException, FileExistsError):
+    """Output directory already exists (Hadoop's FileAlreadyExistsException)."""
+
+    def __init__(self, message: str) -> None:
+        Exception.__init__(self, message)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class TaskKilledException(BaseException):
+    """Raised inside a task process when the driver kills the running task (cancellation)."""
+
+
+class JobCancelledException(SparkException):
+    """A job ended because it was cancelled (error class SPARK_JOB_CANCELLED)."""
+
+
+class PythonException(SparkException):
+    """A job failed because user code raised in a task process.
+
+    Carries the remote exception's type name, message and traceback text. When the remote
+    type is a builtin exception, `remote_class()` builds a subclass that is also an instance
+    of that builtin, so `except ValueError` keeps working across the process boundary.
+    """
+
+    def __init__(self, message: str, exc_type: str = "", exc_message: str = "",
+                 traceback_text: str = "") -> None:
+        super().__init__(message)
+        self.exc_type = exc_type
+        self.exc_message = exc_message
+        self.traceback_text = traceback_text
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+    def __reduce__(self):
+        return (_rebuild_python_exception,
+                (str(self), self.exc_type, self.exc_message, self.traceback_text))
+
+
+_combined_types: dict[str, type] = {}
+
+
+def _rebuild_python_exception(message, exc_type, exc_message, tb):
+    return make_python_exception(message, exc_type, exc_message, tb)
+
+
+def make_python_exception(message: str, exc_type: str, exc_message: str,
+                          traceback_text: str) -> PythonException:
+    """A PythonException that is also an instance of the remote builtin exception type."""
+    base = getattr(builtins, exc_type, None)
+    cls: type = PythonException
+    if (isinstance(base, type) and issubclass(base, Exception)
+            and base.__module__ == "builtins" and not issubclass(base, OSError)):
+        cls = _combined_types.get(exc_type)
+        if cls is None:
+            try:
+                cls = type(f"PythonException[{exc_type}]", (PythonException, base), {})
+            except TypeError:  # layout conflict: fall back to the plain class
+                cls = PythonException
+            _combined_types[exc_type] = cls
+    err = cls.__new__(cls)
+    PythonException.__init__(err, message, exc_type, exc_message, traceback_text)
+    return err
+
+
+class PySparkValueError(SparkException, ValueError):
+    """ValueError with a PySpark error class (e.g. PYTHON_HASH_SEED_NOT_SET)."""
+
+    def __init__(self, errorClass: str = "", message: str = "") -> None:
+        Exception.__init__(self, message)
+        self.errorClass = errorClass
+
+    def getErrorClass(self) -> str:
+        return self.errorClass
+
+    def __str__(self) -> str:
+        return f"[{self.errorClass}] {self.args[0]}" if self.errorClass else str(self.args[0])
+
+
+class PySparkRuntimeError(SparkException, RuntimeError):
+    """RuntimeError with a PySpark error class (e.g. PYTHON_HASH_SEED_NOT_SET)."""
+
+    def __init__(self, errorClass: str = "", message: str = "") -> None:
+        Exception.__init__(self, message)
+        self.errorClass = errorClass
+
+    def getErrorClass(self) -> str:
+        return self.errorClass
+
+    def __str__(self) -> str:
+        return f"[{self.errorClass}] {self.args[0]}" if self.errorClass else str(self.args[0])
+
+
+class PySparkTypeError(SparkException, TypeError):
+    """TypeError with a PySpark error class."""
+
+    def __init__(self, errorClass: str = "", message: str = "") -> None:
+        Exception.__init__(self, message)
+        self.errorClass = errorClass
+
+    def __str__(self) -> str:
+        return f"[{self.errorClass}] {self.args[0]}" if self.errorClass else str(self.args[0])

@@ -1,0 +1,1 @@
+"""Executor side: the long-lived task processes that run tasks, and the pool that feeds them."""

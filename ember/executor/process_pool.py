@@ -1,0 +1,352 @@
+"""A fixed number of long-lived task processes ("slots"), fed one task at a time each.
+
+Used by the local backend in the driver and by every executor. One reader thread
+multiplexes all slots' sockets; when a process dies (os._exit, segfault, OOM kill) its
+running task is reported lost and a fresh process takes the slot, so the scheduler can
+retry instead of hanging. Stage closures are sent to a slot only the first time it sees
+the stage.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+from ember.executor.wire import FrameBuffer, send_msg
+
+log = logging.getLogger(__name__)
+
+_EMBER_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# on_task_end(slot, tid, state, payload, accum_updates, metrics, block_updates)
+TaskEndCallback = Callable[[int, int, str, Any, dict, dict, list], None]
+
+
+class _Slot:
+    __slots__ = ("index", "sock", "buf", "tid", "seen", "killing", "pid",
+                 "started_at", "quick_deaths", "dead")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.sock: socket.socket | None = None
+        self.buf = FrameBuffer()
+        self.tid: int | None = None
+        self.seen: set = set()
+        self.killing: int | None = None
+        self.pid = 0
+        self.started_at = 0.0
+        self.quick_deaths = 0
+        self.dead = False
+
+
+class TaskProcessPool:
+    def __init__(self, num_slots: int, env_conf: dict, on_task_end: TaskEndCallback,
+                 extra_env: dict[str, str] | None = None, kill_timeout: float = 2.0,
+                 on_slot_restarted: Callable[[int], None] | None = None) -> None:
+        self.num_slots = num_slots
+        self.env_conf = env_conf
+        self.on_task_end = on_task_end
+        self.on_slot_restarted = on_slot_restarted
+        self.extra_env = extra_env or {}
+        self.kill_timeout = kill_timeout
+        self.slots = [_Slot(i) for i in range(num_slots)]
+        self._sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._lock = threading.RLock()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._reader_loop, name="task-process-reader",
+                                        daemon=True)
+        self._forks = ForkServerClient(self._child_env())
+
+    # lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self._forks.start()
+        for slot in self.slots:
+            self._spawn(slot)
+        self._thread.start()
+
+    def _child_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.extra_env)
+        env.setdefault("PYTHONHASHSEED", "0")
+        paths = [_EMBER_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+        return env
+
+    def _spawn(self, slot: _Slot) -> None:
+        """Give the slot a fresh process; the socket is usable at once (messages queue up)."""
+        parent, child = socket.socketpair()
+        conf = dict(self.env_conf, slot=slot.index,
+                    sys_path=[p for p in sys.path if p and os.path.isdir(p)])
+        send_msg(parent, conf)
+        slot.sock, slot.pid = parent, 0
+        slot.buf = FrameBuffer()
+        slot.seen = set()
+        slot.tid = None
+        slot.killing = None
+        slot.started_at = time.monotonic()
+        self._sel.register(parent, selectors.EVENT_READ, slot)
+        self._wake()
+        self._forks.fork(child, slot)
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            for slot in self.slots:
+                if slot.sock is not None:
+                    try:
+                        send_msg(slot.sock, ("stop",))
+                    except OSError:
+                        pass
+        self._wake()
+        pids = [s.pid for s in self.slots if s.pid]
+        deadline = time.monotonic() + 2.0
+        while pids and time.monotonic() < deadline:
+            pids = [p for p in pids if _alive(p)]
+            if pids:
+                time.sleep(0.01)
+        for p in pids:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        self._forks.stop()
+        self._thread.join(timeout=2.0)
+        for slot in self.slots:
+            if slot.sock is not None:
+                slot.sock.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    # tasks -------------------------------------------------------------------------------
+    def is_free(self, index: int) -> bool:
+        s = self.slots[index]
+        return s.tid is None and not s.dead
+
+    def free_slots(self) -> list[int]:
+        return [s.index for s in self.slots if s.tid is None and not s.dead]
+
+    def launch(self, index: int, tid: int, stage_key: Any, blob: bytes, meta: bytes,
+               task_bytes: bytes) -> None:
+        with self._lock:
+            slot = self.slots[index]
+            assert slot.tid is None, f"slot {index} is busy with task {slot.tid}"
+            slot.tid = tid
+            first = stage_key not in slot.seen
+            if first:
+                slot.seen.add(stage_key)
+            try:
+                send_msg(slot.sock, ("task", tid, stage_key, blob if first else None,
+                                     meta if first else None, task_bytes))
+            except OSError:
+                pass  # the reader thread sees the death and reports the task lost
+
+    def kill(self, index: int, tid: int) -> None:
+        """Stop the task: SIGUSR1 now, SIGKILL of the process if it has not stopped in time."""
+        with self._lock:
+            slot = self.slots[index]
+            if slot.tid != tid or not slot.pid:
+                return
+            slot.killing = tid
+            try:
+                os.kill(slot.pid, signal.SIGUSR1)
+            except OSError:
+                return
+            pid = slot.pid
+        t = threading.Timer(self.kill_timeout, self._force_kill, (index, tid, pid))
+        t.daemon = True
+        t.start()
+
+    def _force_kill(self, index: int, tid: int, pid: int) -> None:
+        with self._lock:
+            slot = self.slots[index]
+            if slot.tid == tid and slot.pid == pid and not self._stopped:
+                log.warning("Task %d did not stop after being killed; killing its task "
+                            "process %d", tid, pid)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+    def broadcast(self, msg: tuple) -> None:
+        with self._lock:
+            for slot in self.slots:
+                if slot.sock is not None and not slot.dead:
+                    try:
+                        send_msg(slot.sock, msg)
+                    except OSError:
+                        pass
+
+    def forget_stage(self, stage_id: int) -> None:
+        with self._lock:
+            for slot in self.slots:
+                slot.seen = {k for k in slot.seen if k[0] != stage_id}
+        self.broadcast(("forget_stage", stage_id))
+
+    # reader ------------------------------------------------------------------------------
+    def _reader_loop(self) -> None:
+        while not self._stopped:
+            for key, _ in self._sel.select(timeout=1.0):
+                slot = key.data
+                if slot is None:
+                    try:
+                        self._wake_r.recv(4096)
+                    except OSError:
+                        pass
+                    continue
+                try:
+                    data = slot.sock.recv(1 << 20)
+                except OSError:
+                    data = b""
+                if not data:
+                    self._on_death(slot)
+                    continue
+                for msg in slot.buf.feed(data):
+                    if msg[0] == "done":
+                        self._on_done(slot, msg)
+
+    def _on_done(self, slot: _Slot, msg: tuple) -> None:
+        _, tid, state, payload, updates, metrics, blocks = msg
+        with self._lock:
+            if slot.tid == tid:
+                slot.tid = None
+            slot.quick_deaths = 0
+            if slot.killing == tid:
+                slot.killing = None
+        try:
+            self.on_task_end(slot.index, tid, state, payload, updates, metrics, blocks)
+        except Exception:
+            log.exception("task end handler failed for task %d", tid)
+
+    def _on_death(self, slot: _Slot) -> None:
+        with self._lock:
+            try:
+                self._sel.unregister(slot.sock)
+            except (KeyError, ValueError):
+                pass
+            slot.sock.close()
+            code = self._forks.exit_code(slot.pid)
+            if self._stopped:
+                return
+            tid, killing = slot.tid, slot.killing
+            slot.tid = None
+            lived = time.monotonic() - slot.started_at
+            slot.quick_deaths = slot.quick_deaths + 1 if lived < 1.0 and tid is None else 0
+            if slot.quick_deaths >= 5:
+                slot.dead = True
+                log.error("Task process slot %d keeps dying at start (exit code %s); "
+                          "giving it up", slot.index, code)
+            else:
+                self._spawn(slot)
+        if tid is not None:
+            if killing == tid:
+                self.on_task_end(slot.index, tid, "KILLED", "Task killed", {}, {}, [])
+            else:
+                reason = (f"Python worker exited unexpectedly (crashed): exit code {code}"
+                          + (f" (signal {-code})" if code is not None and code < 0 else ""))
+                self.on_task_end(slot.index, tid, "LOST", reason, {}, {}, [])
+        if self.on_slot_restarted is not None:
+            self.on_slot_restarted(slot.index)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][:1] != "Z"
+    except OSError:
+        return True
+
+
+class ForkServerClient:
+    """Owns the fork server process: asks it for task processes, learns their exit codes."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self._proc: subprocess.Popen | None = None
+        self._ctrl: socket.socket | None = None
+        self._pending: list[tuple[socket.socket, Any]] = []
+        self._exit_codes: dict[int, int] = {}
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def start(self) -> None:
+        parent, child = socket.socketpair()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "ember.executor.forkserver", str(child.fileno())],
+            pass_fds=[child.fileno()], env=self.env, stdin=subprocess.DEVNULL, close_fds=True)
+        child.close()
+        self._ctrl = parent
+        self._thread = threading.Thread(target=self._read_loop, name="fork-server-reader",
+                                        daemon=True)
+        self._thread.start()
+
+    def fork(self, child: socket.socket, slot: Any) -> None:
+        with self._cond:
+            self._pending.append((child, slot))
+            try:
+                socket.send_fds(self._ctrl, [b"f"], [child.fileno()])
+            except OSError:
+                log.error("fork server is gone; cannot start a task process")
+
+    def _read_loop(self) -> None:
+        buf = FrameBuffer()
+        while True:
+            try:
+                data = self._ctrl.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                if not self._stopped:
+                    log.error("fork server exited (code %s)",
+                              self._proc.poll() if self._proc else None)
+                return
+            for msg in buf.feed(data):
+                with self._cond:
+                    if msg[0] == "forked":
+                        child, slot = self._pending.pop(0)
+                        child.close()
+                        slot.pid = msg[1]
+                    elif msg[0] == "exit":
+                        self._exit_codes[msg[1]] = msg[2]
+                    self._cond.notify_all()
+
+    def exit_code(self, pid: int, timeout: float = 0.5) -> int | None:
+        with self._cond:
+            self._cond.wait_for(lambda: pid in self._exit_codes, timeout)
+            return self._exit_codes.pop(pid, None)
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self._ctrl is not None:
+            try:
+                self._ctrl.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self._ctrl.close()
+        if self._proc is not None:
+            try:
+                self._proc.wait(2)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()

@@ -1,0 +1,212 @@
+"""A long-lived task process: receives tasks over a socket, runs them, reports results.
+
+Started by a TaskProcessPool (in the driver for local mode, in an executor otherwise). The
+stage's closure arrives once per process and stays cached; each task message then only
+carries its partition. User exceptions come back as type, message and traceback text; a
+SIGUSR1 from the pool kills the running task (cancellation) without killing the process.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import socket
+import sys
+import time
+import traceback
+from collections import OrderedDict
+from typing import Any
+
+from ember import accumulators, broadcast
+from ember.errors import TaskKilledException
+from ember.executor.wire import read_msg, send_msg
+from ember.files import SparkFiles
+from ember.shuffle.base import FetchFailedError
+from ember.storage.block_manager import BlockManager
+from ember.taskcontext import TaskContext
+
+RESULT, MAP = "result", "map"
+
+
+class TaskEnv:
+    """Per-process facts every task needs: identity, dirs, budgets, block manager, fetcher."""
+
+    def __init__(self, conf: dict) -> None:
+        self.executor_id: str = conf["executor_id"]
+        self.host: str = conf["host"]
+        self.address: str = conf.get("address", "")
+        self.slot: int = conf["slot"]
+        self.local_dir: str = conf["local_dir"]
+        self.memory_limit_mb: int = conf["memory_limit_mb"]
+        self.cpus: int = conf.get("cpus", 1)
+        self.block_manager = BlockManager(conf["block_dir"], conf["storage_budget"])
+        self.fetch_remote = None  # set by executors that fetch shuffle blocks over RPC
+
+
+_running = [False]
+
+
+def _on_kill(signum, frame):
+    if _running[0]:
+        _running[0] = False
+        raise TaskKilledException()
+
+
+class _Stage:
+    __slots__ = ("kind", "rdd", "func", "accumulators", "map_locations")
+
+
+def _load_stage(blob: bytes, meta: bytes) -> _Stage:
+    before = set(accumulators._accumulatorRegistry)
+    kind, rdd, func = pickle.loads(blob)
+    st = _Stage()
+    st.kind, st.rdd, st.func = kind, rdd, func
+    st.accumulators = [a for aid, a in accumulators._accumulatorRegistry.items()
+                       if aid not in before and a._deserialized]
+    st.map_locations = pickle.loads(meta) if meta else {}
+    return st
+
+
+def run_task(env: TaskEnv, stage: _Stage, task: tuple, tid: int) -> tuple:
+    """Run one task; returns the ("done", tid, state, payload) message to send back."""
+    partition, partition_id, attempt, props, stage_id, stage_attempt = task
+    ctx = TaskContext(stage_id, stage_attempt, partition_id, attempt, tid, props, env.cpus,
+                      env, stage.map_locations)
+    TaskContext._setTaskContext(ctx)
+    for acc in stage.accumulators:
+        acc._value = acc.accum_param.zero(acc._value)
+    start = time.perf_counter()
+    cpu_start = time.process_time()
+    state = "FINISHED"
+    try:
+        _running[0] = True
+        try:
+            if stage.kind == RESULT:
+                value = stage.func(ctx, stage.rdd.iterator(partition, ctx))
+            else:
+                value = stage.func(ctx, stage.rdd.iterator(partition, ctx), tid)
+        finally:
+            _running[0] = False
+        if stage.kind == RESULT:
+            try:
+                value = pickle.dumps(value, protocol=5)
+            except Exception:
+                try:
+                    import cloudpickle
+                    value = cloudpickle.dumps(value, protocol=5)
+                except Exception as e:
+                    raise _NotSerializableResult(f"{type(e).__name__}: {e}") from None
+        payload: Any = value
+    except TaskKilledException:
+        state, payload = "KILLED", "Task killed"
+    except FetchFailedError as e:
+        st = e.status
+        state, payload = "FETCH_FAILED", (e.shuffle_id, e.map_index, e.reduce_id,
+                                          st.executor_id if st else None, e.message)
+    except _NotSerializableResult as e:
+        state, payload = "FAILED", ("NotSerializableResult", str(e), "", False)
+    except BaseException as e:  # user code: report, never die
+        _running[0] = False
+        tb = traceback.format_exc()
+        state, payload = "FAILED", (type(e).__name__, str(e), tb, True)
+    TaskContext._setTaskContext(None)
+    metrics = ctx.metrics
+    metrics["executorRunTime"] = int((time.perf_counter() - start) * 1000)
+    metrics["executorCpuTime"] = int((time.process_time() - cpu_start) * 1e9)
+    updates = {a.aid: a._value for a in stage.accumulators} if state == "FINISHED" else {}
+    return ("done", tid, state, payload, updates, metrics, env.block_manager.take_updates())
+
+
+class _NotSerializableResult(Exception):
+    pass
+
+
+def _add_py_files(files_dir: str) -> None:
+    """Make files shipped with addPyFile importable (the dir itself and each archive)."""
+    import importlib
+    entries = [files_dir] + [os.path.join(files_dir, f) for f in sorted(os.listdir(files_dir))
+                             if f.endswith((".zip", ".egg", ".whl"))]
+    for e in entries:
+        if e not in sys.path:
+            sys.path.insert(1, e)
+    importlib.invalidate_caches()
+
+
+def serve(sock: socket.socket, env: TaskEnv) -> None:
+    rfile = sock.makefile("rb", buffering=1 << 16)
+    stages: OrderedDict[Any, _Stage] = OrderedDict()
+    files_dir = SparkFiles._root_directory
+    files_mtime = 0
+    while True:
+        try:
+            msg = read_msg(rfile)
+        except (EOFError, OSError):
+            return
+        op = msg[0]
+        if op == "task":
+            _, tid, key, blob, meta, task_bytes = msg
+            if files_dir:
+                try:
+                    m = os.stat(files_dir).st_mtime_ns
+                except OSError:
+                    m = files_mtime
+                if m != files_mtime:
+                    files_mtime = m
+                    _add_py_files(files_dir)
+            try:
+                stage = stages.get(key)
+                if stage is None:
+                    stage = _load_stage(blob, meta)
+                    stages[key] = stage
+                    while len(stages) > 16:
+                        stages.popitem(last=False)
+                task = pickle.loads(task_bytes)
+                reply = run_task(env, stage, task, tid)
+            except BaseException as e:  # closure failed to unpickle etc.
+                _running[0] = False
+                reply = ("done", tid, "FAILED",
+                         (type(e).__name__, str(e), traceback.format_exc(), True), {}, {}, [])
+            send_msg(sock, reply)
+        elif op == "unpersist_rdd":
+            env.block_manager.remove_rdd(msg[1])
+        elif op == "unpersist_broadcast":
+            broadcast._broadcastRegistry.pop(msg[1], None)
+        elif op == "forget_stage":
+            for k in [k for k in stages if k[0] == msg[1]]:
+                del stages[k]
+        elif op == "stop":
+            return
+
+
+def run_in_process(sock: socket.socket) -> None:
+    """Task process body: read the environment, say ready, serve tasks until told to stop."""
+    signal.signal(signal.SIGUSR1, _on_kill)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    rfile = sock.makefile("rb", buffering=0)
+    conf = read_msg(rfile)
+    rfile.close()
+    env = TaskEnv(conf)
+    SparkFiles._root_directory = conf.get("files_dir")
+    SparkFiles._is_running_on_worker = True
+    for p in conf.get("sys_path", []):
+        if p not in sys.path:
+            sys.path.append(p)
+    try:
+        os.chdir(conf.get("cwd") or os.getcwd())
+    except OSError:
+        pass
+    send_msg(sock, ("ready", os.getpid()))
+    try:
+        serve(sock, env)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+def main() -> None:
+    run_in_process(socket.socket(fileno=int(sys.argv[1])))
+
+
+if __name__ == "__main__":
+    main()

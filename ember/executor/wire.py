@@ -1,0 +1,57 @@
+"""Framing between a task-process pool and its processes: 4-byte big-endian length + pickle.
+
+Both ends belong to the same user on the same host (the pool spawned the process over a
+socketpair), so envelopes are pickled; bytes arriving from the network never come here
+without having been authenticated by the RPC layer first.
+"""
+from __future__ import annotations
+
+import pickle
+import struct
+from typing import Any, BinaryIO
+
+_LEN = struct.Struct(">I")
+
+
+def send_msg(sock, obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=5)
+    sock.sendall(_LEN.pack(len(data)) + data if len(data) < 65536 else _LEN.pack(len(data)))
+    if len(data) >= 65536:
+        sock.sendall(data)
+
+
+def read_msg(f: BinaryIO) -> Any:
+    """Read one message from a buffered reader; EOFError when the peer is gone."""
+    head = f.read(4)
+    if len(head) < 4:
+        raise EOFError("task process channel closed")
+    (n,) = _LEN.unpack(head)
+    data = f.read(n)
+    if len(data) < n:
+        raise EOFError("task process channel closed mid-message")
+    return pickle.loads(data)
+
+
+class FrameBuffer:
+    """Incremental decoder for a non-blocking reader: feed bytes, get whole messages."""
+
+    __slots__ = ("_buf",)
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[Any]:
+        buf = self._buf
+        buf += data
+        out = []
+        pos = 0
+        n_buf = len(buf)
+        while n_buf - pos >= 4:
+            (n,) = _LEN.unpack_from(buf, pos)
+            if n_buf - pos - 4 < n:
+                break
+            out.append(pickle.loads(bytes(buf[pos + 4:pos + 4 + n])))
+            pos += 4 + n
+        if pos:
+            del buf[:pos]
+        return out

@@ -1,0 +1,1461 @@
+"""RDD: PySpark's resilient distributed dataset API over Ember's own engine.
+
+An RDD object is both the user's handle (transformations, actions) and the lineage node the
+task processes execute: `partitions()`, `dependencies()` and `compute()` are what the
+scheduler and the tasks call. Narrow transformations chain into one MapPartitionsRDD (like
+PySpark's PipelinedRDD), so a partition flows through them as one iterator. Shuffles are
+`partitionBy` only; aggregations are narrow map-side combines and reduce-side merges around
+it, exactly as PySpark builds them, with the same defaults and error messages.
+"""
+from __future__ import annotations
+
+import bisect
+import copy
+import heapq
+import itertools
+import math
+import operator
+import os
+import random
+import shlex
+import subprocess
+import sys
+import threading
+from collections import defaultdict, deque
+from functools import reduce as _reduce
+from typing import Any, Callable, Iterable, Iterator
+
+from ember import rdd_sources as src
+from ember.dependency import (Dependency, ManyToOneDependency, OneToOneDependency,
+                              RangeDependency, ShuffleDependency)
+from ember.errors import (FileAlreadyExistsException, PySparkRuntimeError, SparkException)
+from ember.partitioner import Partitioner, portable_hash
+from ember.rdd_sources import Partition
+from ember.resultiterable import ResultIterable
+from ember.statcounter import StatCounter
+from ember.storagelevel import StorageLevel
+
+__all__ = ["RDD", "portable_hash", "Partitioner", "BoundedFloat"]
+
+_EMBER_DIR = os.path.dirname(os.path.abspath(__file__))
+
+# Which RDDs may be pickled right now (the lineage of the stage being serialized).
+_pickle_scope = threading.local()
+
+
+class BoundedFloat(float):
+    """A float with confidence bounds, the result of the *Approx actions."""
+
+    confidence: float
+    low: float
+    high: float
+
+    def __new__(cls, mean: float, confidence: float, low: float, high: float) -> "BoundedFloat":
+        obj = float.__new__(cls, mean)
+        obj.confidence, obj.low, obj.high = confidence, low, high
+        return obj
+
+
+def call_site() -> str:
+    """'method at file:line' for the innermost user frame (Spark's short call site)."""
+    f = sys._getframe(1)
+    name = "<unknown>"
+    while f is not None:
+        fname = f.f_code.co_filename
+        if os.path.dirname(os.path.abspath(fname)).startswith(_EMBER_DIR):
+            if not f.f_code.co_name.startswith("_"):
+                name = f.f_code.co_name
+            f = f.f_back
+            continue
+        return f"{name} at {fname}:{f.f_lineno}"
+    return name
+
+
+def _ignore_errors_unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+class RDD:
+    """A lineage node and the PySpark RDD API on top of it."""
+
+    _lineage_attrs: tuple[str, ...] = ()
+
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx
+        self._id = ctx._new_rdd_id()
+        self._storage_level = StorageLevel.NONE
+        self.is_cached = False
+        self.is_checkpointed = False
+        self.partitioner: Partitioner | None = None
+        self._name: str | None = None
+        self._call_site = call_site()
+        self._partitions_cache: list | None = None
+        self._checkpoint_requested = False
+        self._checkpoint_dir: str | None = None      # set once written (reliable)
+        self._local_checkpointed = False
+        self._truncated = False
+
+    # --- engine interface ---------------------------------------------------------------
+    def id(self) -> int:
+        return self._id
+
+    def partitions(self) -> list[Partition]:
+        if self._partitions_cache is None:
+            if self._checkpoint_dir is not None:
+                files = sorted(f for f in os.listdir(self._checkpoint_dir)
+                               if f.startswith("part-"))
+                self._partitions_cache = [Partition(i) for i in range(len(files))]
+            else:
+                self._partitions_cache = self._get_partitions()
+        return self._partitions_cache
+
+    def _get_partitions(self) -> list[Partition]:
+        raise NotImplementedError
+
+    def dependencies(self) -> list[Dependency]:
+        if self._truncated:
+            return []
+        return self._get_dependencies()
+
+    def _get_dependencies(self) -> list[Dependency]:
+        return []
+
+    def compute(self, split: Partition, context: Any) -> Iterator:
+        raise NotImplementedError
+
+    def preferred_locations(self, partition: int) -> list[str]:
+        return []
+
+    def iterator(self, split: Partition, context: Any) -> Iterator:
+        if self._checkpoint_dir is not None:
+            return src.read_pickle_file(
+                os.path.join(self._checkpoint_dir, f"part-{split.index:05d}"))
+        if self._storage_level is not StorageLevel.NONE and \
+                (self._storage_level.useMemory or self._storage_level.useDisk):
+            return context.env.block_manager.get_or_compute(self, split, context)
+        return self.compute(split, context)
+
+    def __getstate__(self) -> dict:
+        allowed = getattr(_pickle_scope, "ids", None)
+        if allowed is None or self._id not in allowed:
+            raise PySparkRuntimeError(
+                "RDD_TRANSFORM_ONLY_VALID_ON_DRIVER",
+                "It appears that you are attempting to broadcast an RDD or reference an RDD "
+                "from an action or transformation. RDD transformations and actions can only "
+                "be invoked by the driver, not inside of other transformations; for example, "
+                "rdd1.map(lambda x: rdd2.values.count() * x) is invalid because the values "
+                "transformation and count action cannot be performed inside of the rdd1.map "
+                "transformation. For more information, see SPARK-5063.")
+        state = self.__dict__.copy()
+        state["ctx"] = None
+        state["_partitions_cache"] = None
+        if self._truncated or self._checkpoint_dir is not None:
+            for attr in self._lineage_attrs:
+                state[attr] = None
+        return state
+
+    # --- helpers ------------------------------------------------------------------------
+    @property
+    def context(self) -> Any:
+        return self.ctx
+
+    def _memory_limit(self) -> int:
+        return self.ctx._python_worker_memory_mb
+
+    def _defaultReducePartitions(self) -> int:
+        dp = self.ctx._conf.get("spark.default.parallelism")
+        if dp is not None:
+            return int(dp)
+        return self.getNumPartitions()
+
+    def _is_pipelinable(self) -> bool:
+        return not (self.is_cached or self._checkpoint_requested or self._local_checkpointed
+                    or self._checkpoint_dir is not None)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}[{self._id}] at {self._call_site}"
+
+    # --- metadata -----------------------------------------------------------------------
+    def getNumPartitions(self) -> int:
+        return len(self.partitions())
+
+    def name(self) -> str | None:
+        return self._name
+
+    def setName(self, name: str) -> "RDD":
+        self._name = name
+        return self
+
+    def toDebugString(self) -> bytes:
+        lines: list[str] = []
+
+        def walk(rdd: RDD, prefix: str, first: bool) -> None:
+            level = rdd._storage_level
+            cached = ""
+            if level.useMemory or level.useDisk:
+                cached = f" [{level}]"
+            head = f"({rdd.getNumPartitions()}) " if first else ""
+            lines.append(f"{prefix}{head}{rdd!r}{cached} []".rstrip())
+            deps = rdd.dependencies()
+            for dep in deps:
+                if isinstance(dep, ShuffleDependency):
+                    lines.append(f"{prefix} +-({dep.rdd.getNumPartitions()}) {dep.rdd!r} []")
+                    for d2 in dep.rdd.dependencies():
+                        walk(d2.rdd, prefix + " |  ", False)
+                else:
+                    walk(dep.rdd, prefix + " |  ", False)
+
+        walk(self, "", True)
+        return "\n".join(lines).encode("utf-8")
+
+    def getStorageLevel(self) -> StorageLevel:
+        return self._storage_level
+
+    # --- persistence --------------------------------------------------------------------
+    def cache(self) -> "RDD":
+        return self.persist(StorageLevel.MEMORY_ONLY)
+
+    def persist(self, storageLevel: StorageLevel = StorageLevel.MEMORY_ONLY) -> "RDD":
+        if self._storage_level != StorageLevel.NONE and storageLevel != self._storage_level:
+            raise SparkException(
+                "Cannot change storage level of an RDD after it was already assigned a level")
+        self.is_cached = True
+        self._storage_level = storageLevel
+        return self
+
+    def unpersist(self, blocking: bool = False) -> "RDD":
+        self.is_cached = False
+        self._storage_level = StorageLevel.NONE
+        self.ctx._unpersist_rdd(self._id)
+        return self
+
+    def checkpoint(self) -> None:
+        if self.ctx._checkpoint_dir is None:
+            raise SparkException("Checkpoint directory has not been set in the SparkContext")
+        self._checkpoint_requested = True
+
+    def isCheckpointed(self) -> bool:
+        return self._checkpoint_dir is not None or (self._local_checkpointed and self._truncated)
+
+    def localCheckpoint(self) -> None:
+        level = self._storage_level
+        if level == StorageLevel.NONE:
+            self._storage_level = StorageLevel.MEMORY_AND_DISK
+        elif not level.useDisk:
+            self._storage_level = StorageLevel(True, level.useMemory, level.useOffHeap,
+                                               level.deserialized, level.replication)
+        self.is_cached = True
+        self._local_checkpointed = True
+
+    def isLocallyCheckpointed(self) -> bool:
+        return self._local_checkpointed
+
+    def getCheckpointFile(self) -> str | None:
+        return ("file:" + self._checkpoint_dir) if self._checkpoint_dir else None
+
+    def cleanShuffleDependencies(self, blocking: bool = False) -> None:
+        for dep in self.dependencies():
+            if isinstance(dep, ShuffleDependency):
+                self.ctx._remove_shuffle(dep.shuffle_id)
+
+    def _lineage(self) -> list["RDD"]:
+        seen: dict[int, RDD] = {}
+        stack: list[RDD] = [self]
+        while stack:
+            r = stack.pop()
+            if r._id in seen:
+                continue
+            seen[r._id] = r
+            stack.extend(d.rdd for d in r.dependencies())
+        return list(seen.values())
+
+    def _do_checkpoint(self) -> None:
+        """After a job: write requested checkpoints and truncate lineage (Spark's doCheckpoint)."""
+        for rdd in self._lineage():
+            if rdd._checkpoint_requested and rdd._checkpoint_dir is None:
+                rdd._write_checkpoint()
+            elif rdd._local_checkpointed and not rdd._truncated:
+                n = rdd.getNumPartitions()
+                locs = self.ctx._block_master
+                missing = [p for p in range(n) if not locs.locations(rdd._id, p)]
+                if missing:
+                    self.ctx._run_job(rdd, _count_iter, missing)
+                rdd._truncated = True
+
+    def _write_checkpoint(self) -> None:
+        path = os.path.join(self.ctx._checkpoint_dir, f"rdd-{self._id}")
+        os.makedirs(path, exist_ok=True)
+
+        def write(ctx: Any, it: Iterator) -> None:
+            from ember.storage.block_manager import _write_batches
+            _write_batches(os.path.join(path, f"part-{ctx.partitionId():05d}"), it)
+
+        self.ctx._run_job(self, write, list(range(self.getNumPartitions())), with_context=True)
+        self._checkpoint_dir = path
+        self._partitions_cache = None
+        self.is_checkpointed = True
+
+    # --- narrow transformations ---------------------------------------------------------
+    def mapPartitionsWithIndex(self, f: Callable[[int, Iterable], Iterable],
+                               preservesPartitioning: bool = False) -> "RDD":
+        return MapPartitionsRDD(self, f, preservesPartitioning)
+
+    def mapPartitions(self, f: Callable[[Iterable], Iterable],
+                      preservesPartitioning: bool = False) -> "RDD":
+        def func(_: int, iterator: Iterable) -> Iterable:
+            return f(iterator)
+        return self.mapPartitionsWithIndex(func, preservesPartitioning)
+
+    def mapPartitionsWithSplit(self, f: Callable[[int, Iterable], Iterable],
+                               preservesPartitioning: bool = False) -> "RDD":
+        import warnings
+        warnings.warn("mapPartitionsWithSplit is deprecated; use mapPartitionsWithIndex instead",
+                      FutureWarning, stacklevel=2)
+        return self.mapPartitionsWithIndex(f, preservesPartitioning)
+
+    def map(self, f: Callable[[Any], Any], preservesPartitioning: bool = False) -> "RDD":
+        def func(_: int, iterator: Iterable) -> Iterable:
+            return map(f, iterator)
+        return self.mapPartitionsWithIndex(func, preservesPartitioning)
+
+    def flatMap(self, f: Callable[[Any], Iterable], preservesPartitioning: bool = False) -> "RDD":
+        def func(_: int, iterator: Iterable) -> Iterable:
+            return itertools.chain.from_iterable(map(f, iterator))
+        return self.mapPartitionsWithIndex(func, preservesPartitioning)
+
+    def filter(self, f: Callable[[Any], bool]) -> "RDD":
+        def func(_: int, iterator: Iterable) -> Iterable:
+            return filter(f, iterator)
+        return self.mapPartitionsWithIndex(func, True)
+
+    def glom(self) -> "RDD":
+        def func(_: int, iterator: Iterable) -> Iterable:
+            yield list(iterator)
+        return self.mapPartitionsWithIndex(func)
+
+    def keyBy(self, f: Callable[[Any], Any]) -> "RDD":
+        return self.map(lambda x: (f(x), x))
+
+    def keys(self) -> "RDD":
+        return self.map(lambda x: x[0])
+
+    def values(self) -> "RDD":
+        return self.map(lambda x: x[1])
+
+    def mapValues(self, f: Callable[[Any], Any]) -> "RDD":
+        return self.map(lambda kv: (kv[0], f(kv[1])), True)
+
+    def flatMapValues(self, f: Callable[[Any], Iterable]) -> "RDD":
+        def flat(kv: tuple) -> Iterable:
+            k = kv[0]
+            return ((k, x) for x in f(kv[1]))
+        return self.flatMap(flat, True)
+
+    def pipe(self, command: str, env: dict[str, str] | None = None,
+             checkCode: bool = False) -> "RDD":
+        if env is None:
+            env = {}
+
+        def func(iterator: Iterable) -> Iterator[str]:
+            pipe = subprocess.Popen(shlex.split(command), env=env or None,
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+            def pipe_objs(out: Any) -> None:
+                try:
+                    for obj in iterator:
+                        s = str(obj).rstrip("\n") + "\n"
+                        out.write(s.encode("utf-8"))
+                finally:
+                    out.close()
+            t = threading.Thread(target=pipe_objs, args=[pipe.stdin], daemon=True)
+            t.start()
+
+            def check_return_code() -> Iterator:
+                pipe.wait()
+                if checkCode and pipe.returncode:
+                    raise PySparkRuntimeError(
+                        "PIPE_FUNCTION_EXITED",
+                        f"Pipe function `{command}` exited with error code {pipe.returncode}.")
+                for i in range(0):
+                    yield i
+            return (x.rstrip(b"\n").decode("utf-8") for x in
+                    itertools.chain(iter(pipe.stdout.readline, b""), check_return_code()))
+        return self.mapPartitions(func)
+
+    def sample(self, withReplacement: bool, fraction: float, seed: int | None = None) -> "RDD":
+        from ember.rddsampler import RDDSampler
+        if not fraction >= 0:
+            raise ValueError("Fraction must be nonnegative.")
+        return self.mapPartitionsWithIndex(RDDSampler(withReplacement, fraction, seed).func, True)
+
+    def randomSplit(self, weights: list[float], seed: int | None = None) -> list["RDD"]:
+        from ember.rddsampler import RDDRangeSampler
+        if not all(w >= 0 for w in weights):
+            raise ValueError("Weights must be nonnegative")
+        s = float(sum(weights))
+        if not s > 0:
+            raise ValueError("Sum of weights must be positive")
+        cweights = [0.0]
+        for w in weights:
+            cweights.append(cweights[-1] + w / s)
+        if seed is None:
+            seed = random.randint(0, 2 ** 32 - 1)
+        return [self.mapPartitionsWithIndex(RDDRangeSampler(lb, ub, seed).func, True)
+                for lb, ub in zip(cweights, cweights[1:])]
+
+    def sampleByKey(self, withReplacement: bool, fractions: dict, seed: int | None = None) -> "RDD":
+        from ember.rddsampler import RDDStratifiedSampler
+        for fraction in fractions.values():
+            assert fraction >= 0.0, "Negative fraction value: %s" % fraction
+        return self.mapPartitionsWithIndex(
+            RDDStratifiedSampler(withReplacement, fractions, seed).func, True)
+
+    def union(self, other: "RDD") -> "RDD":
+        return UnionRDD(self.ctx, [self, other])
+
+    def __add__(self, other: "RDD") -> "RDD":
+        if not isinstance(other, RDD):
+            raise TypeError(f"unsupported operand type(s) for +: 'RDD' and "
+                            f"'{type(other).__name__}'")
+        return self.union(other)
+
+    def cartesian(self, other: "RDD") -> "RDD":
+        return CartesianRDD(self, other)
+
+    def coalesce(self, numPartitions: int, shuffle: bool = False) -> "RDD":
+        if numPartitions <= 0:
+            raise ValueError(f"Number of partitions ({numPartitions}) must be positive.")
+        if shuffle:
+            def distribute(index: int, items: Iterable) -> Iterator:
+                pos = random.Random(index).randint(0, numPartitions - 1)
+                for item in items:
+                    pos += 1
+                    yield pos, item
+            return ShuffledRDD(self.mapPartitionsWithIndex(distribute), numPartitions,
+                               _identity_partition).values()
+        return CoalescedRDD(self, numPartitions)
+
+    def repartition(self, numPartitions: int) -> "RDD":
+        return self.coalesce(numPartitions, shuffle=True)
+
+    def zip(self, other: "RDD") -> "RDD":
+        if self.getNumPartitions() != other.getNumPartitions():
+            raise ValueError("Can only zip with RDD which has the same number of partitions")
+        return ZippedRDD(self, other)
+
+    def zipWithIndex(self) -> "RDD":
+        starts = [0]
+        if self.getNumPartitions() > 1:
+            nums = self.mapPartitions(lambda it: [sum(1 for _ in it)]).collect()
+            for i in range(len(nums) - 1):
+                starts.append(starts[-1] + nums[i])
+
+        def func(k: int, it: Iterable) -> Iterator:
+            for i, v in enumerate(it, starts[k]):
+                yield v, i
+        return self.mapPartitionsWithIndex(func)
+
+    def zipWithUniqueId(self) -> "RDD":
+        n = self.getNumPartitions()
+
+        def func(k: int, it: Iterable) -> Iterator:
+            for i, v in enumerate(it):
+                yield v, i * n + k
+        return self.mapPartitionsWithIndex(func)
+
+    def barrier(self) -> Any:
+        raise NotImplementedError("Barrier execution mode is not supported by Ember")
+
+    # --- shuffles -----------------------------------------------------------------------
+    def partitionBy(self, numPartitions: int | None,
+                    partitionFunc: Callable[[Any], int] = portable_hash) -> "RDD":
+        if numPartitions is None:
+            numPartitions = self._defaultReducePartitions()
+        partitioner = Partitioner(numPartitions, partitionFunc)
+        if self.partitioner == partitioner:
+            return self
+        rdd = ShuffledRDD(self, numPartitions, partitionFunc)
+        rdd.partitioner = partitioner
+        return rdd
+
+    def combineByKey(self, createCombiner: Callable, mergeValue: Callable,
+                     mergeCombiners: Callable, numPartitions: int | None = None,
+                     partitionFunc: Callable[[Any], int] = portable_hash) -> "RDD":
+        from ember.shuffle.external import Aggregator, ExternalMerger
+        if numPartitions is None:
+            numPartitions = self._defaultReducePartitions()
+        memory = self._memory_limit()
+        local_dirs = self.ctx._spill_dirs
+        agg = Aggregator(createCombiner, mergeValue, mergeCombiners)
+
+        def combine_locally(iterator: Iterable) -> Iterator:
+            merger = ExternalMerger(agg, int(memory * 0.9), local_dirs=local_dirs)
+            merger.mergeValues(iterator)
+            return merger.items()
+
+        locally = self.mapPartitions(combine_locally, preservesPartitioning=True)
+        shuffled = locally.partitionBy(numPartitions, partitionFunc)
+
+        def merge_combiners(iterator: Iterable) -> Iterator:
+            merger = ExternalMerger(agg, memory, local_dirs=local_dirs)
+            merger.mergeCombiners(iterator)
+            return merger.items()
+
+        return shuffled.mapPartitions(merge_combiners, preservesPartitioning=True)
+
+    def reduceByKey(self, func: Callable[[Any, Any], Any], numPartitions: int | None = None,
+                    partitionFunc: Callable[[Any], int] = portable_hash) -> "RDD":
+        return self.combineByKey(_identity, func, func, numPartitions, partitionFunc)
+
+    def aggregateByKey(self, zeroValue: Any, seqFunc: Callable, combFunc: Callable,
+                       numPartitions: int | None = None,
+                       partitionFunc: Callable[[Any], int] = portable_hash) -> "RDD":
+        def create_zero() -> Any:
+            return copy.deepcopy(zeroValue)
+        return self.combineByKey(lambda v: seqFunc(create_zero(), v), seqFunc, combFunc,
+                                 numPartitions, partitionFunc)
+
+    def foldByKey(self, zeroValue: Any, func: Callable[[Any, Any], Any],
+                  numPartitions: int | None = None,
+                  partitionFunc: Callable[[Any], int] = portable_hash) -> "RDD":
+        def create_zero() -> Any:
+            return copy.deepcopy(zeroValue)
+        return self.combineByKey(lambda v: func(create_zero(), v), func, func, numPartitions,
+                                 partitionFunc)
+
+    def groupByKey(self, numPartitions: int | None = None,
+                   partitionFunc: Callable[[Any], int] = portable_hash) -> "RDD":
+        from ember.shuffle.external import Aggregator, ExternalGroupBy, ExternalMerger
+        if numPartitions is None:
+            numPartitions = self._defaultReducePartitions()
+        memory = self._memory_limit()
+        local_dirs = self.ctx._spill_dirs
+
+        def create_combiner(x: Any) -> list:
+            return [x]
+
+        def merge_value(xs: list, x: Any) -> list:
+            xs.append(x)
+            return xs
+
+        def merge_combiners(a: list, b: list) -> list:
+            a.extend(b)
+            return a
+
+        agg = Aggregator(create_combiner, merge_value, merge_combiners)
+
+        def combine(iterator: Iterable) -> Iterator:
+            merger = ExternalMerger(agg, int(memory * 0.9), local_dirs=local_dirs)
+            merger.mergeValues(iterator)
+            return merger.items()
+
+        shuffled = self.mapPartitions(combine, preservesPartitioning=True) \
+            .partitionBy(numPartitions, partitionFunc)
+
+        def group_by_key(it: Iterable) -> Iterator:
+            merger = ExternalGroupBy(agg, memory, local_dirs=local_dirs)
+            merger.mergeCombiners(it)
+            return merger.items()
+
+        return shuffled.mapPartitions(group_by_key, True).mapValues(ResultIterable)
+
+    def groupBy(self, f: Callable[[Any], Any], numPartitions: int | None = None,
+                partitionFunc: Callable[[Any], int] = portable_hash) -> "RDD":
+        return self.map(lambda x: (f(x), x)).groupByKey(numPartitions, partitionFunc)
+
+    def distinct(self, numPartitions: int | None = None) -> "RDD":
+        return self.map(lambda x: (x, None)).reduceByKey(lambda x, _: x, numPartitions) \
+            .map(lambda x: x[0])
+
+    def intersection(self, other: "RDD") -> "RDD":
+        return self.map(lambda v: (v, None)).cogroup(other.map(lambda v: (v, None))) \
+            .filter(lambda k_vs: all(k_vs[1])).keys()
+
+    def subtractByKey(self, other: "RDD", numPartitions: int | None = None) -> "RDD":
+        def filter_func(pair: tuple) -> bool:
+            _key, (val1, val2) = pair
+            return bool(val1) and not val2
+        return self.cogroup(other, numPartitions).filter(filter_func) \
+            .flatMapValues(lambda x: x[0])
+
+    def subtract(self, other: "RDD", numPartitions: int | None = None) -> "RDD":
+        rdd = other.map(lambda x: (x, True))
+        return self.map(lambda x: (x, True)).subtractByKey(rdd, numPartitions).keys()
+
+    def cogroup(self, other: "RDD", numPartitions: int | None = None) -> "RDD":
+        return _cogroup([self, other], numPartitions)
+
+    def groupWith(self, other: "RDD", *others: "RDD") -> "RDD":
+        return _cogroup([self, other, *others], None)
+
+    def join(self, other: "RDD", numPartitions: int | None = None) -> "RDD":
+        def dispatch(seq: Iterable) -> Iterator:
+            vbuf, wbuf = [], []
+            for n, v in seq:
+                (vbuf if n == 1 else wbuf).append(v)
+            return ((v, w) for v in vbuf for w in wbuf)
+        return _join(self, other, numPartitions, dispatch)
+
+    def leftOuterJoin(self, other: "RDD", numPartitions: int | None = None) -> "RDD":
+        def dispatch(seq: Iterable) -> Iterator:
+            vbuf, wbuf = [], []
+            for n, v in seq:
+                (vbuf if n == 1 else wbuf).append(v)
+            if not wbuf:
+                wbuf.append(None)
+            return ((v, w) for v in vbuf for w in wbuf)
+        return _join(self, other, numPartitions, dispatch)
+
+    def rightOuterJoin(self, other: "RDD", numPartitions: int | None = None) -> "RDD":
+        def dispatch(seq: Iterable) -> Iterator:
+            vbuf, wbuf = [], []
+            for n, v in seq:
+                (vbuf if n == 1 else wbuf).append(v)
+            if not vbuf:
+                vbuf.append(None)
+            return ((v, w) for v in vbuf for w in wbuf)
+        return _join(self, other, numPartitions, dispatch)
+
+    def fullOuterJoin(self, other: "RDD", numPartitions: int | None = None) -> "RDD":
+        def dispatch(seq: Iterable) -> Iterator:
+            vbuf, wbuf = [], []
+            for n, v in seq:
+                (vbuf if n == 1 else wbuf).append(v)
+            if not vbuf:
+                vbuf.append(None)
+            if not wbuf:
+                wbuf.append(None)
+            return ((v, w) for v in vbuf for w in wbuf)
+        return _join(self, other, numPartitions, dispatch)
+
+    def sortByKey(self, ascending: bool = True, numPartitions: int | None = None,
+                  keyfunc: Callable[[Any], Any] = lambda x: x) -> "RDD":
+        from ember.shuffle.external import ExternalSorter
+        if numPartitions is None:
+            numPartitions = self._defaultReducePartitions()
+        memory = self._memory_limit()
+        local_dirs = self.ctx._spill_dirs
+
+        def sort_partition(iterator: Iterable) -> Iterator:
+            sorter = ExternalSorter(int(memory * 0.9), local_dirs=local_dirs)
+            return iter(sorter.sorted(iterator, key=lambda kv: keyfunc(kv[0]),
+                                      reverse=not ascending))
+
+        if numPartitions == 1:
+            rdd = self.coalesce(1) if self.getNumPartitions() > 1 else self
+            return rdd.mapPartitions(sort_partition, True)
+
+        rdd_size = self.count()
+        if not rdd_size:
+            return self
+        max_sample_size = numPartitions * 20.0
+        fraction = min(max_sample_size / max(rdd_size, 1), 1.0)
+        samples = self.sample(False, fraction, 1).map(lambda kv: kv[0]).collect()
+        samples = sorted(samples, key=keyfunc)
+        bounds = [keyfunc(samples[int(len(samples) * (i + 1) / numPartitions)])
+                  for i in range(0, numPartitions - 1)] if samples else []
+
+        def range_partitioner(k: Any) -> int:
+            p = bisect.bisect_left(bounds, keyfunc(k))
+            return p if ascending else numPartitions - 1 - p
+
+        return self.partitionBy(numPartitions, range_partitioner) \
+            .mapPartitions(sort_partition, True)
+
+    def sortBy(self, keyfunc: Callable[[Any], Any], ascending: bool = True,
+               numPartitions: int | None = None) -> "RDD":
+        return self.keyBy(keyfunc).sortByKey(ascending, numPartitions).values()
+
+    def repartitionAndSortWithinPartitions(
+            self, numPartitions: int | None = None,
+            partitionFunc: Callable[[Any], int] = portable_hash, ascending: bool = True,
+            keyfunc: Callable[[Any], Any] = lambda x: x) -> "RDD":
+        from ember.shuffle.external import ExternalSorter
+        if numPartitions is None:
+            numPartitions = self._defaultReducePartitions()
+        memory = self._memory_limit()
+        local_dirs = self.ctx._spill_dirs
+
+        def sort_partition(iterator: Iterable) -> Iterator:
+            sorter = ExternalSorter(int(memory * 0.9), local_dirs=local_dirs)
+            return iter(sorter.sorted(iterator, key=lambda kv: keyfunc(kv[0]),
+                                      reverse=not ascending))
+        return self.partitionBy(numPartitions, partitionFunc).mapPartitions(sort_partition, True)
+
+    # --- actions ------------------------------------------------------------------------
+    def collect(self) -> list:
+        out: list = []
+        for part in self.ctx._run_job(self, list):
+            out.extend(part)
+        return out
+
+    def collectWithJobGroup(self, groupId: str, description: str,
+                            interruptOnCancel: bool = False) -> list:
+        import warnings
+        warnings.warn("Deprecated in 3.1, Use pyspark.InheritableThread with the pinned "
+                      "thread mode enabled.", FutureWarning)
+        self.ctx.setJobGroup(groupId, description, interruptOnCancel)
+        return self.collect()
+
+    def toLocalIterator(self, prefetchPartitions: bool = False) -> Iterator:
+        for p in range(self.getNumPartitions()):
+            yield from self.ctx._run_job(self, list, [p])[0]
+
+    def foreach(self, f: Callable[[Any], None]) -> None:
+        def process(iterator: Iterable) -> None:
+            for x in iterator:
+                f(x)
+        self.ctx._run_job(self, process)
+
+    def foreachPartition(self, f: Callable[[Iterable], None]) -> None:
+        def process(iterator: Iterable) -> None:
+            r = f(iterator)
+            if r is not None:
+                try:
+                    for _ in r:
+                        pass
+                except TypeError:
+                    pass
+        self.ctx._run_job(self, process)
+
+    def count(self) -> int:
+        return sum(self.ctx._run_job(self, _count_iter))
+
+    def reduce(self, f: Callable[[Any, Any], Any]) -> Any:
+        def func(iterator: Iterable) -> list:
+            it = iter(iterator)
+            try:
+                initial = next(it)
+            except StopIteration:
+                return []
+            return [_reduce(f, it, initial)]
+        vals = [v for part in self.ctx._run_job(self, func) for v in part]
+        if vals:
+            return _reduce(f, vals)
+        raise ValueError("Can not reduce() empty RDD")
+
+    def treeReduce(self, f: Callable[[Any, Any], Any], depth: int = 2) -> Any:
+        if depth < 1:
+            raise ValueError(f"Depth cannot be smaller than 1 but got {depth}.")
+        zero_value = None, True
+
+        def op(x: tuple, y: tuple) -> tuple:
+            if x[1]:
+                return y
+            if y[1]:
+                return x
+            return f(x[0], y[0]), False
+
+        reduced = self.map(lambda x: (x, False)).treeAggregate(zero_value, op, op, depth)
+        if reduced[1]:
+            raise ValueError("Cannot reduce empty RDD.")
+        return reduced[0]
+
+    def fold(self, zeroValue: Any, op: Callable[[Any, Any], Any]) -> Any:
+        def func(iterator: Iterable) -> Any:
+            acc = copy.deepcopy(zeroValue)
+            for obj in iterator:
+                acc = op(acc, obj)
+            return acc
+        vals = self.ctx._run_job(self, func)
+        return _reduce(op, vals, zeroValue)
+
+    def aggregate(self, zeroValue: Any, seqOp: Callable, combOp: Callable) -> Any:
+        def func(iterator: Iterable) -> Any:
+            acc = copy.deepcopy(zeroValue)
+            for obj in iterator:
+                acc = seqOp(acc, obj)
+            return acc
+        vals = self.ctx._run_job(self, func)
+        return _reduce(combOp, vals, zeroValue)
+
+    def treeAggregate(self, zeroValue: Any, seqOp: Callable, combOp: Callable,
+                      depth: int = 2) -> Any:
+        if depth < 1:
+            raise ValueError(f"Depth cannot be smaller than 1 but got {depth}.")
+        if self.getNumPartitions() == 0:
+            return zeroValue
+
+        def aggregate_partition(iterator: Iterable) -> Iterator:
+            acc = copy.deepcopy(zeroValue)
+            for obj in iterator:
+                acc = seqOp(acc, obj)
+            yield acc
+
+        partial = self.mapPartitions(aggregate_partition)
+        num_partitions = partial.getNumPartitions()
+        scale = max(int(math.ceil(pow(num_partitions, 1.0 / depth))), 2)
+        while num_partitions > scale + num_partitions / scale:
+            num_partitions //= scale
+            cur = int(num_partitions)
+
+            def map_partition(i: int, iterator: Iterable, cur: int = cur) -> Iterator:
+                for obj in iterator:
+                    yield i % cur, obj
+            partial = partial.mapPartitionsWithIndex(map_partition) \
+                .reduceByKey(combOp, cur).values()
+        return partial.fold(zeroValue, combOp)
+
+    def max(self, key: Callable[[Any], Any] | None = None) -> Any:
+        if key is None:
+            return self.reduce(max)
+        return self.reduce(lambda a, b: max(a, b, key=key))
+
+    def min(self, key: Callable[[Any], Any] | None = None) -> Any:
+        if key is None:
+            return self.reduce(min)
+        return self.reduce(lambda a, b: min(a, b, key=key))
+
+    def sum(self) -> Any:
+        return sum(self.ctx._run_job(self, sum), 0)
+
+    def stats(self) -> StatCounter:
+        def redfunc(left: StatCounter, right: StatCounter) -> StatCounter:
+            return left.mergeStats(right)
+        parts = self.ctx._run_job(self, StatCounter)
+        return _reduce(redfunc, parts, StatCounter())
+
+    def mean(self) -> float:
+        return self.stats().mean()
+
+    def variance(self) -> float:
+        return self.stats().variance()
+
+    def stdev(self) -> float:
+        return self.stats().stdev()
+
+    def sampleStdev(self) -> float:
+        return self.stats().sampleStdev()
+
+    def sampleVariance(self) -> float:
+        return self.stats().sampleVariance()
+
+    def histogram(self, buckets: int | list | tuple) -> tuple[list, list[int]]:
+        if isinstance(buckets, int):
+            if buckets < 1:
+                raise ValueError("number of buckets must be >= 1")
+
+            def comparable(x: Any) -> bool:
+                if x is None:
+                    return False
+                if type(x) is float and math.isnan(x):
+                    return False
+                return True
+
+            filtered = self.filter(comparable)
+
+            def minmax(a: tuple, b: tuple) -> tuple:
+                return min(a[0], b[0]), max(a[1], b[1])
+
+            try:
+                minv, maxv = filtered.map(lambda x: (x, x)).reduce(minmax)
+            except TypeError as e:
+                if " empty " in str(e):
+                    raise ValueError("can not generate buckets from empty RDD")
+                raise
+            if minv == maxv or buckets == 1:
+                return [minv, maxv], [filtered.count()]
+            try:
+                inc = (maxv - minv) / buckets
+            except TypeError:
+                raise TypeError("Can not generate buckets with non-number in RDD")
+            if math.isinf(inc):
+                raise ValueError("Can not generate buckets with infinite value")
+            inc_int = int(inc)
+            inc = inc_int if inc_int * buckets == maxv - minv else (maxv - minv) * 1.0 / buckets
+            bucket_list = [i * inc + minv for i in range(buckets)]
+            bucket_list.append(maxv)
+            even = True
+        elif isinstance(buckets, (list, tuple)):
+            if len(buckets) < 2:
+                raise ValueError("buckets should have more than one value")
+            if any(i is None or isinstance(i, float) and math.isnan(i) for i in buckets):
+                raise ValueError("can not have None or NaN in buckets")
+            if sorted(buckets) != list(buckets):
+                raise ValueError("buckets should be sorted")
+            if len(set(buckets)) != len(buckets):
+                raise ValueError("buckets should not contain duplicated values")
+            bucket_list = list(buckets)
+            minv, maxv = bucket_list[0], bucket_list[-1]
+            even = False
+            inc = None
+            try:
+                steps = [bucket_list[i + 1] - bucket_list[i] for i in range(len(bucket_list) - 1)]
+            except TypeError:
+                pass
+            else:
+                if max(steps) - min(steps) < 1e-10:
+                    even = True
+                    inc = (maxv - minv) / (len(bucket_list) - 1)
+        else:
+            raise TypeError("buckets should be a list or tuple or number(int or long)")
+
+        def histogram(iterator: Iterable) -> list[int]:
+            counters = [0] * len(bucket_list)
+            for i in iterator:
+                if i is None or (isinstance(i, float) and math.isnan(i)) or i > maxv or i < minv:
+                    continue
+                t = int((i - minv) / inc) if even else bisect.bisect_right(bucket_list, i) - 1
+                counters[t] += 1
+            last = counters.pop()
+            counters[-1] += last
+            return counters
+
+        parts = self.ctx._run_job(self, histogram)
+        return bucket_list, [sum(c) for c in zip(*parts)] if parts else [0] * (len(bucket_list) - 1)
+
+    def countByValue(self) -> dict:
+        def count_partition(iterator: Iterable) -> dict:
+            counts: dict = defaultdict(int)
+            for obj in iterator:
+                counts[obj] += 1
+            return counts
+
+        def merge(m1: dict, m2: dict) -> dict:
+            for k, v in m2.items():
+                m1[k] += v
+            return m1
+        return _reduce(merge, self.ctx._run_job(self, count_partition), defaultdict(int))
+
+    def countByKey(self) -> dict:
+        return self.map(lambda x: x[0]).countByValue()
+
+    def collectAsMap(self) -> dict:
+        return dict(self.collect())
+
+    def reduceByKeyLocally(self, func: Callable[[Any, Any], Any]) -> dict:
+        def reduce_partition(iterator: Iterable) -> dict:
+            m: dict = {}
+            for k, v in iterator:
+                m[k] = func(m[k], v) if k in m else v
+            return m
+
+        def merge(m1: dict, m2: dict) -> dict:
+            for k, v in m2.items():
+                m1[k] = func(m1[k], v) if k in m1 else v
+            return m1
+        return _reduce(merge, self.ctx._run_job(self, reduce_partition), {})
+
+    def lookup(self, key: Any) -> list:
+        values = self.filter(lambda kv: kv[0] == key).values()
+        if self.partitioner is not None and _driver_hash_agrees(key):
+            return self.ctx.runJob(values, lambda x: x, [self.partitioner(key)])
+        return values.collect()
+
+    def top(self, num: int, key: Callable[[Any], Any] | None = None) -> list:
+        def top_iterator(iterator: Iterable) -> list:
+            return heapq.nlargest(num, iterator, key=key)
+
+        def merge(a: list, b: list) -> list:
+            return heapq.nlargest(num, a + b, key=key)
+        return _reduce(merge, self.ctx._run_job(self, top_iterator), [])
+
+    def takeOrdered(self, num: int, key: Callable[[Any], Any] | None = None) -> list:
+        if num < 0:
+            raise ValueError("top N cannot be negative.")
+        if num == 0 or self.getNumPartitions() == 0:
+            return []
+
+        def merge(a: list, b: list) -> list:
+            return heapq.nsmallest(num, a + b, key)
+        return _reduce(merge, self.ctx._run_job(
+            self, lambda it: heapq.nsmallest(num, it, key)), [])
+
+    def take(self, num: int) -> list:
+        items: list = []
+        total_parts = self.getNumPartitions()
+        parts_scanned = 0
+        while len(items) < num and parts_scanned < total_parts:
+            num_parts_to_try = 1
+            if parts_scanned > 0:
+                if len(items) == 0:
+                    num_parts_to_try = parts_scanned * 4
+                else:
+                    num_parts_to_try = int(1.5 * num * parts_scanned / len(items)) - parts_scanned
+                    num_parts_to_try = min(max(num_parts_to_try, 1), parts_scanned * 4)
+            left = num - len(items)
+
+            def take_up_to_num_left(iterator: Iterable, left: int = left) -> list:
+                return list(itertools.islice(iterator, left))
+            p = list(range(parts_scanned, min(parts_scanned + num_parts_to_try, total_parts)))
+            for res in self.ctx._run_job(self, take_up_to_num_left, p):
+                items.extend(res)
+            parts_scanned += num_parts_to_try
+        return items[:num]
+
+    def first(self) -> Any:
+        rs = self.take(1)
+        if rs:
+            return rs[0]
+        raise ValueError("RDD is empty")
+
+    def isEmpty(self) -> bool:
+        return self.getNumPartitions() == 0 or len(self.take(1)) == 0
+
+    def takeSample(self, withReplacement: bool, num: int, seed: int | None = None) -> list:
+        num_st_dev = 10.0
+        if num < 0:
+            raise ValueError("Sample size cannot be negative.")
+        if num == 0 or self.getNumPartitions() == 0:
+            return []
+        initial_count = self.count()
+        if initial_count == 0:
+            return []
+        rand = random.Random(seed)
+        if (not withReplacement) and num >= initial_count:
+            samples = self.collect()
+            rand.shuffle(samples)
+            return samples
+        max_sample_size = sys.maxsize - int(num_st_dev * math.sqrt(sys.maxsize))
+        if num > max_sample_size:
+            raise ValueError(f"Sample size cannot be greater than {max_sample_size}.")
+        fraction = _compute_fraction_for_sample_size(num, initial_count, withReplacement)
+        samples = self.sample(withReplacement, fraction, seed).collect()
+        while len(samples) < num:
+            seed = rand.randint(0, sys.maxsize)
+            samples = self.sample(withReplacement, fraction, seed).collect()
+        rand.shuffle(samples)
+        return samples[0:num]
+
+    def countApprox(self, timeout: int, confidence: float = 0.95) -> int:
+        return int(self.count())
+
+    def sumApprox(self, timeout: int, confidence: float = 0.95) -> BoundedFloat:
+        s = float(self.map(float).sum())
+        return BoundedFloat(s, confidence, s, s)
+
+    def meanApprox(self, timeout: int, confidence: float = 0.95) -> BoundedFloat:
+        m = float(self.map(float).mean())
+        return BoundedFloat(m, confidence, m, m)
+
+    def countApproxDistinct(self, relativeSD: float = 0.05) -> int:
+        if relativeSD < 0.000017:
+            raise ValueError("relativeSD should be greater than 0.000017")
+        from ember.hyperloglog import HyperLogLog
+        p = HyperLogLog.precision_for(relativeSD)
+
+        def sketch(iterator: Iterable) -> bytearray:
+            h = HyperLogLog(p)
+            for x in iterator:
+                h.add(portable_hash(x))
+            return h.registers
+
+        parts = self.ctx._run_job(self, sketch)
+        return HyperLogLog.merge_estimate(p, parts)
+
+    # --- output -------------------------------------------------------------------------
+    def saveAsTextFile(self, path: str, compressionCodecClass: str | None = None) -> None:
+        ext = _codec_extension(compressionCodecClass)
+
+        def to_line(x: Any) -> bytes:
+            if isinstance(x, bytes):
+                return x
+            return str(x).encode("utf-8")
+
+        def write(ctx: Any, it: Iterator, out_dir: str) -> None:
+            name = f"part-{ctx.partitionId():05d}{ext}"
+            tmp = os.path.join(out_dir, f".{name}.{ctx.taskAttemptId()}.tmp")
+            with _open_output(tmp, ext) as f:
+                for x in it:
+                    f.write(to_line(x))
+                    f.write(b"\n")
+            os.replace(tmp, os.path.join(out_dir, name))
+        self._save(path, write)
+
+    def saveAsPickleFile(self, path: str, batchSize: int = 10) -> None:
+        import pickle
+        size = max(batchSize, 1) if batchSize else 1024
+
+        def write(ctx: Any, it: Iterator, out_dir: str) -> None:
+            name = f"part-{ctx.partitionId():05d}"
+            tmp = os.path.join(out_dir, f".{name}.{ctx.taskAttemptId()}.tmp")
+            with open(tmp, "wb") as f:
+                batch: list = []
+                for x in it:
+                    batch.append(x)
+                    if len(batch) >= size:
+                        pickle.dump(batch, f, protocol=5)
+                        batch = []
+                if batch:
+                    pickle.dump(batch, f, protocol=5)
+            os.replace(tmp, os.path.join(out_dir, name))
+        self._save(path, write)
+
+    def _save(self, path: str, write: Callable) -> None:
+        out_dir = os.path.abspath(src._strip_scheme(path))
+        if os.path.exists(out_dir):
+            raise FileAlreadyExistsException(f"Output directory file:{out_dir} already exists")
+        os.makedirs(out_dir)
+
+        def run(ctx: Any, it: Iterator) -> None:
+            write(ctx, it, out_dir)
+        self.ctx._run_job(self, run, with_context=True)
+        for f in os.listdir(out_dir):
+            if f.endswith(".tmp"):
+                _ignore_errors_unlink(os.path.join(out_dir, f))
+        open(os.path.join(out_dir, "_SUCCESS"), "wb").close()
+
+    # --- not supported ------------------------------------------------------------------
+    def toDF(self, schema: Any = None, sampleRatio: Any = None) -> Any:
+        raise NotImplementedError("DataFrames are not part of Ember; use the RDD API")
+
+    def saveAsSequenceFile(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError("Hadoop sequence files are not supported by Ember")
+
+    saveAsHadoopFile = saveAsNewAPIHadoopFile = saveAsHadoopDataset = \
+        saveAsNewAPIHadoopDataset = saveAsSequenceFile
+
+
+# --- helpers used inside tasks ------------------------------------------------------------
+def _identity(x: Any) -> Any:
+    return x
+
+
+def _identity_partition(k: Any) -> int:
+    return k
+
+
+def _count_iter(it: Iterable) -> int:
+    if isinstance(it, (list, tuple)):
+        return len(it)
+    d = deque(enumerate(it, 1), maxlen=1)
+    return d[0][0] if d else 0
+
+
+def _driver_hash_agrees(key: Any) -> bool:
+    """Can the driver compute portable_hash(key) the way task processes do?"""
+    if os.environ.get("PYTHONHASHSEED", "0") == "0" and "PYTHONHASHSEED" in os.environ:
+        return True
+    return isinstance(key, (int, float, type(None))) or (
+        isinstance(key, tuple) and all(_driver_hash_agrees(k) for k in key))
+
+
+def _compute_fraction_for_sample_size(sample_size_lower_bound: int, total: int,
+                                      with_replacement: bool) -> float:
+    fraction = float(sample_size_lower_bound) / total
+    if with_replacement:
+        num_st_dev = 5
+        if sample_size_lower_bound < 12:
+            num_st_dev = 9
+        return fraction + num_st_dev * math.sqrt(fraction / total)
+    delta = 0.00005
+    gamma = -math.log(delta) / total
+    return min(1, fraction + gamma + math.sqrt(gamma * gamma + 2 * gamma * fraction))
+
+
+def _codec_extension(codec: str | None) -> str:
+    if codec is None:
+        return ""
+    name = codec.rsplit(".", 1)[-1]
+    if name in ("GzipCodec", "DefaultCodec"):
+        return ".gz"
+    if name == "BZip2Codec":
+        return ".bz2"
+    raise ValueError(f"Compression codec {codec} not found.")
+
+
+def _open_output(path: str, ext: str) -> Any:
+    import bz2
+    import gzip
+    if ext == ".gz":
+        return gzip.open(path, "wb")
+    if ext == ".bz2":
+        return bz2.open(path, "wb")
+    return open(path, "wb", buffering=1 << 20)
+
+
+def _join(rdd: RDD, other: RDD, num_partitions: int | None,
+          dispatch: Callable[[Iterable], Iterator]) -> RDD:
+    vs = rdd.mapValues(lambda v: (1, v))
+    ws = other.mapValues(lambda v: (2, v))
+    return vs.union(ws).groupByKey(num_partitions).flatMapValues(lambda x: dispatch(iter(x)))
+
+
+def _cogroup(rdds: list[RDD], num_partitions: int | None) -> RDD:
+    tagged = [r.mapValues(lambda v, i=i: (i, v)) for i, r in enumerate(rdds)]
+    n = len(tagged)
+    union = _reduce(lambda x, y: x.union(y), tagged)
+
+    def dispatch(seq: Iterable) -> tuple:
+        bufs: list[list] = [[] for _ in range(n)]
+        for i, v in seq:
+            bufs[i].append(v)
+        return tuple(ResultIterable(vs) for vs in bufs)
+    return union.groupByKey(num_partitions).mapValues(dispatch)
+
+
+# --- RDD kinds ---------------------------------------------------------------------------
+class ParallelCollectionRDD(RDD):
+    def __init__(self, ctx: Any, slices: list[Any]) -> None:
+        super().__init__(ctx)
+        self._slices = slices
+
+    def _get_partitions(self) -> list[Partition]:
+        return [src.ParallelCollectionPartition(i, s) for i, s in enumerate(self._slices)]
+
+    def compute(self, split: Partition, context: Any) -> Iterator:
+        return iter(split.data)
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state["_slices"] = None          # each task carries its own slice
+        return state
+
+    def __repr__(self) -> str:
+        return f"ParallelCollectionRDD[{self._id}] at {self._call_site}"
+
+
+class EmptyRDD(RDD):
+    def _get_partitions(self) -> list[Partition]:
+        return []
+
+
+class MapPartitionsRDD(RDD):
+    """One or more narrow transformations over the parent's partitions, as one function."""
+    _lineage_attrs = ("prev",)
+
+    def __init__(self, prev: RDD, f: Callable[[int, Iterable], Iterable],
+                 preservesPartitioning: bool = False) -> None:
+        if isinstance(prev, MapPartitionsRDD) and prev._is_pipelinable():
+            prev_func = prev.func
+
+            def pipeline_func(split: int, iterator: Iterable) -> Iterable:
+                return f(split, prev_func(split, iterator))
+            super().__init__(prev.ctx)
+            self.func = pipeline_func
+            self.prev = prev.prev
+            self.preserves_partitioning = prev.preserves_partitioning and preservesPartitioning
+        else:
+            super().__init__(prev.ctx)
+            self.func = f
+            self.prev = prev
+            self.preserves_partitioning = preservesPartitioning
+        self.partitioner = prev.partitioner if self.preserves_partitioning else None
+
+    def _get_partitions(self) -> list[Partition]:
+        return self.prev.partitions()
+
+    def partitions(self) -> list[Partition]:
+        if self._checkpoint_dir is not None:
+            return super().partitions()
+        return self.prev.partitions()
+
+    def _get_dependencies(self) -> list[Dependency]:
+        return [OneToOneDependency(self.prev)]
+
+    def compute(self, split: Partition, context: Any) -> Iterator:
+        return self.func(split.index, self.prev.iterator(split, context))
+
+
+class ShuffledRDD(RDD):
+    """The reduce side of a shuffle: (k, v) records bucketed by partition_func(k)."""
+    _lineage_attrs = ("prev",)
+
+    def __init__(self, prev: RDD, num_partitions: int,
+                 partition_func: Callable[[Any], int]) -> None:
+        super().__init__(prev.ctx)
+        self.prev = prev
+        self.num_partitions = num_partitions
+        self.partition_func = partition_func
+        self.shuffle_id = prev.ctx._new_shuffle_id()
+        self._dep = ShuffleDependency(prev, self.shuffle_id, num_partitions, partition_func)
+
+    def _get_partitions(self) -> list[Partition]:
+        return [Partition(i) for i in range(self.num_partitions)]
+
+    def _get_dependencies(self) -> list[Dependency]:
+        return [self._dep]
+
+    def compute(self, split: Partition, context: Any) -> Iterator:
+        from ember.shuffle.reader import read_partition
+        return read_partition(self.shuffle_id, split.index, context)
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state["prev"] = None          # the map side belongs to another stage
+        state["_dep"] = None
+        return state
+
+
+class UnionPartition(Partition):
+    __slots__ = ("rdd_index", "parent")
+
+    def __init__(self, index: int, rdd_index: int, parent: Partition) -> None:
+        super().__init__(index)
+        self.rdd_index, self.parent = rdd_index, parent
+
+
+class UnionRDD(RDD):
+    _lineage_attrs = ("rdds",)
+
+    def __init__(self, ctx: Any, rdds: list[RDD]) -> None:
+        super().__init__(ctx)
+        self.rdds = rdds
+
+    def _get_partitions(self) -> list[Partition]:
+        parts: list[Partition] = []
+        for ri, r in enumerate(self.rdds):
+            for p in r.partitions():
+                parts.append(UnionPartition(len(parts), ri, p))
+        return parts
+
+    def _get_dependencies(self) -> list[Dependency]:
+        deps: list[Dependency] = []
+        pos = 0
+        for r in self.rdds:
+            n = r.getNumPartitions()
+            deps.append(RangeDependency(r, 0, pos, n))
+            pos += n
+        return deps
+
+    def compute(self, split: Partition, context: Any) -> Iterator:
+        return self.rdds[split.rdd_index].iterator(split.parent, context)
+
+
+class PairPartition(Partition):
+    __slots__ = ("s1", "s2")
+
+    def __init__(self, index: int, s1: Partition, s2: Partition) -> None:
+        super().__init__(index)
+        self.s1, self.s2 = s1, s2
+
+
+class CartesianRDD(RDD):
+    _lineage_attrs = ("rdd1", "rdd2")
+
+    def __init__(self, rdd1: RDD, rdd2: RDD) -> None:
+        super().__init__(rdd1.ctx)
+        self.rdd1, self.rdd2 = rdd1, rdd2
+
+    def _get_partitions(self) -> list[Partition]:
+        p2 = self.rdd2.partitions()
+        n2 = len(p2)
+        return [PairPartition(i * n2 + j, a, b)
+                for i, a in enumerate(self.rdd1.partitions()) for j, b in enumerate(p2)]
+
+    def _get_dependencies(self) -> list[Dependency]:
+        n2 = self.rdd2.getNumPartitions() or 1
+        return [ManyToOneDependency(self.rdd1, lambda p: [p // n2]),
+                ManyToOneDependency(self.rdd2, lambda p: [p % n2])]
+
+    def compute(self, split: Partition, context: Any) -> Iterator:
+        right = list(self.rdd2.iterator(split.s2, context))
+        for x in self.rdd1.iterator(split.s1, context):
+            for y in right:
+                yield x, y
+
+
+class ZippedRDD(RDD):
+    _lineage_attrs = ("rdd1", "rdd2")
+
+    def __init__(self, rdd1: RDD, rdd2: RDD) -> None:
+        super().__init__(rdd1.ctx)
+        self.rdd1, self.rdd2 = rdd1, rdd2
+
+    def _get_partitions(self) -> list[Partition]:
+        return [PairPartition(i, a, b) for i, (a, b) in
+                enumerate(zip(self.rdd1.partitions(), self.rdd2.partitions()))]
+
+    def _get_dependencies(self) -> list[Dependency]:
+        return [OneToOneDependency(self.rdd1), OneToOneDependency(self.rdd2)]
+
+    def compute(self, split: Partition, context: Any) -> Iterator:
+        sentinel = object()
+        for a, b in itertools.zip_longest(self.rdd1.iterator(split.s1, context),
+                                          self.rdd2.iterator(split.s2, context),
+                                          fillvalue=sentinel):
+            if a is sentinel or b is sentinel:
+                raise ValueError("Can only zip RDDs with same number of elements in each "
+                                 "partition")
+            yield a, b
+
+
+class CoalescedPartition(Partition):
+    __slots__ = ("parents",)
+
+    def __init__(self, index: int, parents: list[Partition]) -> None:
+        super().__init__(index)
+        self.parents = parents
+
+
+class CoalescedRDD(RDD):
+    _lineage_attrs = ("prev",)
+
+    def __init__(self, prev: RDD, num_partitions: int) -> None:
+        super().__init__(prev.ctx)
+        self.prev = prev
+        self.max_partitions = num_partitions
+
+    def _groups(self) -> list[list[int]]:
+        n = self.prev.getNumPartitions()
+        k = min(self.max_partitions, n)
+        return [list(range(i * n // k, (i + 1) * n // k)) for i in range(k)] if k else []
+
+    def _get_partitions(self) -> list[Partition]:
+        parents = self.prev.partitions()
+        return [CoalescedPartition(i, [parents[j] for j in g])
+                for i, g in enumerate(self._groups())]
+
+    def _get_dependencies(self) -> list[Dependency]:
+        groups = self._groups()
+        return [ManyToOneDependency(self.prev, lambda p: groups[p])]
+
+    def compute(self, split: Partition, context: Any) -> Iterator:
+        for p in split.parents:
+            yield from self.prev.iterator(p, context)
+
+
+class TextFileRDD(RDD):
+    def __init__(self, ctx: Any, path: str, min_partitions: int, use_unicode: bool) -> None:
+        super().__init__(ctx)
+        self.path = path
+        self.min_partitions = min_partitions
+        self.use_unicode = use_unicode
+        self._name = path
+
+    def _get_partitions(self) -> list[Partition]:
+        return src.compute_file_splits(src.list_input_files(self.path), self.min_partitions)
+
+    def compute(self, split: Partition, context: Any) -> Iterator:
+        return src.read_lines(split, self.use_unicode)
+
+    def __repr__(self) -> str:
+        return f"{self.path} TextFileRDD[{self._id}] at {self._call_site}"
+
+
+class FileListRDD(RDD):
+    """Whole files per record (wholeTextFiles, binaryFiles, binaryRecords, pickleFile)."""
+
+    def __init__(self, ctx: Any, path: str, min_partitions: int, kind: str,
+                 use_unicode: bool = True, record_length: int = 0) -> None:
+        super().__init__(ctx)
+        self.path = path
+        self.min_partitions = min_partitions
+        self.kind = kind
+        self.use_unicode = use_unicode
+        self.record_length = record_length
+
+    def _get_partitions(self) -> list[Partition]:
+        files = src.list_input_files(self.path, recursive=self.kind == "pickle")
+        if self.kind == "pickle":
+            files = [f for f in files if os.path.basename(f).startswith("part-")]
+        k = max(1, min(self.min_partitions, len(files))) if files else 0
+        if self.kind in ("pickle", "records"):
+            k = len(files)
+        n = len(files)
+        return [src.FileListPartition(i, files[i * n // k:(i + 1) * n // k]) for i in range(k)]
+
+    def compute(self, split: Partition, context: Any) -> Iterator:
+        for path in split.paths:
+            if self.kind == "text":
+                data = src.read_whole_file(path)
+                yield "file:" + path, (data.decode("utf-8") if self.use_unicode else data)
+            elif self.kind == "binary":
+                yield "file:" + path, src.read_whole_file(path)
+            elif self.kind == "records":
+                yield from src.read_records(path, self.record_length)
+            else:
+                yield from src.read_pickle_file(path)

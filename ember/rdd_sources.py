@@ -1,0 +1,244 @@
+"""RDDs that read data: local collections, text files, whole files, binary and pickle files.
+
+File inputs follow Hadoop's rules, because PySpark users see them: comma-separated paths,
+globs and directories (hidden `_`/`.` files skipped), splits of at most 32 MB
+(fs.local.block.size) from a goal of totalSize/minPartitions, a line belonging to the split
+in which it starts, gzip/bz2 files unsplit, and "Input path does not exist: file:..." when a
+path is missing — raised when the job computes partitions, not when the RDD is defined.
+"""
+from __future__ import annotations
+
+import bz2
+import glob
+import gzip
+import os
+import pickle
+import re
+from typing import Any, Iterator
+
+from ember.errors import InvalidInputException
+
+LOCAL_BLOCK_SIZE = 32 * 1024 * 1024
+SPLIT_SLOP = 1.1
+_CHUNK = 4 * 1024 * 1024
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+class Partition:
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __getstate__(self):
+        return {s: getattr(self, s) for cls in type(self).__mro__
+                for s in getattr(cls, "__slots__", ()) if hasattr(self, s)}
+
+    def __setstate__(self, state):
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.index})"
+
+
+class ParallelCollectionPartition(Partition):
+    __slots__ = ("data",)
+
+    def __init__(self, index: int, data: Any) -> None:
+        super().__init__(index)
+        self.data = data
+
+
+class FileSplit(Partition):
+    __slots__ = ("path", "start", "length")
+
+    def __init__(self, index: int, path: str, start: int, length: int) -> None:
+        super().__init__(index)
+        self.path, self.start, self.length = path, start, length
+
+
+class FileListPartition(Partition):
+    __slots__ = ("paths",)
+
+    def __init__(self, index: int, paths: list[str]) -> None:
+        super().__init__(index)
+        self.paths = paths
+
+
+def slice_collection(data: Any, num_slices: int) -> list[Any]:
+    """Slice i is [i*n/k, (i+1)*n/k) of the collection; ranges stay lazy ranges."""
+    if num_slices < 1:
+        raise ValueError("Positive number of partitions required")
+    if isinstance(data, range):
+        n = len(data)
+        return [data[i * n // num_slices:(i + 1) * n // num_slices] for i in range(num_slices)]
+    items = data if isinstance(data, list) else list(data)
+    n = len(items)
+    return [items[i * n // num_slices:(i + 1) * n // num_slices] for i in range(num_slices)]
+
+
+# --- path resolution -------------------------------------------------------------------------
+def _uri(path: str) -> str:
+    return "file:" + os.path.abspath(path)
+
+
+def _strip_scheme(path: str) -> str:
+    if path.startswith("file://"):
+        return path[len("file://"):]
+    if path.startswith("file:"):
+        return path[len("file:"):]
+    if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", path):
+        scheme = path.split(":", 1)[0]
+        raise ValueError(f"No FileSystem for scheme \"{scheme}\" (Ember reads local files only)")
+    return path
+
+
+def _hidden(name: str) -> bool:
+    return name.startswith("_") or name.startswith(".")
+
+
+def list_input_files(paths: str, recursive: bool = False) -> list[str]:
+    """Resolve Hadoop-style comma-separated paths, globs and directories to sorted files."""
+    files: list[str] = []
+    errors: list[str] = []
+    for raw in [p for p in paths.split(",") if p.strip()]:
+        p = os.path.expanduser(_strip_scheme(raw.strip()))
+        if glob.has_magic(p):
+            matches = sorted(m for m in glob.glob(p) if not _hidden(os.path.basename(m)))
+            if not matches:
+                errors.append(f"Input Pattern {_uri(p)} matches 0 files")
+                continue
+        elif not os.path.exists(p):
+            errors.append(f"Input path does not exist: {_uri(p)}")
+            continue
+        else:
+            matches = [p]
+        for m in matches:
+            if os.path.isdir(m):
+                for root, dirs, names in os.walk(m):
+                    dirs[:] = sorted(d for d in dirs if not _hidden(d)) if recursive else []
+                    files.extend(os.path.join(root, n) for n in sorted(names) if not _hidden(n))
+            else:
+                files.append(m)
+    if errors:
+        raise InvalidInputException("\n".join(errors))
+    return [os.path.abspath(f) for f in files]
+
+
+def _splittable(path: str) -> bool:
+    return not path.endswith((".gz", ".bz2", ".zst", ".xz"))
+
+
+def compute_file_splits(files: list[str], min_partitions: int) -> list[FileSplit]:
+    sizes = [os.path.getsize(f) for f in files]
+    goal = sum(sizes) // max(min_partitions, 1)
+    splits: list[FileSplit] = []
+    for path, size in zip(files, sizes):
+        if size == 0:
+            splits.append(FileSplit(len(splits), path, 0, 0))
+            continue
+        if not _splittable(path):
+            splits.append(FileSplit(len(splits), path, 0, size))
+            continue
+        split_size = max(1, min(goal, LOCAL_BLOCK_SIZE))
+        remaining = size
+        while remaining / split_size > SPLIT_SLOP:
+            splits.append(FileSplit(len(splits), path, size - remaining, split_size))
+            remaining -= split_size
+        if remaining:
+            splits.append(FileSplit(len(splits), path, size - remaining, remaining))
+    return splits
+
+
+def open_input(path: str):
+    if path.endswith(".gz"):
+        return gzip.open(path, "rb")
+    if path.endswith(".bz2"):
+        return bz2.open(path, "rb")
+    return open(path, "rb")
+
+
+def _decode_lines(data: bytes, use_unicode: bool) -> list:
+    if data.endswith(b"\r"):
+        data = data[:-1]
+    if use_unicode:
+        text = data.decode("utf-8", errors="replace")
+        return _LINE_END.split(text) if "\r" in text else text.split("\n")
+    return re.split(rb"\r\n|\r|\n", data) if b"\r" in data else data.split(b"\n")
+
+
+def read_lines(split: FileSplit, use_unicode: bool = True) -> Iterator:
+    """Lines of one split, Hadoop LineRecordReader ownership: lines starting in (start, end]."""
+    if split.length == 0 and split.start == 0 and _splittable(split.path):
+        return
+    with open_input(split.path) as f:
+        if not _splittable(split.path):
+            rest = b""
+            while True:
+                chunk = f.read(_CHUNK)
+                if not chunk:
+                    break
+                buf = rest + chunk
+                cut = buf.rfind(b"\n")
+                if cut < 0:
+                    rest = buf
+                    continue
+                rest = buf[cut + 1:]
+                yield from _decode_lines(buf[:cut], use_unicode)
+            if rest:
+                yield from _decode_lines(rest.rstrip(b"\r"), use_unicode)
+            return
+        start, end = split.start, split.start + split.length
+        if start:
+            f.seek(start)
+            f.readline()          # the first (partial) line belongs to the previous split
+        pos = f.tell()
+        if pos > end:
+            return
+        rest = b""
+        done = False
+        while not done:
+            want = end - pos
+            if want > 0:
+                chunk = f.read(min(_CHUNK, want))
+            else:                 # finish the line that started at or before `end`
+                line = f.readline()
+                chunk, done = line, True
+            if not chunk:
+                break
+            pos += len(chunk)
+            buf = rest + chunk
+            cut = buf.rfind(b"\n")
+            if cut < 0:
+                rest = buf
+                continue
+            rest = buf[cut + 1:]
+            yield from _decode_lines(buf[:cut], use_unicode)
+        if rest:
+            yield from _decode_lines(rest.rstrip(b"\r"), use_unicode)
+
+
+def read_whole_file(path: str) -> bytes:
+    with open_input(path) as f:
+        return f.read()
+
+
+def read_pickle_file(path: str) -> Iterator:
+    with open(path, "rb") as f:
+        load = pickle.load
+        while True:
+            try:
+                batch = load(f)
+            except EOFError:
+                return
+            yield from batch
+
+
+def read_records(path: str, record_length: int) -> Iterator[bytes]:
+    with open_input(path) as f:
+        while True:
+            rec = f.read(record_length)
+            if len(rec) < record_length:
+                return
+            yield rec

@@ -1,0 +1,1 @@
+"""Driver-side scheduling: DAGScheduler (stages), TaskScheduler (task sets), backends."""

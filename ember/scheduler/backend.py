@@ -1,0 +1,50 @@
+"""The seam between the TaskScheduler and whatever runs tasks (local processes or a cluster).
+
+A backend offers free task slots (WorkerOffer), launches the TaskDescriptions the scheduler
+picks for them, reports every task end through TaskSchedulerImpl.status_update, and kills
+tasks on request. The local backend and the standalone backend both implement this.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class WorkerOffer:
+    executor_id: str
+    host: str
+    slot: int
+
+
+class SchedulerBackend(ABC):
+    @abstractmethod
+    def start(self) -> None: ...
+
+    @abstractmethod
+    def stop(self) -> None: ...
+
+    @abstractmethod
+    def revive_offers(self) -> None:
+        """Offer every free slot to the scheduler and launch what it picks."""
+
+    @abstractmethod
+    def kill_task(self, task_id: int, executor_id: str, slot: int, reason: str) -> None: ...
+
+    @abstractmethod
+    def default_parallelism(self) -> int: ...
+
+    def application_id(self) -> str:
+        return "local"
+
+    def unpersist_rdd(self, rdd_id: int) -> None:
+        """Drop cached blocks of an RDD everywhere."""
+
+    def unpersist_broadcast(self, bid: int) -> None:
+        """Drop loaded copies of a broadcast everywhere."""
+
+    def forget_stage(self, stage_id: int) -> None:
+        """A stage is done for good: its cached closures may be dropped."""
+
+    def is_executor_alive(self, executor_id: str) -> bool:
+        return True

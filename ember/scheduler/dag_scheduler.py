@@ -1,0 +1,667 @@
+"""DAGScheduler: turns an action into stages cut at shuffles and drives them to completion.
+
+Its state (jobs, stages, which are waiting, running or failed) is changed only by the
+handle_* methods, one event at a time on one thread, and it acts on the world only through
+injected collaborators (task scheduler, listener bus, timer) — so the unit tests drive it
+with fake task results and no processes. Names and messages follow Spark's DAGScheduler.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from typing import Any, Callable
+
+from ember.dependency import NarrowDependency, ShuffleDependency
+from ember.errors import JobCancelledException, SparkException, make_python_exception
+from ember.scheduler import listener as L
+from ember.scheduler.map_output_tracker import MapOutputTracker
+from ember.scheduler.task import (ExceptionFailure, FetchFailed, Success, Task, TaskLocation,
+                                  TaskSet)
+from ember.shuffle.base import MapStatus
+
+log = logging.getLogger(__name__)
+
+RESUBMIT_TIMEOUT = 0.2
+
+
+class Stage:
+    def __init__(self, stage_id: int, rdd: Any, num_tasks: int, parents: list["Stage"],
+                 first_job_id: int, call_site: str) -> None:
+        self.id = stage_id
+        self.rdd = rdd
+        self.num_tasks = num_tasks
+        self.parents = parents
+        self.first_job_id = first_job_id
+        self.job_ids: set[int] = {first_job_id}
+        self.call_site = call_site
+        self.next_attempt_id = 0
+        self.failed_attempt_ids: set[int] = set()
+        self.pending_partitions: set[int] = set()
+        self.latest_info = L.StageInfo(stage_id, 0, call_site, num_tasks,
+                                       parent_ids=[p.id for p in parents])
+
+    @property
+    def name(self) -> str:
+        return self.call_site
+
+    def make_new_attempt(self, num_partitions_to_compute: int) -> None:
+        self.latest_info = L.StageInfo(self.id, self.next_attempt_id, self.call_site,
+                                       num_partitions_to_compute,
+                                       rdd_name=self.rdd.name() or "",
+                                       parent_ids=[p.id for p in self.parents])
+        self.next_attempt_id += 1
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__} {self.id}"
+
+
+class ShuffleMapStage(Stage):
+    def __init__(self, stage_id: int, rdd: Any, num_tasks: int, parents: list[Stage],
+                 first_job_id: int, call_site: str, dep: ShuffleDependency,
+                 tracker: MapOutputTracker) -> None:
+        super().__init__(stage_id, rdd, num_tasks, parents, first_job_id, call_site)
+        self.shuffle_dep = dep
+        self._tracker = tracker
+
+    @property
+    def is_available(self) -> bool:
+        return self._tracker.num_available(self.shuffle_dep.shuffle_id) == self.num_tasks
+
+    def find_missing_partitions(self) -> list[int]:
+        return self._tracker.missing(self.shuffle_dep.shuffle_id)
+
+
+class ResultStage(Stage):
+    def __init__(self, stage_id: int, rdd: Any, func: Callable, partitions: list[int],
+                 parents: list[Stage], first_job_id: int, call_site: str) -> None:
+        super().__init__(stage_id, rdd, len(partitions), parents, first_job_id, call_site)
+        self.func = func
+        self.partitions = partitions
+        self.active_job: ActiveJob | None = None
+
+    def find_missing_partitions(self) -> list[int]:
+        job = self.active_job
+        if job is None:
+            return []
+        return [i for i in range(job.num_partitions) if not job.finished[i]]
+
+
+class ActiveJob:
+    def __init__(self, job_id: int, final_stage: ResultStage, listener: Any,
+                 properties: dict[str, str], call_site: str) -> None:
+        self.job_id = job_id
+        self.final_stage = final_stage
+        self.listener = listener
+        self.properties = properties
+        self.call_site = call_site
+        self.num_partitions = len(final_stage.partitions)
+        self.finished = [False] * self.num_partitions
+        self.num_finished = 0
+
+
+class JobWaiter:
+    """Collects a job's per-partition results; the caller blocks in wait()."""
+
+    def __init__(self, dag: "DAGScheduler", job_id: int, total: int,
+                 result_handler: Callable[[int, Any], None]) -> None:
+        self.dag = dag
+        self.job_id = job_id
+        self.total = total
+        self.result_handler = result_handler
+        self.finished = 0
+        self.error: BaseException | None = None
+        self._done = threading.Event()
+        if total == 0:
+            self._done.set()
+
+    def task_succeeded(self, index: int, result: Any) -> None:
+        self.result_handler(index, result)
+        self.finished += 1
+        if self.finished == self.total:
+            self._done.set()
+
+    def job_failed(self, error: BaseException) -> None:
+        self.error = error
+        self._done.set()
+
+    @property
+    def completed(self) -> bool:
+        return self._done.is_set()
+
+    def cancel(self) -> None:
+        self.dag.cancel_job(self.job_id, "")
+
+    def wait(self) -> None:
+        while not self._done.wait(0.5):
+            pass
+        if self.error is not None:
+            raise self.error
+
+
+class DAGScheduler:
+    def __init__(self, task_scheduler: Any, bus: L.ListenerBus, tracker: MapOutputTracker,
+                 cache_locations: Callable[[int, int], list[TaskLocation]],
+                 serialize_stage: Callable[[str, Any, Any], bytes],
+                 map_writer: Callable[[ShuffleDependency], Any],
+                 max_consecutive_attempts: int = 4,
+                 timer: Callable[[float, Callable[[], None]], None] | None = None) -> None:
+        self.task_scheduler = task_scheduler
+        self.bus = bus
+        self.tracker = tracker
+        self.cache_locations = cache_locations
+        self.serialize_stage = serialize_stage
+        self.map_writer = map_writer
+        self.max_consecutive_attempts = max_consecutive_attempts
+        self.max_stage_attempts = max(4, max_consecutive_attempts)
+        self.timer = timer or self._thread_timer
+        self.next_job_id = 0
+        self.next_stage_id = 0
+        self.job_id_to_stage_ids: dict[int, set[int]] = {}
+        self.stage_id_to_stage: dict[int, Stage] = {}
+        self.shuffle_id_to_map_stage: dict[int, ShuffleMapStage] = {}
+        self.job_id_to_active_job: dict[int, ActiveJob] = {}
+        self.active_jobs: set[ActiveJob] = set()
+        self.waiting_stages: set[Stage] = set()
+        self.running_stages: set[Stage] = set()
+        self.failed_stages: set[Stage] = set()
+        self.cancelled_job_groups: set[str] = set()
+        self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    # --- event loop (the only I/O shell) ------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="dag-scheduler-event-loop",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def post(self, fn: Callable, *args: Any) -> None:
+        self._queue.put((fn, args))
+
+    def _loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            fn, args = item
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("DAGScheduler failed handling %s", getattr(fn, "__name__", fn))
+
+    def _thread_timer(self, delay: float, fn: Callable[[], None]) -> None:
+        t = threading.Timer(delay, lambda: self.post(fn))
+        t.daemon = True
+        t.start()
+
+    def new_job_id(self) -> int:
+        with self._lock:
+            jid = self.next_job_id
+            self.next_job_id += 1
+            return jid
+
+    # --- public API (any thread) --------------------------------------------------------
+    def submit_job(self, rdd: Any, func: Callable, partitions: list[int], call_site: str,
+                   result_handler: Callable[[int, Any], None],
+                   properties: dict[str, str]) -> JobWaiter:
+        job_id = self.new_job_id()
+        waiter = JobWaiter(self, job_id, len(partitions), result_handler)
+        if not partitions:
+            return waiter
+        self.post(self.handle_job_submitted, job_id, rdd, func, partitions, call_site,
+                  waiter, dict(properties))
+        return waiter
+
+    def cancel_job(self, job_id: int, reason: str) -> None:
+        self.post(self.handle_job_cancellation, job_id, reason)
+
+    def cancel_job_group(self, group_id: str, cancel_future_jobs: bool = False) -> None:
+        self.post(self.handle_job_group_cancelled, group_id, cancel_future_jobs)
+
+    def cancel_jobs_with_tag(self, tag: str) -> None:
+        self.post(self.handle_job_tag_cancelled, tag)
+
+    def cancel_all_jobs(self) -> None:
+        self.post(self.handle_all_jobs_cancelled)
+
+    def task_ended(self, task: Task, reason: Any, result: Any, accum_updates: dict,
+                   metrics: dict, task_info: Any) -> None:
+        self.post(self.handle_task_completion, task, reason, result, accum_updates, metrics,
+                  task_info)
+
+    def task_set_failed(self, task_set: TaskSet, reason: str,
+                        exception: BaseException | None) -> None:
+        self.post(self.handle_task_set_failed, task_set, reason, exception)
+
+    def executor_lost(self, executor_id: str) -> None:
+        self.post(self.handle_executor_lost, executor_id)
+
+    # --- stage graph --------------------------------------------------------------------
+    def _shuffle_deps(self, rdd: Any) -> list[ShuffleDependency]:
+        """The immediate shuffle dependencies of rdd (walking narrow deps only)."""
+        parents: list[ShuffleDependency] = []
+        visited: set[int] = set()
+        stack = [rdd]
+        while stack:
+            r = stack.pop()
+            if r.id() in visited:
+                continue
+            visited.add(r.id())
+            for dep in r.dependencies():
+                if isinstance(dep, ShuffleDependency):
+                    parents.append(dep)
+                else:
+                    stack.append(dep.rdd)
+        return parents
+
+    def _parent_stages(self, rdd: Any, job_id: int) -> list[Stage]:
+        return [self._get_or_create_map_stage(d, job_id) for d in self._shuffle_deps(rdd)]
+
+    def _get_or_create_map_stage(self, dep: ShuffleDependency, job_id: int) -> ShuffleMapStage:
+        stage = self.shuffle_id_to_map_stage.get(dep.shuffle_id)
+        if stage is not None:
+            return stage
+        # create missing ancestors first, deepest first
+        for anc in self._missing_ancestor_deps(dep.rdd):
+            if anc.shuffle_id not in self.shuffle_id_to_map_stage:
+                self._create_map_stage(anc, job_id)
+        return self._create_map_stage(dep, job_id)
+
+    def _missing_ancestor_deps(self, rdd: Any) -> list[ShuffleDependency]:
+        ancestors: list[ShuffleDependency] = []
+        visited: set[int] = set()
+        stack = [rdd]
+        while stack:
+            r = stack.pop()
+            if r.id() in visited:
+                continue
+            visited.add(r.id())
+            for dep in self._shuffle_deps(r):
+                if dep.shuffle_id not in self.shuffle_id_to_map_stage:
+                    ancestors.insert(0, dep)
+                    stack.append(dep.rdd)
+        return ancestors
+
+    def _create_map_stage(self, dep: ShuffleDependency, job_id: int) -> ShuffleMapStage:
+        rdd = dep.rdd
+        num_tasks = len(rdd.partitions())
+        parents = self._parent_stages(rdd, job_id)
+        sid = self.next_stage_id
+        self.next_stage_id += 1
+        stage = ShuffleMapStage(sid, rdd, num_tasks, parents, job_id,
+                                self._stage_name(rdd, "map"), dep, self.tracker)
+        self.stage_id_to_stage[sid] = stage
+        self.shuffle_id_to_map_stage[dep.shuffle_id] = stage
+        self._update_job_id_stage_id_maps(job_id, stage)
+        self.tracker.register_shuffle(dep.shuffle_id, num_tasks)
+        return stage
+
+    @staticmethod
+    def _stage_name(rdd: Any, kind: str) -> str:
+        site = getattr(rdd, "_call_site", "") or ""
+        return site or f"{kind} at <unknown>"
+
+    def _update_job_id_stage_id_maps(self, job_id: int, stage: Stage) -> None:
+        stack = [stage]
+        while stack:
+            s = stack.pop()
+            s.job_ids.add(job_id)
+            self.job_id_to_stage_ids.setdefault(job_id, set()).add(s.id)
+            stack.extend(p for p in s.parents if job_id not in p.job_ids)
+
+    def _rdd_fully_cached(self, rdd: Any) -> bool:
+        level = getattr(rdd, "_storage_level", None)
+        if level is None or not (level.useMemory or level.useDisk):
+            return False
+        n = len(rdd.partitions())
+        return all(self.cache_locations(rdd.id(), p) for p in range(n))
+
+    def _missing_parent_stages(self, stage: Stage) -> list[Stage]:
+        missing: dict[int, Stage] = {}
+        visited: set[int] = set()
+        stack = [stage.rdd]
+        while stack:
+            rdd = stack.pop()
+            if rdd.id() in visited:
+                continue
+            visited.add(rdd.id())
+            if self._rdd_fully_cached(rdd):
+                continue
+            for dep in rdd.dependencies():
+                if isinstance(dep, ShuffleDependency):
+                    ms = self._get_or_create_map_stage(dep, stage.first_job_id)
+                    if not ms.is_available:
+                        missing[ms.id] = ms
+                else:
+                    stack.append(dep.rdd)
+        return sorted(missing.values(), key=lambda s: s.id)
+
+    def _active_job_for_stage(self, stage: Stage) -> int | None:
+        jobs = sorted(j for j in stage.job_ids if j in self.job_id_to_active_job)
+        return jobs[0] if jobs else None
+
+    # --- handlers -----------------------------------------------------------------------
+    def handle_job_submitted(self, job_id: int, rdd: Any, func: Callable, partitions: list[int],
+                             call_site: str, waiter: JobWaiter, properties: dict) -> None:
+        group = properties.get("spark.jobGroup.id")
+        if group is not None and group in self.cancelled_job_groups:
+            waiter.job_failed(JobCancelledException(
+                f"Job {job_id} cancelled part of cancelled job group {group}"))
+            return
+        try:
+            parents = self._parent_stages(rdd, job_id)
+            sid = self.next_stage_id
+            self.next_stage_id += 1
+            final = ResultStage(sid, rdd, func, partitions, parents, job_id, call_site)
+            self.stage_id_to_stage[sid] = final
+            self._update_job_id_stage_id_maps(job_id, final)
+        except Exception as e:
+            log.warning("Creating new stage failed due to exception - job: %d", job_id)
+            waiter.job_failed(e)
+            return
+        job = ActiveJob(job_id, final, waiter, properties, call_site)
+        final.active_job = job
+        self.job_id_to_active_job[job_id] = job
+        self.active_jobs.add(job)
+        stage_infos = [self.stage_id_to_stage[s].latest_info
+                       for s in sorted(self.job_id_to_stage_ids.get(job_id, ()))]
+        self.bus.post(L.JobStart(job_id, time.time(), stage_infos, properties))
+        self.submit_stage(final)
+
+    def submit_stage(self, stage: Stage) -> None:
+        job_id = self._active_job_for_stage(stage)
+        if job_id is None:
+            self.abort_stage(stage, f"No active job for stage {stage.id}", None)
+            return
+        if stage in self.waiting_stages or stage in self.running_stages \
+                or stage in self.failed_stages:
+            return
+        if stage.next_attempt_id >= self.max_stage_attempts:
+            self.abort_stage(
+                stage, f"{stage} (name={stage.name}) has been resubmitted for the maximum "
+                f"allowable number of times: {self.max_stage_attempts}, which is the max "
+                "value of config spark.stage.maxAttempts and "
+                "spark.stage.maxConsecutiveAttempts.", None)
+            return
+        missing = self._missing_parent_stages(stage)
+        if not missing:
+            self.submit_missing_tasks(stage, job_id)
+        else:
+            for parent in missing:
+                self.submit_stage(parent)
+            self.waiting_stages.add(stage)
+
+    def _preferred_locations(self, rdd: Any, partition: int, visited: set | None = None
+                             ) -> list[TaskLocation]:
+        locs = self.cache_locations(rdd.id(), partition)
+        if locs:
+            return locs
+        prefs = rdd.preferred_locations(partition)
+        if prefs:
+            return [TaskLocation(h) for h in prefs]
+        visited = visited if visited is not None else set()
+        for dep in rdd.dependencies():
+            if isinstance(dep, NarrowDependency):
+                for p in dep.get_parents(partition)[:1]:
+                    if (dep.rdd.id(), p) in visited:
+                        continue
+                    visited.add((dep.rdd.id(), p))
+                    locs = self._preferred_locations(dep.rdd, p, visited)
+                    if locs:
+                        return locs
+        return []
+
+    def _stage_meta(self, rdd: Any) -> dict[int, list[MapStatus | None]]:
+        """Map output locations of every shuffle this stage reads."""
+        meta = {}
+        visited: set[int] = set()
+        stack = [rdd]
+        while stack:
+            r = stack.pop()
+            if r.id() in visited:
+                continue
+            visited.add(r.id())
+            for dep in r.dependencies():
+                if isinstance(dep, ShuffleDependency):
+                    meta[dep.shuffle_id] = self.tracker.statuses(dep.shuffle_id)
+                else:
+                    stack.append(dep.rdd)
+        return meta
+
+    def submit_missing_tasks(self, stage: Stage, job_id: int) -> None:
+        import pickle
+        parts = stage.find_missing_partitions()
+        job = self.job_id_to_active_job[job_id]
+        properties = job.properties
+        self.running_stages.add(stage)
+        stage.make_new_attempt(len(parts))
+        stage.latest_info.submission_time = time.time()
+        self.bus.post(L.StageSubmitted(stage.latest_info))
+        try:
+            if isinstance(stage, ResultStage):
+                blob = self.serialize_stage("result", stage.rdd, stage.func)
+            else:
+                blob = self.serialize_stage("map", stage.rdd, self.map_writer(stage.shuffle_dep))
+            meta = pickle.dumps(self._stage_meta(stage.rdd), protocol=5)
+        except Exception as e:
+            self.abort_stage(stage, f"Task not serializable: {e}", e)
+            self.running_stages.discard(stage)
+            return
+        attempt = stage.latest_info.attempt_id
+        tasks = []
+        if isinstance(stage, ShuffleMapStage):
+            stage.pending_partitions = set(parts)
+            all_parts = stage.rdd.partitions()
+            for p in parts:
+                tasks.append(Task(stage.id, attempt, all_parts[p], p, False, job_id=job_id,
+                                  locations=self._preferred_locations(stage.rdd, p)))
+        else:
+            all_parts = stage.rdd.partitions()
+            for out_id in parts:
+                p = stage.partitions[out_id]
+                tasks.append(Task(stage.id, attempt, all_parts[p], p, True, out_id, job_id,
+                                  self._preferred_locations(stage.rdd, p)))
+        if tasks:
+            self.task_scheduler.submit_tasks(TaskSet(tasks, stage.id, attempt, job_id,
+                                                     properties, blob, meta))
+        else:
+            self.mark_stage_finished(stage)
+            self.submit_waiting_child_stages(stage)
+
+    def submit_waiting_child_stages(self, parent: Stage) -> None:
+        children = [s for s in self.waiting_stages if parent in s.parents]
+        for s in sorted(children, key=lambda s: s.first_job_id):
+            self.waiting_stages.discard(s)
+            self.submit_stage(s)
+
+    def mark_stage_finished(self, stage: Stage, error: str | None = None,
+                            will_retry: bool = False) -> None:
+        info = stage.latest_info
+        info.completion_time = time.time()
+        if error is None:
+            stage.failed_attempt_ids.clear()
+        else:
+            info.failure_reason = error
+        self.bus.post(L.StageCompleted(info))
+        self.running_stages.discard(stage)
+
+    def handle_task_completion(self, task: Task, reason: Any, result: Any,
+                               accum_updates: dict, metrics: dict, task_info: Any) -> None:
+        stage = self.stage_id_to_stage.get(task.stage_id)
+        self.bus.post(L.TaskEnd(task.stage_id, task.stage_attempt, task.type_name, reason,
+                                task_info, metrics))
+        if stage is None:
+            return
+        if isinstance(reason, Success):
+            if accum_updates:
+                from ember.accumulators import merge_updates
+                merge_updates(accum_updates)
+            if isinstance(stage, ResultStage):
+                job = stage.active_job
+                if job is None or job.finished[task.output_id]:
+                    return
+                job.finished[task.output_id] = True
+                job.num_finished += 1
+                if job.num_finished == job.num_partitions:
+                    self.mark_stage_finished(stage)
+                    self.cleanup_state_for_job(job)
+                    self.bus.post(L.JobEnd(job.job_id, time.time(), True))
+                try:
+                    job.listener.task_succeeded(task.output_id, result)
+                except Exception as e:
+                    job.listener.job_failed(e)
+            else:
+                assert isinstance(result, MapStatus)
+                self.tracker.register_map_output(stage.shuffle_dep.shuffle_id,
+                                                 task.partition_id, result)
+                stage.pending_partitions.discard(task.partition_id)
+                if stage in self.running_stages and not stage.pending_partitions:
+                    self.mark_stage_finished(stage)
+                    if not stage.is_available:
+                        self.submit_stage(stage)
+                    else:
+                        self.submit_waiting_child_stages(stage)
+        elif isinstance(reason, FetchFailed):
+            map_stage = self.shuffle_id_to_map_stage.get(reason.shuffle_id)
+            if stage.latest_info.attempt_id != task.stage_attempt:
+                log.info("Ignoring fetch failure from %s as it's from %s attempt %d and there "
+                         "is a more recent attempt for that stage (attempt %d) running",
+                         task, stage, task.stage_attempt, stage.latest_info.attempt_id)
+                return
+            stage.failed_attempt_ids.add(task.stage_attempt)
+            should_abort = len(stage.failed_attempt_ids) >= self.max_consecutive_attempts
+            if stage in self.running_stages:
+                self.mark_stage_finished(stage, reason.message, not should_abort)
+                self.task_scheduler.zombify(stage.id, task.stage_attempt)
+            if map_stage is not None:
+                if reason.map_index >= 0:
+                    self.tracker.unregister_map_output(reason.shuffle_id, reason.map_index)
+                else:
+                    for i in range(map_stage.num_tasks):
+                        self.tracker.unregister_map_output(reason.shuffle_id, i)
+            if reason.executor_id and not self.task_scheduler.is_executor_alive(reason.executor_id):
+                self.tracker.remove_outputs_on_executor(reason.executor_id)
+            if should_abort:
+                self.abort_stage(
+                    stage, f"{stage} ({stage.name}) has failed the maximum allowable number of "
+                    f"times: {self.max_consecutive_attempts}. Most recent failure reason:\n"
+                    f"{reason.to_error_string()}", None)
+            else:
+                if not self.failed_stages:
+                    self.timer(RESUBMIT_TIMEOUT, self.handle_resubmit_failed_stages)
+                self.failed_stages.add(stage)
+                if map_stage is not None:
+                    self.failed_stages.add(map_stage)
+
+    def handle_resubmit_failed_stages(self) -> None:
+        if not self.failed_stages:
+            return
+        log.info("Resubmitting failed stages")
+        failed = sorted(self.failed_stages, key=lambda s: s.first_job_id)
+        self.failed_stages.clear()
+        for s in failed:
+            self.submit_stage(s)
+
+    def handle_task_set_failed(self, task_set: TaskSet, reason: str,
+                               exception: BaseException | None) -> None:
+        stage = self.stage_id_to_stage.get(task_set.stage_id)
+        if stage is not None:
+            self.abort_stage(stage, reason, exception)
+
+    def handle_executor_lost(self, executor_id: str) -> None:
+        n = self.tracker.remove_outputs_on_executor(executor_id)
+        if n:
+            log.info("Shuffle files lost for executor: %s (%d map outputs)", executor_id, n)
+
+    def handle_job_cancellation(self, job_id: int, reason: str) -> None:
+        job = self.job_id_to_active_job.get(job_id)
+        if job is None:
+            return
+        suffix = f" {reason}" if reason else ""
+        self.fail_job_and_independent_stages(
+            job, JobCancelledException(f"Job {job_id} cancelled{suffix}"))
+
+    def handle_job_group_cancelled(self, group_id: str, cancel_future_jobs: bool) -> None:
+        if cancel_future_jobs:
+            self.cancelled_job_groups.add(group_id)
+        for job in [j for j in self.active_jobs
+                    if j.properties.get("spark.jobGroup.id") == group_id]:
+            self.handle_job_cancellation(job.job_id, f"part of cancelled job group {group_id}")
+
+    def handle_job_tag_cancelled(self, tag: str) -> None:
+        for job in [j for j in self.active_jobs
+                    if tag in (j.properties.get("spark.job.tags") or "").split(",")]:
+            self.handle_job_cancellation(job.job_id, f"part of cancelled job tags {tag}")
+
+    def handle_all_jobs_cancelled(self) -> None:
+        for job in list(self.active_jobs):
+            self.handle_job_cancellation(job.job_id, "as part of cancellation of all jobs")
+
+    def handle_shutdown(self) -> None:
+        for job in list(self.active_jobs):
+            self.fail_job_and_independent_stages(job, SparkException(
+                f"Job {job.job_id} cancelled because SparkContext was shut down"))
+
+    # --- failure plumbing ---------------------------------------------------------------
+    def _stage_depends_on(self, stage: Stage, target: Stage) -> bool:
+        if stage is target:
+            return True
+        return any(self._stage_depends_on(p, target) for p in stage.parents)
+
+    def abort_stage(self, failed: Stage, reason: str, exception: BaseException | None) -> None:
+        if failed.id not in self.stage_id_to_stage:
+            return
+        jobs = [j for j in self.active_jobs if self._stage_depends_on(j.final_stage, failed)]
+        failed.latest_info.completion_time = time.time()
+        for job in jobs:
+            msg = f"Job aborted due to stage failure: {reason}"
+            if isinstance(exception, ExceptionFailure) and exception.exc_type != "NotSerializableResult":
+                err: BaseException = make_python_exception(
+                    msg, exception.exc_type, exception.message, exception.traceback)
+            else:
+                err = SparkException(msg)
+                if exception is not None and not isinstance(exception, ExceptionFailure):
+                    err.__cause__ = exception
+            self.fail_job_and_independent_stages(job, err)
+        if not jobs:
+            log.info("Ignoring failure of %s because all jobs depending on it are done", failed)
+
+    def fail_job_and_independent_stages(self, job: ActiveJob, error: BaseException) -> None:
+        for sid in sorted(self.job_id_to_stage_ids.get(job.job_id, ())):
+            stage = self.stage_id_to_stage.get(sid)
+            if stage is None:
+                continue
+            if stage.job_ids == {job.job_id} and stage in self.running_stages:
+                self.task_scheduler.cancel_tasks(sid, f"Stage {sid} was cancelled")
+                self.mark_stage_finished(stage, str(error))
+        self.cleanup_state_for_job(job)
+        self.bus.post(L.JobEnd(job.job_id, time.time(), False, str(error)))
+        job.listener.job_failed(error)
+
+    def cleanup_state_for_job(self, job: ActiveJob) -> None:
+        for sid in self.job_id_to_stage_ids.pop(job.job_id, set()):
+            stage = self.stage_id_to_stage.get(sid)
+            if stage is None:
+                continue
+            stage.job_ids.discard(job.job_id)
+            if not stage.job_ids:
+                self.running_stages.discard(stage)
+                self.waiting_stages.discard(stage)
+                self.failed_stages.discard(stage)
+                del self.stage_id_to_stage[sid]
+                if isinstance(stage, ShuffleMapStage):
+                    sdep = stage.shuffle_dep.shuffle_id
+                    if self.shuffle_id_to_map_stage.get(sdep) is stage:
+                        del self.shuffle_id_to_map_stage[sdep]
+        self.job_id_to_active_job.pop(job.job_id, None)
+        self.active_jobs.discard(job)
+        if isinstance(job.final_stage, ResultStage):
+            job.final_stage.active_job = None

@@ -1,0 +1,73 @@
+"""Local mode: one executor ("driver") whose N task slots are long-lived task processes.
+
+Processes, not threads, so CPU-bound Python uses N cores. Every task end frees its slot and
+immediately offers it again, in the pool's reader thread, so a stream of tiny tasks costs
+one socket round trip each.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ember.executor.process_pool import TaskProcessPool
+from ember.scheduler.backend import SchedulerBackend, WorkerOffer
+
+EXECUTOR_ID = "driver"
+HOST = "localhost"
+
+
+class LocalSchedulerBackend(SchedulerBackend):
+    def __init__(self, scheduler: Any, num_slots: int, local_dir: str, memory_limit_mb: int,
+                 storage_budget: int, files_dir: str, extra_env: dict[str, str],
+                 kill_timeout: float, default_parallelism: int | None = None) -> None:
+        self.scheduler = scheduler
+        self.num_slots = num_slots
+        self._default_parallelism = default_parallelism or num_slots
+        block_dir = os.path.join(local_dir, "blocks")
+        os.makedirs(block_dir, exist_ok=True)
+        env_conf = {"executor_id": EXECUTOR_ID, "host": HOST, "local_dir": local_dir,
+                    "block_dir": block_dir, "memory_limit_mb": memory_limit_mb,
+                    "storage_budget": storage_budget, "files_dir": files_dir,
+                    "cwd": os.getcwd()}
+        self.pool = TaskProcessPool(num_slots, env_conf, self._on_task_end, extra_env,
+                                    kill_timeout, on_slot_restarted=self._on_slot_restarted)
+
+    def start(self) -> None:
+        self.pool.start()
+
+    def stop(self) -> None:
+        self.pool.stop()
+
+    def revive_offers(self) -> None:
+        sched = self.scheduler
+        with sched.lock:
+            free = self.pool.free_slots()
+            if not free:
+                return
+            offers = [WorkerOffer(EXECUTOR_ID, HOST, s) for s in free]
+            for td in sched.resource_offers(offers):
+                self.pool.launch(td.slot, td.task_id, td.stage_key, td.blob, td.meta,
+                                 td.task_bytes)
+
+    def _on_task_end(self, slot: int, tid: int, state: str, payload: Any, accum: dict,
+                     metrics: dict, blocks: list) -> None:
+        self.scheduler.status_update(tid, state, payload, accum, metrics, blocks)
+        self.revive_offers()
+
+    def _on_slot_restarted(self, slot: int) -> None:
+        self.revive_offers()
+
+    def kill_task(self, task_id: int, executor_id: str, slot: int, reason: str) -> None:
+        self.pool.kill(slot, task_id)
+
+    def default_parallelism(self) -> int:
+        return self._default_parallelism
+
+    def unpersist_rdd(self, rdd_id: int) -> None:
+        self.pool.broadcast(("unpersist_rdd", rdd_id))
+
+    def unpersist_broadcast(self, bid: int) -> None:
+        self.pool.broadcast(("unpersist_broadcast", bid))
+
+    def forget_stage(self, stage_id: int) -> None:
+        self.pool.forget_stage(stage_id)

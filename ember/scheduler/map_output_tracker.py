@@ -1,0 +1,59 @@
+"""Which map outputs of each shuffle exist, and where (Spark's MapOutputTrackerMaster)."""
+from __future__ import annotations
+
+import threading
+
+from ember.shuffle.base import MapStatus
+
+
+class MapOutputTracker:
+    def __init__(self) -> None:
+        self._outputs: dict[int, list[MapStatus | None]] = {}
+        self._lock = threading.Lock()
+
+    def register_shuffle(self, shuffle_id: int, num_maps: int) -> None:
+        with self._lock:
+            if shuffle_id not in self._outputs:
+                self._outputs[shuffle_id] = [None] * num_maps
+
+    def contains(self, shuffle_id: int) -> bool:
+        return shuffle_id in self._outputs
+
+    def register_map_output(self, shuffle_id: int, map_index: int, status: MapStatus) -> None:
+        with self._lock:
+            self._outputs[shuffle_id][map_index] = status
+
+    def unregister_map_output(self, shuffle_id: int, map_index: int) -> None:
+        with self._lock:
+            outs = self._outputs.get(shuffle_id)
+            if outs is not None and 0 <= map_index < len(outs):
+                outs[map_index] = None
+
+    def unregister_shuffle(self, shuffle_id: int) -> None:
+        with self._lock:
+            self._outputs.pop(shuffle_id, None)
+
+    def remove_outputs_on_executor(self, executor_id: str) -> int:
+        removed = 0
+        with self._lock:
+            for outs in self._outputs.values():
+                for i, st in enumerate(outs):
+                    if st is not None and st.executor_id == executor_id:
+                        outs[i] = None
+                        removed += 1
+        return removed
+
+    def num_available(self, shuffle_id: int) -> int:
+        outs = self._outputs.get(shuffle_id)
+        return 0 if outs is None else sum(1 for s in outs if s is not None)
+
+    def missing(self, shuffle_id: int) -> list[int]:
+        outs = self._outputs.get(shuffle_id, [])
+        return [i for i, s in enumerate(outs) if s is None]
+
+    def statuses(self, shuffle_id: int) -> list[MapStatus | None]:
+        with self._lock:
+            return list(self._outputs.get(shuffle_id, []))
+
+    def shuffle_ids(self) -> list[int]:
+        return list(self._outputs)

@@ -1,0 +1,191 @@
+"""TaskSchedulerImpl: task sets in pools, offers from the backend, task status updates.
+
+Thread-safe behind one lock, like Spark's synchronized TaskSchedulerImpl: the DAG
+scheduler's thread submits and cancels task sets; the backend's threads offer slots and
+report task ends.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+import threading
+from typing import Any
+
+from ember.scheduler.backend import SchedulerBackend, WorkerOffer
+from ember.scheduler.pool import SchedulableBuilder
+from ember.scheduler.task import (ExceptionFailure, ExecutorLostFailure, FetchFailed,
+                                  TaskDescription, TaskKilled, TaskProcessCrashed, TaskSet)
+from ember.scheduler.task_set_manager import TaskSetManager
+
+log = logging.getLogger(__name__)
+
+
+class TaskSchedulerImpl:
+    def __init__(self, max_task_failures: int, scheduling_mode: str = "FIFO",
+                 allocation_file: str | None = None, bus: Any = None,
+                 block_master: Any = None, max_crashes: int = 4,
+                 locality_wait: float = 3.0) -> None:
+        self.lock = threading.RLock()
+        self.max_task_failures = max_task_failures
+        self.max_crashes = max_crashes
+        self.locality_wait = locality_wait
+        self.builder = SchedulableBuilder(scheduling_mode, allocation_file)
+        self.root_pool = self.builder.root
+        self.bus = bus
+        self.block_master = block_master
+        self.backend: SchedulerBackend | None = None
+        self.dag: Any = None
+        self._tids = itertools.count()
+        self.task_id_to_tsm: dict[int, TaskSetManager] = {}
+        self.task_id_to_location: dict[int, tuple[str, int]] = {}
+        self.stage_tsms: dict[int, dict[int, TaskSetManager]] = {}
+        self.dead_executors: set[str] = set()
+        self.has_launched_task = False
+
+    def initialize(self, backend: SchedulerBackend, dag: Any) -> None:
+        self.backend = backend
+        self.dag = dag
+
+    def new_task_id(self) -> int:
+        return next(self._tids)
+
+    def default_parallelism(self) -> int:
+        assert self.backend is not None
+        return self.backend.default_parallelism()
+
+    # --- from the DAG scheduler ---------------------------------------------------------
+    def submit_tasks(self, task_set: TaskSet) -> None:
+        with self.lock:
+            tsm = TaskSetManager(self, task_set, self.max_task_failures, self.max_crashes,
+                                 self.locality_wait)
+            attempts = self.stage_tsms.setdefault(task_set.stage_id, {})
+            for other in attempts.values():
+                other.is_zombie = True
+            attempts[task_set.stage_attempt] = tsm
+            self.builder.add_task_set(tsm, task_set.properties)
+        self.backend.revive_offers()
+
+    def cancel_tasks(self, stage_id: int, reason: str) -> None:
+        with self.lock:
+            for tsm in list(self.stage_tsms.get(stage_id, {}).values()):
+                for tid in list(tsm.running):
+                    loc = self.task_id_to_location.get(tid)
+                    if loc is not None:
+                        self.backend.kill_task(tid, loc[0], loc[1], reason)
+                tsm.is_zombie = True
+                tsm._maybe_finish()
+
+    def zombify(self, stage_id: int, attempt: int) -> None:
+        with self.lock:
+            tsm = self.stage_tsms.get(stage_id, {}).get(attempt)
+            if tsm is not None:
+                tsm.is_zombie = True
+                tsm._maybe_finish()
+
+    def kill_task_attempt(self, tid: int, reason: str) -> bool:
+        with self.lock:
+            loc = self.task_id_to_location.get(tid)
+            if loc is None:
+                return False
+            self.backend.kill_task(tid, loc[0], loc[1], reason)
+            return True
+
+    def task_set_finished(self, tsm: TaskSetManager) -> None:
+        with self.lock:
+            attempts = self.stage_tsms.get(tsm.stage_id)
+            if attempts is not None:
+                if attempts.get(tsm.task_set.stage_attempt) is tsm:
+                    del attempts[tsm.task_set.stage_attempt]
+                if not attempts:
+                    del self.stage_tsms[tsm.stage_id]
+            if tsm.parent is not None:
+                tsm.parent.remove(tsm)
+
+    # --- from the backend ---------------------------------------------------------------
+    def resource_offers(self, offers: list[WorkerOffer]) -> list[TaskDescription]:
+        with self.lock:
+            offers = [o for o in offers if o.executor_id not in self.dead_executors]
+            if len(offers) > 1:
+                random.shuffle(offers)
+            launched: list[TaskDescription] = []
+            free = list(offers)
+            for tsm in self.root_pool.sorted_task_sets():
+                if not free:
+                    break
+                for level in list(tsm.levels):
+                    while free:
+                        progress = False
+                        rest = []
+                        for o in free:
+                            td = tsm.resource_offer(o.executor_id, o.host, o.slot, level)
+                            if td is None:
+                                rest.append(o)
+                            else:
+                                launched.append(td)
+                                self.task_id_to_tsm[td.task_id] = tsm
+                                self.task_id_to_location[td.task_id] = (o.executor_id, o.slot)
+                                if self.bus is not None:
+                                    from ember.scheduler.listener import TaskStart
+                                    self.bus.post(TaskStart(tsm.stage_id,
+                                                            tsm.task_set.stage_attempt,
+                                                            tsm.task_infos[td.task_id]))
+                                progress = True
+                        free = rest
+                        if not progress:
+                            break
+            if launched:
+                self.has_launched_task = True
+            return launched
+
+    def status_update(self, tid: int, state: str, payload: Any, accum: dict, metrics: dict,
+                      blocks: list) -> None:
+        with self.lock:
+            tsm = self.task_id_to_tsm.pop(tid, None)
+            loc = self.task_id_to_location.pop(tid, None)
+            if blocks and self.block_master is not None and loc is not None:
+                info = tsm.task_infos.get(tid) if tsm else None
+                self.block_master.update(loc[0], loc[1], info.host if info else "", blocks)
+            if tsm is None:
+                log.debug("Ignoring update with state %s for TID %s because its task set is "
+                          "gone", state, tid)
+                return
+            if state == "FINISHED":
+                tsm.handle_success(tid, payload, accum, metrics)
+                return
+            if state == "FAILED":
+                exc_type, message, tb, retryable = payload
+                reason: Any = ExceptionFailure(exc_type, message, tb, retryable)
+            elif state == "KILLED":
+                reason = TaskKilled(str(payload))
+            elif state == "FETCH_FAILED":
+                reason = FetchFailed(*payload)
+            elif state == "LOST":
+                reason = TaskProcessCrashed(str(payload))
+                if self.block_master is not None and loc is not None:
+                    self.block_master.remove_slot(loc[0], loc[1])
+            elif state == "EXECUTOR_LOST":
+                reason = payload if isinstance(payload, ExecutorLostFailure) else \
+                    ExecutorLostFailure(loc[0] if loc else "?", False, str(payload))
+            else:
+                reason = ExceptionFailure("SparkException", f"unknown task state {state}", "")
+            tsm.handle_failure(tid, state, reason, metrics)
+
+    def executor_lost(self, executor_id: str, reason: str, exit_caused_by_app: bool = False) -> None:
+        with self.lock:
+            self.dead_executors.add(executor_id)
+            lost = [tid for tid, loc in self.task_id_to_location.items() if loc[0] == executor_id]
+        for tid in lost:
+            self.status_update(tid, "EXECUTOR_LOST",
+                               ExecutorLostFailure(executor_id, exit_caused_by_app, reason),
+                               {}, {}, [])
+        if self.block_master is not None:
+            self.block_master.remove_executor(executor_id)
+        self.dag.executor_lost(executor_id)
+
+    def executor_added(self, executor_id: str) -> None:
+        with self.lock:
+            self.dead_executors.discard(executor_id)
+
+    def is_executor_alive(self, executor_id: str) -> bool:
+        return executor_id not in self.dead_executors and self.backend.is_executor_alive(executor_id)

@@ -1,0 +1,550 @@
+"""Byte formats for everything Ember ships between processes or writes to disk.
+
+Closures go to task processes, partitions go through the shuffle, the block
+store and back to the driver; all of it is bytes produced here.  The classes
+mirror ``pyspark.serializers`` (same names, same stream framing: a 4-byte
+big-endian signed length followed by the payload, with PySpark's negative
+"special lengths" as markers) so engine code can be written the PySpark way.
+
+Hot-path notes: framing is done with a precompiled ``struct``; batches are
+built with ``itertools.islice``; reads tolerate short reads from raw sockets
+and distinguish a clean end of stream (stop) from a stream cut mid-frame
+(``TruncatedFrameError``), which PySpark silently treats as the end.
+
+This module is pure: it imports nothing from the engine but ``ember.errors``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import marshal
+import pickle
+import struct
+import types
+import zlib
+from typing import IO, Any, Iterable, Iterator, List, Optional, Tuple
+
+import cloudpickle
+
+from ember.errors import PicklingError
+
+__all__ = [
+    "SpecialLengths",
+    "TruncatedFrameError",
+    "Serializer",
+    "FramedSerializer",
+    "CPickleSerializer",
+    "PickleSerializer",
+    "MarshalSerializer",
+    "CloudPickleSerializer",
+    "NoOpSerializer",
+    "UTF8Deserializer",
+    "CompressedSerializer",
+    "BatchedSerializer",
+    "AutoBatchedSerializer",
+    "read_int",
+    "write_int",
+    "read_frames",
+    "write_frame",
+    "write_with_length",
+    "dumps_closure",
+    "PICKLE_PROTOCOL",
+]
+
+PICKLE_PROTOCOL = 5
+
+_INT = struct.Struct("!i")
+_pack_int = _INT.pack
+_unpack_int = _INT.unpack
+_MAX_FRAME = (1 << 31) - 1
+# Below this size header and payload are written with a single write() call
+# (one syscall / one TCP segment on unbuffered sockets); above it, two writes
+# avoid copying a large payload.
+_COALESCE_LIMIT = 1 << 14
+
+
+class SpecialLengths:
+    """Negative frame lengths used as in-band markers (PySpark's values)."""
+
+    END_OF_DATA_SECTION = -1
+    PYTHON_EXCEPTION_THROWN = -2
+    TIMING_DATA = -3
+    END_OF_STREAM = -4
+    NULL = -5
+    START_ARROW_STREAM = -6
+
+
+class TruncatedFrameError(OSError):
+    """The stream ended in the middle of a frame header or payload.
+
+    Deliberately *not* an EOFError: a clean end of stream between frames is
+    normal and ends iteration, a cut inside a frame means lost data.
+    """
+
+
+# --------------------------------------------------------------------------- framing
+
+
+def _read_exact(stream: IO[bytes], n: int) -> bytes:
+    """Read exactly n bytes; returns fewer only if the stream ends first."""
+    data = stream.read(n)
+    if data is None:
+        data = b""
+    if len(data) == n:
+        return data
+    # Short read (raw/unbuffered socket or pipe): keep reading.
+    parts = [data]
+    got = len(data)
+    while got < n:
+        chunk = stream.read(n - got)
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+def read_int(stream: IO[bytes]) -> int:
+    """Read one 4-byte big-endian signed int; EOFError at a clean end of stream."""
+    data = _read_exact(stream, 4)
+    if len(data) == 4:
+        return _unpack_int(data)[0]
+    if not data:
+        raise EOFError
+    raise TruncatedFrameError("stream ended inside a 4-byte length header")
+
+
+def write_int(value: int, stream: IO[bytes]) -> None:
+    """Write one 4-byte big-endian signed int (PySpark argument order)."""
+    stream.write(_pack_int(value))
+
+
+def write_frame(stream: IO[bytes], data: bytes) -> None:
+    """Write ``data`` as one frame: 4-byte big-endian length, then the bytes."""
+    n = len(data)
+    if n > _MAX_FRAME:
+        raise ValueError("frame of %d bytes exceeds the 2 GiB frame limit" % n)
+    if n <= _COALESCE_LIMIT:
+        stream.write(_pack_int(n) + data)
+    else:
+        stream.write(_pack_int(n))
+        stream.write(data)
+
+
+def write_with_length(obj: bytes, stream: IO[bytes]) -> None:
+    """PySpark-named alias of :func:`write_frame` (note the argument order)."""
+    write_frame(stream, obj)
+
+
+def _read_frame(stream: IO[bytes]) -> Optional[bytes]:
+    """One frame's payload; None for a NULL frame; EOFError at the end of data."""
+    length = read_int(stream)
+    if length < 0:
+        if length == SpecialLengths.NULL:
+            return None
+        if length == SpecialLengths.END_OF_DATA_SECTION:
+            raise EOFError
+        raise ValueError("unexpected special length %d in a data stream" % length)
+    data = _read_exact(stream, length)
+    if len(data) != length:
+        raise TruncatedFrameError(
+            "stream ended inside a frame: expected %d bytes, got %d" % (length, len(data))
+        )
+    return data
+
+
+def read_frames(stream: IO[bytes]) -> Iterator[Optional[bytes]]:
+    """Yield each frame's payload until the end of the stream.
+
+    Iteration stops at a clean end of stream or at an END_OF_DATA_SECTION (-1)
+    marker; a NULL (-5) frame yields None; a stream cut inside a frame raises
+    :class:`TruncatedFrameError`; other negative lengths raise ValueError.
+    """
+    while True:
+        try:
+            frame = _read_frame(stream)
+        except EOFError:
+            return
+        yield frame
+
+
+# --------------------------------------------------------------------------- serializers
+
+
+class Serializer:
+    """Turns objects into bytes and streams of objects into streams of bytes."""
+
+    def dumps(self, obj: Any) -> bytes:
+        raise NotImplementedError
+
+    def loads(self, obj: bytes) -> Any:
+        raise NotImplementedError
+
+    def dump_stream(self, iterator: Iterable[Any], stream: IO[bytes]) -> None:
+        """Serialize every object of ``iterator`` to ``stream``."""
+        raise NotImplementedError
+
+    def load_stream(self, stream: IO[bytes]) -> Iterator[Any]:
+        """Yield the objects written by :meth:`dump_stream`."""
+        raise NotImplementedError
+
+    def _load_stream_without_unbatching(self, stream: IO[bytes]) -> Iterator[Any]:
+        """Yield whole batches (lists); for unbatched serializers, one-item lists.
+
+        Used where two streams must be consumed in lock-step batches (zip).
+        """
+        return ([obj] for obj in self.load_stream(stream))
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other: Any) -> bool:
+        return not self.__eq__(other)
+
+    def __repr__(self) -> str:
+        return "%s()" % self.__class__.__name__
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+
+class FramedSerializer(Serializer):
+    """One object per frame, each frame made by :meth:`dumps`."""
+
+    def dump_stream(self, iterator: Iterable[Any], stream: IO[bytes]) -> None:
+        dumps = self.dumps
+        for obj in iterator:
+            write_frame(stream, dumps(obj))
+
+    def load_stream(self, stream: IO[bytes]) -> Iterator[Any]:
+        loads = self.loads
+        for frame in read_frames(stream):
+            yield None if frame is None else loads(frame)
+
+
+class CPickleSerializer(FramedSerializer):
+    """Standard ``pickle`` (protocol 5) - the default for data."""
+
+    def dumps(self, obj: Any) -> bytes:
+        return pickle.dumps(obj, PICKLE_PROTOCOL)
+
+    def loads(self, obj: bytes, encoding: str = "bytes") -> Any:
+        return pickle.loads(obj, encoding=encoding)
+
+
+PickleSerializer = CPickleSerializer
+
+
+class MarshalSerializer(FramedSerializer):
+    """``marshal``: faster than pickle but only for core builtin types."""
+
+    def dumps(self, obj: Any) -> bytes:
+        return marshal.dumps(obj)
+
+    def loads(self, obj: bytes) -> Any:
+        return marshal.loads(obj)
+
+
+class CloudPickleSerializer(FramedSerializer):
+    """``cloudpickle``: pickles lambdas, closures and interactively defined classes.
+
+    Serialization failures raise :class:`ember.errors.PicklingError` (see
+    :func:`dumps_closure`).
+    """
+
+    def dumps(self, obj: Any) -> bytes:
+        return dumps_closure(obj)
+
+    def loads(self, obj: bytes, encoding: str = "bytes") -> Any:
+        return pickle.loads(obj, encoding=encoding)
+
+
+class NoOpSerializer(FramedSerializer):
+    """Frames raw bytes unchanged."""
+
+    def dumps(self, obj: bytes) -> bytes:
+        return obj
+
+    def loads(self, obj: bytes) -> bytes:
+        return obj
+
+
+class UTF8Deserializer(Serializer):
+    """Frames of UTF-8 text (e.g. lines of a text file) to ``str`` objects."""
+
+    def __init__(self, use_unicode: bool = True) -> None:
+        self.use_unicode = use_unicode
+
+    def dumps(self, obj: str) -> bytes:
+        return obj.encode("utf-8")
+
+    def loads(self, obj: bytes) -> Any:
+        return obj.decode("utf-8") if self.use_unicode else obj
+
+    def dump_stream(self, iterator: Iterable[str], stream: IO[bytes]) -> None:
+        for s in iterator:
+            write_frame(stream, s.encode("utf-8"))
+
+    def load_stream(self, stream: IO[bytes]) -> Iterator[Any]:
+        loads = self.loads
+        for frame in read_frames(stream):
+            yield None if frame is None else loads(frame)
+
+    def __repr__(self) -> str:
+        return "UTF8Deserializer(%s)" % self.use_unicode
+
+
+class CompressedSerializer(FramedSerializer):
+    """Wraps another framed serializer and zlib-compresses each frame."""
+
+    def __init__(self, serializer: FramedSerializer, level: int = 1) -> None:
+        assert isinstance(serializer, FramedSerializer), "serializer must be a FramedSerializer"
+        self.serializer = serializer
+        self.level = level
+
+    def dumps(self, obj: Any) -> bytes:
+        return zlib.compress(self.serializer.dumps(obj), self.level)
+
+    def loads(self, obj: bytes) -> Any:
+        return self.serializer.loads(zlib.decompress(obj))
+
+    def __repr__(self) -> str:
+        return "CompressedSerializer(%s)" % self.serializer
+
+
+class BatchedSerializer(Serializer):
+    """Writes lists of up to ``batchSize`` objects, one list per frame of the
+    wrapped serializer; reading flattens the batches back into objects.
+
+    ``batchSize=-1`` (``UNLIMITED_BATCH_SIZE``, PySpark's default) writes the
+    whole iterator as a single batch (one frame, even when empty).
+    ``dumps``/``loads`` delegate to the wrapped serializer for single objects.
+    """
+
+    UNLIMITED_BATCH_SIZE = -1
+    UNKNOWN_BATCH_SIZE = 0
+
+    def __init__(self, serializer: Serializer, batchSize: int = UNLIMITED_BATCH_SIZE) -> None:
+        self.serializer = serializer
+        self.batchSize = batchSize
+
+    def _batched(self, iterator: Iterable[Any]) -> Iterator[List[Any]]:
+        if self.batchSize == self.UNLIMITED_BATCH_SIZE:
+            yield list(iterator)
+            return
+        size = self.batchSize
+        if isinstance(iterator, (list, tuple)):
+            for start in range(0, len(iterator), size):
+                yield list(iterator[start:start + size])
+            return
+        it = iter(iterator)
+        islice = itertools.islice
+        while True:
+            batch = list(islice(it, size))
+            if not batch:
+                return
+            yield batch
+
+    def dump_stream(self, iterator: Iterable[Any], stream: IO[bytes]) -> None:
+        self.serializer.dump_stream(self._batched(iterator), stream)
+
+    def load_stream(self, stream: IO[bytes]) -> Iterator[Any]:
+        return itertools.chain.from_iterable(self._load_stream_without_unbatching(stream))
+
+    def _load_stream_without_unbatching(self, stream: IO[bytes]) -> Iterator[Any]:
+        for batch in self.serializer.load_stream(stream):
+            # A producer may have written a bare object instead of a list.
+            yield batch if isinstance(batch, list) else [batch]
+
+    load_batches = _load_stream_without_unbatching
+
+    def dumps(self, obj: Any) -> bytes:
+        return self.serializer.dumps(obj)
+
+    def loads(self, obj: bytes) -> Any:
+        return self.serializer.loads(obj)
+
+    def __repr__(self) -> str:
+        return "BatchedSerializer(%s, %d)" % (str(self.serializer), self.batchSize)
+
+
+class AutoBatchedSerializer(BatchedSerializer):
+    """Batches adaptively so frames stay around ``bestSize`` bytes.
+
+    Like PySpark: start with one object per batch, double the batch while a
+    frame is smaller than ``bestSize`` (64 KiB), halve it when a frame exceeds
+    ten times that.  Requires a framed serializer (``dumps`` of a list).
+    """
+
+    def __init__(self, serializer: Serializer, bestSize: int = 1 << 16) -> None:
+        BatchedSerializer.__init__(self, serializer, self.UNKNOWN_BATCH_SIZE)
+        self.bestSize = bestSize
+
+    def dump_stream(self, iterator: Iterable[Any], stream: IO[bytes]) -> None:
+        batch, best = 1, self.bestSize
+        dumps = self.serializer.dumps
+        it = iter(iterator)
+        islice = itertools.islice
+        while True:
+            vs = list(islice(it, batch))
+            if not vs:
+                break
+            data = dumps(vs)
+            write_frame(stream, data)
+            size = len(data)
+            if size < best:
+                batch *= 2
+            elif size > best * 10 and batch > 1:
+                batch //= 2
+
+    def __repr__(self) -> str:
+        return "AutoBatchedSerializer(%s)" % self.serializer
+
+
+# --------------------------------------------------------------------------- closures
+
+
+def dumps_closure(obj: Any) -> bytes:
+    """``cloudpickle.dumps(obj)`` for shipping functions (and what they capture).
+
+    On failure raises :class:`ember.errors.PicklingError` with PySpark's
+    message, ``"Could not serialize object: <ExcType>: <message>"``, followed,
+    when it can be found, by the path to the culprit, e.g.
+    ``"(failed while pickling closure variable 'lock' of function <lambda>)"``.
+    The culprit search only runs on the failure path.  The original exception
+    is chained as ``__cause__``; the path is also on the error as ``failed_path``.
+    """
+    try:
+        return cloudpickle.dumps(obj, PICKLE_PROTOCOL)
+    except Exception as e:  # noqa: BLE001 - everything becomes a PicklingError
+        err = e
+    emsg = str(err)
+    if "'i' format requires" in emsg or (
+        isinstance(err, OverflowError) and "larger than" in emsg
+    ):
+        msg = "Object too large to serialize: %s" % emsg
+    else:
+        msg = "Could not serialize object: %s: %s" % (type(err).__name__, emsg)
+    path: List[str] = []
+    try:
+        path = _find_unpicklable(obj)
+    except Exception:  # noqa: BLE001 - diagnostics must never mask the real error
+        path = []
+    if path:
+        msg += " (failed while pickling %s)" % ", reached via ".join(path)
+    exc = PicklingError(msg)
+    # Outermost step first, e.g. ["closure variable 'obj' of function f", "attribute 'lock' ..."].
+    exc.failed_path = list(reversed(path))  # type: ignore[attr-defined]
+    raise exc from err
+
+
+_MAX_PROBES = 300
+_MAX_DEPTH = 8
+_MAX_ITEMS = 200
+
+
+def _describe(obj: Any) -> str:
+    if isinstance(obj, types.FunctionType):
+        return "function %s" % obj.__name__
+    if isinstance(obj, types.MethodType):
+        return "method %s" % getattr(obj.__func__, "__name__", "?")
+    if isinstance(obj, type):
+        return "class %s" % obj.__name__
+    return "%s object" % type(obj).__name__
+
+
+def _children(obj: Any) -> Iterator[Tuple[str, Any]]:
+    """(label, value) pairs for the things pickling ``obj`` would also pickle."""
+    what = _describe(obj)
+    if isinstance(obj, types.FunctionType):
+        code = obj.__code__
+        if obj.__closure__:
+            for name, cell in zip(code.co_freevars, obj.__closure__):
+                try:
+                    value = cell.cell_contents
+                except ValueError:  # empty cell
+                    continue
+                yield "closure variable %r of %s" % (name, what), value
+        g = obj.__globals__
+        for name in _code_global_names(code):
+            if name in g:
+                yield "global %r of %s" % (name, what), g[name]
+        if obj.__defaults__:
+            argnames = code.co_varnames[: code.co_argcount]
+            offset = len(argnames) - len(obj.__defaults__)
+            for i, value in enumerate(obj.__defaults__):
+                name = argnames[offset + i] if 0 <= offset + i < len(argnames) else str(i)
+                yield "default of argument %r of %s" % (name, what), value
+        if obj.__kwdefaults__:
+            for name, value in obj.__kwdefaults__.items():
+                yield "default of argument %r of %s" % (name, what), value
+        return
+    if isinstance(obj, types.MethodType):
+        yield "instance bound to %s" % what, obj.__self__
+        yield "function of %s" % what, obj.__func__
+        return
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        for i, value in enumerate(itertools.islice(obj, _MAX_ITEMS)):
+            yield "item %d of %s" % (i, what), value
+        return
+    if isinstance(obj, dict):
+        for key, value in itertools.islice(obj.items(), _MAX_ITEMS):
+            yield "value for key %r of %s" % (key, what), value
+        return
+    func = getattr(obj, "func", None)
+    if func is not None and hasattr(obj, "args") and hasattr(obj, "keywords"):
+        # functools.partial and look-alikes
+        yield "function of %s" % what, func
+        for i, value in enumerate(obj.args):
+            yield "argument %d of %s" % (i, what), value
+        for key, value in (obj.keywords or {}).items():
+            yield "keyword argument %r of %s" % (key, what), value
+        return
+    state = getattr(obj, "__dict__", None)
+    if isinstance(state, dict):
+        for name, value in itertools.islice(state.items(), _MAX_ITEMS):
+            yield "attribute %r of %s" % (name, what), value
+
+
+def _code_global_names(code: types.CodeType) -> Iterator[str]:
+    seen = set()
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        for name in c.co_names:
+            if name not in seen:
+                seen.add(name)
+                yield name
+        for const in c.co_consts:
+            if isinstance(const, types.CodeType):
+                stack.append(const)
+
+
+def _find_unpicklable(root: Any) -> List[str]:
+    """Labels from the innermost culprit outwards (empty when nothing narrower fails)."""
+    budget = [_MAX_PROBES]
+    seen = {id(root)}
+
+    def fails(value: Any) -> bool:
+        budget[0] -= 1
+        try:
+            cloudpickle.dumps(value, PICKLE_PROTOCOL)
+        except Exception:  # noqa: BLE001
+            return True
+        return False
+
+    def search(obj: Any, depth: int) -> Optional[List[str]]:
+        if depth >= _MAX_DEPTH:
+            return None
+        for label, value in _children(obj):
+            if budget[0] <= 0:
+                return None
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            if fails(value):
+                deeper = search(value, depth + 1)
+                return (deeper or []) + [label]
+        return None
+
+    return search(root, 0) or []

@@ -1,0 +1,1 @@
+"""Shuffle: map output writing, fetching, and external (spilling) aggregation/sort."""

@@ -1,0 +1,5 @@
+"""The sliver of pyspark.sql that RDD programs use: Row and a minimal SparkSession."""
+from ember.sql.row import Row
+from ember.sql.session import DataFrame, SparkSession
+
+__all__ = ["Row", "SparkSession", "DataFrame"]

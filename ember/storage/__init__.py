@@ -1,0 +1,1 @@
+"""Block storage: cached RDD partitions in task-process memory and on executor disk."""

@@ -1,0 +1,146 @@
+"""Cached RDD partitions inside one task process, with LRU eviction past a memory budget.
+
+Memory blocks live as Python lists in the process that computed them (so an iterative job
+re-reads them with no deserialization, and the scheduler sends the task to that process);
+disk blocks live in the executor's block dir, readable by every process of that executor.
+Every change is recorded as a block update that travels back with the task result, which is
+how the driver learns where blocks are (its BlockManagerMaster).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import sys
+from collections import OrderedDict
+from typing import Any, Iterable, Iterator
+
+log = logging.getLogger(__name__)
+
+_BATCH = 1024
+
+
+def block_name(rdd_id: int, split: int) -> str:
+    return f"rdd_{rdd_id}_{split}"
+
+
+def estimate_size(values: list) -> int:
+    """Rough deep size of a list of records, from a sample (Spark's SizeEstimator idea)."""
+    n = len(values)
+    size = sys.getsizeof(values)
+    if n == 0:
+        return size
+    step = max(1, n // 64)
+    sample = values[::step]
+    total = 0
+    for v in sample:
+        total += sys.getsizeof(v)
+        if isinstance(v, (tuple, list)):
+            for x in v:
+                total += sys.getsizeof(x)
+    return size + int(total * n / len(sample))
+
+
+def _write_batches(path: str, values: Iterable) -> int:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        batch: list = []
+        for v in values:
+            batch.append(v)
+            if len(batch) >= _BATCH:
+                pickle.dump(batch, f, protocol=5)
+                batch = []
+        if batch:
+            pickle.dump(batch, f, protocol=5)
+    os.replace(tmp, path)
+    return os.path.getsize(path)
+
+
+def read_batches(path: str) -> Iterator:
+    with open(path, "rb") as f:
+        load = pickle.load
+        while True:
+            try:
+                batch = load(f)
+            except EOFError:
+                return
+            yield from batch
+
+
+class BlockManager:
+    def __init__(self, block_dir: str, memory_budget: int) -> None:
+        self.block_dir = block_dir
+        self.memory_budget = memory_budget
+        self.memory: OrderedDict[str, tuple[list, int, Any]] = OrderedDict()
+        self.memory_used = 0
+        self.updates: list[tuple[str, str, int, int]] = []  # (block, where, mem, disk)
+
+    def _disk_path(self, name: str) -> str:
+        return os.path.join(self.block_dir, name)
+
+    def take_updates(self) -> list:
+        u, self.updates = self.updates, []
+        return u
+
+    def get_or_compute(self, rdd: Any, split: Any, ctx: Any) -> Iterator:
+        name = block_name(rdd.id(), split.index)
+        hit = self.memory.get(name)
+        if hit is not None:
+            self.memory.move_to_end(name)
+            return iter(hit[0])
+        level = rdd._storage_level
+        path = self._disk_path(name)
+        if level.useDisk and os.path.exists(path):
+            if not level.useMemory:
+                return read_batches(path)
+            values = list(read_batches(path))
+            self._put_memory(name, values, level, disk_size=os.path.getsize(path))
+            return iter(values)
+        if getattr(rdd, "_local_checkpointed", False) and getattr(rdd, "_truncated", False):
+            raise RuntimeError(
+                f"Checkpoint block {name} not found! Either the executor that originally "
+                "checkpointed this partition is no longer alive, or the original RDD is "
+                "unpersisted. If this problem persists, you may consider using "
+                "`rdd.checkpoint()` instead, which is slower than local checkpointing but "
+                "more fault-tolerant.")
+        computed = rdd.compute(split, ctx)
+        if not level.useMemory:
+            size = _write_batches(path, computed)
+            self.updates.append((name, "disk", 0, size))
+            return read_batches(path)
+        values = computed if isinstance(computed, list) else list(computed)
+        if not self._put_memory(name, values, level) and level.useDisk:
+            size = _write_batches(path, values)
+            self.updates.append((name, "disk", 0, size))
+        return iter(values)
+
+    def _put_memory(self, name: str, values: list, level: Any, disk_size: int = 0) -> bool:
+        size = estimate_size(values)
+        if size > self.memory_budget:
+            log.warning("Not enough space to cache %s in memory! (computed %d bytes so far)",
+                        name, size)
+            return False
+        while self.memory_used + size > self.memory_budget and self.memory:
+            self._evict_one()
+        self.memory[name] = (values, size, level)
+        self.memory_used += size
+        self.updates.append((name, "memory", size, disk_size))
+        return True
+
+    def _evict_one(self) -> None:
+        name, (values, size, level) = self.memory.popitem(last=False)
+        self.memory_used -= size
+        path = self._disk_path(name)
+        if level.useDisk and not os.path.exists(path):
+            dsize = _write_batches(path, values)
+            self.updates.append((name, "disk", 0, dsize))
+        elif level.useDisk:
+            self.updates.append((name, "disk", 0, os.path.getsize(path)))
+        else:
+            self.updates.append((name, "removed", 0, 0))
+
+    def remove_rdd(self, rdd_id: int) -> None:
+        prefix = f"rdd_{rdd_id}_"
+        for name in [n for n in self.memory if n.startswith(prefix)]:
+            _values, size, _level = self.memory.pop(name)
+            self.memory_used -= size

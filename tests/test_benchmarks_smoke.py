@@ -1,0 +1,73 @@
+"""Smoke test of the benchmark runner at a tiny scale.
+
+Why: the benchmarks are run rarely and by hand, so they rot silently; this runs the real
+command (`python -m benchmarks --scale 0.005 --runs 1 --engines ember,serial`) end to end
+and checks that every workload produced a result on both engines and that Ember's
+answers equal the plain-Python ones. A fast in-process test pins the mismatch flagging.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.runner import check_against_serial, render_table  # noqa: E402
+from benchmarks.workloads import WORKLOADS  # noqa: E402
+
+
+@pytest.mark.timeout(180)
+def test_runner_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "results.jsonl"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--scale", "0.005", "--runs", "1",
+         "--engines", "ember,serial", "--json", str(out)],
+        cwd=str(ROOT),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=175,
+    )
+    detail = f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
+    records = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    by_key = {(r["workload"], r["engine"]): r for r in records}
+    assert len(by_key) == len(records) == 2 * len(WORKLOADS), detail
+    for name, cls in WORKLOADS.items():
+        serial = by_key[(name, "serial")]
+        ember = by_key[(name, "ember")]
+        for rec in (serial, ember):
+            assert rec["status"] == "ok", (rec, detail)
+            assert len(rec["runs"]) == 1 and "result" in rec["runs"][0], rec
+            assert rec["result"] is not None, rec
+            assert rec["median"]["seconds"] > 0, rec
+        assert cls(0.005).same_result(ember["result"], serial["result"]), (name, ember["result"], serial["result"])
+        assert isinstance(ember["ratio_vs_serial"], float), ember
+    assert proc.returncode == 0, detail
+    assert "workload" in proc.stdout and "wordcount" in proc.stdout, detail
+
+
+def test_mismatch_is_flagged() -> None:
+    def rec(workload: str, engine: str, result: object, seconds: float) -> dict:
+        return {"workload": workload, "engine": engine, "status": "ok", "error": None,
+                "result": result, "median": {"seconds": seconds}, "value": seconds, "runs": []}
+
+    workloads = {"pi": WORKLOADS["pi"](0.01), "sort": WORKLOADS["sort"](0.01)}
+    records = [
+        rec("pi", "serial", 7854, 2.0),
+        rec("pi", "ember", 7853, 1.0),
+        rec("sort", "serial", [10, 1, 9, True], 2.0),
+        rec("sort", "ember", [10, 1, 9, True], 1.0),
+    ]
+    check_against_serial(records, workloads)
+    assert records[1]["status"] == "mismatch" and "differs from serial" in records[1]["error"]
+    assert records[3]["status"] == "ok" and records[3]["ratio_vs_serial"] == pytest.approx(0.5)
+    table = render_table(records, workloads)
+    assert "MISMATCH" in table and "0.50x" in table

@@ -1,0 +1,504 @@
+"""Tests for ember.shuffle.external (spilling merger, group-by and sorter)."""
+
+from __future__ import annotations
+
+import operator
+import os
+import random
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:  # works whether or not ember is pip-installed
+    sys.path.insert(0, ROOT)
+
+from ember.shuffle import external  # noqa: E402
+from ember.shuffle.external import (  # noqa: E402
+    Aggregator,
+    BatchedPickleSerializer,
+    ExternalGroupBy,
+    ExternalMerger,
+    ExternalSorter,
+    get_used_memory,
+)
+
+
+def _pairs(n: int = 60_000, nkeys: int = 5_000, seed: int = 1) -> list[tuple]:
+    rnd = random.Random(seed)
+    return [(rnd.randrange(nkeys), rnd.randrange(1000)) for _ in range(n)]
+
+
+def _str_pairs(n: int = 60_000, nkeys: int = 5_000, seed: int = 2) -> list[tuple]:
+    rnd = random.Random(seed)
+    return [("k%d" % rnd.randrange(nkeys), "v%d" % rnd.randrange(1000)) for _ in range(n)]
+
+
+def _reduce(pairs, func):
+    out: dict = {}
+    for k, v in pairs:
+        out[k] = func(out[k], v) if k in out else v
+    return out
+
+
+def _group(pairs):
+    out: dict = {}
+    for k, v in pairs:
+        out.setdefault(k, []).append(v)
+    return out
+
+
+def _assert_clean(path) -> None:
+    assert os.listdir(path) == []
+
+
+AGGREGATORS = {
+    "operator.add": lambda: Aggregator(lambda x: x, operator.add, operator.add),
+    "lambda-add": lambda: Aggregator(lambda x: x, lambda a, b: a + b, lambda a, b: a + b),
+    "generic": lambda: Aggregator(lambda x: x, lambda a, b: max(a, b), lambda a, b: max(a, b)),
+}
+EXPECTED_FUNCS = {"operator.add": operator.add, "lambda-add": operator.add, "generic": max}
+
+
+def _merger(agg, tmp_path, spill_every=0, **kw):
+    m = ExternalMerger(agg, local_dirs=[str(tmp_path)], **kw)
+    m.spill_every = spill_every
+    return m
+
+
+# ---------------------------------------------------------------- memory
+
+
+def test_get_used_memory_plausible():
+    rss = get_used_memory()
+    assert 5 <= rss < 10_000
+    import resource
+
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
+    assert rss <= peak_mb + 1
+
+
+def test_get_used_memory_after_fork_reads_child():
+    external._rss_bytes()  # open the statm fd in the parent
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: allocate ~150 MB and report its own RSS
+        try:
+            os.close(r)
+            blob = bytearray(150 << 20)
+            blob[::4096] = b"x" * len(blob[::4096])
+            os.write(w, str(get_used_memory()).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    child_rss = int(os.read(r, 64))
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert child_rss >= get_used_memory() + 100
+
+
+# ---------------------------------------------------------------- merger
+
+
+@pytest.mark.parametrize("name", list(AGGREGATORS))
+@pytest.mark.parametrize("spill_every", [0, 7_000])
+def test_merge_values_matches_dict(tmp_path, name, spill_every):
+    pairs = _pairs()
+    m = _merger(AGGREGATORS[name](), tmp_path, spill_every, batch=500)
+    m.mergeValues(iter(pairs))
+    got = dict(m.items())
+    assert got == _reduce(pairs, EXPECTED_FUNCS[name])
+    if spill_every:
+        assert m.spills > 0 and m.disk_bytes_spilled > 0
+    else:
+        assert m.spills == 0
+    _assert_clean(tmp_path)
+
+
+def test_merge_values_string_keys_and_non_identity_combiner(tmp_path):
+    pairs = _str_pairs()
+    # combineByKey computing (count, set of values)
+    agg = Aggregator(
+        lambda v: (1, {v}),
+        lambda c, v: (c[0] + 1, c[1] | {v}),
+        lambda a, b: (a[0] + b[0], a[1] | b[1]),
+    )
+    expected: dict = {}
+    for k, v in pairs:
+        c, s = expected.get(k, (0, set()))
+        expected[k] = (c + 1, s | {v})
+    for spill_every in (0, 5_000):
+        m = _merger(agg, tmp_path, spill_every, batch=250)
+        m.mergeValues(pairs)
+        assert dict(m.items()) == expected
+        assert (m.spills > 0) == bool(spill_every)
+        _assert_clean(tmp_path)
+
+
+@pytest.mark.parametrize("spill_every", [0, 4_000])
+def test_merge_combiners_matches_dict(tmp_path, spill_every):
+    pairs = _pairs(seed=5)
+    # combiners produced by several "map tasks", merged on the reduce side
+    maps = [pairs[i::3] for i in range(3)]
+    combined = [list(_reduce(p, operator.add).items()) for p in maps]
+    m = _merger(Aggregator(lambda x: x, operator.add, operator.add), tmp_path, spill_every, batch=300)
+    for c in combined:
+        m.mergeCombiners(iter(c))
+    assert dict(m.items()) == _reduce(pairs, operator.add)
+    _assert_clean(tmp_path)
+
+
+def test_merge_with_real_tiny_memory_limit(tmp_path):
+    """memory_limit=1 MB: spills driven by the real RSS measurement."""
+
+    def pairs():  # fresh objects, so the merger's memory really grows
+        rnd = random.Random(3)
+        for _ in range(300_000):
+            k = rnd.randrange(200_000)
+            yield "key-%07d" % k, "%06d" % rnd.randrange(10**6) + "x" * (k % 97)
+
+    expected = _reduce(pairs(), max)
+    m = _merger(Aggregator(lambda x: x, max, max), tmp_path, memory_limit=1, batch=1000)
+    m.mergeValues(pairs())
+    got = dict(m.items())
+    assert got == expected
+    assert m.spills > 0
+    assert m.disk_bytes_spilled > 0
+    _assert_clean(tmp_path)
+
+
+def test_empty_and_repeated_calls(tmp_path):
+    m = _merger(Aggregator(lambda x: x, operator.add, operator.add), tmp_path, 100, batch=10)
+    m.mergeValues(iter([]))
+    assert list(m.items()) == []
+    m = _merger(Aggregator(lambda x: x, operator.add, operator.add), tmp_path, 500, batch=50)
+    data = _pairs(3000, 300)
+    for i in range(0, 3000, 250):
+        m.mergeValues(data[i:i + 250])
+    assert dict(m.items()) == _reduce(data, operator.add)
+    _assert_clean(tmp_path)
+
+
+def test_recursive_merge_resplits_skewed_partition(tmp_path):
+    """All keys hash to the same level-0 sub-partition; recursion re-splits them."""
+    agg = Aggregator(lambda x: x, operator.add, operator.add)
+    level0 = ExternalMerger(agg)
+    level1 = ExternalMerger(agg, scale=59)
+    level2 = ExternalMerger(agg, scale=59 * 59)
+    assert (level1._depth, level2._depth) == (1, 2)
+    keys = [k for k in range(400_000) if level0._partition(k) == 0][:3000]
+    assert len(keys) == 3000
+    # the next levels spread those keys evenly over the sub-partitions
+    counts = [0] * 59
+    for k in keys:
+        counts[level1._partition(k)] += 1
+    assert min(counts) > 0 and max(counts) < 3 * len(keys) / 59
+    assert len({level2._partition(k) for k in keys if level1._partition(k) == 0}) > 20
+    # ... and are independent of a hash(k) % n shuffle partitioner
+    assert len({level0._partition(k) for k in range(0, 100_000, 59)}) == 59
+    pairs = [(k, 1) for k in keys] * 4
+    random.Random(0).shuffle(pairs)
+    m = _merger(agg, tmp_path, 2_000, batch=100)
+    m.mergeValues(pairs)
+    used_before_items = [p for p in m._files if p]
+    assert len(used_before_items) == 1  # everything landed in one sub-partition
+    assert dict(m.items()) == {k: 4 for k in keys}
+    _assert_clean(tmp_path)
+
+
+def test_items_partial_consumption_then_close_cleans(tmp_path):
+    m = _merger(Aggregator(lambda x: x, operator.add, operator.add), tmp_path, 3_000, batch=200)
+    m.mergeValues(_pairs())
+    it = m.items()
+    for _ in range(10):
+        next(it)
+    assert os.listdir(tmp_path) != []
+    it.close()
+    _assert_clean(tmp_path)
+
+
+def test_explicit_cleanup_and_spill_dir_naming(tmp_path):
+    m = _merger(Aggregator(lambda x: x, operator.add, operator.add), tmp_path, 3_000, batch=200)
+    m.mergeValues(_pairs())
+    (root,) = os.listdir(tmp_path)
+    assert str(os.getpid()) in root
+    m.cleanup()
+    _assert_clean(tmp_path)
+
+
+def test_multiple_local_dirs(tmp_path):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    m = ExternalMerger(Aggregator(lambda x: x, operator.add, operator.add),
+                       local_dirs=[str(d) for d in dirs], batch=200)
+    m.spill_every = 15_000
+    pairs = _pairs()
+    m.mergeValues(pairs)
+    assert m.spills >= 2
+    assert all(any(os.scandir(os.path.join(d, os.listdir(d)[0]))) for d in dirs)
+    assert dict(m.items()) == _reduce(pairs, operator.add)
+    assert os.listdir(dirs[0]) == [] and os.listdir(dirs[1]) == []
+
+
+class _FramedSerializer:
+    """An engine-style serializer: one pickle per record, length-framed."""
+
+    def __init__(self):
+        self.dumped = 0
+
+    def dump_stream(self, iterator, stream):
+        import pickle
+
+        for obj in iterator:
+            data = pickle.dumps(obj)
+            stream.write(len(data).to_bytes(4, "big"))
+            stream.write(data)
+            self.dumped += 1
+
+    def load_stream(self, stream):
+        import pickle
+
+        while True:
+            h = stream.read(4)
+            if not h:
+                return
+            yield pickle.loads(stream.read(int.from_bytes(h, "big")))
+
+
+def test_custom_serializer(tmp_path):
+    ser = _FramedSerializer()
+    m = ExternalMerger(Aggregator(lambda x: x, operator.add, operator.add), serializer=ser,
+                       local_dirs=[str(tmp_path)], batch=300)
+    m.spill_every = 5_000
+    pairs = _pairs()
+    m.mergeValues(pairs)
+    assert dict(m.items()) == _reduce(pairs, operator.add)
+    assert ser.dumped > 0
+    _assert_clean(tmp_path)
+
+
+def test_batched_pickle_serializer_roundtrip_and_cloudpickle_fallback(tmp_path):
+    import io
+
+    ser = BatchedPickleSerializer(best_size=256)
+    objs = [(i, "x" * (i % 50), [i] * (i % 7)) for i in range(5000)] + [(1, lambda: 42)]
+    buf = io.BytesIO()
+    ser.dump_stream(iter(objs), buf)
+    ser.dump_stream(iter(objs[:10]), buf)  # streams concatenate
+    buf.seek(0)
+    out = list(ser.load_stream(buf))
+    assert out[:5000] == objs[:5000] and out[5000][1]() == 42 and out[5001:] == objs[:10]
+
+
+# ---------------------------------------------------------------- group-by
+
+
+@pytest.mark.parametrize("spill_every", [0, 6_000])
+def test_group_by_values(tmp_path, spill_every):
+    pairs = _str_pairs(seed=7)
+    g = ExternalGroupBy(memory_limit=512, local_dirs=[str(tmp_path)], batch=300)
+    g.spill_every = spill_every
+    g.mergeValues(iter(pairs))
+    got = dict(g.items())
+    # values keep their input order within a key, also across spills
+    assert got == _group(pairs)
+    assert all(type(v) is list for v in got.values())
+    assert (g.spills > 0) == bool(spill_every)
+    _assert_clean(tmp_path)
+
+
+@pytest.mark.parametrize("spill_every", [0, 3_000])
+def test_group_by_combiners(tmp_path, spill_every):
+    pairs = _pairs(seed=11)
+    maps = [pairs[i::4] for i in range(4)]
+    g = ExternalGroupBy(Aggregator(lambda v: [v], None, None), memory_limit=512,
+                        local_dirs=[str(tmp_path)], batch=200)
+    g.spill_every = spill_every
+    for p in maps:
+        # combiners may arrive as tuples; they are converted to lists
+        g.mergeCombiners((k, tuple(v)) for k, v in _group(p).items())
+    expected: dict = {}
+    for p in maps:
+        for k, v in _group(p).items():
+            expected.setdefault(k, []).extend(v)
+    assert dict(g.items()) == expected
+    _assert_clean(tmp_path)
+
+
+class _RecordingSerializer(BatchedPickleSerializer):
+    def __init__(self):
+        super().__init__()
+        self.max_list = 0
+
+    def dump_stream(self, iterator, stream):
+        def watch(it):
+            for k, v in it:
+                self.max_list = max(self.max_list, len(v))
+                yield k, v
+
+        super().dump_stream(watch(iterator), stream)
+
+
+def test_group_by_huge_key_spills_in_chunks(tmp_path):
+    rnd = random.Random(4)
+    pairs = [("hot", i) for i in range(120_000)] + [("k%d" % rnd.randrange(2000), -i) for i in range(20_000)]
+    rnd.shuffle(pairs)
+    ser = _RecordingSerializer()
+    g = ExternalGroupBy(memory_limit=512, serializer=ser, local_dirs=[str(tmp_path)], batch=500)
+    g.spill_every = 30_000
+    g.mergeValues(pairs)
+    got = dict(g.items())
+    assert got == _group(pairs)
+    assert g.spills > 0
+    assert 0 < ser.max_list <= ExternalGroupBy.LIST_CHUNK
+    _assert_clean(tmp_path)
+
+
+# ---------------------------------------------------------------- sorter
+
+
+def _sorter(tmp_path, spill_every=0, **kw):
+    s = ExternalSorter(512, local_dirs=[str(tmp_path)], **kw)
+    s.spill_every = spill_every
+    return s
+
+
+@pytest.mark.parametrize("spill_every", [0, 3_000])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_sort_stable_with_key_and_reverse(tmp_path, spill_every, reverse):
+    rnd = random.Random(8)
+    # many duplicate keys; the sequence number exposes stability
+    records = [(rnd.randrange(500), i) for i in range(40_000)]
+    key = operator.itemgetter(0)
+    s = _sorter(tmp_path, spill_every, batch=500)
+    got = list(s.sorted(iter(records), key=key, reverse=reverse))
+    assert got == sorted(records, key=key, reverse=reverse)
+    assert (s.spills > 0) == bool(spill_every)
+    _assert_clean(tmp_path)
+
+
+@pytest.mark.parametrize("spill_every", [0, 2_000])
+def test_sort_plain_values(tmp_path, spill_every):
+    rnd = random.Random(9)
+    values = ["%05d" % rnd.randrange(3000) for _ in range(25_000)]
+    s = _sorter(tmp_path, spill_every, batch=250)
+    assert list(s.sorted(values)) == sorted(values)
+    s = _sorter(tmp_path, spill_every, batch=250)
+    assert list(s.sorted(values, reverse=True)) == sorted(values, reverse=True)
+    s = _sorter(tmp_path, spill_every, batch=250)
+    assert list(s.sorted(iter([]))) == []
+    _assert_clean(tmp_path)
+
+
+def test_sort_premerges_many_runs(tmp_path):
+    rnd = random.Random(10)
+    records = [(rnd.randrange(100), i) for i in range(20_000)]
+    key = operator.itemgetter(0)
+    s = _sorter(tmp_path, 250, batch=50)
+    s.MAX_MERGE_WIDTH = 8
+    got = list(s.sorted(records, key=key, reverse=True))
+    assert s.spills >= 70
+    assert s._nfiles > s.spills  # runs were pre-merged into new run files
+    assert got == sorted(records, key=key, reverse=True)
+    _assert_clean(tmp_path)
+
+
+def test_sort_real_tiny_memory_limit(tmp_path):
+    def records():  # fresh objects, so memory really grows while sorting
+        rnd = random.Random(12)
+        for i in range(200_000):
+            yield "%08d" % rnd.randrange(10**8), "y" * (i % 80)
+
+    s = ExternalSorter(1, local_dirs=[str(tmp_path)])
+    it = s.sorted(records(), key=operator.itemgetter(0))
+    assert s.spills > 0
+    assert list(it) == sorted(records(), key=operator.itemgetter(0))
+    _assert_clean(tmp_path)
+
+
+def test_sort_partial_consumption_cleanup(tmp_path):
+    s = _sorter(tmp_path, 1_000, batch=100)
+    it = s.sorted(range(10_000, 0, -1))
+    assert [next(it) for _ in range(3)] == [1, 2, 3]
+    it.close()
+    _assert_clean(tmp_path)
+
+
+# ---------------------------------------------------------------- RSS bound
+
+_RSS_SCRIPT = textwrap.dedent(
+    """
+    import gc, os, resource, sys
+    sys.path.insert(0, {root!r})
+    from ember.shuffle.external import Aggregator, ExternalMerger, ExternalGroupBy, ExternalSorter
+
+    LIMIT = {limit}
+    KIND = {kind!r}
+    N = {nkeys}
+
+    def peak_kb():
+        # VmHWM: peak RSS of this process image.  (ru_maxrss is not used: it
+        # starts out at the forking parent's RSS.)
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+    baseline_kb = peak_kb()
+
+    def records():
+        # each key twice, far apart; ~250 bytes of Python objects per key
+        for rep in range(2):
+            for i in range(N):
+                k = (i * 7919) % N
+                yield "key-%010d" % k, ("%08d" % (k + rep)) * 12
+
+    if KIND == "merge":
+        m = ExternalMerger(Aggregator(lambda x: x, max, max), LIMIT, local_dirs=[{tmp!r}])
+        m.mergeValues(records())
+        n = total = 0
+        for k, v in m.items():
+            n += 1
+            total += int(v[:8])
+        assert n == N, n
+        assert total == sum(range(1, N + 1)), total
+    elif KIND == "group":
+        m = ExternalGroupBy(memory_limit=LIMIT, local_dirs=[{tmp!r}])
+        m.mergeValues(records())
+        n = 0
+        for k, vs in m.items():
+            n += 1
+            assert len(vs) == 2
+        assert n == N, n
+    else:
+        m = ExternalSorter(LIMIT, local_dirs=[{tmp!r}])
+        prev = None
+        n = 0
+        for k, v in m.sorted(records()):
+            assert prev is None or prev <= k
+            prev = k
+            n += 1
+        assert n == 2 * N, n
+    print(baseline_kb, peak_kb(), m.spills, m.disk_bytes_spilled)
+    """
+)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["merge", "sort"])
+def test_rss_bounded_with_5x_data(tmp_path, kind):
+    limit = 40
+    nkeys = 800_000  # ~200 MB of str objects if it all stayed in memory
+    script = _RSS_SCRIPT.format(root=ROOT, limit=limit, kind=kind, nkeys=nkeys, tmp=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=110)
+    assert proc.returncode == 0, proc.stderr
+    baseline_kb, peak_kb, spills, disk = map(int, proc.stdout.split())
+    peak_mb = peak_kb / 1024
+    print("kind=%s baseline=%.1f MB peak=%.1f MB spills=%d disk=%.1f MB"
+          % (kind, baseline_kb / 1024, peak_mb, spills, disk / 2**20))
+    assert spills > 0
+    assert disk > 2 * limit * 2**20  # data really was several times the budget
+    assert peak_mb < 2.5 * limit + baseline_kb / 1024
+    _assert_clean(tmp_path)
