@@ -33,6 +33,7 @@ from ember.rdd import (RDD, EmptyRDD, FileListRDD, ParallelCollectionRDD, TextFi
                        UnionRDD, _pickle_scope, call_site)
 from ember.rdd_sources import slice_collection
 from ember.scheduler.dag_scheduler import DAGScheduler
+from ember.scheduler.event_loop import EventLoop
 from ember.scheduler.listener import ListenerBus
 from ember.scheduler.map_output_tracker import MapOutputTracker
 from ember.scheduler.task import TaskLocation
@@ -139,6 +140,7 @@ class SparkContext:
         self.environment["PYTHONHASHSEED"] = os.environ.get("PYTHONHASHSEED", "0")
         self._start_time = int(time.time() * 1000)
         self._local = threading.local()
+        self._main_props: dict[str, str] = {}
         self._next_rdd_id = 0
         self._next_shuffle_id = 0
         self._next_bid = 0
@@ -205,20 +207,22 @@ class SparkContext:
             storage = max(32, int((mem - 300) * config.read(self._conf, "spark.memory.fraction")))
             storage = storage // threads
         dp = self._conf.get("spark.default.parallelism")
+        self._loop = EventLoop("dag-scheduler-event-loop")
         backend = LocalSchedulerBackend(
             sched, threads, self._local_dir, self._python_worker_memory_mb, storage << 20,
             self._files_dir, dict(self.environment),
             config.read(self._conf, "spark.python.task.killTimeout"),
-            int(dp) if dp else None)
+            int(dp) if dp else None, self._loop)
         self._app_id = f"local-{self._start_time}"
         dag = DAGScheduler(sched, self._bus, self._tracker, self._cache_locations,
                            self._serialize_stage, ShuffleWriteFunc.for_dependency,
-                           config.read(self._conf, "spark.stage.maxConsecutiveAttempts"))
+                           config.read(self._conf, "spark.stage.maxConsecutiveAttempts"),
+                           loop=self._loop)
         sched.initialize(backend, dag)
         self._task_scheduler = sched
         self._backend = backend
         self._dag = dag
-        dag.start()
+        self._loop.start()
         backend.start()
 
     # --- internals used by RDDs and the scheduler ---------------------------------------
@@ -280,7 +284,7 @@ class SparkContext:
         else:
             def task_func(ctx: Any, it: Iterable) -> Any:
                 return func(it)
-        props = dict(getattr(self._local, "props", {}))
+        props = dict(self._props())
         waiter = self._dag.submit_job(rdd, task_func, partitions, call_site(), handler, props)
         try:
             waiter.wait()
@@ -351,13 +355,18 @@ class SparkContext:
     def _teardown(self) -> None:
         dag = getattr(self, "_dag", None)
         if dag is not None:
+            done = threading.Event()
             dag.post(dag.handle_shutdown)
-            dag.stop()
+            dag.post(done.set)
+            done.wait(10)
         if getattr(self, "_progress_bar", None) is not None:
             self._progress_bar.stop()
         backend = getattr(self, "_backend", None)
         if backend is not None:
             backend.stop()
+        loop = getattr(self, "_loop", None)
+        if loop is not None:
+            loop.stop()
         bus = getattr(self, "_bus", None)
         if bus is not None:
             bus.stop()
@@ -555,9 +564,15 @@ class SparkContext:
 
     # --- jobs ---------------------------------------------------------------------------
     def _props(self) -> dict[str, str]:
+        """This thread's job properties. A thread that never set any starts from a copy of
+        the main thread's, as Spark's inheritable local properties do for child threads."""
         props = getattr(self._local, "props", None)
         if props is None:
-            props = self._local.props = {}
+            if threading.current_thread() is threading.main_thread():
+                props = self._main_props
+            else:
+                props = dict(self._main_props)
+            self._local.props = props
         return props
 
     def setLocalProperty(self, key: str, value: str | None) -> None:

@@ -116,7 +116,7 @@ class RDD:
         raise NotImplementedError
 
     def dependencies(self) -> list[Dependency]:
-        if self._truncated:
+        if self._truncated or self._checkpoint_dir is not None:
             return []
         return self._get_dependencies()
 
@@ -236,6 +236,7 @@ class RDD:
         if self.ctx._checkpoint_dir is None:
             raise SparkException("Checkpoint directory has not been set in the SparkContext")
         self._checkpoint_requested = True
+        self.is_checkpointed = True          # PySpark sets this flag at request time
 
     def isCheckpointed(self) -> bool:
         return self._checkpoint_dir is not None or (self._local_checkpointed and self._truncated)
@@ -293,7 +294,12 @@ class RDD:
             from ember.storage.block_manager import _write_batches
             _write_batches(os.path.join(path, f"part-{ctx.partitionId():05d}"), it)
 
-        self.ctx._run_job(self, write, list(range(self.getNumPartitions())), with_context=True)
+        self._checkpoint_requested = False   # the write job itself must not checkpoint again
+        try:
+            self.ctx._run_job(self, write, list(range(self.getNumPartitions())),
+                              with_context=True)
+        finally:
+            self._checkpoint_requested = True
         self._checkpoint_dir = path
         self._partitions_cache = None
         self.is_checkpointed = True
@@ -905,7 +911,9 @@ class RDD:
             return counters
 
         parts = self.ctx._run_job(self, histogram)
-        return bucket_list, [sum(c) for c in zip(*parts)] if parts else [0] * (len(bucket_list) - 1)
+        counts = [sum(c) for c in zip(*parts)] if parts else [0] * (len(bucket_list) - 1)
+        # PySpark hands back the caller's own buckets object (a tuple stays a tuple)
+        return (bucket_list if isinstance(buckets, int) else buckets), counts
 
     def countByValue(self) -> dict:
         def count_partition(iterator: Iterable) -> dict:
@@ -997,8 +1005,11 @@ class RDD:
 
     def takeSample(self, withReplacement: bool, num: int, seed: int | None = None) -> list:
         num_st_dev = 10.0
+        max_sample_size = sys.maxsize - int(num_st_dev * math.sqrt(sys.maxsize))
         if num < 0:
             raise ValueError("Sample size cannot be negative.")
+        if num > max_sample_size:
+            raise ValueError(f"Sample size cannot be greater than {max_sample_size}.")
         if num == 0 or self.getNumPartitions() == 0:
             return []
         initial_count = self.count()
@@ -1009,9 +1020,6 @@ class RDD:
             samples = self.collect()
             rand.shuffle(samples)
             return samples
-        max_sample_size = sys.maxsize - int(num_st_dev * math.sqrt(sys.maxsize))
-        if num > max_sample_size:
-            raise ValueError(f"Sample size cannot be greater than {max_sample_size}.")
         fraction = _compute_fraction_for_sample_size(num, initial_count, withReplacement)
         samples = self.sample(withReplacement, fraction, seed).collect()
         while len(samples) < num:
@@ -1127,7 +1135,11 @@ def _count_iter(it: Iterable) -> int:
 
 def _driver_hash_agrees(key: Any) -> bool:
     """Can the driver compute portable_hash(key) the way task processes do?"""
-    if os.environ.get("PYTHONHASHSEED", "0") == "0" and "PYTHONHASHSEED" in os.environ:
+    if "PYTHONHASHSEED" not in os.environ:
+        return False        # portable_hash would refuse to hash on the driver
+    # str/bytes hashes agree only if this interpreter itself started with seed 0 (setting
+    # the variable after start-up does not change hash()); tasks always hash with "0".
+    if not sys.flags.hash_randomization and os.environ["PYTHONHASHSEED"] == "0":
         return True
     return isinstance(key, (int, float, type(None))) or (
         isinstance(key, tuple) and all(_driver_hash_agrees(k) for k in key))
@@ -1287,6 +1299,9 @@ class UnionPartition(Partition):
         super().__init__(index)
         self.rdd_index, self.parent = rdd_index, parent
 
+    def _args(self) -> tuple:
+        return (self.index, self.rdd_index, self.parent)
+
 
 class UnionRDD(RDD):
     _lineage_attrs = ("rdds",)
@@ -1321,6 +1336,9 @@ class PairPartition(Partition):
     def __init__(self, index: int, s1: Partition, s2: Partition) -> None:
         super().__init__(index)
         self.s1, self.s2 = s1, s2
+
+    def _args(self) -> tuple:
+        return (self.index, self.s1, self.s2)
 
 
 class CartesianRDD(RDD):
@@ -1379,6 +1397,9 @@ class CoalescedPartition(Partition):
     def __init__(self, index: int, parents: list[Partition]) -> None:
         super().__init__(index)
         self.parents = parents
+
+    def _args(self) -> tuple:
+        return (self.index, self.parents)
 
 
 class CoalescedRDD(RDD):

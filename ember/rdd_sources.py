@@ -30,13 +30,11 @@ class Partition:
     def __init__(self, index: int) -> None:
         self.index = index
 
-    def __getstate__(self):
-        return {s: getattr(self, s) for cls in type(self).__mro__
-                for s in getattr(cls, "__slots__", ()) if hasattr(self, s)}
+    def __reduce__(self):
+        return (type(self), self._args())
 
-    def __setstate__(self, state):
-        for k, v in state.items():
-            object.__setattr__(self, k, v)
+    def _args(self) -> tuple:
+        return (self.index,)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.index})"
@@ -49,6 +47,9 @@ class ParallelCollectionPartition(Partition):
         super().__init__(index)
         self.data = data
 
+    def _args(self) -> tuple:
+        return (self.index, self.data)
+
 
 class FileSplit(Partition):
     __slots__ = ("path", "start", "length")
@@ -57,6 +58,9 @@ class FileSplit(Partition):
         super().__init__(index)
         self.path, self.start, self.length = path, start, length
 
+    def _args(self) -> tuple:
+        return (self.index, self.path, self.start, self.length)
+
 
 class FileListPartition(Partition):
     __slots__ = ("paths",)
@@ -64,6 +68,9 @@ class FileListPartition(Partition):
     def __init__(self, index: int, paths: list[str]) -> None:
         super().__init__(index)
         self.paths = paths
+
+    def _args(self) -> tuple:
+        return (self.index, self.paths)
 
 
 def slice_collection(data: Any, num_slices: int) -> list[Any]:

@@ -16,6 +16,7 @@ This module is pure: it imports nothing from the engine but ``ember.errors``.
 
 from __future__ import annotations
 
+import io
 import itertools
 import marshal
 import pickle
@@ -404,6 +405,25 @@ class AutoBatchedSerializer(BatchedSerializer):
 # --------------------------------------------------------------------------- closures
 
 
+_code_reduce = cloudpickle.Pickler.dispatch_table[types.CodeType] \
+    if hasattr(cloudpickle.Pickler, "dispatch_table") and \
+    types.CodeType in getattr(cloudpickle.Pickler, "dispatch_table", {}) else None
+
+
+def _reduce_code_keeping_filename(code: types.CodeType) -> Any:
+    """cloudpickle's code reducer, but keeping co_filename so remote tracebacks name the
+    user's file instead of "<dynamic-code>"."""
+    rv = _code_reduce(code)
+    args = tuple(code.co_filename if a == "<dynamic-code>" else a for a in rv[1])
+    return (rv[0], args) + tuple(rv[2:])
+
+
+class _FilenamePreservingPickler(cloudpickle.Pickler):
+    if _code_reduce is not None:
+        dispatch_table = dict(cloudpickle.Pickler.dispatch_table)
+        dispatch_table[types.CodeType] = _reduce_code_keeping_filename
+
+
 def dumps_closure(obj: Any) -> bytes:
     """``cloudpickle.dumps(obj)`` for shipping functions (and what they capture).
 
@@ -415,7 +435,9 @@ def dumps_closure(obj: Any) -> bytes:
     is chained as ``__cause__``; the path is also on the error as ``failed_path``.
     """
     try:
-        return cloudpickle.dumps(obj, PICKLE_PROTOCOL)
+        buf = io.BytesIO()
+        _FilenamePreservingPickler(buf, protocol=PICKLE_PROTOCOL).dump(obj)
+        return buf.getvalue()
     except Exception as e:  # noqa: BLE001 - everything becomes a PicklingError
         err = e
     emsg = str(err)

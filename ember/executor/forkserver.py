@@ -45,7 +45,7 @@ def serve(ctrl: socket.socket) -> None:
                 send_msg(ctrl, ("exit", pid, os.waitstatus_to_exitcode(status)))
             except OSError:
                 return
-        ctrl.settimeout(0.2)
+        ctrl.settimeout(0.05)
         try:
             msg, fds, _flags, _addr = socket.recv_fds(ctrl, 16, 1)
         except socket.timeout:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-import selectors
+import functools
 import signal
 import socket
 import subprocess
@@ -20,6 +20,7 @@ import time
 from typing import Any, Callable
 
 from ember.executor.wire import FrameBuffer, send_msg
+from ember.scheduler.event_loop import EventLoop
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,8 @@ class _Slot:
 class TaskProcessPool:
     def __init__(self, num_slots: int, env_conf: dict, on_task_end: TaskEndCallback,
                  extra_env: dict[str, str] | None = None, kill_timeout: float = 2.0,
-                 on_slot_restarted: Callable[[int], None] | None = None) -> None:
+                 on_slot_restarted: Callable[[int], None] | None = None,
+                 loop: EventLoop | None = None) -> None:
         self.num_slots = num_slots
         self.env_conf = env_conf
         self.on_task_end = on_task_end
@@ -57,21 +59,19 @@ class TaskProcessPool:
         self.extra_env = extra_env or {}
         self.kill_timeout = kill_timeout
         self.slots = [_Slot(i) for i in range(num_slots)]
-        self._sel = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._own_loop = loop is None
+        self.loop = loop or EventLoop("task-process-pool")
         self._lock = threading.RLock()
         self._stopped = False
-        self._thread = threading.Thread(target=self._reader_loop, name="task-process-reader",
-                                        daemon=True)
         self._forks = ForkServerClient(self._child_env())
 
     # lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
         self._forks.start()
+        if self._own_loop:
+            self.loop.start()
         for slot in self.slots:
             self._spawn(slot)
-        self._thread.start()
 
     def _child_env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -93,15 +93,8 @@ class TaskProcessPool:
         slot.tid = None
         slot.killing = None
         slot.started_at = time.monotonic()
-        self._sel.register(parent, selectors.EVENT_READ, slot)
-        self._wake()
+        self.loop.register(parent, functools.partial(self._on_readable, slot, parent))
         self._forks.fork(child, slot)
-
-    def _wake(self) -> None:
-        try:
-            self._wake_w.send(b"x")
-        except OSError:
-            pass
 
     def stop(self) -> None:
         with self._lock:
@@ -114,7 +107,6 @@ class TaskProcessPool:
                         send_msg(slot.sock, ("stop",))
                     except OSError:
                         pass
-        self._wake()
         pids = [s.pid for s in self.slots if s.pid]
         deadline = time.monotonic() + 2.0
         while pids and time.monotonic() < deadline:
@@ -127,12 +119,12 @@ class TaskProcessPool:
             except OSError:
                 pass
         self._forks.stop()
-        self._thread.join(timeout=2.0)
         for slot in self.slots:
             if slot.sock is not None:
+                self.loop.unregister(slot.sock)
                 slot.sock.close()
-        self._wake_r.close()
-        self._wake_w.close()
+        if self._own_loop:
+            self.loop.stop()
 
     # tasks -------------------------------------------------------------------------------
     def is_free(self, index: int) -> bool:
@@ -199,27 +191,20 @@ class TaskProcessPool:
                 slot.seen = {k for k in slot.seen if k[0] != stage_id}
         self.broadcast(("forget_stage", stage_id))
 
-    # reader ------------------------------------------------------------------------------
-    def _reader_loop(self) -> None:
-        while not self._stopped:
-            for key, _ in self._sel.select(timeout=1.0):
-                slot = key.data
-                if slot is None:
-                    try:
-                        self._wake_r.recv(4096)
-                    except OSError:
-                        pass
-                    continue
-                try:
-                    data = slot.sock.recv(1 << 20)
-                except OSError:
-                    data = b""
-                if not data:
-                    self._on_death(slot)
-                    continue
-                for msg in slot.buf.feed(data):
-                    if msg[0] == "done":
-                        self._on_done(slot, msg)
+    # reader (runs on the event loop) -----------------------------------------------------
+    def _on_readable(self, slot: _Slot, sock: socket.socket) -> None:
+        if sock is not slot.sock:
+            return
+        try:
+            data = sock.recv(1 << 20)
+        except OSError:
+            data = b""
+        if not data:
+            self._on_death(slot)
+            return
+        for msg in slot.buf.feed(data):
+            if msg[0] == "done":
+                self._on_done(slot, msg)
 
     def _on_done(self, slot: _Slot, msg: tuple) -> None:
         _, tid, state, payload, updates, metrics, blocks = msg
@@ -236,10 +221,7 @@ class TaskProcessPool:
 
     def _on_death(self, slot: _Slot) -> None:
         with self._lock:
-            try:
-                self._sel.unregister(slot.sock)
-            except (KeyError, ValueError):
-                pass
+            self.loop.unregister(slot.sock)
             slot.sock.close()
             code = self._forks.exit_code(slot.pid)
             if self._stopped:

@@ -107,7 +107,7 @@ def run_task(env: TaskEnv, stage: _Stage, task: tuple, tid: int) -> tuple:
         state, payload = "FAILED", ("NotSerializableResult", str(e), "", False)
     except BaseException as e:  # user code: report, never die
         _running[0] = False
-        tb = traceback.format_exc()
+        tb = user_traceback(e)
         state, payload = "FAILED", (type(e).__name__, str(e), tb, True)
     TaskContext._setTaskContext(None)
     metrics = ctx.metrics
@@ -115,6 +115,21 @@ def run_task(env: TaskEnv, stage: _Stage, task: tuple, tid: int) -> tuple:
     metrics["executorCpuTime"] = int((time.process_time() - cpu_start) * 1e9)
     updates = {a.aid: a._value for a in stage.accumulators} if state == "FINISHED" else {}
     return ("done", tid, state, payload, updates, metrics, env.block_manager.take_updates())
+
+
+_EMBER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def user_traceback(e: BaseException) -> str:
+    """The traceback without Ember's own frames (the user's code is what matters)."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if not os.path.abspath(f.filename).startswith(_EMBER_DIR + os.sep)]
+    if not frames:
+        return traceback.format_exc()
+    lines = ["Traceback (most recent call last):\n"]
+    lines += traceback.format_list(frames)
+    lines += traceback.format_exception_only(type(e), e)
+    return "".join(lines)
 
 
 class _NotSerializableResult(Exception):

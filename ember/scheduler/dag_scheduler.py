@@ -8,13 +8,13 @@ with fake task results and no processes. Names and messages follow Spark's DAGSc
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from typing import Any, Callable
 
 from ember.dependency import NarrowDependency, ShuffleDependency
-from ember.errors import JobCancelledException, SparkException, make_python_exception
+from ember.errors import (JobCancelledException, PicklingError, SparkException,
+                          make_python_exception)
 from ember.scheduler import listener as L
 from ember.scheduler.map_output_tracker import MapOutputTracker
 from ember.scheduler.task import (ExceptionFailure, FetchFailed, Success, Task, TaskLocation,
@@ -146,7 +146,8 @@ class DAGScheduler:
                  serialize_stage: Callable[[str, Any, Any], bytes],
                  map_writer: Callable[[ShuffleDependency], Any],
                  max_consecutive_attempts: int = 4,
-                 timer: Callable[[float, Callable[[], None]], None] | None = None) -> None:
+                 timer: Callable[[float, Callable[[], None]], None] | None = None,
+                 loop: Any = None) -> None:
         self.task_scheduler = task_scheduler
         self.bus = bus
         self.tracker = tracker
@@ -168,34 +169,14 @@ class DAGScheduler:
         self.failed_stages: set[Stage] = set()
         self.cancelled_job_groups: set[str] = set()
         self._lock = threading.Lock()
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
+        self.loop = loop      # None: handle events synchronously (unit tests)
 
     # --- event loop (the only I/O shell) ------------------------------------------------
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="dag-scheduler-event-loop",
-                                        daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join(timeout=10)
-            self._thread = None
-
     def post(self, fn: Callable, *args: Any) -> None:
-        self._queue.put((fn, args))
-
-    def _loop(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            fn, args = item
-            try:
-                fn(*args)
-            except Exception:
-                log.exception("DAGScheduler failed handling %s", getattr(fn, "__name__", fn))
+        if self.loop is None:
+            fn(*args)
+        else:
+            self.loop.post(fn, *args)
 
     def _thread_timer(self, delay: float, fn: Callable[[], None]) -> None:
         t = threading.Timer(delay, lambda: self.post(fn))
@@ -401,9 +382,11 @@ class DAGScheduler:
 
     def _preferred_locations(self, rdd: Any, partition: int, visited: set | None = None
                              ) -> list[TaskLocation]:
-        locs = self.cache_locations(rdd.id(), partition)
-        if locs:
-            return locs
+        level = getattr(rdd, "_storage_level", None)
+        if level is not None and (level.useMemory or level.useDisk):
+            locs = self.cache_locations(rdd.id(), partition)
+            if locs:
+                return locs
         prefs = rdd.preferred_locations(partition)
         if prefs:
             return [TaskLocation(h) for h in prefs]
@@ -542,10 +525,11 @@ class DAGScheduler:
                 self.mark_stage_finished(stage, reason.message, not should_abort)
                 self.task_scheduler.zombify(stage.id, task.stage_attempt)
             if map_stage is not None:
-                if reason.map_index >= 0:
-                    self.tracker.unregister_map_output(reason.shuffle_id, reason.map_index)
-                else:
-                    for i in range(map_stage.num_tasks):
+                # Like Spark without an external shuffle service: whatever else that
+                # executor wrote for this shuffle is suspect too, so recompute it in one go.
+                for i, st in enumerate(self.tracker.statuses(reason.shuffle_id)):
+                    if i == reason.map_index or reason.map_index < 0 or (
+                            st is not None and st.executor_id == reason.executor_id):
                         self.tracker.unregister_map_output(reason.shuffle_id, i)
             if reason.executor_id and not self.task_scheduler.is_executor_alive(reason.executor_id):
                 self.tracker.remove_outputs_on_executor(reason.executor_id)
@@ -623,8 +607,11 @@ class DAGScheduler:
         failed.latest_info.completion_time = time.time()
         for job in jobs:
             msg = f"Job aborted due to stage failure: {reason}"
-            if isinstance(exception, ExceptionFailure) and exception.exc_type != "NotSerializableResult":
-                err: BaseException = make_python_exception(
+            if isinstance(exception, PicklingError):
+                err: BaseException = exception     # PySpark raises it as is
+            elif isinstance(exception, ExceptionFailure) and \
+                    exception.exc_type != "NotSerializableResult":
+                err = make_python_exception(
                     msg, exception.exc_type, exception.message, exception.traceback)
             else:
                 err = SparkException(msg)

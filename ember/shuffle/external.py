@@ -14,8 +14,9 @@ over the budget, the dict is split by a seeded hash of the key into
 later records are merged into per-sub-partition dicts that are spilled the
 same way.  ``items()`` then spills what is left and merges the spill files
 back one sub-partition at a time (each roughly ``1/partitions`` of the data).
-If one sub-partition still does not fit it is re-partitioned recursively with
-a differently seeded hash, so a skewed sub-partition splits again.
+If one sub-partition still does not fit it is re-partitioned recursively by
+the next base-``partitions`` digit of the key's (seeded) hash, so a skewed
+sub-partition splits again (see ``ExternalMerger._partition``).
 
 RSS rarely drops after Python frees objects (the allocator keeps its arenas),
 so after a spill the soft limit becomes ``max(budget, 1.05 * RSS)``: the next
@@ -36,6 +37,7 @@ import os
 import pickle
 import shutil
 import tempfile
+import types
 from itertools import islice
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -258,14 +260,14 @@ def {name}(pdata, nparts, seed, scale, it, creator, comb, _missing=_MISSING):
 """
 
 # statement templates: ``create`` stores a new combiner, ``merge`` folds v in
-CREATE_CALL = "d[k] = creator(v)"
-CREATE_IDENTITY = "d[k] = v"
-CREATE_LIST = "d[k] = [v]"
-CREATE_OWN_LIST = "d[k] = v if v.__class__ is list else list(v)"
-MERGE_CALL = "d[k] = comb(old, v)"
-MERGE_ADD = "d[k] = old + v"
-MERGE_APPEND = "old.append(v)"
-MERGE_EXTEND = "old.extend(v)"
+_CREATE_CALL = "d[k] = creator(v)"
+_CREATE_IDENTITY = "d[k] = v"
+_CREATE_LIST = "d[k] = [v]"
+_CREATE_OWN_LIST = "d[k] = v if v.__class__ is list else list(v)"
+_MERGE_CALL = "d[k] = comb(old, v)"
+_MERGE_ADD = "d[k] = old + v"
+_MERGE_APPEND = "old.append(v)"
+_MERGE_EXTEND = "old.extend(v)"
 
 _loop_cache: dict[tuple[str, str, str], Callable[..., int]] = {}
 
@@ -297,10 +299,11 @@ _ADD_CODE = (lambda a, b: a + b).__code__.co_code
 
 
 def _same_code(f: Any, co_code: bytes, nargs: int) -> bool:
-    code = getattr(f, "__code__", None)
+    if type(f) is not types.FunctionType:  # not bound methods, partials, ...
+        return False
+    code = f.__code__
     return (
-        code is not None
-        and code.co_code == co_code
+        code.co_code == co_code
         and code.co_argcount == nargs
         and code.co_kwonlyargcount == 0
         and not code.co_flags & 0x0C  # no *args / **kwargs
@@ -407,12 +410,12 @@ class ExternalMerger:
     # -- loop selection ---------------------------------------------------
     def _setup_loops(self) -> None:
         agg = self.agg
-        create = CREATE_IDENTITY if _is_identity(agg.createCombiner) else CREATE_CALL
-        merge = MERGE_ADD if _is_add(agg.mergeValue) else MERGE_CALL
+        create = _CREATE_IDENTITY if _is_identity(agg.createCombiner) else _CREATE_CALL
+        merge = _MERGE_ADD if _is_add(agg.mergeValue) else _MERGE_CALL
         self._value_loops = _loops(create, merge)
         self._value_fns = (agg.createCombiner, agg.mergeValue)
-        merge = MERGE_ADD if _is_add(agg.mergeCombiners) else MERGE_CALL
-        self._comb_loops = _loops(CREATE_IDENTITY, merge)
+        merge = _MERGE_ADD if _is_add(agg.mergeCombiners) else _MERGE_CALL
+        self._comb_loops = _loops(_CREATE_IDENTITY, merge)
         self._comb_fns = (None, agg.mergeCombiners)
 
     # -- public merging API -------------------------------------------------
@@ -581,7 +584,7 @@ class ExternalMerger:
         yield from d.items()
 
     def _recursive_items(self, d: dict, stream: Iterator[tuple], rest: Sequence[str]) -> Iterator[tuple]:
-        """Re-partition an oversized sub-partition with a new hash seed."""
+        """Re-partition an oversized sub-partition at the next hash level."""
         self._ensure_roots()
         sub = self._new_sub_merger()
         try:
@@ -696,9 +699,9 @@ class ExternalGroupBy(ExternalMerger):
         super().__init__(aggregator, memory_limit, serializer, local_dirs, scale, partitions, batch)
 
     def _setup_loops(self) -> None:
-        self._value_loops = _loops(CREATE_LIST, MERGE_APPEND)
+        self._value_loops = _loops(_CREATE_LIST, _MERGE_APPEND)
         self._value_fns = (None, None)
-        self._comb_loops = _loops(CREATE_OWN_LIST, MERGE_EXTEND)
+        self._comb_loops = _loops(_CREATE_OWN_LIST, _MERGE_EXTEND)
         self._comb_fns = (None, None)
 
     def _spill_items(self, items: Iterator[tuple]) -> Iterator[tuple]:
@@ -819,7 +822,7 @@ class ExternalSorter:
 
     def _merge_runs(self, runs: list[str], last: list, key: Any, reverse: bool) -> Iterator[Any]:
         try:
-            width = self.MAX_MERGE_WIDTH
+            width = max(2, self.MAX_MERGE_WIDTH)
             while len(runs) + 1 > width:
                 group, runs = runs[:width], runs[width:]
                 merged = heapq.merge(*[self._read_run(p) for p in group], key=key, reverse=reverse)
@@ -831,7 +834,21 @@ class ExternalSorter:
             del last
             yield from heapq.merge(*streams, key=key, reverse=reverse)
         finally:
-            self.cleanup()
+            # only this call's runs: another sorted() result may still be open
+            for p in runs:
+                _remove(p)
+            self._remove_empty_roots()
+
+    def _remove_empty_roots(self) -> None:
+        if os.getpid() != self._pid:
+            return
+        kept = []
+        for r in self._roots:
+            try:
+                os.rmdir(r)
+            except OSError:
+                kept.append(r)
+        self._roots = kept
 
     def cleanup(self) -> None:
         """Remove all spill files and directories of this sorter."""

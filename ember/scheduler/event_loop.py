@@ -1,0 +1,99 @@
+"""The driver's scheduler thread: one loop for DAG events and task-process sockets.
+
+Task results arrive on sockets, the DAG scheduler reacts, and the next tasks go out, all on
+this one thread with no hand-offs between threads (each hand-off costs a wake-up and a
+GIL transfer, which is most of the cost of a tiny task). Other threads only post
+callables into it.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import selectors
+import socket
+import threading
+from typing import Any, Callable
+
+log = logging.getLogger(__name__)
+
+
+class EventLoop:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._queue: collections.deque = collections.deque()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._stopping = False
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def in_loop(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def post(self, fn: Callable[..., Any], *args: Any) -> None:
+        self._queue.append((fn, args))
+        if not self.in_loop():
+            self._wake()
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"\0")
+        except (BlockingIOError, OSError):
+            pass
+
+    def register(self, sock: socket.socket, callback: Callable[[], None]) -> None:
+        self._sel.register(sock, selectors.EVENT_READ, callback)
+        if not self.in_loop():
+            self._wake()
+
+    def unregister(self, sock: socket.socket) -> None:
+        try:
+            self._sel.unregister(sock)
+        except (KeyError, ValueError):
+            pass
+
+    def _drain(self) -> None:
+        q = self._queue
+        while q:
+            fn, args = q.popleft()
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("%s: event handler %s failed", self.name,
+                              getattr(fn, "__qualname__", fn))
+
+    def _run(self) -> None:
+        while not self._stopping:
+            self._drain()
+            if self._stopping:
+                break
+            for key, _ in self._sel.select(timeout=None if not self._queue else 0):
+                cb = key.data
+                if cb is None:
+                    try:
+                        while self._wake_r.recv(4096):
+                            pass
+                    except (BlockingIOError, OSError):
+                        pass
+                    continue
+                try:
+                    cb()
+                except Exception:
+                    log.exception("%s: socket handler failed", self.name)
+        self._drain()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Run what is queued, then stop the thread."""
+        def _stop() -> None:
+            self._stopping = True
+        self.post(_stop)
+        if self._thread.is_alive() and not self.in_loop():
+            self._thread.join(timeout)
+        self._sel.close()
+        self._wake_r.close()
+        self._wake_w.close()

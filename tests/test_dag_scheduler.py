@@ -1,0 +1,246 @@
+"""DAGScheduler as a state machine: fake RDD graphs, fake task results, no processes."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ember.dependency import OneToOneDependency, ShuffleDependency
+from ember.errors import JobCancelledException, SparkException
+from ember.scheduler.dag_scheduler import DAGScheduler
+from ember.scheduler.listener import ListenerBus
+from ember.scheduler.map_output_tracker import MapOutputTracker
+from ember.scheduler.task import SUCCESS, ExceptionFailure, FetchFailed, TaskSet
+from ember.shuffle.base import MapStatus
+from ember.storagelevel import StorageLevel
+
+
+class FakeRDD:
+    _next = [0]
+
+    def __init__(self, n: int, deps: list | None = None) -> None:
+        self._id = FakeRDD._next[0]
+        FakeRDD._next[0] += 1
+        self._n = n
+        self._deps = deps or []
+        self._storage_level = StorageLevel.NONE
+        self._call_site = f"rdd{self._id} at test.py:1"
+
+    def id(self) -> int:
+        return self._id
+
+    def partitions(self) -> list:
+        return list(range(self._n))
+
+    def dependencies(self) -> list:
+        return self._deps
+
+    def preferred_locations(self, p: int) -> list:
+        return []
+
+    def name(self) -> str:
+        return ""
+
+
+def shuffle(parent: FakeRDD, n: int, sid: list = [100]) -> FakeRDD:
+    sid[0] += 1
+    return FakeRDD(n, [ShuffleDependency(parent, sid[0], n, hash)])
+
+
+class FakeTaskScheduler:
+    def __init__(self) -> None:
+        self.task_sets: list[TaskSet] = []
+        self.cancelled: list[int] = []
+        self.zombies: list[tuple[int, int]] = []
+
+    def submit_tasks(self, ts: TaskSet) -> None:
+        self.task_sets.append(ts)
+
+    def cancel_tasks(self, stage_id: int, reason: str) -> None:
+        self.cancelled.append(stage_id)
+
+    def zombify(self, stage_id: int, attempt: int) -> None:
+        self.zombies.append((stage_id, attempt))
+
+    def is_executor_alive(self, executor_id: str) -> bool:
+        return True
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.ts = FakeTaskScheduler()
+        self.timers: list = []
+        self.tracker = MapOutputTracker()
+        self.dag = DAGScheduler(self.ts, ListenerBus(), self.tracker, lambda r, p: [],
+                                lambda kind, rdd, f: b"blob", lambda dep: None,
+                                max_consecutive_attempts=4,
+                                timer=lambda d, fn: self.timers.append(fn))
+
+    def run_job(self, rdd: FakeRDD, partitions: list[int] | None = None) -> tuple[Any, dict]:
+        results: dict = {}
+        parts = partitions if partitions is not None else list(range(rdd._n))
+        waiter = self.dag.submit_job(rdd, lambda c, it: None, parts, "job at test.py:1",
+                                     lambda i, r: results.__setitem__(i, r), {})
+        return waiter, results
+
+    def complete(self, ts: TaskSet, results: list[Any] | None = None) -> None:
+        for i, task in enumerate(ts.tasks):
+            res = results[i] if results else (
+                "r%d" % task.partition_id if task.is_result else
+                MapStatus(f"exec-{task.partition_id}", "host1", f"/tmp/x{task.partition_id}", 1, 1))
+            self.dag.handle_task_completion(task, SUCCESS, res, {}, {}, None)
+
+    def fire_timers(self) -> None:
+        timers, self.timers = self.timers, []
+        for fn in timers:
+            fn()
+
+
+def test_single_stage_job_runs_one_task_set_and_collects_results() -> None:
+    h = Harness()
+    rdd = FakeRDD(3)
+    waiter, results = h.run_job(rdd)
+    assert len(h.ts.task_sets) == 1
+    ts = h.ts.task_sets[0]
+    assert [t.partition_id for t in ts.tasks] == [0, 1, 2]
+    assert all(t.is_result for t in ts.tasks)
+    h.complete(ts)
+    assert waiter.completed and waiter.error is None
+    assert results == {0: "r0", 1: "r1", 2: "r2"}
+
+
+def test_stages_are_cut_at_shuffles_and_children_wait_for_parents() -> None:
+    h = Harness()
+    base = FakeRDD(4)
+    mapped = FakeRDD(4, [OneToOneDependency(base)])      # narrow: same stage
+    reduced = shuffle(mapped, 2)
+    waiter, results = h.run_job(reduced)
+    assert len(h.ts.task_sets) == 1, "only the map stage may run first"
+    map_ts = h.ts.task_sets[0]
+    assert not any(t.is_result for t in map_ts.tasks) and len(map_ts.tasks) == 4
+    h.complete(map_ts)
+    assert len(h.ts.task_sets) == 2
+    result_ts = h.ts.task_sets[1]
+    assert [t.is_result for t in result_ts.tasks] == [True, True]
+    h.complete(result_ts)
+    assert waiter.completed and results == {0: "r0", 1: "r1"}
+
+
+def test_map_stage_outputs_are_reused_by_later_jobs() -> None:
+    h = Harness()
+    reduced = shuffle(FakeRDD(3), 2)
+    w1, _ = h.run_job(reduced)
+    h.complete(h.ts.task_sets[0])
+    h.complete(h.ts.task_sets[1])
+    assert w1.completed
+    w2, r2 = h.run_job(reduced)
+    assert len(h.ts.task_sets) == 3, "the second job skips the finished map stage"
+    assert all(t.is_result for t in h.ts.task_sets[2].tasks)
+    h.complete(h.ts.task_sets[2])
+    assert w2.completed and len(r2) == 2
+
+
+def test_independent_parent_stages_are_submitted_together() -> None:
+    h = Harness()
+    left, right = shuffle(FakeRDD(2), 2), shuffle(FakeRDD(3), 2)
+    joined = FakeRDD(2, [OneToOneDependency(left), OneToOneDependency(right)])
+    h.run_job(joined)
+    assert len(h.ts.task_sets) == 2
+    assert sorted(len(ts.tasks) for ts in h.ts.task_sets) == [2, 3]
+
+
+def test_fetch_failure_resubmits_the_lost_map_output_then_the_reducer() -> None:
+    h = Harness()
+    reduced = shuffle(FakeRDD(3), 2)
+    waiter, results = h.run_job(reduced)
+    map_ts = h.ts.task_sets[0]
+    h.complete(map_ts)
+    res_ts = h.ts.task_sets[1]
+    sid = reduced.dependencies()[0].shuffle_id
+    task = res_ts.tasks[0]
+    h.dag.handle_task_completion(task, FetchFailed(sid, 1, 0, "exec-1", "gone"), None, {}, {},
+                                 None)
+    assert h.tracker.missing(sid) == [1]
+    assert (res_ts.stage_id, res_ts.stage_attempt) in h.ts.zombies
+    assert len(h.timers) == 1, "resubmission is delayed (RESUBMIT_TIMEOUT)"
+    h.fire_timers()
+    retry = h.ts.task_sets[2]
+    assert [t.partition_id for t in retry.tasks] == [1] and retry.stage_attempt == 1
+    h.complete(retry)
+    res_retry = h.ts.task_sets[3]
+    assert res_retry.stage_id == res_ts.stage_id and res_retry.stage_attempt == 1
+    h.complete(res_retry)
+    assert waiter.completed and waiter.error is None and len(results) == 2
+
+
+def test_consecutive_fetch_failures_abort_after_max_attempts() -> None:
+    h = Harness()
+    reduced = shuffle(FakeRDD(1), 1)
+    waiter, _ = h.run_job(reduced)
+    sid = reduced.dependencies()[0].shuffle_id
+    h.complete(h.ts.task_sets[0])
+    for attempt in range(4):
+        res_ts = h.ts.task_sets[-1]
+        assert res_ts.tasks[0].is_result and res_ts.stage_attempt == attempt
+        h.dag.handle_task_completion(res_ts.tasks[0], FetchFailed(sid, 0, 0, None, "lost"),
+                                     None, {}, {}, None)
+        if attempt < 3:
+            h.fire_timers()
+            h.complete(h.ts.task_sets[-1])      # the map stage recomputes its output
+    assert waiter.completed
+    with pytest.raises(SparkException, match="failed the maximum allowable number of times: 4"):
+        waiter.wait()
+
+
+def test_task_set_failure_aborts_the_job_with_the_remote_exception_type() -> None:
+    h = Harness()
+    waiter, _ = h.run_job(FakeRDD(2))
+    ts = h.ts.task_sets[0]
+    failure = ExceptionFailure("ValueError", "bad", "Traceback...\nValueError: bad\n")
+    h.dag.handle_task_set_failed(ts, "Task 0 in stage 0.0 failed 1 times", failure)
+    with pytest.raises(ValueError, match="Job aborted due to stage failure: Task 0") as e:
+        waiter.wait()
+    assert e.value.exc_type == "ValueError" and "ValueError: bad" in e.value.traceback_text
+
+
+def test_cancelling_a_job_kills_its_running_stages() -> None:
+    h = Harness()
+    waiter, _ = h.run_job(FakeRDD(2))
+    stage_id = h.ts.task_sets[0].stage_id
+    h.dag.handle_job_cancellation(0, "")
+    assert stage_id in h.ts.cancelled
+    with pytest.raises(JobCancelledException, match="Job 0 cancelled"):
+        waiter.wait()
+
+
+def test_job_group_cancellation_matches_on_the_group_property() -> None:
+    h = Harness()
+    results: dict = {}
+    w = h.dag.submit_job(FakeRDD(1), lambda c, it: None, [0], "x", results.__setitem__,
+                         {"spark.jobGroup.id": "g"})
+    other, _ = h.run_job(FakeRDD(1))
+    h.dag.handle_job_group_cancelled("g", False)
+    with pytest.raises(JobCancelledException, match="part of cancelled job group g"):
+        w.wait()
+    assert not other.completed
+
+
+def test_results_for_a_partition_subset() -> None:
+    h = Harness()
+    waiter, results = h.run_job(FakeRDD(5), [1, 3])
+    ts = h.ts.task_sets[0]
+    assert [t.partition_id for t in ts.tasks] == [1, 3]
+    assert [t.output_id for t in ts.tasks] == [0, 1]
+    h.complete(ts)
+    assert results == {0: "r1", 1: "r3"}
+
+
+def test_stage_serialization_failure_fails_the_job() -> None:
+    h = Harness()
+
+    def bad(kind: str, rdd: Any, f: Any) -> bytes:
+        raise RuntimeError("cannot pickle lock")
+    h.dag.serialize_stage = bad
+    waiter, _ = h.run_job(FakeRDD(1))
+    with pytest.raises(SparkException, match="Task not serializable"):
+        waiter.wait()

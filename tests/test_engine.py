@@ -1,0 +1,332 @@
+"""The driver runtime end to end in local mode: real task processes, real shuffle files."""
+from __future__ import annotations
+
+import glob
+import io
+import os
+import random
+import threading
+import time
+
+import psutil
+import pytest
+
+from ember import SparkConf, SparkContext, StorageLevel, TaskContext
+from ember.errors import JobCancelledException, SparkException
+from ember.scheduler.progress import ConsoleProgressBar, render
+from ember.status import SparkStageInfo
+from tests.helpers.probes import Probe
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_closure_is_deserialized_once_per_stage_per_process(sc):
+    probe = Probe("stage-closure")
+    out = sc.parallelize(range(40), 20).map(lambda x: probe.loads()).collect()
+    per_process = {}
+    for pid, n in out:
+        per_process[pid] = max(per_process.get(pid, 0), n)
+    assert set(per_process.values()) == {1}
+
+
+def test_broadcast_reaches_each_process_once(sc):
+    bc = sc.broadcast(Probe("bc-once"))
+    first = sc.parallelize(range(20), 20).map(lambda x: bc.value.loads()).collect()
+    second = sc.parallelize(range(20), 20).map(lambda x: bc.value.loads()).collect()
+    assert {n for _pid, n in first + second} == {1}
+    bc.destroy()
+
+
+def test_cpu_bound_tasks_use_separate_processes(sc):
+    pids = set(sc.parallelize(range(8), 8).map(lambda x: (time.sleep(0.05), os.getpid())[1])
+               .collect())
+    assert len(pids) == 2 and os.getpid() not in pids
+
+
+def test_user_exception_carries_remote_type_message_and_traceback(sc):
+    def boom(x):
+        if x == 7:
+            raise KeyError("missing-key-7")
+        return x
+    with pytest.raises(KeyError) as info:
+        sc.parallelize(range(10), 2).map(boom).count()
+    err = info.value
+    assert isinstance(err, SparkException)
+    assert err.exc_type == "KeyError" and "missing-key-7" in err.exc_message
+    assert "in boom" in err.traceback_text and "test_engine.py" in err.traceback_text
+    assert "Job aborted due to stage failure" in str(err)
+    assert sc.parallelize(range(10), 2).count() == 10
+
+
+def test_dead_task_process_is_replaced_and_task_retried(sc, tmp_path):
+    marker = tmp_path / "crashed"
+
+    def crash_once(x):
+        if x == 3 and not marker.exists():
+            marker.write_text("x")
+            os._exit(9)
+        return x
+    assert sc.parallelize(range(10), 5).map(crash_once).sum() == 45
+    assert marker.exists()
+    assert sc.parallelize(range(4), 2).count() == 4
+
+
+def test_segfault_and_sigkill_are_retried(sc, tmp_path):
+    import signal
+    marker = tmp_path / "killed"
+
+    def die_once(x):
+        if x == 0 and not marker.exists():
+            marker.write_text("x")
+            os.kill(os.getpid(), signal.SIGKILL)
+        if x == 1 and not (tmp_path / "segv").exists():
+            (tmp_path / "segv").write_text("x")
+            import ctypes
+            ctypes.string_at(0)
+        return x
+    assert sorted(sc.parallelize(range(4), 4).map(die_once).collect()) == [0, 1, 2, 3]
+
+
+def test_task_that_always_kills_its_process_fails_the_job_without_hanging(sc):
+    start = time.time()
+    with pytest.raises(SparkException, match="Python worker exited unexpectedly"):
+        sc.parallelize(range(2), 2).map(lambda x: os._exit(1) if x == 1 else x).count()
+    assert time.time() - start < 30
+    assert sc.parallelize(range(3)).count() == 3
+
+
+def test_local_n_f_retries_failed_tasks(fresh_sc, tmp_path):
+    sc = fresh_sc("local[2,3]")
+    marker = tmp_path / "failed-once"
+    acc = sc.accumulator(0)
+
+    def flaky(x):
+        acc.add(1)
+        if x == 2 and not marker.exists():
+            marker.write_text("x")
+            raise RuntimeError("transient")
+        return x
+    assert sc.parallelize(range(5), 5).map(flaky).sum() == 10
+    assert acc.value == 5, "updates of the failed attempt must not count"
+
+
+def test_local_mode_does_not_retry_user_errors(fresh_sc, tmp_path):
+    sc = fresh_sc("local[2]")
+    calls = tmp_path / "calls"
+    calls.mkdir()
+
+    def fail(x):
+        (calls / f"{x}-{time.time_ns()}").write_text("")
+        raise RuntimeError("no retry")
+    with pytest.raises(RuntimeError):
+        sc.parallelize([1], 1).map(fail).count()
+    assert len(list(calls.iterdir())) == 1
+
+
+def test_lost_shuffle_output_is_recomputed_through_fetch_failed(sc):
+    pairs = sc.parallelize(range(100), 4).map(lambda x: (x % 10, x))
+    summed = pairs.reduceByKey(lambda a, b: a + b)
+    expected = sorted(summed.collect())
+    for f in glob.glob(os.path.join(sc._local_dir, "shuffle_*.data")):
+        os.unlink(f)
+    assert sorted(summed.collect()) == expected
+
+
+def test_stages_are_skipped_when_shuffle_output_exists(sc):
+    counts = sc.parallelize(range(1000), 4).map(lambda x: (x % 3, 1)).reduceByKey(lambda a, b: a + b)
+    counts.collect()
+    tracker = sc.statusTracker()
+    before = len(sc._status_store.stages)
+    counts.count()
+    jobs = sorted(sc._status_store.jobs)
+    last = tracker.getJobInfo(jobs[-1])
+    assert len(last.stageIds) == 2
+    submitted = [sid for sid in last.stageIds
+                 if sc._status_store.stages[sid].status != "ACTIVE"]
+    assert len(submitted) == 1, "the map stage is skipped"
+    assert len(sc._status_store.stages) >= before
+
+
+def test_cancel_job_group_kills_running_tasks_promptly(sc):
+    errors = []
+
+    def run():
+        sc.setJobGroup("slow-group", "sleepers")
+        try:
+            sc.parallelize(range(4), 4).map(lambda x: time.sleep(60)).count()
+        except Exception as e:
+            errors.append(e)
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.time() + 10
+    while time.time() < deadline and not sc.statusTracker().getActiveStageIds():
+        time.sleep(0.05)
+    time.sleep(0.3)
+    start = time.time()
+    sc.cancelJobGroup("slow-group")
+    t.join(15)
+    assert not t.is_alive()
+    assert time.time() - start < 5
+    assert isinstance(errors[0], JobCancelledException)
+    assert "part of cancelled job group slow-group" in str(errors[0])
+    assert sc.parallelize(range(3), 2).count() == 3
+
+
+def test_fair_scheduler_pools_share_slots(fresh_sc, tmp_path):
+    xml = tmp_path / "fair.xml"
+    xml.write_text("<allocations><pool name='a'><weight>1</weight></pool>"
+                   "<pool name='b'><weight>1</weight></pool></allocations>")
+    conf = SparkConf().set("spark.scheduler.mode", "FAIR") \
+        .set("spark.scheduler.allocation.file", str(xml))
+    sc = fresh_sc("local[2]", conf=conf)
+    starts: dict[str, list[float]] = {}
+
+    def run(pool):
+        sc.setLocalProperty("spark.scheduler.pool", pool)
+        got = sc.parallelize(range(8), 8).map(
+            lambda x: (TaskContext.get().getLocalProperty("spark.scheduler.pool"),
+                       time.time(), time.sleep(0.15))[:2]).collect()
+        starts[pool] = sorted(t for p, t in got if p == pool)
+    threads = [threading.Thread(target=run, args=(p,)) for p in ("a", "b")]
+    threads[0].start()
+    time.sleep(0.05)
+    threads[1].start()
+    for t in threads:
+        t.join(60)
+    assert len(starts["a"]) == 8 and len(starts["b"]) == 8
+    # under FAIR the second job starts before the first one has launched all its tasks
+    assert starts["b"][0] < starts["a"][-1]
+
+
+def test_cache_locality_and_lru_eviction(fresh_sc):
+    conf = SparkConf().set("spark.ember.storage.memory", "4m")
+    sc = fresh_sc("local[2]", conf=conf)
+    big = sc.parallelize(range(8), 8).flatMap(lambda i: [float(i)] * 60000).cache()
+    assert big.count() == 480000
+    cached = sc._block_master.rdd_blocks(big.id())
+    assert 0 < len(cached) < 8, "a 4 MB budget cannot hold all eight ~1.9 MB blocks"
+    assert big.sum() == sum(float(i) * 60000 for i in range(8))
+
+
+def test_memory_and_disk_spills_evicted_blocks_to_disk(fresh_sc):
+    conf = SparkConf().set("spark.ember.storage.memory", "4m")
+    sc = fresh_sc("local[2]", conf=conf)
+    rdd = sc.parallelize(range(6), 6).flatMap(lambda i: [i] * 60000) \
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    assert rdd.count() == 360000
+    on_disk = glob.glob(os.path.join(sc._local_dir, "blocks", f"rdd_{rdd.id()}_*"))
+    assert on_disk
+    assert rdd.sum() == sum(i * 60000 for i in range(6))
+    rdd.unpersist()
+    assert not glob.glob(os.path.join(sc._local_dir, "blocks", f"rdd_{rdd.id()}_*"))
+
+
+def test_disk_only_and_replicated_levels(sc):
+    for level in (StorageLevel.DISK_ONLY, StorageLevel.DISK_ONLY_2, StorageLevel.MEMORY_ONLY_2,
+                  StorageLevel.MEMORY_AND_DISK_2, StorageLevel.DISK_ONLY_3):
+        rdd = sc.parallelize(range(100), 4).map(lambda x: x * 2).persist(level)
+        assert rdd.sum() == 9900 and rdd.sum() == 9900
+        assert rdd.getStorageLevel() == level
+        rdd.unpersist()
+
+
+def test_checkpoint_truncates_lineage(sc, tmp_path):
+    sc.setCheckpointDir(str(tmp_path / "ckpt"))
+    src = tmp_path / "input.txt"
+    src.write_text("\n".join(str(i) for i in range(50)))
+    rdd = sc.textFile(str(src)).map(int).map(lambda x: x + 1)
+    rdd.checkpoint()
+    assert not rdd.isCheckpointed()
+    assert rdd.sum() == sum(range(1, 51))
+    assert rdd.isCheckpointed() and rdd.getCheckpointFile().startswith("file:")
+    assert rdd.dependencies() == []
+    src.unlink()            # the lineage is gone; the checkpoint is enough
+    assert rdd.map(lambda x: x * 2).sum() == 2 * sum(range(1, 51))
+
+
+def test_local_checkpoint_truncates_lineage(sc):
+    rdd = sc.parallelize(range(20), 4).map(lambda x: x * 3)
+    rdd.localCheckpoint()
+    assert rdd.isLocallyCheckpointed()
+    assert rdd.count() == 20
+    assert rdd.dependencies() == []
+    assert rdd.sum() == 3 * sum(range(20))
+
+
+def test_independent_stages_run_concurrently(sc):
+    def slow_pair(x):
+        time.sleep(0.3)
+        return (x, os.getpid())
+    left = sc.parallelize([1], 1).map(slow_pair)
+    right = sc.parallelize([1], 1).map(slow_pair)
+    start = time.time()
+    joined = left.join(right).collect()
+    elapsed = time.time() - start
+    assert len(joined) == 1
+    assert elapsed < 0.55, f"both map stages should run at once ({elapsed:.2f}s)"
+
+
+def test_shuffle_spills_keep_task_process_memory_bounded(fresh_sc):
+    budget_mb = 24
+    conf = SparkConf().set("spark.python.worker.memory", f"{budget_mb}m")
+    sc = fresh_sc("local[2]", conf=conf)
+    n = 600_000               # ~120 MB of python objects: 5x the budget
+
+    def gen(i):
+        rnd = random.Random(i)
+        for _ in range(n // 4):
+            yield ("k%09d" % rnd.randrange(10 ** 9), "v" * 80)
+
+    base_rss = sc.parallelize(range(2), 2).map(lambda _: psutil.Process().memory_info().rss).max()
+
+    def peak(it):
+        import resource
+        count = sum(1 for _ in it)
+        return [(count, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)]
+    out = sc.parallelize(range(4), 4).flatMap(gen).sortByKey(numPartitions=4) \
+        .mapPartitions(peak).collect()
+    assert sum(c for c, _ in out) == n
+    worst = max(r for _, r in out)
+    assert worst - base_rss < 4 * budget_mb * 2 ** 20, (worst, base_rss)
+
+
+def test_stop_leaves_no_processes_behind(fresh_sc):
+    sc = fresh_sc("local[3]")
+    assert sc.parallelize(range(9), 3).count() == 9
+    kids = psutil.Process().children(recursive=True)
+    assert len(kids) >= 3
+    sc.stop()
+    gone, alive = psutil.wait_procs(kids, timeout=5)
+    assert not alive
+    assert not os.path.exists(sc._local_dir)
+
+
+def test_bad_inputs_leave_the_context_usable(sc, tmp_path):
+    with pytest.raises(Exception, match="Input path does not exist"):
+        sc.textFile(str(tmp_path / "nope")).count()
+    with pytest.raises(ValueError, match="Can not reduce\\(\\) empty RDD"):
+        sc.emptyRDD().reduce(lambda a, b: a + b)
+    with pytest.raises(ValueError, match="RDD is empty"):
+        sc.parallelize([]).first()
+    lock = threading.Lock()
+    with pytest.raises(Exception, match="lock"):
+        sc.parallelize([1]).map(lambda x: lock).count()
+    assert sc.parallelize(range(5), 2).sum() == 10
+    assert len(psutil.Process().children(recursive=True)) <= 3
+
+
+def test_progress_bar_renders_spark_style():
+    s = SparkStageInfo(3, 0, "x", 40, 2, 12, 0)
+    line = render([s], 80)
+    assert line.startswith("[Stage 3:") and line.endswith("(12 + 2) / 40]")
+    assert len(line) == 80 and "=>" in line
+
+    class Store:
+        def active_stages(self):
+            return [(s, time.time() - 1)]
+    out = io.StringIO()
+    bar = ConsoleProgressBar(Store(), out)
+    bar.refresh()
+    assert out.getvalue().startswith("\r[Stage 3:") and "(12 + 2) / 40]" in out.getvalue()
+    bar.clear()
+    assert out.getvalue().endswith("\r")
