@@ -65,7 +65,7 @@ class SparkConf:
         return key in self._conf
 
     def toDebugString(self) -> str:
-        return "\n".join(f"{k}={v}" for k, v in self._conf.items())
+        return "\n".join(f"{k}={v}" for k, v in sorted(self._conf.items()))
 
     def copy(self) -> "SparkConf":
         c = SparkConf(loadDefaults=False)

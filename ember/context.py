@@ -30,7 +30,7 @@ from ember.dependency import ShuffleDependency
 from ember.errors import PySparkRuntimeError, SparkException
 from ember.files import SparkFiles
 from ember.rdd import (RDD, EmptyRDD, FileListRDD, ParallelCollectionRDD, TextFileRDD,
-                       UnionRDD, _pickle_scope, call_site)
+                       _pickle_scope, call_site, union_of)
 from ember.rdd_sources import slice_collection
 from ember.scheduler.dag_scheduler import DAGScheduler
 from ember.scheduler.event_loop import EventLoop
@@ -140,7 +140,6 @@ class SparkContext:
         self.environment["PYTHONHASHSEED"] = os.environ.get("PYTHONHASHSEED", "0")
         self._start_time = int(time.time() * 1000)
         self._local = threading.local()
-        self._main_props: dict[str, str] = {}
         self._next_rdd_id = 0
         self._next_shuffle_id = 0
         self._next_bid = 0
@@ -333,6 +332,10 @@ class SparkContext:
             assert cls._active_spark_context is not None
             return cls._active_spark_context
 
+    def __repr__(self) -> str:
+        return "<SparkContext master={master} appName={appName}>".format(
+            master=getattr(self, "master", None), appName=getattr(self, "appName", None))
+
     def __enter__(self) -> "SparkContext":
         return self
 
@@ -493,7 +496,7 @@ class SparkContext:
             raise ValueError("Union of an empty list of RDDs")
         if len(rdds) == 1:
             return rdds[0]
-        return UnionRDD(self, list(rdds))
+        return union_of(self, list(rdds))
 
     def _unsupported(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("Hadoop input formats are not supported by Ember")
@@ -564,15 +567,11 @@ class SparkContext:
 
     # --- jobs ---------------------------------------------------------------------------
     def _props(self) -> dict[str, str]:
-        """This thread's job properties. A thread that never set any starts from a copy of
-        the main thread's, as Spark's inheritable local properties do for child threads."""
+        """This thread's job properties. As in PySpark's (default) pinned-thread mode, a new
+        thread starts with none; InheritableThread copies its creator's."""
         props = getattr(self._local, "props", None)
         if props is None:
-            if threading.current_thread() is threading.main_thread():
-                props = self._main_props
-            else:
-                props = dict(self._main_props)
-            self._local.props = props
+            props = self._local.props = {}
         return props
 
     def setLocalProperty(self, key: str, value: str | None) -> None:

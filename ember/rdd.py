@@ -43,6 +43,10 @@ _EMBER_DIR = os.path.dirname(os.path.abspath(__file__))
 _pickle_scope = threading.local()
 
 
+def _identity(x: Any) -> Any:
+    return x
+
+
 class BoundedFloat(float):
     """A float with confidence bounds, the result of the *Approx actions."""
 
@@ -420,7 +424,7 @@ class RDD:
             RDDStratifiedSampler(withReplacement, fractions, seed).func, True)
 
     def union(self, other: "RDD") -> "RDD":
-        return UnionRDD(self.ctx, [self, other])
+        return union_of(self.ctx, [self, other])
 
     def __add__(self, other: "RDD") -> "RDD":
         if not isinstance(other, RDD):
@@ -534,7 +538,7 @@ class RDD:
 
     def groupByKey(self, numPartitions: int | None = None,
                    partitionFunc: Callable[[Any], int] = portable_hash) -> "RDD":
-        from ember.shuffle.external import Aggregator, ExternalGroupBy, ExternalMerger
+        from ember.shuffle.external import Aggregator, ExternalGroupBy
         if numPartitions is None:
             numPartitions = self._defaultReducePartitions()
         memory = self._memory_limit()
@@ -554,7 +558,7 @@ class RDD:
         agg = Aggregator(create_combiner, merge_value, merge_combiners)
 
         def combine(iterator: Iterable) -> Iterator:
-            merger = ExternalMerger(agg, int(memory * 0.9), local_dirs=local_dirs)
+            merger = ExternalGroupBy(agg, int(memory * 0.9), local_dirs=local_dirs)
             merger.mergeValues(iterator)
             return merger.items()
 
@@ -638,31 +642,16 @@ class RDD:
         return _join(self, other, numPartitions, dispatch)
 
     def sortByKey(self, ascending: bool = True, numPartitions: int | None = None,
-                  keyfunc: Callable[[Any], Any] = lambda x: x) -> "RDD":
-        from ember.shuffle.external import ExternalSorter
+                  keyfunc: Callable[[Any], Any] = _identity) -> "RDD":
         if numPartitions is None:
             numPartitions = self._defaultReducePartitions()
-        memory = self._memory_limit()
-        local_dirs = self.ctx._spill_dirs
-
-        def sort_partition(iterator: Iterable) -> Iterator:
-            sorter = ExternalSorter(int(memory * 0.9), local_dirs=local_dirs)
-            return iter(sorter.sorted(iterator, key=lambda kv: keyfunc(kv[0]),
-                                      reverse=not ascending))
-
+        sort_partition = _partition_sorter(self, ascending, keyfunc)
         if numPartitions == 1:
             rdd = self.coalesce(1) if self.getNumPartitions() > 1 else self
             return rdd.mapPartitions(sort_partition, True)
-
-        rdd_size = self.count()
-        if not rdd_size:
-            return self
-        max_sample_size = numPartitions * 20.0
-        fraction = min(max_sample_size / max(rdd_size, 1), 1.0)
-        samples = self.sample(False, fraction, 1).map(lambda kv: kv[0]).collect()
-        samples = sorted(samples, key=keyfunc)
-        bounds = [keyfunc(samples[int(len(samples) * (i + 1) / numPartitions)])
-                  for i in range(0, numPartitions - 1)] if samples else []
+        bounds = self._range_bounds(numPartitions, keyfunc)
+        if bounds is None:
+            return self                  # empty RDD
 
         def range_partitioner(k: Any) -> int:
             p = bisect.bisect_left(bounds, keyfunc(k))
@@ -671,6 +660,60 @@ class RDD:
         return self.partitionBy(numPartitions, range_partitioner) \
             .mapPartitions(sort_partition, True)
 
+    def _range_bounds(self, partitions: int, keyfunc: Callable[[Any], Any]) -> list | None:
+        """Spark's RangePartitioner: one pass that counts each partition and keeps a
+        reservoir sample of its keys (20 samples per output partition overall, 3x
+        oversampled), a re-sample of partitions the reservoir under-represents, then
+        weighted bounds with duplicates skipped."""
+        sample_size = min(20.0 * partitions, 1e6)
+        per_partition = int(math.ceil(3.0 * sample_size / max(self.getNumPartitions(), 1)))
+        rdd_id = self._id
+
+        def sketch(ctx: Any, it: Iterable) -> tuple:
+            rnd = random.Random((rdd_id << 16) ^ ctx.partitionId())
+            reservoir: list = []
+            n = 0
+            for kv in it:
+                if n < per_partition:
+                    reservoir.append(kv[0])
+                else:
+                    j = rnd.randrange(n + 1)
+                    if j < per_partition:
+                        reservoir[j] = kv[0]
+                n += 1
+            return n, reservoir
+
+        sketched = self.ctx._run_job(self, sketch, with_context=True)
+        total = sum(n for n, _ in sketched)
+        if total == 0:
+            return None
+        fraction = min(sample_size / total, 1.0)
+        candidates: list[tuple[Any, float]] = []
+        imbalanced = []
+        for idx, (n, sample) in enumerate(sketched):
+            if fraction * n > per_partition:
+                imbalanced.append(idx)
+            elif sample:
+                weight = n / len(sample)
+                candidates.extend((keyfunc(k), weight) for k in sample)
+        if imbalanced:
+            keys = self.map(lambda kv: kv[0]).sample(False, fraction, rdd_id + 1)
+            weight = 1.0 / fraction
+            for part in self.ctx._run_job(keys, list, imbalanced):
+                candidates.extend((keyfunc(k), weight) for k in part)
+        candidates.sort(key=lambda c: c[0])
+        step = sum(w for _, w in candidates) / partitions
+        bounds: list = []
+        cum, target = 0.0, step
+        for key, weight in candidates:
+            if len(bounds) >= partitions - 1:
+                break
+            cum += weight
+            if cum >= target and (not bounds or key > bounds[-1]):
+                bounds.append(key)
+                target += step
+        return bounds
+
     def sortBy(self, keyfunc: Callable[[Any], Any], ascending: bool = True,
                numPartitions: int | None = None) -> "RDD":
         return self.keyBy(keyfunc).sortByKey(ascending, numPartitions).values()
@@ -678,18 +721,11 @@ class RDD:
     def repartitionAndSortWithinPartitions(
             self, numPartitions: int | None = None,
             partitionFunc: Callable[[Any], int] = portable_hash, ascending: bool = True,
-            keyfunc: Callable[[Any], Any] = lambda x: x) -> "RDD":
-        from ember.shuffle.external import ExternalSorter
+            keyfunc: Callable[[Any], Any] = _identity) -> "RDD":
         if numPartitions is None:
             numPartitions = self._defaultReducePartitions()
-        memory = self._memory_limit()
-        local_dirs = self.ctx._spill_dirs
-
-        def sort_partition(iterator: Iterable) -> Iterator:
-            sorter = ExternalSorter(int(memory * 0.9), local_dirs=local_dirs)
-            return iter(sorter.sorted(iterator, key=lambda kv: keyfunc(kv[0]),
-                                      reverse=not ascending))
-        return self.partitionBy(numPartitions, partitionFunc).mapPartitions(sort_partition, True)
+        return self.partitionBy(numPartitions, partitionFunc) \
+            .mapPartitions(_partition_sorter(self, ascending, keyfunc), True)
 
     # --- actions ------------------------------------------------------------------------
     def collect(self) -> list:
@@ -1118,8 +1154,18 @@ class RDD:
 
 
 # --- helpers used inside tasks ------------------------------------------------------------
-def _identity(x: Any) -> Any:
-    return x
+def _partition_sorter(rdd: RDD, ascending: bool, keyfunc: Callable[[Any], Any]
+                      ) -> Callable[[Iterable], Iterator]:
+    """Sort one partition's (k, v) pairs by keyfunc(k), spilling past the memory budget."""
+    from ember.shuffle.external import ExternalSorter
+    memory = rdd._memory_limit()
+    local_dirs = rdd.ctx._spill_dirs
+    key = operator.itemgetter(0) if keyfunc is _identity else (lambda kv: keyfunc(kv[0]))
+
+    def sort_partition(iterator: Iterable) -> Iterator:
+        sorter = ExternalSorter(int(memory * 0.9), local_dirs=local_dirs)
+        return iter(sorter.sorted(iterator, key=key, reverse=not ascending))
+    return sort_partition
 
 
 def _identity_partition(k: Any) -> int:
@@ -1290,6 +1336,36 @@ class ShuffledRDD(RDD):
         state["prev"] = None          # the map side belongs to another stage
         state["_dep"] = None
         return state
+
+
+def union_of(ctx: Any, rdds: list[RDD]) -> RDD:
+    """Spark's SparkContext.union: partitioner-aware when all parents share a partitioner."""
+    first = rdds[0].partitioner
+    if first is not None and all(r.partitioner == first for r in rdds[1:]):
+        return PartitionerAwareUnionRDD(ctx, rdds)
+    return UnionRDD(ctx, rdds)
+
+
+class PartitionerAwareUnionRDD(RDD):
+    """Union of co-partitioned RDDs: partition i reads partition i of every parent."""
+    _lineage_attrs = ("rdds",)
+
+    def __init__(self, ctx: Any, rdds: list[RDD]) -> None:
+        super().__init__(ctx)
+        self.rdds = rdds
+        self.partitioner = rdds[0].partitioner
+
+    def _get_partitions(self) -> list[Partition]:
+        parents = [r.partitions() for r in self.rdds]
+        return [CoalescedPartition(i, [p[i] for p in parents])
+                for i in range(len(parents[0]))]
+
+    def _get_dependencies(self) -> list[Dependency]:
+        return [OneToOneDependency(r) for r in self.rdds]
+
+    def compute(self, split: Partition, context: Any) -> Iterator:
+        for rdd, p in zip(self.rdds, split.parents):
+            yield from rdd.iterator(p, context)
 
 
 class UnionPartition(Partition):

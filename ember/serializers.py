@@ -523,6 +523,13 @@ def _children(obj: Any) -> Iterator[Tuple[str, Any]]:
             yield "keyword argument %r of %s" % (key, what), value
         return
     state = getattr(obj, "__dict__", None)
+    getstate = getattr(type(obj), "__getstate__", None)
+    if isinstance(state, dict) and getstate is not None and \
+            getstate is not getattr(object, "__getstate__", None):
+        try:
+            state = obj.__getstate__()      # what pickling really sees (e.g. an RDD)
+        except Exception:  # noqa: BLE001 - fall back to the raw attributes
+            pass
     if isinstance(state, dict):
         for name, value in itertools.islice(state.items(), _MAX_ITEMS):
             yield "attribute %r of %s" % (name, what), value

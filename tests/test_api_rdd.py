@@ -185,9 +185,6 @@ def test_context_union(sc, tmp_path):
     assert sorted(sc.union([text_rdd, parallelized]).collect()) == ["Hello", "World!"]
 
 
-@pytest.mark.xfail(strict=True, reason="union of RDDs sharing a partitioner should be a "
-                   "PartitionerAwareUnionRDD (same partition count, partitioner kept); "
-                   "Ember always concatenates partitions")
 def test_union_of_copartitioned_rdds_keeps_partitioner(sc):
     p = sc.parallelize([(1, 1), (2, 2), (3, 3)], 3).partitionBy(2)
     u = p.union(sc.parallelize([(4, 4)], 1).partitionBy(2))
@@ -1106,9 +1103,6 @@ def test_unpicklable_closure(sc):
     assert sc.parallelize([1, 2, 3]).count() == 3
 
 
-@pytest.mark.xfail(strict=True, reason="ember/serializers.py _find_unpicklable walks "
-                   "RDD.__dict__ instead of __getstate__, so it blames SparkContext._local "
-                   "instead of the captured closure variable")
 def test_unpicklable_closure_path_names_the_variable(sc):
     lock = threading.Lock()
     with pytest.raises(Exception) as ei:

@@ -23,8 +23,12 @@ DATA = EXAMPLES / "data"
 pytestmark = pytest.mark.timeout(120)
 
 
-def run_example(name: str, *args: str, timeout: float = 110) -> subprocess.CompletedProcess:
+def run_example(
+    name: str, *args: str, timeout: float = 110, conf: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     env = dict(os.environ)
+    if conf:  # what `ember submit --conf k=v` hands to the application
+        env["EMBER_SPARK_CONF"] = "\n".join(f"{k}={v}" for k, v in conf.items())
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p
     )
@@ -153,7 +157,11 @@ def reference_transitive_closure() -> int:
 
 
 def test_transitive_closure() -> None:
-    lines = ok_lines(run_example("transitive_closure.py", "2"))
+    # With PySpark's defaults every round's union + distinct doubles the partition count
+    # (distinct() reduces into as many partitions as its input has), so the 14 rounds this
+    # graph needs end with 2**15 partitions. Users run it with a fixed parallelism, as here
+    # (`ember submit --conf spark.default.parallelism=2 ...`); the answer is the same.
+    lines = ok_lines(run_example("transitive_closure.py", "2", conf={"spark.default.parallelism": "2"}))
     assert lines == [f"TC has {reference_transitive_closure()} edges"]
 
 

@@ -155,8 +155,8 @@ def test_merge_with_real_tiny_memory_limit(tmp_path):
 
     def pairs():  # fresh objects, so the merger's memory really grows
         rnd = random.Random(3)
-        for _ in range(300_000):
-            k = rnd.randrange(200_000)
+        for _ in range(200_000):
+            k = rnd.randrange(150_000)
             yield "key-%07d" % k, "%06d" % rnd.randrange(10**6) + "x" * (k % 97)
 
     expected = _reduce(pairs(), max)
@@ -393,9 +393,9 @@ def test_sort_plain_values(tmp_path, spill_every):
 
 def test_sort_premerges_many_runs(tmp_path):
     rnd = random.Random(10)
-    records = [(rnd.randrange(100), i) for i in range(20_000)]
+    records = [(rnd.randrange(100), i) for i in range(12_000)]
     key = operator.itemgetter(0)
-    s = _sorter(tmp_path, 250, batch=50)
+    s = _sorter(tmp_path, 150, batch=50)
     s.MAX_MERGE_WIDTH = 8
     got = list(s.sorted(records, key=key, reverse=True))
     assert s.spills >= 70

@@ -150,29 +150,30 @@ class TaskProcessPool:
                 pass  # the reader thread sees the death and reports the task lost
 
     def kill(self, index: int, tid: int) -> None:
-        """Stop the task: SIGUSR1 now, SIGKILL of the process if it has not stopped in time."""
+        """Stop the task: SIGUSR1 now, SIGKILL of the process if it has not stopped in time
+        (also covers a process still being forked, which cannot be signalled yet)."""
         with self._lock:
             slot = self.slots[index]
-            if slot.tid != tid or not slot.pid:
+            if slot.tid != tid:
                 return
             slot.killing = tid
-            try:
-                os.kill(slot.pid, signal.SIGUSR1)
-            except OSError:
-                return
-            pid = slot.pid
-        t = threading.Timer(self.kill_timeout, self._force_kill, (index, tid, pid))
+            if slot.pid:
+                try:
+                    os.kill(slot.pid, signal.SIGUSR1)
+                except OSError:
+                    pass
+        t = threading.Timer(self.kill_timeout, self._force_kill, (index, tid))
         t.daemon = True
         t.start()
 
-    def _force_kill(self, index: int, tid: int, pid: int) -> None:
+    def _force_kill(self, index: int, tid: int) -> None:
         with self._lock:
             slot = self.slots[index]
-            if slot.tid == tid and slot.pid == pid and not self._stopped:
+            if slot.tid == tid and slot.pid and not self._stopped:
                 log.warning("Task %d did not stop after being killed; killing its task "
-                            "process %d", tid, pid)
+                            "process %d", tid, slot.pid)
                 try:
-                    os.kill(pid, signal.SIGKILL)
+                    os.kill(slot.pid, signal.SIGKILL)
                 except OSError:
                     pass
 

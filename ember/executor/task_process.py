@@ -57,12 +57,13 @@ class _Stage:
 
 
 def _load_stage(blob: bytes, meta: bytes) -> _Stage:
-    before = set(accumulators._accumulatorRegistry)
+    before = dict(accumulators._accumulatorRegistry)
     kind, rdd, func = pickle.loads(blob)
     st = _Stage()
     st.kind, st.rdd, st.func = kind, rdd, func
+    # the copies this blob created (an accumulator reused across jobs gets a new copy)
     st.accumulators = [a for aid, a in accumulators._accumulatorRegistry.items()
-                       if aid not in before and a._deserialized]
+                       if before.get(aid) is not a and a._deserialized]
     st.map_locations = pickle.loads(meta) if meta else {}
     return st
 

@@ -1,0 +1,195 @@
+"""The `ember` command: `ember submit` (spark-submit's flags) and `ember version`.
+
+Errors in the command line or the configuration print one line and exit non-zero; the
+application itself runs as `__main__`, with its exit code passed through.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+from typing import Sequence
+
+from ember import __version__
+
+BANNER = r"""Welcome to
+   ______           __
+  / ____/___ ___  / /_  ___  _____
+ / __/ / __ `__ \/ __ \/ _ \/ ___/
+/ /___/ / / / / / /_/ /  __/ /
+\_____/_/ /_/ /_/_.___/\___/_/     version {version}
+
+Ember {version}: Apache Spark {spark} standalone and RDD API, in Python {py}
+Type --help for more information."""
+
+
+class CliError(Exception):
+    """A one-line, user-facing error: printed without a traceback, exit code 1."""
+
+
+def _conf_pair(text: str) -> tuple[str, str]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"Invalid argument to --conf: {text}")
+    k, v = text.split("=", 1)
+    return k.strip(), v
+
+
+def read_properties_file(path: str) -> dict[str, str]:
+    """spark-defaults.conf format: `key value` or `key=value` per line, # comments."""
+    props: dict[str, str] = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            for raw in f:
+                line = raw.strip()
+                if not line or line.startswith("#"):
+                    continue
+                if "=" in line.split()[0]:
+                    k, v = line.split("=", 1)
+                else:
+                    parts = line.split(None, 1)
+                    k, v = parts[0], parts[1] if len(parts) > 1 else ""
+                props[k.strip()] = v.strip()
+    except OSError as e:
+        raise CliError(f"Error reading properties file {path}: {e.strerror}") from None
+    return props
+
+
+def submit_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ember submit",
+        usage="ember submit [options] <python file> [app arguments]",
+        description="Run an application (spark-submit's options).")
+    p.add_argument("--master", help="spark://host:port, local, local[N], local[*], local[N,F]")
+    p.add_argument("--deploy-mode", choices=["client", "cluster"], default=None)
+    p.add_argument("--name", help="application name")
+    p.add_argument("--conf", "-c", action="append", type=_conf_pair, default=[],
+                   metavar="K=V", help="arbitrary Spark configuration property")
+    p.add_argument("--properties-file", help="file with extra properties")
+    p.add_argument("--py-files", help="comma-separated .zip/.egg/.py files for PYTHONPATH")
+    p.add_argument("--files", help="comma-separated files shipped to each executor")
+    p.add_argument("--executor-memory", help="memory per executor (e.g. 1000M, 2G)")
+    p.add_argument("--executor-cores", type=int, help="cores per executor")
+    p.add_argument("--total-executor-cores", type=int, help="total cores for all executors")
+    p.add_argument("--driver-memory", help="memory for the driver (e.g. 1000M, 2G)")
+    p.add_argument("--driver-cores", type=int, help="cores for the driver (cluster mode)")
+    p.add_argument("--supervise", action="store_true", help="restart the driver on failure")
+    p.add_argument("--verbose", "-v", action="store_true", help="print debug output")
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    p.add_argument("app", nargs="?", help="the application's .py file")
+    p.add_argument("app_args", nargs=argparse.REMAINDER, help="arguments for the application")
+    return p
+
+
+def build_conf(args: argparse.Namespace) -> dict[str, str]:
+    """Spark's precedence: --conf and flags > --properties-file > defaults."""
+    from ember.config import parse_memory_mb
+    conf: dict[str, str] = {}
+    if args.properties_file:
+        conf.update(read_properties_file(args.properties_file))
+    for k, v in args.conf:
+        if not k.startswith("spark."):
+            print(f"Warning: Ignoring non-Spark config property: {k}", file=sys.stderr)
+            continue
+        conf[k] = v
+    flags = {"spark.master": args.master, "spark.app.name": args.name,
+             "spark.submit.pyFiles": args.py_files, "spark.files": args.files,
+             "spark.executor.memory": args.executor_memory,
+             "spark.driver.memory": args.driver_memory,
+             "spark.submit.deployMode": args.deploy_mode}
+    for k, v in flags.items():
+        if v is not None:
+            conf[k] = v
+    for k, v, what in (("spark.executor.cores", args.executor_cores, "Executor cores"),
+                       ("spark.cores.max", args.total_executor_cores, "Total executor cores"),
+                       ("spark.driver.cores", args.driver_cores, "Driver cores")):
+        if v is not None:
+            if v <= 0:
+                raise CliError(f"{what} must be a positive number")
+            conf[k] = str(v)
+    for key, what in (("spark.executor.memory", "Executor memory"),
+                      ("spark.driver.memory", "Driver memory")):
+        if key in conf:
+            try:
+                if parse_memory_mb(conf[key]) <= 0:
+                    raise ValueError
+            except ValueError:
+                raise CliError(f"{what} must be a positive number") from None
+    if args.supervise:
+        conf["spark.driver.supervise"] = "true"
+    conf.setdefault("spark.master", os.environ.get("MASTER", "local[*]"))
+    if args.app:
+        conf.setdefault("spark.app.name", os.path.basename(args.app))
+    return conf
+
+
+def cmd_submit(argv: Sequence[str]) -> int:
+    args = submit_parser().parse_args(argv)
+    if args.version:
+        from ember.context import SPARK_VERSION
+        print(BANNER.format(version=__version__, spark=SPARK_VERSION,
+                            py=".".join(map(str, sys.version_info[:3]))))
+        return 0
+    if not args.app:
+        raise CliError("Must specify a primary resource (JAR or Python or R file)")
+    conf = build_conf(args)
+    if (args.deploy_mode or conf.get("spark.submit.deployMode")) == "cluster":
+        raise CliError("Cluster deploy mode is not supported by this Ember build yet")
+    app = os.path.abspath(args.app)
+    if not os.path.isfile(app):
+        raise CliError(f"File {args.app} does not exist")
+    if args.verbose:
+        print(f"Main class:\n{app}\nArguments:\n" + "\n".join(args.app_args), file=sys.stderr)
+        print("Spark config:\n" + "\n".join(f"({k},{v})" for k, v in sorted(conf.items())),
+              file=sys.stderr)
+    return run_app(app, args.app_args, conf)
+
+
+def run_app(app: str, app_args: list[str], conf: dict[str, str]) -> int:
+    """Client mode: run the user's file as __main__ in this process with the given conf."""
+    os.environ["EMBER_SPARK_CONF"] = "\n".join(f"{k}={v}" for k, v in conf.items())
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    for f in (conf.get("spark.submit.pyFiles") or "").split(","):
+        if f:
+            sys.path.insert(0, os.path.abspath(f) if f.endswith((".zip", ".egg", ".whl"))
+                            else os.path.dirname(os.path.abspath(f)))
+    sys.path.insert(0, os.path.dirname(app))
+    sys.argv = [app] + list(app_args)
+    try:
+        runpy.run_path(app, run_name="__main__")
+    except SystemExit as e:
+        code = e.code
+        if code is None:
+            return 0
+        if isinstance(code, int):
+            return code
+        print(code, file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="ember", description="Ember: Spark's standalone "
+                                     "cluster and RDD engine in Python.")
+    parser.add_argument("command", nargs="?", help="submit | version")
+    if not argv or argv[0] in ("-h", "--help"):
+        parser.print_help()
+        print("\ncommands:\n  submit   run an application (ember submit --help)\n"
+              "  version  print the version")
+        return 0 if argv else 1
+    cmd, rest = argv[0], argv[1:]
+    try:
+        if cmd == "submit":
+            return cmd_submit(rest)
+        if cmd in ("version", "--version"):
+            print(f"ember {__version__}")
+            return 0
+        raise CliError(f"Unknown command '{cmd}' (try: ember --help)")
+    except CliError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
