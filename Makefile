@@ -10,7 +10,7 @@ $(BIN)/python:
 
 install: $(BIN)/python
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test]' --config-settings editable_mode=compat
 
 demo: install
 	$(BIN)/python examples/wordcount.py examples/data/words.txt

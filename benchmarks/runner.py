@@ -165,7 +165,11 @@ def notes_for(rec: dict[str, Any]) -> str:
 def render_table(records: list[dict[str, Any]], workloads: dict[str, Workload]) -> str:
     header = ("workload", "engine", "median", "vs serial", "notes")
     rows = [header]
+    skipped: dict[str, str] = {}
     for rec in records:
+        if rec["status"] == "skipped":  # one line under the table instead of a row each
+            skipped.setdefault(rec["engine"], rec.get("error") or "")
+            continue
         wl = workloads[rec["workload"]]
         ratio = rec.get("ratio_vs_serial")
         rows.append(
@@ -183,6 +187,8 @@ def render_table(records: list[dict[str, Any]], workloads: dict[str, Workload]) 
         lines.append("  ".join(c.ljust(widths[i]) if i < 4 else c for i, c in enumerate(row)).rstrip())
         if n == 0:
             lines.append("  ".join("-" * w for w in widths) + "  " + "-" * 5)
+    for engine, reason in skipped.items():
+        lines.append(f"(skipped {engine}: {reason})")
     return "\n".join(lines)
 
 

@@ -20,28 +20,25 @@ import time
 import uuid
 from typing import Any, Callable, Iterable
 
+from typing import TYPE_CHECKING
+
 from ember import config
 from ember.accumulators import (COMPLEX_ACCUMULATOR_PARAM, FLOAT_ACCUMULATOR_PARAM,
                                 INT_ACCUMULATOR_PARAM, Accumulator, AccumulatorParam,
                                 new_accumulator_id)
 from ember.broadcast import Broadcast
 from ember.conf import SparkConf
-from ember.dependency import ShuffleDependency
 from ember.errors import PySparkRuntimeError, SparkException
 from ember.files import SparkFiles
-from ember.rdd import (RDD, EmptyRDD, FileListRDD, ParallelCollectionRDD, TextFileRDD,
-                       _pickle_scope, call_site, union_of)
-from ember.rdd_sources import slice_collection
-from ember.scheduler.dag_scheduler import DAGScheduler
-from ember.scheduler.event_loop import EventLoop
-from ember.scheduler.listener import ListenerBus
-from ember.scheduler.map_output_tracker import MapOutputTracker
-from ember.scheduler.task import TaskLocation
-from ember.scheduler.task_scheduler import TaskSchedulerImpl
-from ember.serializers import CPickleSerializer, dumps_closure
-from ember.shuffle.writer import ShuffleWriteFunc
-from ember.status import StatusStore, StatusTracker
-from ember.storage.block_manager_master import BlockManagerMaster
+
+if TYPE_CHECKING:
+    from ember.rdd import RDD
+    from ember.scheduler.task import TaskLocation
+    from ember.status import StatusTracker
+
+# The scheduler, RDD and serialization modules are imported inside SparkContext() right
+# after the fork server has been started, so that both processes import in parallel:
+# that overlap is most of a cold start.
 
 log = logging.getLogger("ember")
 
@@ -108,10 +105,6 @@ class SparkContext:
     def _do_init(self, master: str | None, appName: str | None, sparkHome: str | None,
                  pyFiles: list[str] | None, environment: dict[str, str] | None,
                  batchSize: int, serializer: Any, conf: SparkConf | None) -> None:
-        site = call_site()
-        name, _, where = site.partition(" at ")
-        file, _, line = where.rpartition(":")
-        self._created_at = (name, file, line)
         self._conf = conf.copy() if conf is not None else SparkConf()
         if master:
             self._conf.setMaster(master)
@@ -127,9 +120,24 @@ class SparkContext:
         if not self._conf.contains("spark.app.name"):
             raise PySparkRuntimeError("APPLICATION_NAME_NOT_SET",
                                       "An application name must be set in your configuration.")
+        self._fork_client = None
+        if parse_local_master(self._conf.get("spark.master") or "") is not None:
+            # start the fork server first: it imports Ember while this process does too
+            from ember.executor.fork_client import ForkServerClient, task_process_env
+            env = {k[len("spark.executorEnv."):]: v for k, v in self._conf.getAll()
+                   if k.startswith("spark.executorEnv.")}
+            env["PYTHONHASHSEED"] = os.environ.get("PYTHONHASHSEED", "0")
+            self._fork_client = ForkServerClient(task_process_env(env))
+            self._fork_client.start()
+        from ember.rdd import call_site
+        site = call_site()
+        name, _, where = site.partition(" at ")
+        file, _, line = where.rpartition(":")
+        self._created_at = (name, file, line)
         self.master: str = self._conf.get("spark.master")  # type: ignore[assignment]
         self.appName: str = self._conf.get("spark.app.name")  # type: ignore[assignment]
         self.sparkHome = self._conf.get("spark.home")
+        from ember.serializers import CPickleSerializer
         self.serializer = serializer or CPickleSerializer()
         self.batchSize = batchSize
         self.pythonExec = sys.executable
@@ -162,6 +170,10 @@ class SparkContext:
         SparkFiles._sc = self
         self._added_files: dict[str, str] = {}
 
+        from ember.scheduler.listener import ListenerBus
+        from ember.scheduler.map_output_tracker import MapOutputTracker
+        from ember.status import StatusStore
+        from ember.storage.block_manager_master import BlockManagerMaster
         self._bus = ListenerBus()
         self._status_store = StatusStore()
         self._bus.add_sync(self._status_store)
@@ -192,6 +204,11 @@ class SparkContext:
                     f"Standalone master URLs are not supported by this Ember build yet: "
                     f"{self.master}")
             raise SparkException(f"Could not parse Master URL: '{self.master}'")
+        from ember.scheduler.dag_scheduler import DAGScheduler
+        from ember.scheduler.event_loop import EventLoop
+        from ember.scheduler.local_backend import LocalSchedulerBackend
+        from ember.scheduler.task_scheduler import TaskSchedulerImpl
+        from ember.shuffle.writer import ShuffleWriteFunc
         threads, failures = local
         max_failures = failures
         sched = TaskSchedulerImpl(
@@ -199,7 +216,6 @@ class SparkContext:
             self._conf.get("spark.scheduler.allocation.file"), self._bus, self._block_master,
             config.read(self._conf, "spark.ember.worker.maxCrashes"),
             config.read(self._conf, "spark.locality.wait"))
-        from ember.scheduler.local_backend import LocalSchedulerBackend
         storage = config.read(self._conf, "spark.ember.storage.memory")
         if storage is None:
             mem = config.read(self._conf, "spark.driver.memory")
@@ -211,7 +227,7 @@ class SparkContext:
             sched, threads, self._local_dir, self._python_worker_memory_mb, storage << 20,
             self._files_dir, dict(self.environment),
             config.read(self._conf, "spark.python.task.killTimeout"),
-            int(dp) if dp else None, self._loop)
+            int(dp) if dp else None, self._loop, self._fork_client)
         self._app_id = f"local-{self._start_time}"
         dag = DAGScheduler(sched, self._bus, self._tracker, self._cache_locations,
                            self._serialize_stage, ShuffleWriteFunc.for_dependency,
@@ -241,11 +257,15 @@ class SparkContext:
             return self._next_bid - 1
 
     def _cache_locations(self, rdd_id: int, partition: int) -> list[TaskLocation]:
+        from ember.scheduler.task import TaskLocation
         return [TaskLocation(b.host, b.executor_id, b.slot if b.where == "memory" else None)
                 for b in self._block_master.locations(rdd_id, partition)]
 
     @staticmethod
     def _serialize_stage(kind: str, rdd: RDD, func: Any) -> bytes:
+        from ember.dependency import ShuffleDependency
+        from ember.rdd import _pickle_scope
+        from ember.serializers import dumps_closure
         ids: set[int] = set()
         stack = [rdd]
         while stack:
@@ -268,6 +288,7 @@ class SparkContext:
     def _run_job(self, rdd: RDD, func: Callable, partitions: list[int] | None = None,
                  with_context: bool = False) -> list:
         """Run func over partitions of rdd; a list with one result per partition."""
+        from ember.rdd import call_site
         self._check_running()
         for r in rdd._lineage():           # surfaces input errors here, in the caller
             r.partitions()
@@ -448,6 +469,7 @@ class SparkContext:
 
     # --- creating RDDs ------------------------------------------------------------------
     def emptyRDD(self) -> RDD:
+        from ember.rdd import EmptyRDD
         self._check_running()
         return EmptyRDD(self)
 
@@ -458,6 +480,8 @@ class SparkContext:
         return self.parallelize(range(start, end, step), numSlices)
 
     def parallelize(self, c: Iterable, numSlices: int | None = None) -> RDD:
+        from ember.rdd import ParallelCollectionRDD
+        from ember.rdd_sources import slice_collection
         self._check_running()
         n = self.defaultParallelism if numSlices is None else numSlices
         if not isinstance(c, (list, range)):
@@ -466,20 +490,24 @@ class SparkContext:
 
     def textFile(self, name: str, minPartitions: int | None = None,
                  use_unicode: bool = True) -> RDD:
+        from ember.rdd import TextFileRDD
         self._check_running()
         return TextFileRDD(self, name, minPartitions or self.defaultMinPartitions, use_unicode)
 
     def wholeTextFiles(self, path: str, minPartitions: int | None = None,
                        use_unicode: bool = True) -> RDD:
+        from ember.rdd import FileListRDD
         self._check_running()
         return FileListRDD(self, path, minPartitions or self.defaultMinPartitions, "text",
                            use_unicode)
 
     def binaryFiles(self, path: str, minPartitions: int | None = None) -> RDD:
+        from ember.rdd import FileListRDD
         self._check_running()
         return FileListRDD(self, path, minPartitions or self.defaultMinPartitions, "binary")
 
     def binaryRecords(self, path: str, recordLength: int) -> RDD:
+        from ember.rdd import FileListRDD
         self._check_running()
         if recordLength <= 0:
             raise ValueError(f"The record length must be positive, got {recordLength}")
@@ -487,10 +515,12 @@ class SparkContext:
                            record_length=recordLength)
 
     def pickleFile(self, name: str, minPartitions: int | None = None) -> RDD:
+        from ember.rdd import FileListRDD
         self._check_running()
         return FileListRDD(self, name, minPartitions or self.defaultMinPartitions, "pickle")
 
     def union(self, rdds: list[RDD]) -> RDD:
+        from ember.rdd import union_of
         self._check_running()
         if not rdds:
             raise ValueError("Union of an empty list of RDDs")
@@ -625,6 +655,7 @@ class SparkContext:
         self._dag.cancel_all_jobs()
 
     def statusTracker(self) -> StatusTracker:
+        from ember.status import StatusTracker
         return StatusTracker(self._status_store)
 
     def runJob(self, rdd: RDD, partitionFunc: Callable[[Iterable], Iterable],

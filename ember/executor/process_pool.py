@@ -13,18 +13,16 @@ import os
 import functools
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
 from typing import Any, Callable
 
+from ember.executor.fork_client import ForkServerClient, task_process_env
 from ember.executor.wire import FrameBuffer, send_msg
 from ember.scheduler.event_loop import EventLoop
 
 log = logging.getLogger(__name__)
-
-_EMBER_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # on_task_end(slot, tid, state, payload, accum_updates, metrics, block_updates)
 TaskEndCallback = Callable[[int, int, str, Any, dict, dict, list], None]
@@ -51,7 +49,8 @@ class TaskProcessPool:
     def __init__(self, num_slots: int, env_conf: dict, on_task_end: TaskEndCallback,
                  extra_env: dict[str, str] | None = None, kill_timeout: float = 2.0,
                  on_slot_restarted: Callable[[int], None] | None = None,
-                 loop: EventLoop | None = None) -> None:
+                 loop: EventLoop | None = None,
+                 forks: ForkServerClient | None = None) -> None:
         self.num_slots = num_slots
         self.env_conf = env_conf
         self.on_task_end = on_task_end
@@ -63,23 +62,16 @@ class TaskProcessPool:
         self.loop = loop or EventLoop("task-process-pool")
         self._lock = threading.RLock()
         self._stopped = False
-        self._forks = ForkServerClient(self._child_env())
+        self._forks = forks or ForkServerClient(task_process_env(self.extra_env))
 
     # lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
-        self._forks.start()
+        if not self._forks.started:
+            self._forks.start()
         if self._own_loop:
             self.loop.start()
         for slot in self.slots:
             self._spawn(slot)
-
-    def _child_env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(self.extra_env)
-        env.setdefault("PYTHONHASHSEED", "0")
-        paths = [_EMBER_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-        return env
 
     def _spawn(self, slot: _Slot) -> None:
         """Give the slot a fresh process; the socket is usable at once (messages queue up)."""
@@ -103,6 +95,7 @@ class TaskProcessPool:
             self._stopped = True
             for slot in self.slots:
                 if slot.sock is not None:
+                    self.loop.unregister(slot.sock)
                     try:
                         send_msg(slot.sock, ("stop",))
                     except OSError:
@@ -224,9 +217,9 @@ class TaskProcessPool:
         with self._lock:
             self.loop.unregister(slot.sock)
             slot.sock.close()
-            code = self._forks.exit_code(slot.pid)
             if self._stopped:
                 return
+            code = self._forks.exit_code(slot.pid, timeout=0.2)
             tid, killing = slot.tid, slot.killing
             slot.tid = None
             lived = time.monotonic() - slot.started_at
@@ -258,78 +251,3 @@ def _alive(pid: int) -> bool:
             return f.read().split(") ", 1)[1][:1] != "Z"
     except OSError:
         return True
-
-
-class ForkServerClient:
-    """Owns the fork server process: asks it for task processes, learns their exit codes."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        self.env = env
-        self._proc: subprocess.Popen | None = None
-        self._ctrl: socket.socket | None = None
-        self._pending: list[tuple[socket.socket, Any]] = []
-        self._exit_codes: dict[int, int] = {}
-        self._cond = threading.Condition()
-        self._thread: threading.Thread | None = None
-        self._stopped = False
-
-    def start(self) -> None:
-        parent, child = socket.socketpair()
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "ember.executor.forkserver", str(child.fileno())],
-            pass_fds=[child.fileno()], env=self.env, stdin=subprocess.DEVNULL, close_fds=True)
-        child.close()
-        self._ctrl = parent
-        self._thread = threading.Thread(target=self._read_loop, name="fork-server-reader",
-                                        daemon=True)
-        self._thread.start()
-
-    def fork(self, child: socket.socket, slot: Any) -> None:
-        with self._cond:
-            self._pending.append((child, slot))
-            try:
-                socket.send_fds(self._ctrl, [b"f"], [child.fileno()])
-            except OSError:
-                log.error("fork server is gone; cannot start a task process")
-
-    def _read_loop(self) -> None:
-        buf = FrameBuffer()
-        while True:
-            try:
-                data = self._ctrl.recv(65536)
-            except OSError:
-                data = b""
-            if not data:
-                if not self._stopped:
-                    log.error("fork server exited (code %s)",
-                              self._proc.poll() if self._proc else None)
-                return
-            for msg in buf.feed(data):
-                with self._cond:
-                    if msg[0] == "forked":
-                        child, slot = self._pending.pop(0)
-                        child.close()
-                        slot.pid = msg[1]
-                    elif msg[0] == "exit":
-                        self._exit_codes[msg[1]] = msg[2]
-                    self._cond.notify_all()
-
-    def exit_code(self, pid: int, timeout: float = 0.5) -> int | None:
-        with self._cond:
-            self._cond.wait_for(lambda: pid in self._exit_codes, timeout)
-            return self._exit_codes.pop(pid, None)
-
-    def stop(self) -> None:
-        self._stopped = True
-        if self._ctrl is not None:
-            try:
-                self._ctrl.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            self._ctrl.close()
-        if self._proc is not None:
-            try:
-                self._proc.wait(2)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()

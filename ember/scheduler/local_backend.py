@@ -20,7 +20,7 @@ class LocalSchedulerBackend(SchedulerBackend):
     def __init__(self, scheduler: Any, num_slots: int, local_dir: str, memory_limit_mb: int,
                  storage_budget: int, files_dir: str, extra_env: dict[str, str],
                  kill_timeout: float, default_parallelism: int | None = None,
-                 loop: Any = None) -> None:
+                 loop: Any = None, forks: Any = None) -> None:
         self.scheduler = scheduler
         self.num_slots = num_slots
         self._default_parallelism = default_parallelism or num_slots
@@ -32,7 +32,7 @@ class LocalSchedulerBackend(SchedulerBackend):
                     "cwd": os.getcwd()}
         self.pool = TaskProcessPool(num_slots, env_conf, self._on_task_end, extra_env,
                                     kill_timeout, on_slot_restarted=self._on_slot_restarted,
-                                    loop=loop)
+                                    loop=loop, forks=forks)
 
     def start(self) -> None:
         self.pool.start()

@@ -1,0 +1,950 @@
+"""Every deploy message, payload and state enum of the standalone cluster, with Spark's names.
+
+Why one file with Spark's names and camelCase fields: the seed's sequence diagrams (and
+Spark's `DeployMessages`, `MasterMessages`, `CoarseGrainedClusterMessages`) then read as a map
+of this code - `RegisterWorker(id, host, port, worker, cores, memory, workerWebUiUrl,
+masterAddress, resources)` here is the same message as there. Messages are frozen dataclasses
+registered with `ember.rpc.messages.message`, so the RPC layer encodes them with msgpack (a
+non-executable format) by class name; nothing here knows how a byte crosses a socket.
+
+Deviations from Spark, forced by a data-only encoding:
+- `Option[Exception]` fields (`DriverStateChanged.exception`, `DriverStatusResponse.exception`)
+  carry the exception's text (`Optional[str]`).
+- `RequestExecutors.resourceProfileToTotalExecs` is a list of `(ResourceProfile, total)` pairs
+  instead of a `Map[ResourceProfile, Int]` (msgpack maps want string keys).
+- `MasterStateResponse` / `WorkerStateResponse` carry immutable snapshots (`WorkerSummary`,
+  `ApplicationSummary`, `DriverSummary`, `ExecutorRunnerSummary`, `DriverRunnerSummary`)
+  instead of the daemons' live mutable `WorkerInfo` / `ExecutorRunner` objects.
+- Dates (`submitDate`) are epoch milliseconds; `ember.deploy.json_protocol` renders them the
+  way `java.util.Date.toString` does.
+- `RequestKillApplication(appId)` is an Ember addition: the master web UI's `/app/kill` calls
+  `removeApplication(app, KILLED)` directly in Spark; here the UI must ask the master.
+"""
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Optional
+
+try:
+    from ember.rpc import RpcAddress, RpcEndpointRef
+except ImportError:  # TEMPORARY: ember.rpc is being written concurrently
+    RpcAddress = RpcEndpointRef = Any  # type: ignore[misc,assignment]
+try:
+    from ember.rpc.messages import message
+except ImportError:  # TEMPORARY: see above
+    def message(cls):  # type: ignore[no-redef]
+        return cls
+
+DEFAULT_RESOURCE_PROFILE_ID = 0
+# Spark's ResourceProfile keys that are not "custom" resources (ResourceProfile.allSupported...)
+_BUILTIN_EXECUTOR_RESOURCES = ("cores", "memory", "memoryOverhead", "pyspark.memory", "offHeap")
+
+
+# ---------------------------------------------------------------------------------------------
+# §2.4 States
+# ---------------------------------------------------------------------------------------------
+
+class _NamedEnum(Enum):
+    """Enum whose value is its Spark name; `str()` gives the name like Scala's `toString`."""
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@message
+class RecoveryState(_NamedEnum):
+    """The master's state (Scala: `RecoveryState`, type alias `MasterState`)."""
+    STANDBY = "STANDBY"
+    ALIVE = "ALIVE"
+    RECOVERING = "RECOVERING"
+    COMPLETING_RECOVERY = "COMPLETING_RECOVERY"
+
+
+@message
+class WorkerState(_NamedEnum):
+    ALIVE = "ALIVE"
+    DEAD = "DEAD"
+    DECOMMISSIONED = "DECOMMISSIONED"
+    UNKNOWN = "UNKNOWN"
+
+
+@message
+class ApplicationState(_NamedEnum):
+    WAITING = "WAITING"
+    RUNNING = "RUNNING"
+    FINISHED = "FINISHED"
+    FAILED = "FAILED"
+    KILLED = "KILLED"
+    UNKNOWN = "UNKNOWN"
+
+    def isFinished(self) -> bool:
+        return self not in (ApplicationState.WAITING, ApplicationState.RUNNING)
+
+
+@message
+class DriverState(_NamedEnum):
+    SUBMITTED = "SUBMITTED"
+    RUNNING = "RUNNING"
+    FINISHED = "FINISHED"
+    RELAUNCHING = "RELAUNCHING"
+    UNKNOWN = "UNKNOWN"
+    KILLED = "KILLED"
+    FAILED = "FAILED"
+    ERROR = "ERROR"
+
+
+@message
+class ExecutorState(_NamedEnum):
+    LAUNCHING = "LAUNCHING"
+    RUNNING = "RUNNING"
+    KILLED = "KILLED"
+    FAILED = "FAILED"
+    LOST = "LOST"
+    EXITED = "EXITED"
+    DECOMMISSIONED = "DECOMMISSIONED"
+
+    def isFinished(self) -> bool:
+        """KILLED, FAILED, LOST, EXITED; DECOMMISSIONED is *not* finished (Spark)."""
+        return self in (ExecutorState.KILLED, ExecutorState.FAILED, ExecutorState.LOST,
+                        ExecutorState.EXITED)
+
+
+# ---------------------------------------------------------------------------------------------
+# Payloads
+# ---------------------------------------------------------------------------------------------
+
+@message
+@dataclass(frozen=True)
+class ResourceInformation:
+    """A named resource and its addresses, e.g. ("gpu", ["0", "1"])."""
+    name: str
+    addresses: list[str] = field(default_factory=list)
+
+    def toJson(self) -> dict:
+        return {"name": self.name, "addresses": list(self.addresses)}
+
+
+@message
+@dataclass(frozen=True)
+class ResourceRequirement:
+    """`amount` units of `resourceName` (per executor or per driver)."""
+    resourceName: str
+    amount: int
+    numParts: int = 1
+
+
+@message
+@dataclass(frozen=True)
+class ExecutorResourceRequest:
+    resourceName: str
+    amount: int
+    discoveryScript: str = ""
+    vendor: str = ""
+
+
+@message
+@dataclass(frozen=True)
+class TaskResourceRequest:
+    resourceName: str
+    amount: float
+
+
+@message
+@dataclass(frozen=True)
+class ResourceProfile:
+    """What each executor (and task) of a profile needs. Id 0 is the default profile.
+
+    Built-in executor keys: "cores" (None = unset: in standalone one executor per worker takes
+    all free cores), "memory" (MB). Anything else is a custom resource (gpu, fpga ...).
+    """
+    id: int = DEFAULT_RESOURCE_PROFILE_ID
+    executorResources: dict[str, ExecutorResourceRequest] = field(default_factory=dict)
+    taskResources: dict[str, TaskResourceRequest] = field(default_factory=dict)
+
+    def getExecutorCores(self) -> Optional[int]:
+        r = self.executorResources.get("cores")
+        return int(r.amount) if r is not None else None
+
+    def getExecutorMemory(self) -> Optional[int]:
+        r = self.executorResources.get("memory")
+        return int(r.amount) if r is not None else None
+
+    def getCustomExecutorResources(self) -> dict[str, ExecutorResourceRequest]:
+        return {k: v for k, v in self.executorResources.items()
+                if k not in _BUILTIN_EXECUTOR_RESOURCES}
+
+    @staticmethod
+    def of(id: int = DEFAULT_RESOURCE_PROFILE_ID, cores: Optional[int] = None,
+           memoryMb: Optional[int] = None, custom: Optional[dict[str, int]] = None
+           ) -> "ResourceProfile":
+        """Convenience constructor: `ResourceProfile.of(cores=2, memoryMb=1024, custom={"gpu": 1})`."""
+        res: dict[str, ExecutorResourceRequest] = {}
+        if cores is not None:
+            res["cores"] = ExecutorResourceRequest("cores", int(cores))
+        if memoryMb is not None:
+            res["memory"] = ExecutorResourceRequest("memory", int(memoryMb))
+        for name, amount in (custom or {}).items():
+            res[name] = ExecutorResourceRequest(name, int(amount))
+        return ResourceProfile(id=id, executorResources=res)
+
+
+def _scala_seq(items: list) -> str:
+    return "List(" + ", ".join(str(i) for i in items) + ")"
+
+
+@message
+@dataclass(frozen=True)
+class Command:
+    """How to start a process (Spark: a JVM main class; Ember: a Python entry point)."""
+    mainClass: str
+    arguments: list[str] = field(default_factory=list)
+    environment: dict[str, str] = field(default_factory=dict)
+    classPathEntries: list[str] = field(default_factory=list)
+    libraryPathEntries: list[str] = field(default_factory=list)
+    javaOpts: list[str] = field(default_factory=list)
+
+    def toString(self) -> str:
+        """Scala case-class `toString`, as the worker JSON's `appdesc.command` shows it."""
+        env = "Map(" + ", ".join(f"{k} -> {v}" for k, v in self.environment.items()) + ")"
+        return (f"Command({self.mainClass},{_scala_seq(self.arguments)},{env},"
+                f"{_scala_seq(self.classPathEntries)},{_scala_seq(self.libraryPathEntries)},"
+                f"{_scala_seq(self.javaOpts)})")
+
+
+@message
+@dataclass(frozen=True)
+class ApplicationDescription:
+    """What an application asks the master for (sent in RegisterApplication)."""
+    name: str
+    maxCores: Optional[int]
+    command: Command
+    appUiUrl: str
+    defaultProfile: ResourceProfile = field(default_factory=ResourceProfile)
+    eventLogDir: Optional[str] = None
+    eventLogCodec: Optional[str] = None
+    initialExecutorLimit: Optional[int] = None
+    user: str = "<unknown>"
+
+    @property
+    def memoryPerExecutorMB(self) -> int:
+        mem = self.defaultProfile.getExecutorMemory()
+        return int(mem) if mem is not None else 1024
+
+    @property
+    def coresPerExecutor(self) -> Optional[int]:
+        return self.defaultProfile.getExecutorCores()
+
+    @property
+    def resourceReqsPerExecutor(self) -> list[ResourceRequirement]:
+        custom = self.defaultProfile.getCustomExecutorResources()
+        return [ResourceRequirement(r.resourceName, int(r.amount))
+                for _, r in sorted(custom.items())]
+
+
+@message
+@dataclass(frozen=True)
+class DriverDescription:
+    """A cluster-mode driver to run on some worker (sent in RequestSubmitDriver)."""
+    jarUrl: str
+    mem: int
+    cores: int
+    supervise: bool
+    command: Command
+    resourceReqs: list[ResourceRequirement] = field(default_factory=list)
+
+
+@message
+@dataclass(frozen=True)
+class ExecutorDescription:
+    """An executor as a worker reports it (WorkerLatestState, WorkerSchedulerStateResponse)."""
+    appId: str
+    execId: int
+    rpId: int
+    cores: int
+    memoryMb: int
+    state: ExecutorState
+
+
+@message
+@dataclass(frozen=True)
+class WorkerExecutorStateResponse:
+    desc: ExecutorDescription
+    resources: dict[str, ResourceInformation] = field(default_factory=dict)
+
+
+@message
+@dataclass(frozen=True)
+class WorkerDriverStateResponse:
+    driverId: str
+    resources: dict[str, ResourceInformation] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# §2.1 Worker <-> Master
+# ---------------------------------------------------------------------------------------------
+
+@message
+@dataclass(frozen=True)
+class RegisterWorker:
+    id: str
+    host: str
+    port: int
+    worker: RpcEndpointRef
+    cores: int
+    memory: int  # MB
+    workerWebUiUrl: str
+    masterAddress: RpcAddress
+    resources: dict[str, ResourceInformation] = field(default_factory=dict)
+
+
+@message
+@dataclass(frozen=True)
+class RegisteredWorker:
+    master: RpcEndpointRef
+    masterWebUiUrl: str
+    masterAddress: RpcAddress
+    duplicate: bool
+
+
+@message
+@dataclass(frozen=True)
+class RegisterWorkerFailed:
+    message: str
+
+
+@message
+@dataclass(frozen=True)
+class MasterInStandby:
+    pass
+
+
+@message
+@dataclass(frozen=True)
+class Heartbeat:
+    workerId: str
+    worker: RpcEndpointRef
+
+
+@message
+@dataclass(frozen=True)
+class ReconnectWorker:
+    masterUrl: str
+
+
+@message
+@dataclass(frozen=True)
+class WorkerLatestState:
+    id: str
+    executors: list[ExecutorDescription]
+    driverIds: list[str]
+
+
+@message
+@dataclass(frozen=True)
+class LaunchExecutor:
+    masterUrl: str
+    appId: str
+    execId: int
+    rpId: int
+    appDesc: ApplicationDescription
+    cores: int
+    memory: int
+    resources: dict[str, ResourceInformation] = field(default_factory=dict)
+
+
+@message
+@dataclass(frozen=True)
+class KillExecutor:
+    masterUrl: str
+    appId: str
+    execId: int
+
+
+@message
+@dataclass(frozen=True)
+class LaunchDriver:
+    driverId: str
+    driverDesc: DriverDescription
+    resources: dict[str, ResourceInformation] = field(default_factory=dict)
+
+
+@message
+@dataclass(frozen=True)
+class KillDriver:
+    driverId: str
+
+
+@message
+@dataclass(frozen=True)
+class ExecutorStateChanged:
+    """Worker -> master *ask*; the master always replies True."""
+    appId: str
+    execId: int
+    state: ExecutorState
+    message: Optional[str] = None
+    exitStatus: Optional[int] = None
+
+
+@message
+@dataclass(frozen=True)
+class DriverStateChanged:
+    driverId: str
+    state: DriverState
+    exception: Optional[str] = None  # Spark: Option[Exception]; here its text
+
+
+@message
+@dataclass(frozen=True)
+class ApplicationFinished:
+    id: str
+
+
+@message
+@dataclass(frozen=True)
+class MasterChanged:
+    master: RpcEndpointRef
+    masterWebUiUrl: str
+
+
+@message
+@dataclass(frozen=True)
+class WorkerSchedulerStateResponse:
+    id: str
+    execResponses: list[WorkerExecutorStateResponse]
+    driverResponses: list[WorkerDriverStateResponse]
+
+
+@message
+@dataclass(frozen=True)
+class WorkerDecommissioning:
+    id: str
+    workerRef: RpcEndpointRef
+
+
+@message
+@dataclass(frozen=True)
+class DecommissionWorker:
+    pass
+
+
+@message
+@dataclass(frozen=True)
+class DecommissionWorkersOnHosts:
+    """Master web UI -> master ask; reply: number of matching workers (int)."""
+    hostnames: list[str]
+
+
+@message
+@dataclass(frozen=True)
+class DecommissionWorkers:
+    ids: list[str]
+
+
+@message
+@dataclass(frozen=True)
+class WorkerDecommissionSigReceived:
+    pass
+
+
+@message
+@dataclass(frozen=True)
+class WorkDirCleanup:
+    pass
+
+
+@message
+@dataclass(frozen=True)
+class ReregisterWithMaster:
+    pass
+
+
+@message
+@dataclass(frozen=True)
+class SendHeartbeat:
+    pass
+
+
+# ---------------------------------------------------------------------------------------------
+# §2.2 Application client (driver's StandaloneAppClient) <-> Master
+# ---------------------------------------------------------------------------------------------
+
+@message
+@dataclass(frozen=True)
+class RegisterApplication:
+    appDescription: ApplicationDescription
+    driver: RpcEndpointRef
+
+
+@message
+@dataclass(frozen=True)
+class RegisteredApplication:
+    appId: str
+    master: RpcEndpointRef
+
+
+@message
+@dataclass(frozen=True)
+class ExecutorAdded:
+    id: int
+    workerId: str
+    hostPort: str
+    cores: int
+    memory: int
+
+
+@message
+@dataclass(frozen=True)
+class ExecutorUpdated:
+    id: int
+    state: ExecutorState
+    message: Optional[str]
+    exitStatus: Optional[int]
+    workerHost: Optional[str]
+
+
+@message
+@dataclass(frozen=True)
+class WorkerRemoved:
+    id: str
+    host: str
+    message: str
+
+
+@message
+@dataclass(frozen=True)
+class ApplicationRemoved:
+    message: str
+
+
+@message
+@dataclass(frozen=True)
+class MasterChangeAcknowledged:
+    appId: str
+
+
+@message
+@dataclass(frozen=True)
+class UnregisterApplication:
+    appId: str
+
+
+@message
+@dataclass(frozen=True)
+class RequestExecutors:
+    """App -> master ask; reply Boolean. Pairs of (profile, total executors wanted)."""
+    appId: str
+    resourceProfileToTotalExecs: list[tuple[ResourceProfile, int]]
+
+
+@message
+@dataclass(frozen=True)
+class KillExecutors:
+    """App -> master ask; reply Boolean. Non-integer ids are dropped with an error log."""
+    appId: str
+    executorIds: list[str]
+
+
+@message
+@dataclass(frozen=True)
+class StopAppClient:
+    pass
+
+
+# ---------------------------------------------------------------------------------------------
+# §2.3 Submission clients / UI <-> Master
+# ---------------------------------------------------------------------------------------------
+
+@message
+@dataclass(frozen=True)
+class RequestSubmitDriver:
+    driverDescription: DriverDescription
+
+
+@message
+@dataclass(frozen=True)
+class SubmitDriverResponse:
+    master: RpcEndpointRef
+    success: bool
+    driverId: Optional[str]
+    message: str
+
+
+@message
+@dataclass(frozen=True)
+class RequestKillDriver:
+    driverId: str
+
+
+@message
+@dataclass(frozen=True)
+class KillDriverResponse:
+    master: RpcEndpointRef
+    driverId: str
+    success: bool
+    message: str
+
+
+@message
+@dataclass(frozen=True)
+class RequestKillAllDrivers:
+    pass
+
+
+@message
+@dataclass(frozen=True)
+class KillAllDriversResponse:
+    master: RpcEndpointRef
+    success: bool
+    message: str
+
+
+@message
+@dataclass(frozen=True)
+class RequestDriverStatus:
+    driverId: str
+
+
+@message
+@dataclass(frozen=True)
+class DriverStatusResponse:
+    found: bool
+    state: Optional[DriverState]
+    workerId: Optional[str]
+    workerHostPort: Optional[str]
+    exception: Optional[str]  # Spark: Option[Exception]; here its text
+
+
+@message
+@dataclass(frozen=True)
+class RequestClearCompletedDriversAndApps:
+    """Ask; reply True."""
+
+
+@message
+@dataclass(frozen=True)
+class RequestReadyz:
+    """Ask; reply Boolean: master state != STANDBY."""
+
+
+@message
+@dataclass(frozen=True)
+class RequestKillApplication:
+    """Ember addition (UI `/app/kill`): ask; master removes the app as KILLED; reply Boolean."""
+    appId: str
+
+
+@message
+@dataclass(frozen=True)
+class RequestMasterState:
+    pass
+
+
+@message
+@dataclass(frozen=True)
+class WorkerSummary:
+    """Snapshot of the master's WorkerInfo for the UI and `/json`."""
+    id: str
+    host: str
+    port: int
+    webUiAddress: str
+    cores: int
+    coresUsed: int
+    memory: int
+    memoryUsed: int
+    resources: dict[str, ResourceInformation]
+    resourcesUsed: dict[str, ResourceInformation]
+    state: WorkerState
+    lastHeartbeat: int  # epoch ms
+
+    @property
+    def coresFree(self) -> int:
+        return self.cores - self.coresUsed
+
+    @property
+    def memoryFree(self) -> int:
+        return self.memory - self.memoryUsed
+
+    @property
+    def resourcesFree(self) -> dict[str, ResourceInformation]:
+        out = {}
+        for name, info in self.resources.items():
+            used = set(self.resourcesUsed.get(name, ResourceInformation(name)).addresses)
+            out[name] = ResourceInformation(name, [a for a in info.addresses if a not in used])
+        return out
+
+    @property
+    def hostPort(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def isAlive(self) -> bool:
+        return self.state == WorkerState.ALIVE
+
+
+@message
+@dataclass(frozen=True)
+class ExecutorSummary:
+    """Snapshot of the master's ExecutorDesc (application page)."""
+    id: int
+    appId: str
+    workerId: str
+    workerHostPort: str
+    cores: int
+    memory: int
+    resources: dict[str, ResourceInformation]
+    rpId: int
+    state: ExecutorState
+
+
+@message
+@dataclass(frozen=True)
+class ApplicationSummary:
+    """Snapshot of the master's ApplicationInfo."""
+    id: str
+    startTime: int  # epoch ms
+    desc: ApplicationDescription
+    submitDate: int  # epoch ms
+    state: ApplicationState
+    coresGranted: int
+    endTime: int  # -1 while running
+    duration: int  # ms, as of the snapshot
+    executors: list[ExecutorSummary] = field(default_factory=list)
+    removedExecutors: list[ExecutorSummary] = field(default_factory=list)
+
+
+@message
+@dataclass(frozen=True)
+class DriverSummary:
+    """Snapshot of the master's DriverInfo."""
+    id: str
+    startTime: int  # epoch ms
+    desc: DriverDescription
+    submitDate: int  # epoch ms
+    state: DriverState
+    workerId: Optional[str]
+    workerHostPort: Optional[str]
+    resources: dict[str, ResourceInformation] = field(default_factory=dict)
+    exception: Optional[str] = None
+
+
+@message
+@dataclass(frozen=True)
+class MasterStateResponse:
+    host: str
+    port: int
+    restPort: Optional[int]
+    workers: list[WorkerSummary]
+    activeApps: list[ApplicationSummary]
+    completedApps: list[ApplicationSummary]
+    activeDrivers: list[DriverSummary]
+    completedDrivers: list[DriverSummary]
+    status: RecoveryState
+
+    @property
+    def uri(self) -> str:
+        return f"spark://{self.host}:{self.port}"
+
+    @property
+    def restUri(self) -> Optional[str]:
+        return None if self.restPort is None else f"spark://{self.host}:{self.restPort}"
+
+
+@message
+@dataclass(frozen=True)
+class RequestWorkerState:
+    pass
+
+
+@message
+@dataclass(frozen=True)
+class ExecutorRunnerSummary:
+    """Snapshot of a worker's ExecutorRunner (worker UI and `/json`)."""
+    appId: str
+    execId: int
+    appDesc: ApplicationDescription
+    cores: int
+    memory: int
+    resources: dict[str, ResourceInformation] = field(default_factory=dict)
+    state: ExecutorState = ExecutorState.LAUNCHING
+    rpId: int = DEFAULT_RESOURCE_PROFILE_ID
+
+
+@message
+@dataclass(frozen=True)
+class DriverRunnerSummary:
+    """Snapshot of a worker's DriverRunner."""
+    driverId: str
+    driverDesc: DriverDescription
+    resources: dict[str, ResourceInformation] = field(default_factory=dict)
+    state: DriverState = DriverState.SUBMITTED
+    finalException: Optional[str] = None
+
+
+@message
+@dataclass(frozen=True)
+class WorkerStateResponse:
+    host: str
+    port: int
+    workerId: str
+    executors: list[ExecutorRunnerSummary]
+    finishedExecutors: list[ExecutorRunnerSummary]
+    drivers: list[DriverRunnerSummary]
+    finishedDrivers: list[DriverRunnerSummary]
+    masterUrl: str
+    cores: int
+    memory: int
+    coresUsed: int
+    memoryUsed: int
+    masterWebUiUrl: str
+    resources: dict[str, ResourceInformation] = field(default_factory=dict)
+    resourcesUsed: dict[str, ResourceInformation] = field(default_factory=dict)
+
+
+@message
+@dataclass(frozen=True)
+class BoundPortsRequest:
+    pass
+
+
+@message
+@dataclass(frozen=True)
+class BoundPortsResponse:
+    rpcEndpointPort: int
+    webUIPort: int
+    restPort: Optional[int]
+
+
+# MasterMessages: leader agent / timers -> master
+
+@message
+@dataclass(frozen=True)
+class ElectedLeader:
+    pass
+
+
+@message
+@dataclass(frozen=True)
+class RevokedLeadership:
+    pass
+
+
+@message
+@dataclass(frozen=True)
+class CheckForWorkerTimeOut:
+    pass
+
+
+@message
+@dataclass(frozen=True)
+class CompleteRecovery:
+    pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver <-> executor (Spark's CoarseGrainedClusterMessages, the part Ember needs)
+# ---------------------------------------------------------------------------------------------
+
+@message
+@dataclass(frozen=True)
+class RetrieveSparkAppConfig:
+    """Executor -> driver ask at start-up; reply SparkAppConfig."""
+    resourceProfileId: int = DEFAULT_RESOURCE_PROFILE_ID
+
+
+@message
+@dataclass(frozen=True)
+class SparkAppConfig:
+    sparkProperties: list[tuple[str, str]]
+    ioEncryptionKey: Optional[bytes] = None
+    hadoopDelegationCreds: Optional[bytes] = None
+    resourceProfile: ResourceProfile = field(default_factory=ResourceProfile)
+    logLevel: Optional[str] = None
+
+
+@message
+@dataclass(frozen=True)
+class RegisterExecutor:
+    """Executor -> driver ask; reply True, then the driver sends RegisteredExecutor."""
+    executorId: str
+    executorRef: RpcEndpointRef
+    hostname: str
+    cores: int
+    logUrls: dict[str, str] = field(default_factory=dict)
+    attributes: dict[str, str] = field(default_factory=dict)
+    resources: dict[str, ResourceInformation] = field(default_factory=dict)
+    resourceProfileId: int = DEFAULT_RESOURCE_PROFILE_ID
+
+
+@message
+@dataclass(frozen=True)
+class RegisteredExecutor:
+    pass
+
+
+@message
+@dataclass(frozen=True)
+class RegisterExecutorFailed:
+    message: str
+
+
+@message
+@dataclass(frozen=True)
+class LaunchTask:
+    """Driver -> executor: a serialized task description (opaque bytes; decoded only after auth)."""
+    data: bytes
+
+
+@message
+@dataclass(frozen=True)
+class KillTask:
+    taskId: int
+    executor: str
+    interruptThread: bool
+    reason: str
+
+
+@message
+@dataclass(frozen=True)
+class StatusUpdate:
+    """Executor -> driver: task state (TaskState name) and serialized result/failure bytes."""
+    executorId: str
+    taskId: int
+    state: str
+    data: bytes
+
+
+@message
+@dataclass(frozen=True)
+class StopExecutor:
+    pass
+
+
+@message
+@dataclass(frozen=True)
+class Shutdown:
+    pass
+
+
+@message
+@dataclass(frozen=True)
+class ReviveOffers:
+    pass
+
+
+@message
+@dataclass(frozen=True)
+class RemoveExecutor:
+    executorId: str
+    reason: str
+
+
+@message
+@dataclass(frozen=True)
+class ShuffleBlockRequest:
+    """Ember: fetch one reduce partition of a map output file; the reply is the raw bytes."""
+    shuffleId: int
+    mapPath: str
+    reduceId: int
+
+
+__all__ = [name for name, obj in list(globals().items())
+           if isinstance(obj, type) and getattr(obj, "__module__", None) == __name__
+           and not name.startswith("_")] + ["DEFAULT_RESOURCE_PROFILE_ID"]

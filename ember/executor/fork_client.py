@@ -1,0 +1,107 @@
+"""Client side of the fork server: start it early, ask it for task processes.
+
+Kept apart from the pool so the driver can start the fork server at the very beginning of
+SparkContext() and let it import Ember while the driver imports the rest in parallel.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+from typing import Any
+
+from ember.executor.wire import FrameBuffer
+
+log = logging.getLogger(__name__)
+
+_EMBER_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def task_process_env(extra_env: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment of task processes: ours, the app's executor env, a fixed hash seed."""
+    env = dict(os.environ)
+    env.update(extra_env or {})
+    env.setdefault("PYTHONHASHSEED", "0")
+    paths = [_EMBER_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return env
+
+
+class ForkServerClient:
+    """Owns the fork server process: asks it for task processes, learns their exit codes."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.started = False
+        self._proc: subprocess.Popen | None = None
+        self._ctrl: socket.socket | None = None
+        self._pending: list[tuple[socket.socket, Any]] = []
+        self._exit_codes: dict[int, int] = {}
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def start(self) -> None:
+        self.started = True
+        parent, child = socket.socketpair()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "ember.executor.forkserver", str(child.fileno())],
+            pass_fds=[child.fileno()], env=self.env, stdin=subprocess.DEVNULL, close_fds=True)
+        child.close()
+        self._ctrl = parent
+        self._thread = threading.Thread(target=self._read_loop, name="fork-server-reader",
+                                        daemon=True)
+        self._thread.start()
+
+    def fork(self, child: socket.socket, slot: Any) -> None:
+        with self._cond:
+            self._pending.append((child, slot))
+            try:
+                socket.send_fds(self._ctrl, [b"f"], [child.fileno()])
+            except OSError:
+                log.error("fork server is gone; cannot start a task process")
+
+    def _read_loop(self) -> None:
+        buf = FrameBuffer()
+        while True:
+            try:
+                data = self._ctrl.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                if not self._stopped:
+                    log.error("fork server exited (code %s)",
+                              self._proc.poll() if self._proc else None)
+                return
+            for msg in buf.feed(data):
+                with self._cond:
+                    if msg[0] == "forked":
+                        child, slot = self._pending.pop(0)
+                        child.close()
+                        slot.pid = msg[1]
+                    elif msg[0] == "exit":
+                        self._exit_codes[msg[1]] = msg[2]
+                    self._cond.notify_all()
+
+    def exit_code(self, pid: int, timeout: float = 0.5) -> int | None:
+        with self._cond:
+            self._cond.wait_for(lambda: pid in self._exit_codes, timeout)
+            return self._exit_codes.pop(pid, None)
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self._ctrl is not None:
+            try:
+                self._ctrl.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self._ctrl.close()
+        if self._proc is not None:
+            try:
+                self._proc.wait(2)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
