@@ -198,37 +198,40 @@ class SparkContext:
 
     def _create_scheduler(self) -> None:
         local = parse_local_master(self.master)
-        if local is None:
-            if self.master.startswith("spark://"):
-                raise SparkException(
-                    f"Standalone master URLs are not supported by this Ember build yet: "
-                    f"{self.master}")
+        if local is None and not self.master.startswith("spark://"):
             raise SparkException(f"Could not parse Master URL: '{self.master}'")
         from ember.scheduler.dag_scheduler import DAGScheduler
-        from ember.scheduler.event_loop import EventLoop
-        from ember.scheduler.local_backend import LocalSchedulerBackend
         from ember.scheduler.task_scheduler import TaskSchedulerImpl
         from ember.shuffle.writer import ShuffleWriteFunc
-        threads, failures = local
-        max_failures = failures
+        from ember.scheduler.event_loop import EventLoop
+        self._loop = EventLoop("dag-scheduler-event-loop")
+        if local is not None:
+            threads, max_failures = local
+        else:
+            threads, max_failures = 0, config.read(self._conf, "spark.task.maxFailures")
         sched = TaskSchedulerImpl(
             max_failures, config.read(self._conf, "spark.scheduler.mode"),
             self._conf.get("spark.scheduler.allocation.file"), self._bus, self._block_master,
             config.read(self._conf, "spark.ember.worker.maxCrashes"),
             config.read(self._conf, "spark.locality.wait"))
-        storage = config.read(self._conf, "spark.ember.storage.memory")
-        if storage is None:
-            mem = config.read(self._conf, "spark.driver.memory")
-            storage = max(32, int((mem - 300) * config.read(self._conf, "spark.memory.fraction")))
-            storage = storage // threads
-        dp = self._conf.get("spark.default.parallelism")
-        self._loop = EventLoop("dag-scheduler-event-loop")
-        backend = LocalSchedulerBackend(
-            sched, threads, self._local_dir, self._python_worker_memory_mb, storage << 20,
-            self._files_dir, dict(self.environment),
-            config.read(self._conf, "spark.python.task.killTimeout"),
-            int(dp) if dp else None, self._loop, self._fork_client)
-        self._app_id = f"local-{self._start_time}"
+        backend: Any
+        if local is not None:
+            from ember.scheduler.local_backend import LocalSchedulerBackend
+            storage = config.read(self._conf, "spark.ember.storage.memory")
+            if storage is None:
+                mem = config.read(self._conf, "spark.driver.memory")
+                storage = max(32, int((mem - 300) *
+                                      config.read(self._conf, "spark.memory.fraction")))
+                storage = storage // threads
+            dp = self._conf.get("spark.default.parallelism")
+            backend = LocalSchedulerBackend(
+                sched, threads, self._local_dir, self._python_worker_memory_mb, storage << 20,
+                self._files_dir, dict(self.environment),
+                config.read(self._conf, "spark.python.task.killTimeout"),
+                int(dp) if dp else None, self._loop, self._fork_client)
+        else:
+            from ember.scheduler.standalone_backend import StandaloneSchedulerBackend
+            backend = StandaloneSchedulerBackend(self, sched, self.master, self._loop)
         dag = DAGScheduler(sched, self._bus, self._tracker, self._cache_locations,
                            self._serialize_stage, ShuffleWriteFunc.for_dependency,
                            config.read(self._conf, "spark.stage.maxConsecutiveAttempts"),
@@ -239,6 +242,7 @@ class SparkContext:
         self._dag = dag
         self._loop.start()
         backend.start()
+        self._app_id = backend.application_id() if local is None else f"local-{self._start_time}"
 
     # --- internals used by RDDs and the scheduler ---------------------------------------
     def _new_rdd_id(self) -> int:
@@ -305,6 +309,8 @@ class SparkContext:
             def task_func(ctx: Any, it: Iterable) -> Any:
                 return func(it)
         props = dict(self._props())
+        if self._added_files:
+            props["spark.ember.files"] = ",".join(self._added_files)
         waiter = self._dag.submit_job(rdd, task_func, partitions, call_site(), handler, props)
         try:
             waiter.wait()

@@ -40,7 +40,14 @@ class TaskEnv:
         self.memory_limit_mb: int = conf["memory_limit_mb"]
         self.cpus: int = conf.get("cpus", 1)
         self.block_manager = BlockManager(conf["block_dir"], conf["storage_budget"])
-        self.fetch_remote = None  # set by executors that fetch shuffle blocks over RPC
+        self.remote = None
+        self.fetch_remote = None
+        if conf.get("driver"):        # an executor of a cluster application
+            from ember.executor.remote import RemoteFetcher
+            self.remote = RemoteFetcher(conf["driver"], conf.get("rpc_conf", {}),
+                                        self.local_dir, conf["files_dir"])
+            self.fetch_remote = self.remote.fetch_shuffle
+            broadcast._fetcher[0] = self.remote.fetch_broadcast
 
 
 _running = [False]
@@ -71,6 +78,9 @@ def _load_stage(blob: bytes, meta: bytes) -> _Stage:
 def run_task(env: TaskEnv, stage: _Stage, task: tuple, tid: int) -> tuple:
     """Run one task; returns the ("done", tid, state, payload) message to send back."""
     partition, partition_id, attempt, props, stage_id, stage_attempt = task
+    files = props.get("spark.ember.files")
+    if files and env.remote is not None:
+        env.remote.ensure_files(files.split(","))
     ctx = TaskContext(stage_id, stage_attempt, partition_id, attempt, tid, props, env.cpus,
                       env, stage.map_locations)
     TaskContext._setTaskContext(ctx)

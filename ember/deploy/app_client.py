@@ -1,0 +1,133 @@
+"""StandaloneAppClient: the driver's link to the master(s) for one application.
+
+Registers the application with every master URL in parallel, retries every 20 s up to 3
+times (Spark's REGISTRATION_TIMEOUT_SECONDS / REGISTRATION_RETRIES), follows MasterChanged,
+and turns master messages into listener calls (connected, executor added/removed, dead).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Protocol
+
+from ember.deploy.messages import (ApplicationDescription, ApplicationRemoved,
+                                   ExecutorAdded, ExecutorState, ExecutorUpdated,
+                                   MasterChangeAcknowledged, MasterChanged, RegisterApplication,
+                                   RegisteredApplication, UnregisterApplication, WorkerRemoved)
+from ember.rpc import RpcAddress, RpcEndpoint, RpcEnv
+
+log = logging.getLogger("ember.deploy.client")
+
+REGISTRATION_TIMEOUT_SECONDS = 20
+REGISTRATION_RETRIES = 3
+_FINISHED = {"KILLED", "FAILED", "LOST", "EXITED"}
+
+
+class AppClientListener(Protocol):
+    def connected(self, app_id: str) -> None: ...
+    def disconnected(self) -> None: ...
+    def dead(self, reason: str) -> None: ...
+    def executor_added(self, full_id: str, worker_id: str, host_port: str, cores: int,
+                       memory: int) -> None: ...
+    def executor_removed(self, full_id: str, message: str, exit_status: int | None,
+                         worker_host: str | None) -> None: ...
+    def worker_removed(self, worker_id: str, host: str, message: str) -> None: ...
+
+
+def parse_master_urls(master: str) -> list[RpcAddress]:
+    """spark://h1:p1,h2:p2 -> addresses (Utils.parseStandaloneMasterUrls)."""
+    if not master.startswith("spark://"):
+        raise ValueError(f"Invalid master URL: {master}")
+    return [RpcAddress.from_spark_url("spark://" + hp.strip())
+            for hp in master[len("spark://"):].split(",") if hp.strip()]
+
+
+class StandaloneAppClient(RpcEndpoint):
+    def __init__(self, masters: list[RpcAddress], app_desc: ApplicationDescription,
+                 listener: AppClientListener) -> None:
+        self.masters = masters
+        self.app_desc = app_desc
+        self.listener = listener
+        self.app_id: str | None = None
+        self.master_ref: Any = None
+        self.registered = threading.Event()
+        self.failed: str | None = None
+        self.attempts = 0
+        self._retry: Any = None
+        self.already_dead = False
+
+    def on_start(self) -> None:
+        self._register()
+
+    def _register(self) -> None:
+        if self.registered.is_set() or self.already_dead:
+            return
+        if self.attempts >= REGISTRATION_RETRIES:
+            self._mark_dead("All masters are unresponsive! Giving up.")
+            return
+        self.attempts += 1
+        for addr in self.masters:
+            log.info("Connecting to master %s...", addr.to_spark_url())
+            self.rpc_env.endpoint_ref(addr, "Master").send(
+                RegisterApplication(self.app_desc, self.self_ref))
+        self._retry = self.rpc_env.schedule(REGISTRATION_TIMEOUT_SECONDS, self._register)
+
+    def _mark_dead(self, reason: str) -> None:
+        if not self.already_dead:
+            self.already_dead = True
+            self.failed = reason
+            log.error("Application has been killed. Reason: %s", reason)
+            self.registered.set()
+            self.listener.dead(reason)
+
+    def receive(self, msg: Any, sender: RpcAddress) -> None:
+        if isinstance(msg, RegisteredApplication):
+            self.app_id = msg.appId
+            self.master_ref = msg.master
+            log.info("Connected to Spark cluster with app ID %s", msg.appId)
+            if self._retry is not None:
+                self._retry.cancel()
+            self.registered.set()
+            self.listener.connected(msg.appId)
+        elif isinstance(msg, ApplicationRemoved):
+            self._mark_dead(f"Master removed our application: {msg.message}")
+        elif isinstance(msg, ExecutorAdded):
+            full_id = f"{self.app_id}/{msg.id}"
+            log.info("Granted executor ID %s on hostPort %s with %d core(s), %d MiB RAM",
+                     full_id, msg.hostPort, msg.cores, msg.memory)
+            self.listener.executor_added(str(msg.id), msg.workerId, msg.hostPort, msg.cores,
+                                         msg.memory)
+        elif isinstance(msg, ExecutorUpdated):
+            state = msg.state.name if isinstance(msg.state, ExecutorState) else str(msg.state)
+            message = msg.message or ""
+            log.info("Executor updated: %s/%s is now %s%s", self.app_id, msg.id, state,
+                     f" ({message})" if message else "")
+            if state in _FINISHED:
+                self.listener.executor_removed(str(msg.id), f"{state}: {message}".rstrip(": "),
+                                               msg.exitStatus, msg.workerHost)
+        elif isinstance(msg, WorkerRemoved):
+            log.info("Master removed worker %s: %s", msg.id, msg.message)
+            self.listener.worker_removed(msg.id, msg.host, msg.message)
+        elif isinstance(msg, MasterChanged):
+            log.info("Master has changed, new master is at %s", msg.master.address.to_spark_url())
+            self.master_ref = msg.master
+            msg.master.send(MasterChangeAcknowledged(self.app_id or ""))
+        else:
+            log.warning("Unexpected message from master: %r", type(msg).__name__)
+
+    def on_disconnected(self, remote: RpcAddress) -> None:
+        if self.master_ref is not None and remote == self.master_ref.address:
+            log.warning("Connection to %s failed; waiting for master to reconnect...",
+                        remote.hostPort)
+            self.listener.disconnected()
+
+    def stop(self) -> None:
+        if self.master_ref is not None and self.app_id is not None:
+            self.master_ref.send(UnregisterApplication(self.app_id))
+
+
+def start_app_client(env: RpcEnv, masters: list[RpcAddress], desc: ApplicationDescription,
+                     listener: AppClientListener) -> StandaloneAppClient:
+    client = StandaloneAppClient(masters, desc, listener)
+    env.setup_endpoint("AppClient", client)
+    return client

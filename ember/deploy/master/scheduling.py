@@ -1,0 +1,521 @@
+"""Where drivers and executors go: Spark's `Master.schedule()` placement rules as pure functions.
+
+Why pure functions over plain data: placement is the part of the master worth testing hardest
+(spread-out vs. consolidate, memory, executor limits, worker ordering) and simulating at scale
+(thousands of fake workers). Written as functions that read a few attributes of plain objects
+and return decisions, they need no sockets, no clock and no master. `state.MasterState` applies
+the decisions (launch messages, bookkeeping); this module never mutates its inputs.
+
+This module also defines the master's bookkeeping records (`WorkerInfo`, `ApplicationInfo`,
+`DriverInfo`, `ExecutorDesc`, `ExecutorResourceDescription`) - plain mutable dataclasses with
+Spark's field names - because they are exactly the data the functions read; `state.py` owns
+and mutates them.
+
+Spark source followed: `core/.../deploy/master/Master.scala` (4.x): `schedule()`,
+`startExecutorsOnWorkers()`, `scheduleExecutorsOnWorkers()`, `allocateWorkerResourceToExecutors()`,
+`canLaunch*`; `ApplicationInfo.scala`; `WorkerInfo.scala`.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Iterable, Optional, Sequence
+
+from ember.deploy.messages import (
+    DEFAULT_RESOURCE_PROFILE_ID, ApplicationDescription, ApplicationState, DriverDescription,
+    DriverState, ExecutorDescription, ExecutorState, ResourceInformation, ResourceProfile,
+    ResourceRequirement, WorkerState,
+)
+
+INT_MAX = 2147483647  # Scala Int.MaxValue, Spark's "unlimited"
+
+
+class WorkerSelectionPolicy(Enum):
+    """`spark.deploy.workerSelectionPolicy`: order in which usable workers get executors."""
+    CORES_FREE_ASC = "CORES_FREE_ASC"
+    CORES_FREE_DESC = "CORES_FREE_DESC"
+    MEMORY_FREE_ASC = "MEMORY_FREE_ASC"
+    MEMORY_FREE_DESC = "MEMORY_FREE_DESC"
+    WORKER_ID = "WORKER_ID"
+
+
+# ---------------------------------------------------------------------------------------------
+# Bookkeeping records (Spark: WorkerInfo, ApplicationInfo, DriverInfo, ExecutorDesc)
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ExecutorResourceDescription:
+    """What one executor of a resource profile needs (Spark: ExecutorResourceDescription)."""
+    coresPerExecutor: Optional[int]
+    memoryMbPerExecutor: int
+    customResourcesPerExecutor: tuple[ResourceRequirement, ...] = ()
+
+
+def resources_meet_requirements(free: dict[str, int], reqs: Iterable[ResourceRequirement]) -> bool:
+    """Spark's ResourceUtils.resourcesMeetRequirements: every requirement fits in `free`."""
+    return all(free.get(r.resourceName, 0) >= r.amount for r in reqs)
+
+
+@dataclass(eq=False)
+class WorkerInfo:
+    """The master's view of one worker. `resources` maps a resource name to its addresses."""
+    id: str
+    host: str
+    port: int
+    cores: int
+    memory: int
+    endpoint: Any = None
+    webUiAddress: str = ""
+    resources: dict[str, list[str]] = field(default_factory=dict)
+    state: WorkerState = WorkerState.ALIVE
+    coresUsed: int = 0
+    memoryUsed: int = 0
+    lastHeartbeat: int = 0
+    executors: dict[str, "ExecutorDesc"] = field(default_factory=dict)  # by fullId
+    drivers: dict[str, "DriverInfo"] = field(default_factory=dict)
+    resourcesUsed: dict[str, list[str]] = field(default_factory=dict)  # assigned addresses
+
+    @property
+    def coresFree(self) -> int:
+        return self.cores - self.coresUsed
+
+    @property
+    def memoryFree(self) -> int:
+        return self.memory - self.memoryUsed
+
+    @property
+    def hostPort(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def isAlive(self) -> bool:
+        return self.state == WorkerState.ALIVE
+
+    @property
+    def resourcesAmountFree(self) -> dict[str, int]:
+        return {name: len(addrs) - len(self.resourcesUsed.get(name, ()))
+                for name, addrs in self.resources.items()}
+
+    @property
+    def resourcesInfo(self) -> dict[str, ResourceInformation]:
+        return {n: ResourceInformation(n, list(a)) for n, a in self.resources.items()}
+
+    @property
+    def resourcesInfoUsed(self) -> dict[str, ResourceInformation]:
+        return {n: ResourceInformation(n, list(self.resourcesUsed.get(n, ())))
+                for n in self.resources}
+
+    @property
+    def resourcesInfoFree(self) -> dict[str, ResourceInformation]:
+        out = {}
+        for n, addrs in self.resources.items():
+            used = set(self.resourcesUsed.get(n, ()))
+            out[n] = ResourceInformation(n, [a for a in addrs if a not in used])
+        return out
+
+    def add_executor(self, exec: "ExecutorDesc") -> None:
+        self.executors[exec.fullId] = exec
+        self.coresUsed += exec.cores
+        self.memoryUsed += exec.memory
+
+    def remove_executor(self, exec: "ExecutorDesc") -> None:
+        if exec.fullId in self.executors:
+            del self.executors[exec.fullId]
+            self.coresUsed -= exec.cores
+            self.memoryUsed -= exec.memory
+            self.release_resources(exec.resources)
+
+    def has_executor(self, appId: str) -> bool:
+        return any(e.application.id == appId for e in self.executors.values())
+
+    def add_driver(self, driver: "DriverInfo") -> None:
+        self.drivers[driver.id] = driver
+        self.memoryUsed += driver.desc.mem
+        self.coresUsed += driver.desc.cores
+
+    def remove_driver(self, driver: "DriverInfo") -> None:
+        if driver.id in self.drivers:
+            del self.drivers[driver.id]
+            self.memoryUsed -= driver.desc.mem
+            self.coresUsed -= driver.desc.cores
+            self.release_resources(driver.resources)
+
+    def acquire_resources(self, reqs: Iterable[ResourceRequirement]) -> dict[str, ResourceInformation]:
+        """Take the first free addresses for each requirement (callers checked they fit)."""
+        out: dict[str, ResourceInformation] = {}
+        for r in reqs:
+            used = self.resourcesUsed.setdefault(r.resourceName, [])
+            free = [a for a in self.resources.get(r.resourceName, ()) if a not in used]
+            taken = free[:r.amount]
+            used.extend(taken)
+            out[r.resourceName] = ResourceInformation(r.resourceName, taken)
+        return out
+
+    def release_resources(self, allocated: dict[str, ResourceInformation]) -> None:
+        for name, info in (allocated or {}).items():
+            used = self.resourcesUsed.get(name)
+            if used:
+                for a in info.addresses:
+                    if a in used:
+                        used.remove(a)
+
+    def recover_resources(self, allocated: dict[str, ResourceInformation]) -> None:
+        """Mark addresses a worker reports as in use (master recovery)."""
+        for name, info in (allocated or {}).items():
+            used = self.resourcesUsed.setdefault(name, [])
+            used.extend(a for a in info.addresses if a not in used)
+
+
+@dataclass(eq=False)
+class DriverInfo:
+    """A cluster-mode driver the master tracks (waiting, running or completed)."""
+    startTime: int  # epoch ms
+    id: str
+    desc: DriverDescription
+    submitDate: int  # epoch ms
+    state: DriverState = DriverState.SUBMITTED
+    worker: Optional[WorkerInfo] = None
+    exception: Optional[str] = None
+    resources: dict[str, ResourceInformation] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class ExecutorDesc:
+    """One executor of an application on a worker (Spark: ExecutorDesc)."""
+    id: int
+    application: "ApplicationInfo"
+    worker: WorkerInfo
+    cores: int
+    memory: int
+    resources: dict[str, ResourceInformation]
+    rpId: int
+    state: ExecutorState = ExecutorState.LAUNCHING
+
+    @property
+    def fullId(self) -> str:
+        return f"{self.application.id}/{self.id}"
+
+    def copy_state(self, desc: ExecutorDescription) -> None:
+        self.state = desc.state
+
+
+class ApplicationInfo:
+    """An application registered with the master (Spark: ApplicationInfo).
+
+    Cores are capped by `desc.maxCores` or the master's `spark.deploy.defaultCores`; executors
+    per resource profile are capped by a target (`initialExecutorLimit`, else unlimited;
+    changed by RequestExecutors).
+    """
+
+    def __init__(self, startTime: int, id: str, desc: ApplicationDescription, submitDate: int,
+                 driver: Any, defaultCores: int = INT_MAX) -> None:
+        self.startTime = startTime
+        self.id = id
+        self.desc = desc
+        self.submitDate = submitDate
+        self.driver = driver
+        self.defaultCores = defaultCores
+        self.state = ApplicationState.WAITING
+        self.executors: dict[int, ExecutorDesc] = {}
+        self.removedExecutors: list[ExecutorDesc] = []
+        self.coresGranted = 0
+        self.endTime = -1
+        self.retryCount = 0
+        self.nextExecutorId = 0
+        self.requestedCores = desc.maxCores if desc.maxCores is not None else defaultCores
+        limit = desc.initialExecutorLimit
+        self.rpIdToResourceProfile: dict[int, ResourceProfile] = {
+            DEFAULT_RESOURCE_PROFILE_ID: desc.defaultProfile}
+        self.rpIdToResourceDesc: dict[int, ExecutorResourceDescription] = {}
+        self._create_resource_desc(desc.defaultProfile, DEFAULT_RESOURCE_PROFILE_ID)
+        self.targetNumExecutorsPerResourceProfileId: dict[int, int] = {
+            DEFAULT_RESOURCE_PROFILE_ID: limit if limit is not None else INT_MAX}
+        self.executorsPerResourceProfileId: dict[int, set[int]] = {}
+
+    def __repr__(self) -> str:
+        return f"ApplicationInfo({self.id}, {self.desc.name}, {self.state})"
+
+    def _create_resource_desc(self, rp: ResourceProfile, rp_id: int) -> None:
+        if rp_id not in self.rpIdToResourceDesc:
+            cores = rp.getExecutorCores()
+            if cores is None:
+                cores = self.desc.coresPerExecutor
+            mem = rp.getExecutorMemory()
+            if mem is None:
+                mem = self.desc.memoryPerExecutorMB
+            custom = tuple(ResourceRequirement(r.resourceName, int(r.amount))
+                           for _, r in sorted(rp.getCustomExecutorResources().items()))
+            self.rpIdToResourceDesc[rp_id] = ExecutorResourceDescription(cores, int(mem), custom)
+
+    @property
+    def coresLeft(self) -> int:
+        return self.requestedCores - self.coresGranted
+
+    def isFinished(self) -> bool:
+        return self.state not in (ApplicationState.WAITING, ApplicationState.RUNNING)
+
+    def requested_rp_ids(self) -> list[int]:
+        return sorted(self.rpIdToResourceProfile)
+
+    def resource_desc(self, rp_id: int = DEFAULT_RESOURCE_PROFILE_ID) -> ExecutorResourceDescription:
+        return self.rpIdToResourceDesc[rp_id]
+
+    def executor_count(self, rp_id: int = DEFAULT_RESOURCE_PROFILE_ID) -> int:
+        return len(self.executorsPerResourceProfileId.get(rp_id, ()))
+
+    def target_executors(self, rp_id: int = DEFAULT_RESOURCE_PROFILE_ID) -> int:
+        return self.targetNumExecutorsPerResourceProfileId.get(rp_id, 0)
+
+    def executor_limit(self) -> int:
+        return sum(self.targetNumExecutorsPerResourceProfileId.values())
+
+    def request_executors(self, totals: Iterable[tuple[ResourceProfile, int]]) -> None:
+        for rp, num in totals:
+            self._create_resource_desc(rp, rp.id)
+            self.rpIdToResourceProfile.setdefault(rp.id, rp)
+            self.targetNumExecutorsPerResourceProfileId[rp.id] = int(num)
+
+    def add_executor(self, worker: WorkerInfo, cores: int, memoryMb: int,
+                     resources: dict[str, ResourceInformation], rpId: int,
+                     useId: Optional[int] = None) -> ExecutorDesc:
+        if useId is not None:
+            exec_id = useId
+            self.nextExecutorId = max(self.nextExecutorId, useId + 1)
+        else:
+            exec_id = self.nextExecutorId
+            self.nextExecutorId += 1
+        exec = ExecutorDesc(exec_id, self, worker, cores, memoryMb, resources, rpId)
+        self.executors[exec_id] = exec
+        self.executorsPerResourceProfileId.setdefault(rpId, set()).add(exec_id)
+        self.coresGranted += cores
+        return exec
+
+    def remove_executor(self, exec: ExecutorDesc) -> None:
+        if exec.id in self.executors:
+            self.removedExecutors.append(self.executors.pop(exec.id))
+            self.executorsPerResourceProfileId.get(exec.rpId, set()).discard(exec.id)
+            self.coresGranted -= exec.cores
+
+    def increment_retry_count(self) -> int:
+        self.retryCount += 1
+        return self.retryCount
+
+    def reset_retry_count(self) -> None:
+        self.retryCount = 0
+
+    def mark_finished(self, end_state: ApplicationState, now_ms: int) -> None:
+        self.state = end_state
+        self.endTime = now_ms
+
+    def duration(self, now_ms: int) -> int:
+        return (self.endTime if self.endTime != -1 else now_ms) - self.startTime
+
+
+# ---------------------------------------------------------------------------------------------
+# Drivers (Master.schedule(), first half)
+# ---------------------------------------------------------------------------------------------
+
+def driver_warning(driver_id: str) -> str:
+    return f"Driver {driver_id} requires more resource than any of Workers could have."
+
+
+def app_warning(app_id: str) -> str:
+    return f"App {app_id} requires more resource than any of Workers could have."
+
+
+@dataclass
+class DriverPlacements:
+    """Result of `schedule_drivers`: (driver, worker) launches in order, and warning texts."""
+    placements: list[tuple[DriverInfo, WorkerInfo]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def schedule_drivers(waiting_drivers: Sequence[DriverInfo], alive_workers: Sequence[WorkerInfo],
+                     spread_out: bool, max_drivers: int, running_drivers: int,
+                     rng: random.Random) -> DriverPlacements:
+    """Place waiting drivers (in submission order) on alive workers; mutates nothing.
+
+    spread_out (spark.deploy.spreadOutDrivers, default): round-robin over a shuffled copy of
+    the alive workers, each driver starting where the previous search stopped; a driver that
+    fits nowhere gets the warning only if the last worker visited was idle (no drivers, no
+    executors). Otherwise: the first fitting worker in worker-id order, else the warning.
+    A driver is skipped (no warning) while `running_drivers` has reached `max_drivers`.
+    Resources taken by earlier placements of the same call are accounted for.
+    """
+    out = DriverPlacements()
+    used_cores: dict[int, int] = {}
+    used_mem: dict[int, int] = {}
+    used_res: dict[int, dict[str, int]] = {}
+    running = running_drivers
+
+    def fits(w: WorkerInfo, d: DriverInfo) -> bool:
+        k = id(w)
+        desc = d.desc
+        if w.memoryFree - used_mem.get(k, 0) < desc.mem:
+            return False
+        if w.coresFree - used_cores.get(k, 0) < desc.cores:
+            return False
+        if desc.resourceReqs:
+            taken = used_res.get(k, {})
+            free = {n: a - taken.get(n, 0) for n, a in w.resourcesAmountFree.items()}
+            return resources_meet_requirements(free, desc.resourceReqs)
+        return True
+
+    def place(d: DriverInfo, w: WorkerInfo) -> None:
+        nonlocal running
+        k = id(w)
+        used_mem[k] = used_mem.get(k, 0) + d.desc.mem
+        used_cores[k] = used_cores.get(k, 0) + d.desc.cores
+        for r in d.desc.resourceReqs:
+            taken = used_res.setdefault(k, {})
+            taken[r.resourceName] = taken.get(r.resourceName, 0) + r.amount
+        out.placements.append((d, w))
+        running += 1
+
+    if spread_out:
+        shuffled = list(alive_workers)
+        rng.shuffle(shuffled)
+        num_alive = len(shuffled)
+        cur = 0
+        for d in waiting_drivers:
+            launched = running >= max_drivers
+            cluster_idle = not launched
+            visited = 0
+            while visited < num_alive and not launched:
+                w = shuffled[cur]
+                cluster_idle = not w.drivers and not w.executors and id(w) not in used_mem
+                visited += 1
+                if fits(w, d):
+                    place(d, w)
+                    launched = True
+                cur = (cur + 1) % num_alive
+            if not launched and cluster_idle:
+                out.warnings.append(driver_warning(d.id))
+    else:
+        by_id = sorted(alive_workers, key=lambda w: w.id)
+        for d in waiting_drivers:
+            if running < max_drivers:
+                for w in by_id:
+                    if fits(w, d):
+                        place(d, w)
+                        break
+                else:
+                    out.warnings.append(driver_warning(d.id))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Executors (Master.startExecutorsOnWorkers / scheduleExecutorsOnWorkers)
+# ---------------------------------------------------------------------------------------------
+
+def parse_worker_selection_policy(value: str) -> WorkerSelectionPolicy:
+    name = str(value).strip().upper()
+    try:
+        return WorkerSelectionPolicy[name]
+    except KeyError:
+        allowed = ", ".join(p.name for p in WorkerSelectionPolicy)
+        raise ValueError(f"spark.deploy.workerSelectionPolicy should be one of {allowed}, "
+                         f"but was {value}") from None
+
+
+def usable_workers(app: ApplicationInfo, alive_workers: Iterable[WorkerInfo],
+                   policy: WorkerSelectionPolicy = WorkerSelectionPolicy.CORES_FREE_DESC,
+                   rp_id: int = DEFAULT_RESOURCE_PROFILE_ID) -> list[WorkerInfo]:
+    """Alive workers that could host one executor of `app` (profile `rp_id`), in policy order.
+
+    A worker is usable if it has the executor's memory, `coresPerExecutor` (1 if unset) cores
+    and custom resources free. CORES_FREE_DESC (default): most free cores first, ties by
+    *descending* worker id (Spark sorts by (coresFree, id) and reverses).
+    """
+    desc = app.resource_desc(rp_id)
+    min_cores = desc.coresPerExecutor if desc.coresPerExecutor is not None else 1
+    mem = desc.memoryMbPerExecutor
+    reqs = desc.customResourcesPerExecutor
+    ws = [w for w in alive_workers
+          if w.memoryFree >= mem and w.coresFree >= min_cores
+          and (not reqs or resources_meet_requirements(w.resourcesAmountFree, reqs))]
+    if policy is WorkerSelectionPolicy.CORES_FREE_DESC:
+        ws.sort(key=lambda w: (w.coresFree, w.id), reverse=True)
+    elif policy is WorkerSelectionPolicy.CORES_FREE_ASC:
+        ws.sort(key=lambda w: (w.coresFree, w.id))
+    elif policy is WorkerSelectionPolicy.MEMORY_FREE_ASC:
+        ws.sort(key=lambda w: (w.memoryFree, w.id))
+    elif policy is WorkerSelectionPolicy.MEMORY_FREE_DESC:
+        ws.sort(key=lambda w: (w.memoryFree, w.id), reverse=True)
+    else:
+        ws.sort(key=lambda w: w.id)
+    return ws
+
+
+def schedule_executors_on_workers(app: ApplicationInfo, usable: Sequence[WorkerInfo],
+                                  spread_out: bool,
+                                  rp_id: int = DEFAULT_RESOURCE_PROFILE_ID) -> list[int]:
+    """Cores to give `app` on each usable worker (same order as `usable`). Spark's algorithm:
+
+    Cores are handed out in chunks of `coresPerExecutor` (1 if unset). With `coresPerExecutor`
+    unset, each worker gets at most one (new) executor that grows chunk by chunk; otherwise
+    every chunk is a new executor. A new executor also needs its memory (and resources) free
+    after the executors already assigned here, and the app must stay under its executor target.
+    Spread-out gives one chunk per worker per round; consolidate fills each worker in turn.
+    """
+    desc = app.resource_desc(rp_id)
+    cpe = desc.coresPerExecutor
+    min_cores = cpe if cpe is not None else 1
+    one_per_worker = cpe is None
+    mem = desc.memoryMbPerExecutor
+    reqs = desc.customResourcesPerExecutor
+    n = len(usable)
+    cores_free = [w.coresFree for w in usable]
+    mem_free = [w.memoryFree for w in usable]
+    res_free = [w.resourcesAmountFree for w in usable] if reqs else None
+    assigned_cores = [0] * n
+    assigned_execs = [0] * n
+    total_assigned_execs = 0
+    cores_to_assign = min(app.coresLeft, sum(cores_free))
+    existing = app.executor_count(rp_id)
+    limit = app.target_executors(rp_id)
+
+    def can_launch(pos: int) -> bool:
+        if cores_to_assign < min_cores:
+            return False
+        if cores_free[pos] - assigned_cores[pos] < min_cores:
+            return False
+        num = assigned_execs[pos]
+        if not one_per_worker or num == 0:  # launching a new executor
+            if mem_free[pos] - num * mem < mem:
+                return False
+            if reqs:
+                free = res_free[pos]
+                for r in reqs:
+                    if free.get(r.resourceName, 0) - r.amount * num < r.amount:
+                        return False
+            if total_assigned_execs + existing >= limit:
+                return False
+        return True
+
+    free_workers = [pos for pos in range(n) if can_launch(pos)]
+    while free_workers:
+        for pos in free_workers:
+            while can_launch(pos):
+                cores_to_assign -= min_cores
+                assigned_cores[pos] += min_cores
+                if one_per_worker:
+                    if assigned_execs[pos] == 0:
+                        total_assigned_execs += 1
+                    assigned_execs[pos] = 1
+                else:
+                    assigned_execs[pos] += 1
+                    total_assigned_execs += 1
+                if spread_out:
+                    break
+        free_workers = [pos for pos in free_workers if can_launch(pos)]
+    return assigned_cores
+
+
+def allocate_worker_resource_to_executors(assigned_cores: int,
+                                          cores_per_executor: Optional[int]) -> list[int]:
+    """Split one worker's assigned cores into executors: `assigned // coresPerExecutor`
+    executors of `coresPerExecutor` cores, or (unset) one executor with all of them."""
+    if cores_per_executor is None:
+        return [assigned_cores] if assigned_cores > 0 else []
+    return [cores_per_executor] * (assigned_cores // cores_per_executor)

@@ -1,0 +1,1192 @@
+"""The standalone master as a sans-I/O state machine: `MasterState.handle(event, now_ms)`.
+
+Why: Spark's `Master` is an RPC endpoint whose handlers read the clock, send messages and write
+to the persistence engine as they go. Here the same handlers only change in-memory state and
+return *instructions*; a thin I/O shell (the master daemon) feeds in what arrives (messages,
+asks, disconnections, timer ticks) with the current time and carries the instructions out.
+So every master behaviour - registration, liveness, executor allocation, retries, drivers,
+removal, standby - is tested without sockets, threads or sleeps, and schedule() can be
+simulated with thousands of fake workers. One writer: the shell must call `handle` from one
+thread/loop at a time (Spark's ThreadSafeRpcEndpoint).
+
+How an I/O shell drives it
+--------------------------
+Create `MasterState(conf, host=..., port=..., self_ref=<master's own RpcEndpointRef>,
+web_ui_url=..., web_ui_port=..., rest_port=...)`, carry out `on_start(now_ms)` (a log line and
+the periodic `CheckForWorkerTimeOut` timer), then feed `ElectedLeader()` once leadership is
+granted (NONE recovery mode: immediately; the master stays STANDBY until then).
+
+Events (`handle(event, now_ms)`; `now_ms` = wall clock, epoch milliseconds):
+- any deploy message received with `send` (RegisterWorker, Heartbeat, WorkerLatestState,
+  DriverStateChanged, RegisterApplication, UnregisterApplication, MasterChangeAcknowledged,
+  WorkerSchedulerStateResponse, WorkerDecommissioning, DecommissionWorkers, ElectedLeader,
+  RevokedLeadership, CheckForWorkerTimeOut, CompleteRecovery), fed as is;
+- any message received with `ask`, wrapped: `Ask(request, message)`, where `request` is any
+  object the shell uses to route the answer (e.g. the RpcCallContext). Asks: ExecutorStateChanged
+  (reply True), RequestSubmitDriver, RequestKillDriver, RequestKillAllDrivers, RequestDriverStatus,
+  RequestClearCompletedDriversAndApps, RequestMasterState, RequestReadyz, RequestExecutors,
+  KillExecutors, DecommissionWorkersOnHosts, BoundPortsRequest, RequestKillApplication.
+  An ask message fed without `Ask` is still handled; its reply is dropped.
+- `Disconnected(address)`: the RPC layer lost the connection to a remote RpcEnv at `address`
+  (a worker's or a driver's): the worker is removed / the application FINISHED.
+- `BeginRecovery(storedApps, storedDrivers, storedWorkers)`: instead of `ElectedLeader()` when
+  the persistence engine returned data (records must be fresh objects: apps WAITING without
+  executors, drivers SUBMITTED without worker, workers ALIVE without executors).
+
+Instructions (returned in order; carry them out in order):
+- `Send(target, message)`: `target.send(message)`. `target` is always an endpoint ref the
+  master received earlier (a worker's from RegisterWorker/Heartbeat/WorkerDecommissioning, a
+  driver's from RegisterApplication) - tests use plain strings as refs.
+- `Reply(request, message)`: answer the ask identified by `request` with `message`.
+- `ReplyFailure(request, error)`: fail that ask (the asker sees an exception with `error`).
+- `Persist(key, obj)` / `Unpersist(key)`: keys `app_<id>`, `driver_<id>`, `worker_<id>`; `obj`
+  is the live ApplicationInfo/DriverInfo/WorkerInfo. With spark.deploy.recoveryMode=NONE
+  (the only mode so far) the shell drops them (Spark's BlackHolePersistenceEngine).
+- `Log(level, text)`: level "INFO" / "WARN" / "ERROR" (log4j names); texts are Spark's.
+- `ScheduleTimer(delay_ms, message, period_ms)`: feed `message` back after `delay_ms`, then
+  every `period_ms` if set (CheckForWorkerTimeOut; CompleteRecovery after recoveryTimeout).
+- `Exit(code)`: stop the daemon with this exit code (RevokedLeadership -> 0).
+
+Addresses: the master keys workers and apps by the RPC address of their endpoint ref, obtained
+with `address_of(ref)` (default: `ref.address` if present, else the ref itself), so
+`Disconnected(address)` must carry the same kind of value.
+
+Deliberate deviations: a duplicate RUNNING ExecutorStateChanged (a retried ask) is answered
+True without effect instead of failing Spark's assert; other illegal transitions to RUNNING
+are refused with ReplyFailure and change nothing; a handler that raises is logged and changes
+nothing further instead of crashing the daemon; self-sends (`DriverStateChanged(KILLED)` for a
+waiting driver, `DecommissionWorkers`) are processed right after the reply instead of queued.
+"""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping, Optional, Union
+
+from ember.config import parse_bool, parse_time_seconds
+from ember.deploy.messages import (
+    ApplicationDescription, ApplicationFinished, ApplicationRemoved, ApplicationState,
+    ApplicationSummary, BoundPortsRequest, BoundPortsResponse, CheckForWorkerTimeOut,
+    CompleteRecovery, DecommissionWorker, DecommissionWorkers, DecommissionWorkersOnHosts,
+    DriverDescription, DriverState, DriverStateChanged, DriverStatusResponse, DriverSummary,
+    ElectedLeader, ExecutorAdded, ExecutorState, ExecutorStateChanged, ExecutorSummary,
+    ExecutorUpdated, Heartbeat, KillAllDriversResponse, KillDriver, KillDriverResponse,
+    KillExecutor, KillExecutors, LaunchDriver, LaunchExecutor, MasterChangeAcknowledged,
+    MasterChanged, MasterInStandby, MasterStateResponse, ReconnectWorker, RecoveryState,
+    RegisterApplication, RegisteredApplication, RegisteredWorker, RegisterWorker,
+    RegisterWorkerFailed, RequestClearCompletedDriversAndApps, RequestDriverStatus,
+    RequestExecutors, RequestKillAllDrivers, RequestKillApplication, RequestKillDriver,
+    RequestMasterState, RequestReadyz, RequestSubmitDriver, RevokedLeadership,
+    SubmitDriverResponse, UnregisterApplication, WorkerDecommissioning, WorkerLatestState,
+    WorkerRemoved, WorkerSchedulerStateResponse, WorkerState, WorkerSummary,
+)
+from ember.deploy.master.scheduling import (
+    INT_MAX, ApplicationInfo, DriverInfo, ExecutorDesc, WorkerInfo, WorkerSelectionPolicy,
+    allocate_worker_resource_to_executors, app_warning, parse_worker_selection_policy,
+    schedule_drivers, schedule_executors_on_workers, usable_workers,
+)
+
+INFO, WARN, ERROR = "INFO", "WARN", "ERROR"
+BACKUP_STANDALONE_MASTER_PREFIX = "Current state is not alive"
+
+
+# ---------------------------------------------------------------------------------------------
+# Events that are not deploy messages
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Ask:
+    """A message that arrived as an ask; `request` routes the Reply back (opaque to the state)."""
+    request: Any
+    message: Any
+
+
+@dataclass(frozen=True)
+class Disconnected:
+    """The connection to the remote RpcEnv at `address` was lost (Spark: onDisconnected)."""
+    address: Any
+
+
+@dataclass(frozen=True)
+class BeginRecovery:
+    """Elected leader with persisted data (Spark: ElectedLeader + readPersistedData)."""
+    storedApps: list[ApplicationInfo] = field(default_factory=list)
+    storedDrivers: list[DriverInfo] = field(default_factory=list)
+    storedWorkers: list[WorkerInfo] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------
+# Instructions
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Send:
+    target: Any
+    message: Any
+
+
+@dataclass(frozen=True)
+class Reply:
+    request: Any
+    message: Any
+
+
+@dataclass(frozen=True)
+class ReplyFailure:
+    request: Any
+    error: str
+
+
+@dataclass(frozen=True)
+class Persist:
+    key: str
+    obj: Any
+
+
+@dataclass(frozen=True)
+class Unpersist:
+    key: str
+
+
+@dataclass(frozen=True)
+class Log:
+    level: str
+    text: str
+
+
+@dataclass(frozen=True)
+class ScheduleTimer:
+    delay_ms: int
+    message: Any
+    period_ms: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Exit:
+    code: int
+
+
+Instruction = Union[Send, Reply, ReplyFailure, Persist, Unpersist, Log, ScheduleTimer, Exit]
+
+
+# ---------------------------------------------------------------------------------------------
+# Configuration (§1.2)
+# ---------------------------------------------------------------------------------------------
+
+def _int(conf: Mapping[str, Any], key: str, default: int) -> int:
+    raw = conf.get(key)
+    if raw is None:
+        return default
+    try:
+        return int(str(raw).strip())
+    except ValueError:
+        raise ValueError(f"{key} should be an integer, but was {raw!r}") from None
+
+
+def _bool(conf: Mapping[str, Any], key: str, default: bool) -> bool:
+    raw = conf.get(key)
+    if raw is None:
+        return default
+    try:
+        return parse_bool(raw)
+    except ValueError:
+        raise ValueError(f"{key} should be true or false, but was {raw!r}") from None
+
+
+def _seconds_ms(conf: Mapping[str, Any], key: str) -> Optional[int]:
+    raw = conf.get(key)
+    if raw is None:
+        return None
+    try:
+        return int(parse_time_seconds(raw) * 1000)
+    except ValueError:
+        raise ValueError(f"{key} should be a number of seconds, but was {raw!r}") from None
+
+
+def _pattern(conf: Mapping[str, Any], key: str, default: str) -> str:
+    value = str(conf.get(key, default))
+    if any(c.isspace() for c in value):
+        raise ValueError(f"{key}: Whitespace is not allowed ({value!r}).")
+    try:
+        value % ("20250101000000", 0)
+    except (TypeError, ValueError):
+        raise ValueError(f"{key} should be a format like 'app-%s-%04d' taking a timestamp and "
+                         f"a number, but was {value!r}") from None
+    return value
+
+
+@dataclass(frozen=True)
+class MasterConfig:
+    """The spark.* keys the master reads, parsed, with Spark 4.1 defaults."""
+    worker_timeout_ms: int = 60_000
+    retained_applications: int = 200
+    retained_drivers: int = 200
+    max_drivers: int = INT_MAX
+    reaper_iterations: int = 15
+    recovery_mode: str = "NONE"
+    recovery_timeout_ms: int = 60_000
+    max_executor_retries: int = 10
+    spread_out_drivers: bool = True
+    spread_out_apps: bool = True
+    worker_selection_policy: WorkerSelectionPolicy = WorkerSelectionPolicy.CORES_FREE_DESC
+    default_cores: int = INT_MAX
+    app_id_pattern: str = "app-%s-%04d"
+    driver_id_pattern: str = "driver-%s-%04d"
+    app_number_modulo: int = 0
+    use_app_name_as_app_id: bool = False
+    use_driver_id_as_app_name: bool = False
+
+    @staticmethod
+    def from_conf(conf: Mapping[str, Any]) -> "MasterConfig":
+        timeout = _seconds_ms(conf, "spark.worker.timeout")
+        timeout = 60_000 if timeout is None else timeout
+        recovery_timeout = _seconds_ms(conf, "spark.deploy.recoveryTimeout")
+        if recovery_timeout is not None and recovery_timeout <= 0:
+            raise ValueError("spark.deploy.recoveryTimeout must be positive.")
+        default_cores = _int(conf, "spark.deploy.defaultCores", INT_MAX)
+        if default_cores < 1:
+            raise ValueError("spark.deploy.defaultCores must be positive.")
+        max_drivers = _int(conf, "spark.deploy.maxDrivers", INT_MAX)
+        if max_drivers < 1:
+            raise ValueError("spark.deploy.maxDrivers must be positive.")
+        modulo = conf.get("spark.deploy.appNumberModulo")
+        modulo_n = 0
+        if modulo is not None:
+            modulo_n = _int(conf, "spark.deploy.appNumberModulo", 0)
+            if modulo_n < 1000:
+                raise ValueError("spark.deploy.appNumberModulo should be at least 1000, "
+                                 f"but was {modulo_n}.")
+        spread_key = ("spark.deploy.spreadOutApps" if "spark.deploy.spreadOutApps" in conf
+                      else "spark.deploy.spreadOut")
+        return MasterConfig(
+            worker_timeout_ms=timeout,
+            retained_applications=_int(conf, "spark.deploy.retainedApplications", 200),
+            retained_drivers=_int(conf, "spark.deploy.retainedDrivers", 200),
+            max_drivers=max_drivers,
+            reaper_iterations=_int(conf, "spark.dead.worker.persistence", 15),
+            recovery_mode=str(conf.get("spark.deploy.recoveryMode", "NONE")),
+            recovery_timeout_ms=recovery_timeout if recovery_timeout is not None else timeout,
+            max_executor_retries=_int(conf, "spark.deploy.maxExecutorRetries", 10),
+            spread_out_drivers=_bool(conf, "spark.deploy.spreadOutDrivers", True),
+            spread_out_apps=_bool(conf, spread_key, True),
+            worker_selection_policy=parse_worker_selection_policy(
+                conf.get("spark.deploy.workerSelectionPolicy", "CORES_FREE_DESC")),
+            default_cores=default_cores,
+            app_id_pattern=_pattern(conf, "spark.deploy.appIdPattern", "app-%s-%04d"),
+            driver_id_pattern=_pattern(conf, "spark.deploy.driverIdPattern", "driver-%s-%04d"),
+            app_number_modulo=modulo_n,
+            use_app_name_as_app_id=_bool(conf, "spark.master.useAppNameAsAppId.enabled", False),
+            use_driver_id_as_app_name=_bool(conf, "spark.master.useDriverIdAsAppName.enabled",
+                                            False),
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------------
+
+def bytes_to_string(size: int) -> str:
+    """Spark's Utils.bytesToString: '1024.0 MiB', '8.0 GiB' (switches unit at 2x)."""
+    units = [(1 << 60, "EiB"), (1 << 50, "PiB"), (1 << 40, "TiB"), (1 << 30, "GiB"),
+             (1 << 20, "MiB"), (1 << 10, "KiB")]
+    for unit_size, unit in units:
+        if size >= 2 * unit_size:
+            return "%.1f %s" % (size / unit_size, unit)
+    return "%.1f B" % size
+
+
+def megabytes_to_string(mb: int) -> str:
+    return bytes_to_string(int(mb) * 1024 * 1024)
+
+
+def format_timestamp(now_ms: int) -> str:
+    """yyyyMMddHHmmss in the master's local time zone (app and driver ids)."""
+    return time.strftime("%Y%m%d%H%M%S", time.localtime(now_ms / 1000.0))
+
+
+def format_address(address: Any) -> str:
+    """RpcAddress.toString: host:port."""
+    host, port = getattr(address, "host", None), getattr(address, "port", None)
+    if host is not None and port is not None:
+        return f"{host}:{port}"
+    return str(address)
+
+
+def default_address_of(ref: Any) -> Any:
+    address = getattr(ref, "address", None)
+    return address if address is not None else ref
+
+
+def _validate_app_desc(desc: ApplicationDescription) -> Optional[str]:
+    if desc.maxCores is not None and desc.maxCores < 0:
+        return f"spark.cores.max must be non-negative, got {desc.maxCores}"
+    cores = desc.coresPerExecutor
+    if cores is not None and cores < 1:
+        return f"spark.executor.cores must be positive, got {cores}"
+    if desc.memoryPerExecutorMB < 0:
+        return f"spark.executor.memory must be non-negative, got {desc.memoryPerExecutorMB} MB"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The state machine
+# ---------------------------------------------------------------------------------------------
+
+class MasterState:
+    """Everything Spark's Master keeps (§3.1) and does (§3.2-§3.5), as handle(event) -> instructions."""
+
+    def __init__(self, conf: Optional[Mapping[str, Any]] = None, *, host: str = "localhost",
+                 port: int = 7077, self_ref: Any = None, web_ui_url: str = "",
+                 web_ui_port: int = 8080, rest_port: Optional[int] = None,
+                 rng: Optional[random.Random] = None,
+                 address_of: Callable[[Any], Any] = default_address_of) -> None:
+        self.conf = MasterConfig.from_conf(conf or {})
+        self.host = host
+        self.port = port
+        self.masterUrl = f"spark://{host}:{port}"
+        self.self_ref = self_ref if self_ref is not None else self.masterUrl
+        self.masterWebUiUrl = web_ui_url
+        self.web_ui_port = web_ui_port
+        self.rest_port = rest_port
+        self.rng = rng if rng is not None else random.Random()
+        self.address_of = address_of
+
+        self.state = RecoveryState.STANDBY
+        # Ordered "sets" (insertion order = registration order, shown by the UI).
+        self.workers: dict[WorkerInfo, None] = {}  # includes DEAD ones until culled
+        self.idToWorker: dict[str, WorkerInfo] = {}
+        self.addressToWorker: dict[Any, WorkerInfo] = {}
+        self._hostPortToWorkers: dict[tuple[str, int], list[WorkerInfo]] = {}
+        self.apps: dict[ApplicationInfo, None] = {}
+        self.idToApp: dict[str, ApplicationInfo] = {}
+        self.waitingApps: list[ApplicationInfo] = []
+        self.addressToApp: dict[Any, ApplicationInfo] = {}
+        self.completedApps: list[ApplicationInfo] = []
+        self.nextAppNumber = 0
+        self.drivers: dict[str, DriverInfo] = {}  # active: waiting + running
+        self.waitingDrivers: list[DriverInfo] = []
+        self.completedDrivers: list[DriverInfo] = []
+        self.nextDriverNumber = 0
+        self.recoveryStartTimeMs = 0
+
+        self._now = 0
+        self._out: list[Instruction] = []
+        self._handlers: dict[type, Callable[[Any, Any], None]] = {
+            RegisterWorker: self._on_register_worker,
+            Heartbeat: self._on_heartbeat,
+            WorkerLatestState: self._on_worker_latest_state,
+            WorkerDecommissioning: self._on_worker_decommissioning,
+            DecommissionWorkers: self._on_decommission_workers,
+            DecommissionWorkersOnHosts: self._on_decommission_workers_on_hosts,
+            ExecutorStateChanged: self._on_executor_state_changed,
+            DriverStateChanged: self._on_driver_state_changed,
+            RegisterApplication: self._on_register_application,
+            UnregisterApplication: self._on_unregister_application,
+            MasterChangeAcknowledged: self._on_master_change_acknowledged,
+            WorkerSchedulerStateResponse: self._on_worker_scheduler_state_response,
+            RequestExecutors: self._on_request_executors,
+            KillExecutors: self._on_kill_executors,
+            RequestSubmitDriver: self._on_request_submit_driver,
+            RequestKillDriver: self._on_request_kill_driver,
+            RequestKillAllDrivers: self._on_request_kill_all_drivers,
+            RequestDriverStatus: self._on_request_driver_status,
+            RequestClearCompletedDriversAndApps: self._on_request_clear_completed,
+            RequestMasterState: self._on_request_master_state,
+            RequestReadyz: self._on_request_readyz,
+            RequestKillApplication: self._on_request_kill_application,
+            BoundPortsRequest: self._on_bound_ports_request,
+            ElectedLeader: self._on_elected_leader,
+            BeginRecovery: self._on_begin_recovery,
+            CompleteRecovery: lambda m, r: self._complete_recovery(),
+            RevokedLeadership: self._on_revoked_leadership,
+            CheckForWorkerTimeOut: lambda m, r: self._time_out_dead_workers(),
+            Disconnected: self._on_disconnected,
+        }
+
+    # -- driving ----------------------------------------------------------------------------
+
+    def on_start(self, now_ms: int) -> list[Instruction]:
+        """What the shell does when the endpoint starts: log and start the liveness timer."""
+        return [Log(INFO, f"Starting Spark master at {self.masterUrl}"),
+                ScheduleTimer(0, CheckForWorkerTimeOut(), self.conf.worker_timeout_ms)]
+
+    def handle(self, event: Any, now_ms: int) -> list[Instruction]:
+        """Apply one event at wall-clock time `now_ms` (epoch ms); return what to do, in order."""
+        self._now = int(now_ms)
+        self._out = out = []
+        request, msg = (event.request, event.message) if isinstance(event, Ask) else (None, event)
+        handler = self._handlers.get(type(msg))
+        if handler is None:
+            self._log(WARN, f"Master received an unexpected message: {type(msg).__name__}")
+            if request is not None:
+                out.append(ReplyFailure(request, f"Unsupported message {type(msg).__name__}"))
+        else:
+            try:
+                handler(msg, request)
+            except Exception as e:  # a bad message must not take the master down
+                self._log(ERROR, f"Error while handling {type(msg).__name__}: {e!r}")
+                if request is not None:
+                    out.append(ReplyFailure(request, f"{type(e).__name__}: {e}"))
+        self._out = []
+        return out
+
+    def schedule(self, now_ms: int) -> list[Instruction]:
+        """Run one schedule() pass on its own (simulations, benchmarks)."""
+        self._now = int(now_ms)
+        self._out = out = []
+        self._schedule()
+        self._out = []
+        return out
+
+    # -- instruction helpers ----------------------------------------------------------------
+
+    def _send(self, target: Any, msg: Any) -> None:
+        self._out.append(Send(target, msg))
+
+    def _reply(self, request: Any, msg: Any) -> None:
+        if request is not None:
+            self._out.append(Reply(request, msg))
+
+    def _log(self, level: str, text: str) -> None:
+        self._out.append(Log(level, text))
+
+    def _persist(self, key: str, obj: Any) -> None:
+        self._out.append(Persist(key, obj))
+
+    def _unpersist(self, key: str) -> None:
+        self._out.append(Unpersist(key))
+
+    def _not_alive(self, what: str) -> str:
+        return f"{BACKUP_STANDALONE_MASTER_PREFIX}: {self.state}. Can only {what} in ALIVE state."
+
+    # -- workers ----------------------------------------------------------------------------
+
+    def _on_register_worker(self, m: RegisterWorker, request: Any) -> None:
+        self._log(INFO, f"Registering worker {m.host}:{m.port} with {m.cores} cores, "
+                        f"{megabytes_to_string(m.memory)} RAM")
+        if self.state == RecoveryState.STANDBY:
+            self._send(m.worker, MasterInStandby())
+        elif m.id in self.idToWorker:
+            worker = self.idToWorker[m.id]
+            if worker.state == WorkerState.UNKNOWN:
+                self._log(INFO, f"Worker has been re-registered: {m.id}")
+                worker.state = WorkerState.ALIVE
+            self._send(m.worker, RegisteredWorker(self.self_ref, self.masterWebUiUrl,
+                                                  m.masterAddress, True))
+        else:
+            worker = WorkerInfo(
+                m.id, m.host, m.port, m.cores, m.memory, endpoint=m.worker,
+                webUiAddress=m.workerWebUiUrl,
+                resources={n: list(info.addresses) for n, info in (m.resources or {}).items()},
+                lastHeartbeat=self._now)
+            if self._register_worker(worker):
+                self._persist(f"worker_{worker.id}", worker)
+                self._send(m.worker, RegisteredWorker(self.self_ref, self.masterWebUiUrl,
+                                                      m.masterAddress, False))
+                self._schedule()
+            else:
+                address = format_address(self.address_of(m.worker))
+                self._log(WARN, "Worker registration failed. Attempted to re-register worker "
+                                f"at same address: {address}")
+                self._send(m.worker, RegisterWorkerFailed(
+                    f"Attempted to re-register worker at same address: {address}"))
+
+    def _register_worker(self, worker: WorkerInfo) -> bool:
+        key = (worker.host, worker.port)
+        for old in list(self._hostPortToWorkers.get(key, ())):
+            if old.state == WorkerState.DEAD:
+                self._forget_worker(old)
+        address = self.address_of(worker.endpoint)
+        old = self.addressToWorker.get(address)
+        if old is not None:
+            if old.state == WorkerState.UNKNOWN:
+                # Restarted during recovery: the old one must be dead.
+                self._remove_worker(old, "Worker replaced by a new worker with same address")
+            else:
+                self._log(INFO, "Attempted to re-register worker at same address: "
+                                f"{format_address(address)}")
+                return False
+        self.workers[worker] = None
+        self._hostPortToWorkers.setdefault(key, []).append(worker)
+        self.idToWorker[worker.id] = worker
+        self.addressToWorker[address] = worker
+        return True
+
+    def _forget_worker(self, worker: WorkerInfo) -> None:
+        """Drop a (DEAD) worker from `workers` entirely (no longer listed)."""
+        self.workers.pop(worker, None)
+        same = self._hostPortToWorkers.get((worker.host, worker.port))
+        if same is not None:
+            if worker in same:
+                same.remove(worker)
+            if not same:
+                del self._hostPortToWorkers[(worker.host, worker.port)]
+
+    def _on_heartbeat(self, m: Heartbeat, request: Any) -> None:
+        worker = self.idToWorker.get(m.workerId)
+        if worker is not None:
+            worker.lastHeartbeat = self._now
+        elif any(w.id == m.workerId for w in self.workers):
+            self._log(WARN, f"Got heartbeat from unregistered worker {m.workerId}. "
+                            "Asking it to re-register.")
+            self._send(m.worker, ReconnectWorker(self.masterUrl))
+        else:
+            self._log(WARN, f"Got heartbeat from unregistered worker {m.workerId}. "
+                            "This worker was never registered, so ignoring the heartbeat.")
+
+    def _on_worker_latest_state(self, m: WorkerLatestState, request: Any) -> None:
+        worker = self.idToWorker.get(m.id)
+        if worker is None:
+            self._log(WARN, f"Worker state from unknown worker: {m.id}")
+            return
+        for e in m.executors:
+            known = worker.executors.get(f"{e.appId}/{e.execId}")
+            if known is None or known.application.id != e.appId or known.id != e.execId:
+                # The master doesn't know this executor: tell the worker to kill it.
+                self._send(worker.endpoint, KillExecutor(self.masterUrl, e.appId, e.execId))
+        for driver_id in m.driverIds:
+            if driver_id not in worker.drivers:
+                self._send(worker.endpoint, KillDriver(driver_id))
+
+    def _time_out_dead_workers(self) -> None:
+        timeout = self.conf.worker_timeout_ms
+        now = self._now
+        for worker in [w for w in self.workers if w.lastHeartbeat < now - timeout]:
+            if worker.state != WorkerState.DEAD:
+                self._log(WARN, f"Removing {worker.id} because we got no heartbeat in "
+                                f"{timeout} ms")
+                self._remove_worker(worker,
+                                    f"Not receiving heartbeat for {timeout // 1000} seconds")
+            elif worker.lastHeartbeat < now - (self.conf.reaper_iterations + 1) * timeout:
+                self._forget_worker(worker)  # seen DEAD in the UI long enough; cull it
+
+    def _remove_worker(self, worker: WorkerInfo, msg: str) -> None:
+        self._log(INFO, f"Removing worker {worker.id} on {worker.host}:{worker.port}")
+        worker.state = WorkerState.DEAD
+        if self.idToWorker.get(worker.id) is worker:
+            del self.idToWorker[worker.id]
+        address = self.address_of(worker.endpoint)
+        if self.addressToWorker.get(address) is worker:
+            del self.addressToWorker[address]
+        for exec in list(worker.executors.values()):
+            self._log(INFO, f"Telling app of lost executor: {exec.id}")
+            self._send(exec.application.driver, ExecutorUpdated(
+                exec.id, ExecutorState.LOST, f"worker lost: {msg}", None, worker.host))
+            exec.state = ExecutorState.LOST
+            exec.application.remove_executor(exec)
+        for driver in list(worker.drivers.values()):
+            if driver.desc.supervise:
+                self._log(INFO, f"Re-launching {driver.id}")
+                self._relaunch_driver(driver)
+            else:
+                self._log(INFO, f"Not re-launching {driver.id} because it was not supervised")
+                self._remove_driver(driver.id, DriverState.ERROR, None)
+        self._log(INFO, f"Telling app of lost worker: {worker.id}")
+        for app in self.apps:
+            self._send(app.driver, WorkerRemoved(worker.id, worker.host, msg))
+        self._unpersist(f"worker_{worker.id}")
+        self._schedule()
+
+    def _on_worker_decommissioning(self, m: WorkerDecommissioning, request: Any) -> None:
+        if self.state == RecoveryState.STANDBY:
+            self._send(m.workerRef, MasterInStandby())
+        else:
+            worker = self.idToWorker.get(m.id)
+            if worker is not None:
+                self._decommission_worker(worker)
+
+    def _on_decommission_workers(self, m: DecommissionWorkers, request: Any) -> None:
+        for worker_id in m.ids:
+            worker = self.idToWorker.get(worker_id)
+            if worker is not None:
+                self._decommission_worker(worker)
+                self._send(worker.endpoint, DecommissionWorker())
+
+    def _on_decommission_workers_on_hosts(self, m: DecommissionWorkersOnHosts,
+                                          request: Any) -> None:
+        if self.state == RecoveryState.STANDBY:
+            self._reply(request, 0)
+            return
+        hosts = {h.lower() for h in m.hostnames}
+        matching = [w for address, w in self.addressToWorker.items()
+                    if str(getattr(address, "host", w.host)).lower() in hosts]
+        host_ports = ", ".join(w.hostPort for w in matching)
+        self._log(INFO, f"Decommissioning the workers with host:ports List({host_ports})")
+        self._reply(request, len(matching))
+        # Spark sends DecommissionWorkers to itself; processed right away here.
+        self._on_decommission_workers(DecommissionWorkers([w.id for w in matching]), None)
+
+    def _decommission_worker(self, worker: WorkerInfo) -> None:
+        if worker.state != WorkerState.DECOMMISSIONED:
+            self._log(INFO, f"Decommissioning worker {worker.id} on {worker.host}:{worker.port}")
+            worker.state = WorkerState.DECOMMISSIONED
+            for exec in list(worker.executors.values()):
+                self._log(INFO, "Telling app of decommission executors")
+                self._send(exec.application.driver, ExecutorUpdated(
+                    exec.id, ExecutorState.DECOMMISSIONED, "worker decommissioned", None,
+                    worker.host))
+                exec.state = ExecutorState.DECOMMISSIONED
+                exec.application.remove_executor(exec)
+            # On recovery do not add a decommissioned worker back.
+            self._unpersist(f"worker_{worker.id}")
+        else:
+            self._log(WARN, f"Skipping decommissioning worker {worker.id} on "
+                            f"{worker.host}:{worker.port} as worker is already decommissioned")
+
+    # -- applications -----------------------------------------------------------------------
+
+    def _on_register_application(self, m: RegisterApplication, request: Any) -> None:
+        if self.state == RecoveryState.STANDBY:
+            return  # ignore, don't send response
+        desc = m.appDescription
+        problem = _validate_app_desc(desc)
+        if problem is not None:
+            self._log(ERROR, f"Refusing to register app {desc.name}: {problem}")
+            self._send(m.driver, ApplicationRemoved(f"Invalid application: {problem}"))
+            return
+        self._log(INFO, f"Registering app {desc.name}")
+        app = self._create_application(desc, m.driver)
+        self._register_application(app)
+        self._log(INFO, f"Registered app {desc.name} with ID {app.id}")
+        self._persist(f"app_{app.id}", app)
+        self._send(m.driver, RegisteredApplication(app.id, self.self_ref))
+        self._schedule()
+
+    def _create_application(self, desc: ApplicationDescription, driver: Any) -> ApplicationInfo:
+        now = self._now
+        if self.conf.use_app_name_as_app_id:
+            app_id = "".join(desc.name.lower().split())
+        else:
+            app_id = self._new_application_id(now)
+        return ApplicationInfo(now, app_id, desc, now, driver, self.conf.default_cores)
+
+    def _new_application_id(self, now_ms: int) -> str:
+        app_id = self.conf.app_id_pattern % (format_timestamp(now_ms), self.nextAppNumber)
+        self.nextAppNumber += 1
+        if self.conf.app_number_modulo > 0:
+            self.nextAppNumber %= self.conf.app_number_modulo
+        return app_id
+
+    def _register_application(self, app: ApplicationInfo) -> None:
+        address = self.address_of(app.driver)
+        if address in self.addressToApp:
+            self._log(INFO, "Attempted to re-register application at same address: "
+                            f"{format_address(address)}")
+            return
+        self.apps[app] = None
+        self.idToApp[app.id] = app
+        self.addressToApp[address] = app
+        self.waitingApps.append(app)
+
+    def _on_unregister_application(self, m: UnregisterApplication, request: Any) -> None:
+        self._log(INFO, f"Received unregister request from application {m.appId}")
+        app = self.idToApp.get(m.appId)
+        if app is not None:
+            self._remove_application(app, ApplicationState.FINISHED)
+
+    def _on_request_kill_application(self, m: RequestKillApplication, request: Any) -> None:
+        app = self.idToApp.get(m.appId)
+        if app is not None:
+            self._remove_application(app, ApplicationState.KILLED)
+        self._reply(request, app is not None)
+
+    def _remove_application(self, app: ApplicationInfo, state: ApplicationState) -> None:
+        if app not in self.apps:
+            return
+        self._log(INFO, f"Removing app {app.id}")
+        del self.apps[app]
+        self.idToApp.pop(app.id, None)
+        address = self.address_of(app.driver)
+        if self.addressToApp.get(address) is app:
+            del self.addressToApp[address]
+        retained = self.conf.retained_applications
+        if len(self.completedApps) >= retained:
+            del self.completedApps[:max(retained // 10, 1)]
+        self.completedApps.append(app)
+        if app in self.waitingApps:
+            self.waitingApps.remove(app)
+        for exec in list(app.executors.values()):
+            self._kill_executor(exec)
+        app.mark_finished(state, self._now)
+        if state != ApplicationState.FINISHED:
+            self._send(app.driver, ApplicationRemoved(str(state)))
+        self._unpersist(f"app_{app.id}")
+        self._schedule()
+        # Tell all workers the application has finished, so they can clean up its state.
+        for worker in self.workers:
+            self._send(worker.endpoint, ApplicationFinished(app.id))
+
+    def _kill_executor(self, exec: ExecutorDesc) -> None:
+        exec.worker.remove_executor(exec)
+        self._send(exec.worker.endpoint,
+                   KillExecutor(self.masterUrl, exec.application.id, exec.id))
+        exec.state = ExecutorState.KILLED
+
+    def _on_executor_state_changed(self, m: ExecutorStateChanged, request: Any) -> None:
+        app = self.idToApp.get(m.appId)
+        exec = app.executors.get(m.execId) if app is not None else None
+        if exec is None:
+            self._log(WARN, f"Got status update for unknown executor {m.appId}/{m.execId}")
+            self._reply(request, True)
+            return
+        old_state = exec.state
+        if m.state == ExecutorState.RUNNING and old_state != ExecutorState.LAUNCHING:
+            if old_state == ExecutorState.RUNNING:  # a retried ask: already applied
+                self._reply(request, True)
+                return
+            text = f"executor {m.execId} state transfer from {old_state} to RUNNING is illegal"
+            self._log(ERROR, text)
+            if request is not None:
+                self._out.append(ReplyFailure(request, text))
+            return
+        exec.state = m.state
+        if m.state == ExecutorState.RUNNING:
+            app.reset_retry_count()
+        self._send(app.driver, ExecutorUpdated(m.execId, m.state, m.message, m.exitStatus, None))
+        if m.state.isFinished():
+            self._log(INFO, f"Removing executor {exec.fullId} because it is {m.state}")
+            # A finished app keeps its executors so the UI shows them.
+            if not app.isFinished():
+                app.remove_executor(exec)
+            exec.worker.remove_executor(exec)
+            normal_exit = m.exitStatus == 0
+            retries = self.conf.max_executor_retries
+            # Only retry so many times so we don't loop forever; exits of decommissioned
+            # executors are expected and don't count.
+            if (not normal_exit and old_state != ExecutorState.DECOMMISSIONED
+                    and app.increment_retry_count() >= retries and retries >= 0):
+                if not any(e.state == ExecutorState.RUNNING for e in app.executors.values()):
+                    self._log(ERROR, f"Application {app.desc.name} with ID {app.id} failed "
+                                     f"{app.retryCount} times; removing it")
+                    self._remove_application(app, ApplicationState.FAILED)
+        self._schedule()
+        self._reply(request, True)
+
+    def _on_request_executors(self, m: RequestExecutors, request: Any) -> None:
+        pairs = list(m.resourceProfileToTotalExecs.items()
+                     if isinstance(m.resourceProfileToTotalExecs, dict)
+                     else m.resourceProfileToTotalExecs)
+        shown = "Map(" + ", ".join(f"ResourceProfile(id={rp.id}) -> {n}"
+                                   for rp, n in pairs) + ")"
+        app = self.idToApp.get(m.appId)
+        if app is None:
+            self._log(WARN, f"Unknown application {m.appId} requested executors: {shown}.")
+            self._reply(request, False)
+            return
+        for rp, _ in pairs:
+            cores = rp.getExecutorCores()
+            if cores is not None and cores < 1:
+                raise ValueError(f"spark.executor.cores must be positive, got {cores}")
+        self._log(INFO, f"Application {m.appId} requested executors: {shown}.")
+        app.request_executors(pairs)
+        self._schedule()
+        self._reply(request, True)
+
+    def _on_kill_executors(self, m: KillExecutors, request: Any) -> None:
+        ids: list[int] = []
+        for raw in m.executorIds:
+            try:
+                ids.append(int(str(raw)))
+            except ValueError:
+                self._log(ERROR, f"Encountered executor with a non-integer ID: {raw}. Ignoring")
+        app = self.idToApp.get(m.appId)
+        if app is None:
+            self._log(WARN, f"Unregistered application {m.appId} requested us to kill executors!")
+            self._reply(request, False)
+            return
+        self._log(INFO, f"Application {m.appId} requests to kill executors: "
+                        f"{', '.join(map(str, ids))}")
+        known = [i for i in ids if i in app.executors]
+        unknown = [i for i in ids if i not in app.executors]
+        for exec_id in known:
+            exec = app.executors[exec_id]
+            app.remove_executor(exec)
+            self._kill_executor(exec)
+        if unknown:
+            self._log(WARN, f"Application {m.appId} attempted to kill non-existent executors: "
+                            f"{', '.join(map(str, unknown))}")
+        self._schedule()
+        self._reply(request, True)
+
+    # -- drivers ----------------------------------------------------------------------------
+
+    def _on_request_submit_driver(self, m: RequestSubmitDriver, request: Any) -> None:
+        if self.state != RecoveryState.ALIVE:
+            self._reply(request, SubmitDriverResponse(
+                self.self_ref, False, None, self._not_alive("accept driver submissions")))
+            return
+        desc = m.driverDescription
+        if desc.cores < 0 or desc.mem < 0:
+            self._reply(request, SubmitDriverResponse(
+                self.self_ref, False, None,
+                f"Invalid driver description: cores ({desc.cores}) and memory ({desc.mem} MB) "
+                "must be non-negative."))
+            return
+        self._log(INFO, f"Driver submitted {desc.command.mainClass}")
+        driver = self._create_driver(desc)
+        self._persist(f"driver_{driver.id}", driver)
+        self.waitingDrivers.append(driver)
+        self.drivers[driver.id] = driver
+        self._schedule()
+        # "Fire and forget": the client polls RequestDriverStatus.
+        self._reply(request, SubmitDriverResponse(
+            self.self_ref, True, driver.id, f"Driver successfully submitted as {driver.id}"))
+
+    def _create_driver(self, desc: DriverDescription) -> DriverInfo:
+        now = self._now
+        driver_id = self.conf.driver_id_pattern % (format_timestamp(now), self.nextDriverNumber)
+        self.nextDriverNumber += 1
+        if self.conf.use_driver_id_as_app_name:
+            opts = [o for o in desc.command.javaOpts if not o.startswith("-Dspark.app.name=")]
+            opts.append(f"-Dspark.app.name={driver_id}")
+            desc = replace(desc, command=replace(desc.command, javaOpts=opts))
+        return DriverInfo(now, driver_id, desc, now)
+
+    def _on_request_kill_driver(self, m: RequestKillDriver, request: Any) -> None:
+        driver_id = m.driverId
+        if self.state != RecoveryState.ALIVE:
+            self._reply(request, KillDriverResponse(self.self_ref, driver_id, False,
+                                                    self._not_alive("kill drivers")))
+            return
+        self._log(INFO, f"Asked to kill driver {driver_id}")
+        driver = self.drivers.get(driver_id)
+        if driver is None:
+            text = f"Driver {driver_id} has already finished or does not exist"
+            self._log(WARN, text)
+            self._reply(request, KillDriverResponse(self.self_ref, driver_id, False, text))
+            return
+        was_waiting = self._kill_driver(driver)
+        text = f"Kill request for {driver_id} submitted"
+        self._log(INFO, text)
+        self._reply(request, KillDriverResponse(self.self_ref, driver_id, True, text))
+        if was_waiting:  # Spark: self.send(DriverStateChanged(driverId, KILLED, None))
+            self._on_driver_state_changed(DriverStateChanged(driver_id, DriverState.KILLED), None)
+
+    def _kill_driver(self, driver: DriverInfo) -> bool:
+        """Waiting: drop it from the queue (caller then removes it as KILLED) -> True.
+        Running: ask its worker to kill it; the worker's DriverStateChanged finishes it."""
+        if driver in self.waitingDrivers:
+            self.waitingDrivers.remove(driver)
+            return True
+        if driver.worker is not None:
+            self._send(driver.worker.endpoint, KillDriver(driver.id))
+        return False
+
+    def _on_request_kill_all_drivers(self, m: RequestKillAllDrivers, request: Any) -> None:
+        if self.state != RecoveryState.ALIVE:
+            self._reply(request, KillAllDriversResponse(self.self_ref, False,
+                                                        self._not_alive("kill drivers")))
+            return
+        self._log(INFO, "Asked to kill all drivers")
+        killed_waiting = []
+        for driver in list(self.drivers.values()):
+            if self._kill_driver(driver):
+                killed_waiting.append(driver.id)
+            self._log(INFO, f"Kill request for {driver.id} submitted")
+        self._reply(request, KillAllDriversResponse(self.self_ref, True,
+                                                    "Kill request for all drivers submitted"))
+        for driver_id in killed_waiting:
+            self._on_driver_state_changed(DriverStateChanged(driver_id, DriverState.KILLED), None)
+
+    def _on_request_driver_status(self, m: RequestDriverStatus, request: Any) -> None:
+        if self.state != RecoveryState.ALIVE:
+            self._reply(request, DriverStatusResponse(
+                False, None, None, None, self._not_alive("request driver status")))
+            return
+        driver = self.drivers.get(m.driverId)
+        if driver is None:
+            driver = next((d for d in self.completedDrivers if d.id == m.driverId), None)
+        if driver is None:
+            self._reply(request, DriverStatusResponse(False, None, None, None, None))
+        else:
+            w = driver.worker
+            self._reply(request, DriverStatusResponse(
+                True, driver.state, w.id if w else None, w.hostPort if w else None,
+                driver.exception))
+
+    def _on_driver_state_changed(self, m: DriverStateChanged, request: Any) -> None:
+        if m.state in (DriverState.ERROR, DriverState.FINISHED, DriverState.KILLED,
+                       DriverState.FAILED):
+            self._remove_driver(m.driverId, m.state, m.exception)
+        else:
+            self._log(ERROR, f"Received unexpected state update for driver {m.driverId}: "
+                             f"{m.state}")
+
+    def _on_request_clear_completed(self, m: Any, request: Any) -> None:
+        self._log(INFO, f"Asked to clear {len(self.completedDrivers)} completed drivers and "
+                        f"{len(self.completedApps)} completed apps.")
+        self.completedDrivers.clear()
+        self.completedApps.clear()
+        self._reply(request, True)
+
+    def _launch_driver(self, worker: WorkerInfo, driver: DriverInfo) -> None:
+        self._log(INFO, f"Launching driver {driver.id} on worker {worker.id}")
+        worker.add_driver(driver)
+        driver.worker = worker
+        self._send(worker.endpoint, LaunchDriver(driver.id, driver.desc, driver.resources))
+        driver.state = DriverState.RUNNING
+
+    def _remove_driver(self, driver_id: str, final_state: DriverState,
+                       exception: Optional[str]) -> None:
+        driver = self.drivers.pop(driver_id, None)
+        if driver is None:
+            self._log(WARN, f"Asked to remove unknown driver: {driver_id}")
+            return
+        self._log(INFO, f"Removing driver: {driver_id} ({final_state})")
+        retained = self.conf.retained_drivers
+        if len(self.completedDrivers) >= retained:
+            del self.completedDrivers[:max(retained // 10, 1)]
+        self.completedDrivers.append(driver)
+        self._unpersist(f"driver_{driver.id}")
+        driver.state = final_state
+        driver.exception = exception
+        if driver in self.waitingDrivers:
+            self.waitingDrivers.remove(driver)
+        if driver.worker is not None:
+            driver.worker.remove_driver(driver)
+        self._schedule()
+
+    def _relaunch_driver(self, driver: DriverInfo) -> None:
+        # A new id: the original may still run behind a partition (SPARK-19900).
+        self._remove_driver(driver.id, DriverState.RELAUNCHING, None)
+        new_driver = self._create_driver(driver.desc)
+        self._persist(f"driver_{new_driver.id}", new_driver)
+        self.drivers[new_driver.id] = new_driver
+        self.waitingDrivers.append(new_driver)
+        self._schedule()
+
+    # -- UI / REST queries ------------------------------------------------------------------
+
+    def _on_request_master_state(self, m: RequestMasterState, request: Any) -> None:
+        self._reply(request, self.master_state_response())
+
+    def _on_request_readyz(self, m: RequestReadyz, request: Any) -> None:
+        self._reply(request, self.state != RecoveryState.STANDBY)
+
+    def _on_bound_ports_request(self, m: BoundPortsRequest, request: Any) -> None:
+        self._reply(request, BoundPortsResponse(self.port, self.web_ui_port, self.rest_port))
+
+    def master_state_response(self, now_ms: Optional[int] = None) -> MasterStateResponse:
+        """A snapshot of everything the UI and `/json` show (RequestMasterState's answer)."""
+        now = self._now if now_ms is None else int(now_ms)
+        return MasterStateResponse(
+            self.host, self.port, self.rest_port,
+            [worker_summary(w) for w in self.workers],
+            [application_summary(a, now) for a in self.apps],
+            [application_summary(a, now) for a in self.completedApps],
+            [driver_summary(d) for d in self.drivers.values()],
+            [driver_summary(d) for d in self.completedDrivers],
+            self.state)
+
+    # -- leadership and recovery ------------------------------------------------------------
+
+    def _on_elected_leader(self, m: ElectedLeader, request: Any) -> None:
+        # Nothing persisted (recovery mode NONE): straight to ALIVE.
+        self.state = RecoveryState.ALIVE
+        self._log(INFO, f"I have been elected leader! New state: {self.state}")
+
+    def _on_begin_recovery(self, m: BeginRecovery, request: Any) -> None:
+        if not (m.storedApps or m.storedDrivers or m.storedWorkers):
+            self._on_elected_leader(ElectedLeader(), request)
+            return
+        self.state = RecoveryState.RECOVERING
+        self._log(INFO, f"I have been elected leader! New state: {self.state}")
+        self.recoveryStartTimeMs = self._now
+        for app in m.storedApps:
+            self._log(INFO, f"Trying to recover app: {app.id}")
+            self._register_application(app)
+            app.state = ApplicationState.UNKNOWN
+            self._send(app.driver, MasterChanged(self.self_ref, self.masterWebUiUrl))
+        for driver in m.storedDrivers:
+            # Drivers on now-lost workers are relaunched when the worker is found missing.
+            self.drivers[driver.id] = driver
+        for worker in m.storedWorkers:
+            self._log(INFO, f"Trying to recover worker: {worker.id}")
+            self._register_worker(worker)
+            worker.state = WorkerState.UNKNOWN
+            worker.lastHeartbeat = self._now  # transient in Spark: reset on read
+            self._send(worker.endpoint, MasterChanged(self.self_ref, self.masterWebUiUrl))
+        if self._can_complete_recovery():
+            self._complete_recovery()
+        else:
+            self._out.append(ScheduleTimer(self.conf.recovery_timeout_ms, CompleteRecovery()))
+
+    def _can_complete_recovery(self) -> bool:
+        return (not any(w.state == WorkerState.UNKNOWN for w in self.workers)
+                and not any(a.state == ApplicationState.UNKNOWN for a in self.apps))
+
+    def _on_master_change_acknowledged(self, m: MasterChangeAcknowledged, request: Any) -> None:
+        app = self.idToApp.get(m.appId)
+        if app is not None:
+            self._log(INFO, f"Application has been re-registered: {m.appId}")
+            app.state = ApplicationState.WAITING
+        else:
+            self._log(WARN, f"Master change ack from unknown app: {m.appId}")
+        if self._can_complete_recovery():
+            self._complete_recovery()
+
+    def _on_worker_scheduler_state_response(self, m: WorkerSchedulerStateResponse,
+                                            request: Any) -> None:
+        worker = self.idToWorker.get(m.id)
+        if worker is None:
+            self._log(WARN, f"Scheduler state from unknown worker: {m.id}")
+        else:
+            self._log(INFO, f"Worker has been re-registered: {m.id}")
+            worker.state = WorkerState.ALIVE
+            for resp in m.execResponses:
+                app = self.idToApp.get(resp.desc.appId)
+                if app is None:
+                    continue
+                d = resp.desc
+                exec = app.add_executor(worker, d.cores, d.memoryMb, dict(resp.resources),
+                                        d.rpId, useId=d.execId)
+                worker.add_executor(exec)
+                worker.recover_resources(resp.resources)
+                exec.copy_state(d)
+            for resp in m.driverResponses:
+                driver = self.drivers.get(resp.driverId)
+                if driver is not None:
+                    driver.worker = worker
+                    driver.state = DriverState.RUNNING
+                    driver.resources = dict(resp.resources)
+                    worker.recover_resources(resp.resources)
+                    worker.add_driver(driver)
+        if self._can_complete_recovery():
+            self._complete_recovery()
+
+    def _complete_recovery(self) -> None:
+        if self.state != RecoveryState.RECOVERING:
+            return  # only once
+        self.state = RecoveryState.COMPLETING_RECOVERY
+        for worker in [w for w in self.workers if w.state == WorkerState.UNKNOWN]:
+            self._remove_worker(worker, "Not responding for recovery")
+        for app in [a for a in self.apps if a.state == ApplicationState.UNKNOWN]:
+            self._remove_application(app, ApplicationState.FINISHED)
+        for app in self.apps:
+            if app.state == ApplicationState.WAITING:
+                app.state = ApplicationState.RUNNING
+        for driver in [d for d in self.drivers.values() if d.worker is None]:
+            self._log(WARN, f"Driver {driver.id} was not found after master recovery")
+            if driver.desc.supervise:
+                self._log(WARN, f"Re-launching {driver.id}")
+                self._relaunch_driver(driver)
+            else:
+                self._remove_driver(driver.id, DriverState.ERROR, None)
+                self._log(WARN, f"Did not re-launch {driver.id} because it was not supervised")
+        self.state = RecoveryState.ALIVE
+        self._schedule()
+        self._log(INFO, f"Recovery complete in {self._now - self.recoveryStartTimeMs} ms - "
+                        "resuming operations!")
+
+    def _on_revoked_leadership(self, m: RevokedLeadership, request: Any) -> None:
+        self._log(ERROR, "Leadership has been revoked -- master shutting down.")
+        self._out.append(Exit(0))
+
+    def _on_disconnected(self, m: Disconnected, request: Any) -> None:
+        # The disconnected client could be a worker or an app; remove whichever it was.
+        shown = format_address(m.address)
+        self._log(INFO, f"{shown} got disassociated, removing it.")
+        worker = self.addressToWorker.get(m.address)
+        if worker is not None:
+            self._remove_worker(worker, f"{shown} got disassociated")
+        app = self.addressToApp.get(m.address)
+        if app is not None:
+            self._remove_application(app, ApplicationState.FINISHED)
+        if self.state == RecoveryState.RECOVERING and self._can_complete_recovery():
+            self._complete_recovery()
+
+    # -- schedule() -------------------------------------------------------------------------
+
+    def _schedule(self) -> None:
+        """Spark's schedule(): waiting drivers first, then executors for waiting apps (FIFO)."""
+        if self.state != RecoveryState.ALIVE:
+            return
+        alive = [w for w in self.workers if w.state == WorkerState.ALIVE]
+        if self.waitingDrivers:
+            plan = schedule_drivers(list(self.waitingDrivers), alive, self.conf.spread_out_drivers,
+                                    self.conf.max_drivers,
+                                    len(self.drivers) - len(self.waitingDrivers), self.rng)
+            # Warnings and launches interleave in Spark; launches first is equivalent here.
+            for driver, worker in plan.placements:
+                driver.resources = worker.acquire_resources(driver.desc.resourceReqs)
+                self._launch_driver(worker, driver)
+                self.waitingDrivers.remove(driver)
+            for text in plan.warnings:
+                self._log(WARN, text)
+        self._start_executors_on_workers(alive)
+
+    def _start_executors_on_workers(self, alive: list[WorkerInfo]) -> None:
+        policy = self.conf.worker_selection_policy
+        spread_out = self.conf.spread_out_apps
+        for app in list(self.waitingApps):
+            for rp_id in app.requested_rp_ids():
+                self._log(INFO, f"Start scheduling for app {app.id} with rpId: {rp_id}")
+                desc = app.resource_desc(rp_id)
+                cpe = desc.coresPerExecutor
+                # If the cores left are fewer than one executor's, they are not allocated.
+                if app.coresLeft < (cpe if cpe is not None else 1):
+                    continue
+                usable = usable_workers(app, alive, policy, rp_id)
+                if (len(self.waitingApps) == 1 and not self.waitingApps[0].executors
+                        and not usable):
+                    self._log(WARN, app_warning(app.id))
+                assigned = schedule_executors_on_workers(app, usable, spread_out, rp_id)
+                for pos, cores in enumerate(assigned):
+                    if cores <= 0:
+                        continue
+                    worker = usable[pos]
+                    for exec_cores in allocate_worker_resource_to_executors(cores, cpe):
+                        allocated = worker.acquire_resources(desc.customResourcesPerExecutor)
+                        exec = app.add_executor(worker, exec_cores, desc.memoryMbPerExecutor,
+                                                allocated, rp_id)
+                        self._launch_executor(worker, exec)
+                        app.state = ApplicationState.RUNNING
+
+    def _launch_executor(self, worker: WorkerInfo, exec: ExecutorDesc) -> None:
+        self._log(INFO, f"Launching executor {exec.fullId} on worker {worker.id}")
+        worker.add_executor(exec)
+        app = exec.application
+        self._send(worker.endpoint, LaunchExecutor(
+            self.masterUrl, app.id, exec.id, exec.rpId, app.desc, exec.cores, exec.memory,
+            exec.resources))
+        self._send(app.driver, ExecutorAdded(exec.id, worker.id, worker.hostPort, exec.cores,
+                                             exec.memory))
+
+
+# ---------------------------------------------------------------------------------------------
+# Snapshots for MasterStateResponse
+# ---------------------------------------------------------------------------------------------
+
+def worker_summary(w: WorkerInfo) -> WorkerSummary:
+    return WorkerSummary(w.id, w.host, w.port, w.webUiAddress, w.cores, w.coresUsed, w.memory,
+                         w.memoryUsed, w.resourcesInfo, w.resourcesInfoUsed, w.state,
+                         w.lastHeartbeat)
+
+
+def executor_summary(e: ExecutorDesc) -> ExecutorSummary:
+    return ExecutorSummary(e.id, e.application.id, e.worker.id, e.worker.hostPort, e.cores,
+                           e.memory, dict(e.resources), e.rpId, e.state)
+
+
+def application_summary(a: ApplicationInfo, now_ms: int) -> ApplicationSummary:
+    return ApplicationSummary(
+        a.id, a.startTime, a.desc, a.submitDate, a.state, a.coresGranted, a.endTime,
+        a.duration(now_ms), [executor_summary(e) for e in a.executors.values()],
+        [executor_summary(e) for e in a.removedExecutors])
+
+
+def driver_summary(d: DriverInfo) -> DriverSummary:
+    w = d.worker
+    return DriverSummary(d.id, d.startTime, d.desc, d.submitDate, d.state,
+                         w.id if w else None, w.hostPort if w else None, dict(d.resources),
+                         d.exception)
+
+
+__all__ = [
+    "MasterState", "MasterConfig", "Ask", "Disconnected", "BeginRecovery", "Send", "Reply",
+    "ReplyFailure", "Persist", "Unpersist", "Log", "ScheduleTimer", "Exit", "Instruction",
+    "INFO", "WARN", "ERROR", "BACKUP_STANDALONE_MASTER_PREFIX", "megabytes_to_string",
+    "bytes_to_string", "format_timestamp", "format_address", "worker_summary",
+    "application_summary", "driver_summary", "executor_summary",
+]

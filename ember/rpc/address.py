@@ -1,0 +1,62 @@
+"""RpcAddress: where an RpcEnv listens, written ``spark://host:port`` like Spark's.
+
+Its own module so the transports can use it without importing ``ember.rpc.core``
+(core imports them); ``ember.rpc.core`` and ``ember.rpc`` re-export it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+
+@dataclass(frozen=True)
+class RpcAddress:
+    """Host and port of an RpcEnv. Port 0 means a client-mode env that does not listen."""
+
+    host: str
+    port: int
+
+    @classmethod
+    def from_spark_url(cls, url: str) -> "RpcAddress":
+        """Parse ``spark://host:port`` (Spark's RpcAddress.fromSparkURL / extractHostPortFromSparkUrl).
+
+        Anything else - another scheme, no host, no port, a path, query, fragment or user
+        info - raises ``ValueError("Invalid master URL: <url>")``, Spark's message.
+        """
+        err = ValueError(f"Invalid master URL: {url}")
+        if not isinstance(url, str):
+            raise err
+        try:
+            u = urlsplit(url)
+        except ValueError:
+            raise err from None
+        if u.scheme != "spark" or u.path or u.query or u.fragment or "?" in url or "#" in url:
+            raise err
+        netloc = u.netloc
+        if not netloc or "@" in netloc:
+            raise err
+        if netloc.startswith("["):
+            end = netloc.find("]")
+            host, rest = netloc[1:end], netloc[end + 1:]
+            if end < 0 or not rest.startswith(":"):
+                raise err
+            port_s = rest[1:]
+        else:
+            host, sep, port_s = netloc.rpartition(":")
+            if not sep or ":" in host:
+                raise err
+        if not host or "," in host or not port_s.isdigit() or not 0 <= int(port_s) <= 65535:
+            raise err
+        return cls(host, int(port_s))
+
+    @property
+    def hostPort(self) -> str:  # noqa: N802 - Spark's name
+        """``host:port`` (IPv6 hosts in brackets)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    def to_spark_url(self) -> str:
+        return f"spark://{self.hostPort}"
+
+    def __str__(self) -> str:  # Spark's RpcAddress.toString is hostPort
+        return self.hostPort

@@ -1,0 +1,119 @@
+"""The RPC layer's view of the configuration: the few `spark.*` keys it reads, parsed once.
+
+The RpcEnv takes a plain ``dict[str, str]`` (not ember.config's registry) because it sits
+below everything else; the daemons pass their resolved SparkConf entries down.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+AUTH = "spark.authenticate"
+AUTH_SECRET = "spark.authenticate.secret"
+AUTH_SECRET_FILE = "spark.authenticate.secret.file"
+ENV_AUTH_SECRET = "_SPARK_AUTH_SECRET"     # how Spark hands the secret to child processes
+ASK_TIMEOUT = "spark.rpc.askTimeout"
+MAX_SIZE = "spark.rpc.message.maxSize"
+CONNECT_TIMEOUT = "spark.rpc.connect.timeout"
+PORT_MAX_RETRIES = "spark.port.maxRetries"
+INPROCESS = "spark.ember.rpc.inprocess"
+EXECUTOR_THREADS = "spark.ember.rpc.executorThreads"
+
+_TIME_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0,
+               "d": 86400.0}
+_TIME_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-z]*)\s*$")
+
+
+def parse_time(key: str, value: Any, default_unit: str = "s") -> float:
+    """Spark's time strings ("120s", "500ms", "2min", bare number = default unit) -> seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value) * _TIME_UNITS[default_unit]
+    m = _TIME_RE.match(str(value).lower())
+    unit = (m.group(2) or default_unit) if m else None
+    if m is None or unit not in _TIME_UNITS:
+        raise ValueError(f"Invalid time string for {key}: {value!r} "
+                         "(expected a number with a unit us, ms, s, m, min, h or d, e.g. 120s)")
+    return float(m.group(1)) * _TIME_UNITS[unit]
+
+
+def parse_bool(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    v = str(value).strip().lower()
+    if v in ("true", "1", "yes"):
+        return True
+    if v in ("false", "0", "no", ""):
+        return False
+    raise ValueError(f"{key} should be boolean, but was {value}")
+
+
+def _parse_number(key: str, value: Any, kind: type) -> Any:
+    try:
+        return kind(str(value).strip())
+    except ValueError:
+        raise ValueError(f"{key} should be {kind.__name__}, but was {value}") from None
+
+
+def resolve_secret(conf: Mapping[str, Any]) -> bytes:
+    """The shared secret: spark.authenticate.secret, else the file named by
+    spark.authenticate.secret.file, else the _SPARK_AUTH_SECRET environment variable."""
+    secret = conf.get(AUTH_SECRET)
+    if secret:
+        return str(secret).encode("utf-8")
+    path = conf.get(AUTH_SECRET_FILE)
+    if path:
+        try:
+            with open(str(path), "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise ValueError(f"Cannot read the secret file {path} ({AUTH_SECRET_FILE}): "
+                             f"{e.strerror or e}") from None
+        data = data.rstrip(b"\r\n")  # `echo secret > file` must match conf "secret"
+        if not data:
+            raise ValueError(f"The secret file {path} ({AUTH_SECRET_FILE}) is empty")
+        return data
+    env = os.environ.get(ENV_AUTH_SECRET)
+    if env:
+        return env.encode("utf-8")
+    raise ValueError("A secret key must be specified via the spark.authenticate.secret config.")
+
+
+@dataclass(frozen=True)
+class RpcConf:
+    authenticate: bool = False
+    secret: bytes | None = None
+    ask_timeout: float = 120.0
+    max_message_size: int = 128 * 1024 * 1024
+    connect_timeout: float = 10.0
+    port_max_retries: int = 16
+    inprocess: bool = False
+    executor_threads: int = 8
+
+    def __repr__(self) -> str:  # never print the secret
+        return (f"RpcConf(authenticate={self.authenticate}, ask_timeout={self.ask_timeout}, "
+                f"max_message_size={self.max_message_size}, "
+                f"connect_timeout={self.connect_timeout}, inprocess={self.inprocess})")
+
+    @classmethod
+    def from_conf(cls, conf: Mapping[str, Any] | None) -> "RpcConf":
+        conf = conf or {}
+        auth = parse_bool(AUTH, conf.get(AUTH, "false"))
+        secret = resolve_secret(conf) if auth else None
+        max_mb = _parse_number(MAX_SIZE, conf.get(MAX_SIZE, "128"), float)
+        if not 0 < max_mb <= 2047:
+            raise ValueError(f"{MAX_SIZE} should not be greater than 2047 MB (and must be "
+                             f"positive), but was {conf.get(MAX_SIZE)}")
+        retries = _parse_number(PORT_MAX_RETRIES, conf.get(PORT_MAX_RETRIES, "16"), int)
+        threads = _parse_number(EXECUTOR_THREADS, conf.get(EXECUTOR_THREADS, "8"), int)
+        return cls(
+            authenticate=auth,
+            secret=secret,
+            ask_timeout=parse_time(ASK_TIMEOUT, conf.get(ASK_TIMEOUT, "120s")),
+            max_message_size=int(max_mb * 1024 * 1024),
+            connect_timeout=parse_time(CONNECT_TIMEOUT, conf.get(CONNECT_TIMEOUT, "10s")),
+            port_max_retries=max(0, retries),
+            inprocess=parse_bool(INPROCESS, conf.get(INPROCESS, "false")),
+            executor_threads=max(1, threads),
+        )
