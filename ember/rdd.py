@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import functools
 import heapq
 import itertools
 import math
@@ -21,7 +22,7 @@ import shlex
 import subprocess
 import sys
 import threading
-from collections import defaultdict, deque
+from collections import _count_elements, defaultdict, deque  # type: ignore[attr-defined]
 from functools import reduce as _reduce
 from typing import Any, Callable, Iterable, Iterator
 
@@ -329,7 +330,9 @@ class RDD:
     def map(self, f: Callable[[Any], Any], preservesPartitioning: bool = False) -> "RDD":
         def func(_: int, iterator: Iterable) -> Iterable:
             return map(f, iterator)
-        return self.mapPartitionsWithIndex(func, preservesPartitioning)
+        rdd = self.mapPartitionsWithIndex(func, preservesPartitioning)
+        rdd._mapped_from = (self, f)       # lets combineByKey spot the counting idiom
+        return rdd
 
     def flatMap(self, f: Callable[[Any], Iterable], preservesPartitioning: bool = False) -> "RDD":
         def func(_: int, iterator: Iterable) -> Iterable:
@@ -506,7 +509,16 @@ class RDD:
             merger.mergeValues(iterator)
             return merger.items()
 
-        locally = self.mapPartitions(combine_locally, preservesPartitioning=True)
+        counted = _counting_source(self, agg)
+        if counted is not None:
+            def count_locally(keys: Iterable) -> Iterator:
+                merger = ExternalMerger(agg, int(memory * 0.9), local_dirs=local_dirs)
+                merger.mergeKeyCounts(keys)
+                return merger.items()
+            locally = counted.mapPartitions(count_locally)
+            locally.partitioner = self.partitioner
+        else:
+            locally = self.mapPartitions(combine_locally, preservesPartitioning=True)
         shuffled = locally.partitionBy(numPartitions, partitionFunc)
 
         def merge_combiners(iterator: Iterable) -> Iterator:
@@ -653,9 +665,13 @@ class RDD:
         if bounds is None:
             return self                  # empty RDD
 
-        def range_partitioner(k: Any) -> int:
-            p = bisect.bisect_left(bounds, keyfunc(k))
-            return p if ascending else numPartitions - 1 - p
+        if ascending and keyfunc is _identity:
+            range_partitioner: Callable[[Any], int] = functools.partial(bisect.bisect_left,
+                                                                         bounds)
+        else:
+            def range_partitioner(k: Any) -> int:
+                p = bisect.bisect_left(bounds, keyfunc(k))
+                return p if ascending else numPartitions - 1 - p
 
         return self.partitionBy(numPartitions, range_partitioner) \
             .mapPartitions(sort_partition, True)
@@ -670,18 +686,8 @@ class RDD:
         rdd_id = self._id
 
         def sketch(ctx: Any, it: Iterable) -> tuple:
-            rnd = random.Random((rdd_id << 16) ^ ctx.partitionId())
-            reservoir: list = []
-            n = 0
-            for kv in it:
-                if n < per_partition:
-                    reservoir.append(kv[0])
-                else:
-                    j = rnd.randrange(n + 1)
-                    if j < per_partition:
-                        reservoir[j] = kv[0]
-                n += 1
-            return n, reservoir
+            return _reservoir_keys(it, per_partition,
+                                   random.Random((rdd_id << 16) ^ ctx.partitionId()))
 
         sketched = self.ctx._run_job(self, sketch, with_context=True)
         total = sum(n for n, _ in sketched)
@@ -767,12 +773,17 @@ class RDD:
         return sum(self.ctx._run_job(self, _count_iter))
 
     def reduce(self, f: Callable[[Any, Any], Any]) -> Any:
+        from ember.shuffle.external import _is_add
+        adding = _is_add(f)
+
         def func(iterator: Iterable) -> list:
             it = iter(iterator)
             try:
                 initial = next(it)
             except StopIteration:
                 return []
+            if adding and not isinstance(initial, (str, bytes, bytearray)):
+                return [sum(it, initial)]     # C loop, same left-to-right `+`
             return [_reduce(f, it, initial)]
         vals = [v for part in self.ctx._run_job(self, func) for v in part]
         if vals:
@@ -954,8 +965,7 @@ class RDD:
     def countByValue(self) -> dict:
         def count_partition(iterator: Iterable) -> dict:
             counts: dict = defaultdict(int)
-            for obj in iterator:
-                counts[obj] += 1
+            _count_elements(counts, iterator)
             return counts
 
         def merge(m1: dict, m2: dict) -> dict:
@@ -1154,6 +1164,33 @@ class RDD:
 
 
 # --- helpers used inside tasks ------------------------------------------------------------
+def _reservoir_keys(it: Iterable, k: int, rnd: random.Random) -> tuple[int, list]:
+    """(count, uniform sample of at most k keys) of an iterator of (key, value) pairs.
+
+    Reservoir sampling with Li's Algorithm L: random numbers are drawn only for the
+    elements that enter the sample, and the ones in between are skipped by islice, so a
+    large partition costs little more than iterating it (Spark's sketch draws per element).
+    """
+    numbered = enumerate(it, 1)
+    reservoir = [kv[0] for _, kv in itertools.islice(numbered, k)]
+    n = len(reservoir)
+    if n < k or k == 0:
+        return n, reservoir
+    log, rand = math.log, rnd.random
+    w = math.exp(log(rand() or 1e-300) / k)
+    while True:
+        skip = int(log(rand() or 1e-300) / log(1.0 - w)) if w < 1.0 else 0
+        last = deque(itertools.islice(numbered, skip + 1), maxlen=1)
+        if not last:
+            return n, reservoir
+        idx, kv = last[0]
+        if idx < n + skip + 1:          # ran out while skipping
+            return idx, reservoir
+        n = idx
+        reservoir[rnd.randrange(k)] = kv[0]
+        w *= math.exp(log(rand() or 1e-300) / k)
+
+
 def _partition_sorter(rdd: RDD, ascending: bool, keyfunc: Callable[[Any], Any]
                       ) -> Callable[[Iterable], Iterator]:
     """Sort one partition's (k, v) pairs by keyfunc(k), spilling past the memory budget."""
@@ -1166,6 +1203,34 @@ def _partition_sorter(rdd: RDD, ascending: bool, keyfunc: Callable[[Any], Any]
         sorter = ExternalSorter(int(memory * 0.9), local_dirs=local_dirs)
         return iter(sorter.sorted(iterator, key=key, reverse=not ascending))
     return sort_partition
+
+
+def _is_pair_with_one(f: Any) -> bool:
+    """True for a plain function whose code is exactly `return (arg, 1)` (e.g. the word
+    count's `lambda w: (w, 1)`): no side effects, so it can be fused away."""
+    import dis
+    import types
+    if type(f) is not types.FunctionType or f.__closure__ or f.__code__.co_argcount != 1 \
+            or f.__code__.co_flags & 0x0C:
+        return False
+    ops = [(i.opname, i.argval) for i in dis.get_instructions(f)
+           if i.opname not in ("RESUME", "NOP", "CACHE")]
+    arg = f.__code__.co_varnames[0]
+    return (len(ops) == 4 and ops[0] == ("LOAD_FAST", arg) and ops[1][0] == "LOAD_CONST"
+            and type(ops[1][1]) is int and ops[1][1] == 1 and ops[2] == ("BUILD_TUPLE", 2)
+            and ops[3][0] == "RETURN_VALUE")
+
+
+def _counting_source(rdd: RDD, agg: Any) -> RDD | None:
+    """The RDD of keys when `rdd` is `keys.map(lambda k: (k, 1))` about to be combined with
+    (identity, +): the local combine then counts keys in C instead of building pairs."""
+    from ember.shuffle.external import _is_add, _is_identity
+    mapped = getattr(rdd, "_mapped_from", None)
+    if mapped is None or not rdd._is_pipelinable() or not _is_pair_with_one(mapped[1]):
+        return None
+    if not (_is_identity(agg.createCombiner) and _is_add(agg.mergeValue)):
+        return None
+    return mapped[0]
 
 
 def _identity_partition(k: Any) -> int:

@@ -293,7 +293,8 @@ def test_driver_warning_texts():
     big = make_driver(9, mem=1, cores=100)
     plan = schedule_drivers([big], idle, True, INT_MAX, 0, random.Random(0))
     assert plan.placements == []
-    assert plan.warnings == ["Driver driver-9 requires more resource than any of Workers could have."]
+    assert plan.warnings == [
+        "Driver driver-9 requires more resource than any of Workers could have."]
     assert driver_warning("d") == "Driver d requires more resource than any of Workers could have."
     assert app_warning("a") == "App a requires more resource than any of Workers could have."
     # spread-out: a busy worker (has an executor) suppresses the warning

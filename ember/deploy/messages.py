@@ -22,17 +22,10 @@ Deviations from Spark, forced by a data-only encoding:
 """
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Optional
+from typing import Optional
 
-try:
-    from ember.rpc import RpcAddress, RpcEndpointRef
-except ImportError:  # TEMPORARY: ember.rpc is being written concurrently
-    RpcAddress = RpcEndpointRef = Any  # type: ignore[misc,assignment]
-try:
-    from ember.rpc.messages import message
-except ImportError:  # TEMPORARY: see above
-    def message(cls):  # type: ignore[no-redef]
-        return cls
+from ember.rpc import RpcAddress, RpcEndpointRef
+from ember.rpc.messages import message
 
 DEFAULT_RESOURCE_PROFILE_ID = 0
 # Spark's ResourceProfile keys that are not "custom" resources (ResourceProfile.allSupported...)
@@ -176,7 +169,7 @@ class ResourceProfile:
     def of(id: int = DEFAULT_RESOURCE_PROFILE_ID, cores: Optional[int] = None,
            memoryMb: Optional[int] = None, custom: Optional[dict[str, int]] = None
            ) -> "ResourceProfile":
-        """Convenience constructor: `ResourceProfile.of(cores=2, memoryMb=1024, custom={"gpu": 1})`."""
+        """Shorthand: `ResourceProfile.of(cores=2, memoryMb=1024, custom={"gpu": 1})`."""
         res: dict[str, ExecutorResourceRequest] = {}
         if cores is not None:
             res["cores"] = ExecutorResourceRequest("cores", int(cores))
@@ -943,6 +936,20 @@ class ShuffleBlockRequest:
     shuffleId: int
     mapPath: str
     reduceId: int
+
+
+@message
+@dataclass(frozen=True)
+class FetchBroadcast:
+    """Ember: executor -> driver ask for a broadcast variable's file; the reply is its bytes."""
+    id: int
+
+
+@message
+@dataclass(frozen=True)
+class FetchFile:
+    """Ember: executor -> driver ask for a file added with SparkContext.addFile; reply: bytes."""
+    name: str
 
 
 __all__ = [name for name, obj in list(globals().items())

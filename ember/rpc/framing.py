@@ -243,6 +243,7 @@ class FrameReader:
             return None
         start = self._pos + 4
         ftype = self._buf[start]
-        payload = bytes(self._buf[start + 1:start + length])
+        with memoryview(self._buf) as view:   # one copy out of the buffer, not two
+            payload = bytes(view[start + 1:start + length])
         self._consume(4 + length)
         return ftype, payload

@@ -33,7 +33,6 @@ from __future__ import annotations
 import gc
 import heapq
 import operator
-from operator import itemgetter as _itemgetter
 import os
 import pickle
 import shutil
@@ -329,16 +328,6 @@ try:
     from collections import _count_elements  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - other Pythons
     _count_elements = None
-_INT_ONLY = {int}
-
-
-def _all_pairs(chunk: list) -> bool:
-    """Every record is a 2-tuple (C-speed checks)."""
-    return set(map(type, chunk)) == _TUPLE_ONLY and set(map(len, chunk)) == _TWO
-
-
-_TUPLE_ONLY = {tuple}
-_TWO = {2}
 
 
 def _drain(d: dict) -> Iterator[tuple]:
@@ -429,7 +418,6 @@ class ExternalMerger:
         agg = self.agg
         create = _CREATE_IDENTITY if _is_identity(agg.createCombiner) else _CREATE_CALL
         merge = _MERGE_ADD if _is_add(agg.mergeValue) else _MERGE_CALL
-        self._counting = create is _CREATE_IDENTITY and merge is _MERGE_ADD
         self._value_loops = _loops(create, merge)
         self._value_fns = (agg.createCombiner, agg.mergeValue)
         merge = _MERGE_ADD if _is_add(agg.mergeCombiners) else _MERGE_CALL
@@ -437,41 +425,26 @@ class ExternalMerger:
         self._comb_fns = (None, agg.mergeCombiners)
 
     # -- public merging API -------------------------------------------------
-    _counting = False
-
     def mergeValues(self, iterator: Iterable[tuple]) -> None:
         """Merge (k, v) pairs using createCombiner / mergeValue."""
         creator, comb = self._value_fns
-        if self._counting and _count_elements is not None:
-            self._drive_counting(iterator, creator, comb)
-        else:
-            self._drive(iterator, self._value_loops, creator, comb)
+        self._drive(iterator, self._value_loops, creator, comb)
 
-    def _drive_counting(self, iterator: Iterable[tuple], creator: Any, comb: Any) -> None:
-        """Counting fast path for createCombiner=identity, mergeValue=add.
-
-        A chunk whose records are all exactly ``(k, 1)`` with an ``int`` 1 is merged by
-        CPython's C counter (``d[k] = d.get(k, 0) + 1``), which gives the same dict as the
-        generic loop (``d[k] = v`` for a new key, ``old + v`` otherwise) — ~3x cheaper per
-        record. Any other chunk (other values, floats, bools, wrong shapes, or after the
-        first spill) takes the generic loops, so results and errors are unchanged.
-        """
-        it = iter(iterator)
-        first, second = _itemgetter(0), _itemgetter(1)
+    def mergeKeyCounts(self, keys: Iterable) -> None:
+        """Same as ``mergeValues((k, 1) for k in keys)`` when createCombiner is the identity
+        and mergeValue is ``+`` — counted by CPython's C counter while nothing has spilled
+        (``d[k] = d.get(k, 0) + 1`` is exactly ``1`` for a new key, ``old + 1`` otherwise)."""
+        it = iter(keys)
+        count = _count_elements
         while True:
-            if self.pdata is not None:
-                self._drive(it, self._value_loops, creator, comb)
+            if self.pdata is not None or count is None:
+                creator, comb = self._value_fns
+                self._drive(((k, 1) for k in it), self._value_loops, creator, comb)
                 return
             chunk = list(islice(it, self._chunk))
             if not chunk:
                 return
-            vals = list(map(second, chunk)) if _all_pairs(chunk) else None
-            if vals is not None and vals.count(1) == len(vals) and \
-                    set(map(type, vals)) == _INT_ONLY:
-                _count_elements(self.data, map(first, chunk))
-            else:
-                _, get_loop, _ = self._value_loops
-                get_loop(self.data, iter(chunk), creator, comb)
+            count(self.data, chunk)
             self._since_spill += len(chunk)
             self._check_memory()
 

@@ -17,6 +17,7 @@ Spark source followed: `core/.../deploy/master/Master.scala` (4.x): `schedule()`
 """
 from __future__ import annotations
 
+import bisect
 import random
 from dataclasses import dataclass, field
 from enum import Enum
@@ -140,7 +141,8 @@ class WorkerInfo:
             self.coresUsed -= driver.desc.cores
             self.release_resources(driver.resources)
 
-    def acquire_resources(self, reqs: Iterable[ResourceRequirement]) -> dict[str, ResourceInformation]:
+    def acquire_resources(self, reqs: Iterable[ResourceRequirement]
+                          ) -> dict[str, ResourceInformation]:
         """Take the first free addresses for each requirement (callers checked they fit)."""
         out: dict[str, ResourceInformation] = {}
         for r in reqs:
@@ -226,6 +228,7 @@ class ApplicationInfo:
         limit = desc.initialExecutorLimit
         self.rpIdToResourceProfile: dict[int, ResourceProfile] = {
             DEFAULT_RESOURCE_PROFILE_ID: desc.defaultProfile}
+        self._rp_ids = [DEFAULT_RESOURCE_PROFILE_ID]
         self.rpIdToResourceDesc: dict[int, ExecutorResourceDescription] = {}
         self._create_resource_desc(desc.defaultProfile, DEFAULT_RESOURCE_PROFILE_ID)
         self.targetNumExecutorsPerResourceProfileId: dict[int, int] = {
@@ -255,9 +258,10 @@ class ApplicationInfo:
         return self.state not in (ApplicationState.WAITING, ApplicationState.RUNNING)
 
     def requested_rp_ids(self) -> list[int]:
-        return sorted(self.rpIdToResourceProfile)
+        return self._rp_ids
 
-    def resource_desc(self, rp_id: int = DEFAULT_RESOURCE_PROFILE_ID) -> ExecutorResourceDescription:
+    def resource_desc(self, rp_id: int = DEFAULT_RESOURCE_PROFILE_ID
+                      ) -> ExecutorResourceDescription:
         return self.rpIdToResourceDesc[rp_id]
 
     def executor_count(self, rp_id: int = DEFAULT_RESOURCE_PROFILE_ID) -> int:
@@ -272,7 +276,9 @@ class ApplicationInfo:
     def request_executors(self, totals: Iterable[tuple[ResourceProfile, int]]) -> None:
         for rp, num in totals:
             self._create_resource_desc(rp, rp.id)
-            self.rpIdToResourceProfile.setdefault(rp.id, rp)
+            if rp.id not in self.rpIdToResourceProfile:
+                self.rpIdToResourceProfile[rp.id] = rp
+                self._rp_ids = sorted(self.rpIdToResourceProfile)
             self.targetNumExecutorsPerResourceProfileId[rp.id] = int(num)
 
     def add_executor(self, worker: WorkerInfo, cores: int, memoryMb: int,
@@ -418,32 +424,92 @@ def parse_worker_selection_policy(value: str) -> WorkerSelectionPolicy:
                          f"but was {value}") from None
 
 
+def sort_workers(workers: list[WorkerInfo], policy: WorkerSelectionPolicy) -> None:
+    """Sort in place in `policy` order (Spark: sortBy((coresFree, id)), reversed for *_DESC;
+    ids are unique, so a descending sort equals Spark's sort-then-reverse)."""
+    if policy is WorkerSelectionPolicy.CORES_FREE_DESC:
+        workers.sort(key=lambda w: (w.cores - w.coresUsed, w.id), reverse=True)
+    elif policy is WorkerSelectionPolicy.CORES_FREE_ASC:
+        workers.sort(key=lambda w: (w.cores - w.coresUsed, w.id))
+    elif policy is WorkerSelectionPolicy.MEMORY_FREE_ASC:
+        workers.sort(key=lambda w: (w.memory - w.memoryUsed, w.id))
+    elif policy is WorkerSelectionPolicy.MEMORY_FREE_DESC:
+        workers.sort(key=lambda w: (w.memory - w.memoryUsed, w.id), reverse=True)
+    else:
+        workers.sort(key=lambda w: w.id)
+
+
+class WorkerOrder:
+    """Alive workers kept in `policy` order while schedule() launches executors.
+
+    Re-sorting every worker after each app would cost O(workers) key computations per app;
+    instead the workers whose free cores/memory changed are moved with bisection.
+    """
+
+    def __init__(self, workers: Iterable[WorkerInfo], policy: WorkerSelectionPolicy) -> None:
+        self.policy = policy
+        self._desc = policy in (WorkerSelectionPolicy.CORES_FREE_DESC,
+                                WorkerSelectionPolicy.MEMORY_FREE_DESC)
+        pairs = sorted(((self._key(w), w) for w in workers), key=lambda p: p[0])
+        self._keys = [k for k, _ in pairs]  # ascending
+        self._workers = [w for _, w in pairs]
+        self._key_of = {id(w): k for k, w in pairs}
+
+    def _key(self, w: WorkerInfo) -> Any:
+        p = self.policy
+        if p is WorkerSelectionPolicy.CORES_FREE_DESC or p is WorkerSelectionPolicy.CORES_FREE_ASC:
+            return (w.cores - w.coresUsed, w.id)
+        if p is WorkerSelectionPolicy.WORKER_ID:
+            return (0, w.id)
+        return (w.memory - w.memoryUsed, w.id)
+
+    def __iter__(self):
+        return reversed(self._workers) if self._desc else iter(self._workers)
+
+    def __len__(self) -> int:
+        return len(self._workers)
+
+    def update(self, changed: Iterable[WorkerInfo]) -> None:
+        """Reposition workers whose free cores or memory changed."""
+        for w in changed:
+            old = self._key_of[id(w)]
+            new = self._key(w)
+            if new == old:
+                continue
+            i = bisect.bisect_left(self._keys, old)
+            del self._keys[i]
+            del self._workers[i]
+            j = bisect.bisect_left(self._keys, new)
+            self._keys.insert(j, new)
+            self._workers.insert(j, w)
+            self._key_of[id(w)] = new
+
+
 def usable_workers(app: ApplicationInfo, alive_workers: Iterable[WorkerInfo],
                    policy: WorkerSelectionPolicy = WorkerSelectionPolicy.CORES_FREE_DESC,
-                   rp_id: int = DEFAULT_RESOURCE_PROFILE_ID) -> list[WorkerInfo]:
+                   rp_id: int = DEFAULT_RESOURCE_PROFILE_ID,
+                   presorted: bool = False) -> list[WorkerInfo]:
     """Alive workers that could host one executor of `app` (profile `rp_id`), in policy order.
 
     A worker is usable if it has the executor's memory, `coresPerExecutor` (1 if unset) cores
     and custom resources free. CORES_FREE_DESC (default): most free cores first, ties by
-    *descending* worker id (Spark sorts by (coresFree, id) and reverses).
+    *descending* worker id (Spark sorts by (coresFree, id) and reverses). `presorted=True`
+    promises `alive_workers` is already in policy order (the master keeps it so between apps
+    of one schedule() pass, which makes a pass over many apps cheaper); filtering keeps order.
     """
     desc = app.resource_desc(rp_id)
     min_cores = desc.coresPerExecutor if desc.coresPerExecutor is not None else 1
     mem = desc.memoryMbPerExecutor
     reqs = desc.customResourcesPerExecutor
-    ws = [w for w in alive_workers
-          if w.memoryFree >= mem and w.coresFree >= min_cores
-          and (not reqs or resources_meet_requirements(w.resourcesAmountFree, reqs))]
-    if policy is WorkerSelectionPolicy.CORES_FREE_DESC:
-        ws.sort(key=lambda w: (w.coresFree, w.id), reverse=True)
-    elif policy is WorkerSelectionPolicy.CORES_FREE_ASC:
-        ws.sort(key=lambda w: (w.coresFree, w.id))
-    elif policy is WorkerSelectionPolicy.MEMORY_FREE_ASC:
-        ws.sort(key=lambda w: (w.memoryFree, w.id))
-    elif policy is WorkerSelectionPolicy.MEMORY_FREE_DESC:
-        ws.sort(key=lambda w: (w.memoryFree, w.id), reverse=True)
+    if reqs:
+        ws = [w for w in alive_workers
+              if w.memory - w.memoryUsed >= mem and w.cores - w.coresUsed >= min_cores
+              and resources_meet_requirements(w.resourcesAmountFree, reqs)]
     else:
-        ws.sort(key=lambda w: w.id)
+        ws = [w for w in alive_workers
+              if w.memory - w.memoryUsed >= mem and w.cores - w.coresUsed >= min_cores]
+    if not presorted:
+        sort_workers(ws, policy)
     return ws
 
 
@@ -457,6 +523,12 @@ def schedule_executors_on_workers(app: ApplicationInfo, usable: Sequence[WorkerI
     every chunk is a new executor. A new executor also needs its memory (and resources) free
     after the executors already assigned here, and the app must stay under its executor target.
     Spread-out gives one chunk per worker per round; consolidate fills each worker in turn.
+
+    Same result as Spark's loop, cheaper: Spark filters all workers with canLaunch before the
+    first round. For a worker nothing was assigned to yet, canLaunch only turns false as the
+    round goes on (the cores left to assign shrink, the executor count grows), so visiting every
+    worker in the first round and stopping once no untouched worker can launch is equivalent,
+    and later rounds only look at workers that got cores in the first.
     """
     desc = app.resource_desc(rp_id)
     cpe = desc.coresPerExecutor
@@ -465,24 +537,26 @@ def schedule_executors_on_workers(app: ApplicationInfo, usable: Sequence[WorkerI
     mem = desc.memoryMbPerExecutor
     reqs = desc.customResourcesPerExecutor
     n = len(usable)
-    cores_free = [w.coresFree for w in usable]
-    mem_free = [w.memoryFree for w in usable]
     res_free = [w.resourcesAmountFree for w in usable] if reqs else None
     assigned_cores = [0] * n
     assigned_execs = [0] * n
     total_assigned_execs = 0
-    cores_to_assign = min(app.coresLeft, sum(cores_free))
+    # Spark: min(app.coresLeft, sum of usable free cores). The sum never binds - while any
+    # worker has min_cores unassigned free cores, the free cores left in total are at least
+    # that (no usable worker has negative free cores) - so it is not computed.
+    cores_to_assign = app.coresLeft
     existing = app.executor_count(rp_id)
     limit = app.target_executors(rp_id)
 
     def can_launch(pos: int) -> bool:
         if cores_to_assign < min_cores:
             return False
-        if cores_free[pos] - assigned_cores[pos] < min_cores:
+        w = usable[pos]
+        if w.cores - w.coresUsed - assigned_cores[pos] < min_cores:
             return False
         num = assigned_execs[pos]
         if not one_per_worker or num == 0:  # launching a new executor
-            if mem_free[pos] - num * mem < mem:
+            if w.memory - w.memoryUsed - num * mem < mem:
                 return False
             if reqs:
                 free = res_free[pos]
@@ -493,21 +567,32 @@ def schedule_executors_on_workers(app: ApplicationInfo, usable: Sequence[WorkerI
                 return False
         return True
 
-    free_workers = [pos for pos in range(n) if can_launch(pos)]
+    def assign(pos: int) -> None:
+        nonlocal cores_to_assign, total_assigned_execs
+        while can_launch(pos):
+            cores_to_assign -= min_cores
+            assigned_cores[pos] += min_cores
+            if one_per_worker:
+                if assigned_execs[pos] == 0:
+                    total_assigned_execs += 1
+                assigned_execs[pos] = 1
+            else:
+                assigned_execs[pos] += 1
+                total_assigned_execs += 1
+            if spread_out:
+                return
+
+    touched = []
+    for pos in range(n):  # first round
+        if cores_to_assign < min_cores or total_assigned_execs + existing >= limit:
+            break  # no untouched worker can launch any more
+        assign(pos)
+        if assigned_cores[pos]:
+            touched.append(pos)
+    free_workers = [pos for pos in touched if can_launch(pos)]
     while free_workers:
         for pos in free_workers:
-            while can_launch(pos):
-                cores_to_assign -= min_cores
-                assigned_cores[pos] += min_cores
-                if one_per_worker:
-                    if assigned_execs[pos] == 0:
-                        total_assigned_execs += 1
-                    assigned_execs[pos] = 1
-                else:
-                    assigned_execs[pos] += 1
-                    total_assigned_execs += 1
-                if spread_out:
-                    break
+            assign(pos)
         free_workers = [pos for pos in free_workers if can_launch(pos)]
     return assigned_cores
 

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import random
 import time
+from itertools import compress
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Optional, Union
 
@@ -84,7 +85,7 @@ from ember.deploy.messages import (
 from ember.deploy.master.scheduling import (
     INT_MAX, ApplicationInfo, DriverInfo, ExecutorDesc, WorkerInfo, WorkerSelectionPolicy,
     allocate_worker_resource_to_executors, app_warning, parse_worker_selection_policy,
-    schedule_drivers, schedule_executors_on_workers, usable_workers,
+    WorkerOrder, schedule_drivers, schedule_executors_on_workers, usable_workers,
 )
 
 INFO, WARN, ERROR = "INFO", "WARN", "ERROR"
@@ -334,7 +335,7 @@ def _validate_app_desc(desc: ApplicationDescription) -> Optional[str]:
 # ---------------------------------------------------------------------------------------------
 
 class MasterState:
-    """Everything Spark's Master keeps (§3.1) and does (§3.2-§3.5), as handle(event) -> instructions."""
+    """Spark's Master (§3.1 state, §3.2-§3.5 behaviour) as handle(event) -> instructions."""
 
     def __init__(self, conf: Optional[Mapping[str, Any]] = None, *, host: str = "localhost",
                  port: int = 7077, self_ref: Any = None, web_ui_url: str = "",
@@ -1119,6 +1120,7 @@ class MasterState:
     def _start_executors_on_workers(self, alive: list[WorkerInfo]) -> None:
         policy = self.conf.worker_selection_policy
         spread_out = self.conf.spread_out_apps
+        ordered: Optional[WorkerOrder] = None  # alive workers in policy order, built on demand
         for app in list(self.waitingApps):
             for rp_id in app.requested_rp_ids():
                 self._log(INFO, f"Start scheduling for app {app.id} with rpId: {rp_id}")
@@ -1127,21 +1129,26 @@ class MasterState:
                 # If the cores left are fewer than one executor's, they are not allocated.
                 if app.coresLeft < (cpe if cpe is not None else 1):
                     continue
-                usable = usable_workers(app, alive, policy, rp_id)
+                if ordered is None:
+                    ordered = WorkerOrder(alive, policy)
+                usable = usable_workers(app, ordered, policy, rp_id, presorted=True)
                 if (len(self.waitingApps) == 1 and not self.waitingApps[0].executors
                         and not usable):
                     self._log(WARN, app_warning(app.id))
                 assigned = schedule_executors_on_workers(app, usable, spread_out, rp_id)
-                for pos, cores in enumerate(assigned):
-                    if cores <= 0:
-                        continue
+                changed = []
+                for pos in compress(range(len(assigned)), assigned):  # cores > 0 only
+                    cores = assigned[pos]
                     worker = usable[pos]
+                    changed.append(worker)
                     for exec_cores in allocate_worker_resource_to_executors(cores, cpe):
                         allocated = worker.acquire_resources(desc.customResourcesPerExecutor)
                         exec = app.add_executor(worker, exec_cores, desc.memoryMbPerExecutor,
                                                 allocated, rp_id)
                         self._launch_executor(worker, exec)
                         app.state = ApplicationState.RUNNING
+                if changed:
+                    ordered.update(changed)
 
     def _launch_executor(self, worker: WorkerInfo, exec: ExecutorDesc) -> None:
         self._log(INFO, f"Launching executor {exec.fullId} on worker {worker.id}")
