@@ -157,6 +157,7 @@ class RDD:
         state = self.__dict__.copy()
         state["ctx"] = None
         state["_partitions_cache"] = None
+        state.pop("_mapped_from", None)      # a driver-side optimizer hint
         if self._truncated or self._checkpoint_dir is not None:
             for attr in self._lineage_attrs:
                 state[attr] = None
