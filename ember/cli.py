@@ -168,6 +168,16 @@ def run_app(app: str, app_args: list[str], conf: dict[str, str]) -> int:
     return 0
 
 
+_DAEMON_COMMANDS = {
+    "master": ("ember.deploy.master.cli", "main"),
+    "start-master": ("ember.deploy.master.cli", "start_main"),
+    "stop-master": ("ember.deploy.master.cli", "stop_main"),
+    "worker": ("ember.deploy.worker.cli", "main"),
+    "start-worker": ("ember.deploy.worker.cli", "start_main"),
+    "stop-worker": ("ember.deploy.worker.cli", "stop_main"),
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="ember", description="Ember: Spark's standalone "
@@ -175,13 +185,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("command", nargs="?", help="submit | version")
     if not argv or argv[0] in ("-h", "--help"):
         parser.print_help()
-        print("\ncommands:\n  submit   run an application (ember submit --help)\n"
-              "  version  print the version")
+        print("\ncommands:\n  submit         run an application (ember submit --help)\n"
+              "  master         run a standalone master in the foreground\n"
+              "  worker         run a standalone worker in the foreground\n"
+              "  start-master / stop-master / start-worker / stop-worker\n"
+              "                 the same as background daemons (pid and log files)\n"
+              "  version        print the version")
         return 0 if argv else 1
     cmd, rest = argv[0], argv[1:]
     try:
         if cmd == "submit":
             return cmd_submit(rest)
+        if cmd in _DAEMON_COMMANDS:
+            import importlib
+            module, func = _DAEMON_COMMANDS[cmd]
+            return getattr(importlib.import_module(module), func)(rest)
         if cmd in ("version", "--version"):
             print(f"ember {__version__}")
             return 0

@@ -148,9 +148,10 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
                                  or k.startswith("spark.rpc.")}}
         extra = {k[len("spark.executorEnv."):]: v for k, v in conf.items()
                  if k.startswith("spark.executorEnv.")}
-        self.pool = TaskProcessPool(self.cores, env_conf, self._on_task_end, extra,
-                                    float(conf.get("spark.python.task.killTimeout", "2")))
-        self.pool.start()
+        pool = TaskProcessPool(self.cores, env_conf, self._on_task_end, extra,
+                               float(conf.get("spark.python.task.killTimeout", "2")))
+        pool.start()
+        self.pool = pool                  # published only once its slots exist
 
     def _launch(self, data: bytes) -> None:
         (tid, slot, stage_key, blob, meta, task_bytes) = pickle.loads(data)

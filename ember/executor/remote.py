@@ -51,14 +51,18 @@ class RemoteFetcher:
             _write_atomically(local, data)
         return local
 
-    def ensure_files(self, names: list[str]) -> None:
-        """Fetch files added with SparkContext.addFile that this executor lacks."""
+    def ensure_files(self, names: list[str]) -> bool:
+        """Fetch files added with SparkContext.addFile that this executor lacks; True if
+        any arrived (so new .py/.zip files get onto sys.path)."""
         from ember.deploy.messages import FetchFile
+        fetched = False
         for name in names:
             local = os.path.join(self.files_dir, name)
             if name and not os.path.exists(local):
                 data = self._driver_ref().ask_sync(FetchFile(name), _TIMEOUT)
                 _write_atomically(local, data)
+                fetched = True
+        return fetched
 
 
 def _write_atomically(path: str, data: bytes) -> None:

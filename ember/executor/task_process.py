@@ -79,8 +79,8 @@ def run_task(env: TaskEnv, stage: _Stage, task: tuple, tid: int) -> tuple:
     """Run one task; returns the ("done", tid, state, payload) message to send back."""
     partition, partition_id, attempt, props, stage_id, stage_attempt = task
     files = props.get("spark.ember.files")
-    if files and env.remote is not None:
-        env.remote.ensure_files(files.split(","))
+    if files and env.remote is not None and env.remote.ensure_files(files.split(",")):
+        _add_py_files(env.remote.files_dir)
     ctx = TaskContext(stage_id, stage_attempt, partition_id, attempt, tid, props, env.cpus,
                       env, stage.map_locations)
     TaskContext._setTaskContext(ctx)

@@ -179,8 +179,12 @@ class RpcCallContext:
         env = self._env
         if env._on_loop_thread():
             env._send_response(self, ok, value)
-        else:
+            return
+        try:
             env._run_on_loop(env._send_response, self, ok, value)
+        except RuntimeError:   # the env shut down meanwhile: the asker already got an error
+            log.debug("Dropping a reply to %s: RpcEnv %s is shut down", self.sender_address,
+                      env.name)
 
 
 class RpcEndpointRef:

@@ -243,6 +243,8 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self.revive_offers()
 
     def address_disconnected(self, remote: RpcAddress) -> None:
+        if self._stopping:
+            return
         for eid, data in list(self.executors.items()):
             if data.address == remote:
                 self.remove_executor(eid, "Remote RPC client disassociated. Likely due to "

@@ -1,0 +1,339 @@
+"""The master daemon's I/O shell: `Master`, the RPC endpoint around `MasterState`.
+
+Why a shell this thin: every decision of Spark's `Master` lives in the sans-I/O
+`ember.deploy.master.state.MasterState`, where it is tested without sockets. This module only
+turns what arrives over RPC (sends, asks, disconnections) and timer ticks into events, stamps
+them with the wall clock, and carries the returned instructions out in order: send, reply,
+log, arm a timer, exit. It runs on the RpcEnv's loop thread, one message at a time, so the
+state needs no lock; the web UI (`http.py`) reads it only through an ask
+(`RequestMasterState`), as Spark's MasterPage does.
+
+Robustness (a bad message never takes the daemon down): the RPC layer already refuses
+malformed frames, undecodable messages and unknown endpoint names; here any exception from
+`MasterState.handle` or from carrying out an instruction is logged, an ask is always
+answered (a failure if nothing else), and the next message is served as usual.
+
+`start_master` assembles a daemon the way Spark's `Master.startRpcEnvAndEndpoint` + `onStart`
+do: RpcEnv "sparkMaster" (port retries in the RPC layer), the web UI (its own port
+retries), the "Master" endpoint, then leadership (recovery mode NONE: Monarchy, elected at
+once) - and returns when the master is ALIVE.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional
+
+from ember.deploy.master.state import (
+    Ask, Disconnected, Exit, Instruction, Log, MasterConfig, MasterState, Persist, Reply,
+    ReplyFailure, ScheduleTimer, Send, Unpersist,
+)
+from ember.deploy.messages import (
+    BoundPortsRequest, DecommissionWorkersOnHosts, ElectedLeader, ExecutorStateChanged,
+    KillExecutors, RequestClearCompletedDriversAndApps, RequestDriverStatus, RequestExecutors,
+    RequestKillAllDrivers, RequestKillApplication, RequestKillDriver, RequestMasterState,
+    RequestReadyz, RequestSubmitDriver,
+)
+from ember.errors import SparkException
+from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv, Cancellable
+from ember.rpc.config import RpcConf
+
+log = logging.getLogger("ember.deploy.master.Master")
+
+SYSTEM_NAME = "sparkMaster"
+ENDPOINT_NAME = "Master"
+DEFAULT_PORT = 7077
+DEFAULT_WEBUI_PORT = 8080
+
+# Messages Spark's Master answers in receiveAndReply. Any other message arriving as an ask is
+# refused ("Unsupported message ...") without being processed, as Spark's Inbox does.
+ASK_MESSAGES: tuple[type, ...] = (
+    ExecutorStateChanged, RequestSubmitDriver, RequestKillDriver, RequestKillAllDrivers,
+    RequestDriverStatus, RequestClearCompletedDriversAndApps, RequestMasterState, RequestReadyz,
+    RequestExecutors, KillExecutors, DecommissionWorkersOnHosts, BoundPortsRequest,
+    RequestKillApplication,
+)
+
+# Recovery modes with a persistence engine / leader election that Ember does not have yet.
+# Spark treats any *other* string as NONE; these must not silently lose the recovery the user
+# asked for.
+_UNSUPPORTED_RECOVERY_MODES = ("FILESYSTEM", "ROCKSDB", "ZOOKEEPER", "CUSTOM")
+
+_LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": logging.WARNING,
+           "WARNING": logging.WARNING, "ERROR": logging.ERROR}
+
+
+def spark_version() -> str:
+    """The Spark version Ember reproduces (logged at start-up like Spark's master)."""
+    from ember.context import SPARK_VERSION
+    return SPARK_VERSION
+
+
+def now_ms() -> int:
+    """Wall clock in epoch milliseconds: the time base of every MasterState event."""
+    return int(time.time() * 1000)
+
+
+def validate_master_conf(conf: Mapping[str, Any]) -> None:
+    """Raise ValueError (one line, naming the key) for a configuration the master cannot run
+    with, before anything is bound: so `ember master --conf spark.worker.timeout=abc` fails
+    fast with `Error: ...` instead of half-starting."""
+    MasterConfig.from_conf(conf)
+    RpcConf.from_conf(conf)
+    mode = str(conf.get("spark.deploy.recoveryMode", "NONE")).strip().upper()
+    if mode in _UNSUPPORTED_RECOVERY_MODES:
+        raise ValueError(f"spark.deploy.recoveryMode={mode} is not supported by Ember yet; "
+                         "only NONE is (remove the setting to run without recovery)")
+    ui_port = conf.get("spark.master.ui.port")
+    if ui_port is not None:
+        check_port("spark.master.ui.port", ui_port)
+
+
+def check_port(what: str, value: Any) -> int:
+    """A port as Spark's startServiceOnPort accepts it: 0 (any free port) or 1024-65535."""
+    try:
+        port = int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"{what} should be an integer, but was {value!r}") from None
+    if port != 0 and not 1024 <= port <= 65535:
+        raise ValueError(f"{what}: startPort should be between 1024 and 65535 (inclusive), "
+                         f"or 0 for a random free port, but was {port}.")
+    return port
+
+
+class Master(RpcEndpoint):
+    """Spark's Master endpoint: feeds every event to `MasterState`, executes the result.
+
+    `on_exit(code)` is called when the state asks the daemon to stop (RevokedLeadership);
+    it must not block (it runs on the loop thread).
+    """
+
+    def __init__(self, rpc_env: RpcEnv, conf: Mapping[str, Any], *, web_ui_url: str,
+                 web_ui_port: int, rest_port: Optional[int] = None,
+                 on_exit: Optional[Callable[[int], None]] = None) -> None:
+        self.conf = dict(conf)
+        # The ref setup_endpoint will hand out (equal by address and name), known before
+        # registration so the state can put it in RegisteredWorker / RegisteredApplication.
+        ref = rpc_env.endpoint_ref(rpc_env.address, ENDPOINT_NAME)
+        self.state = MasterState(self.conf, host=rpc_env.address.host, port=rpc_env.address.port,
+                                 self_ref=ref, web_ui_url=web_ui_url, web_ui_port=web_ui_port,
+                                 rest_port=rest_port)
+        self.web_ui_url = web_ui_url
+        self.ready = threading.Event()    # set when on_start has run (ALIVE unless failed)
+        self.start_error: Optional[BaseException] = None
+        self._on_exit = on_exit
+        self._timers: list[Cancellable] = []
+
+    # -- RpcEndpoint ------------------------------------------------------------------------
+
+    def on_start(self) -> None:
+        try:
+            self._execute(self.state.on_start(now_ms()))
+            log.info("Running Spark version %s", spark_version())
+            logging.getLogger("ember.deploy.master.MasterWebUI").info(
+                "Bound MasterWebUI to %s, and started at %s", _ui_bind_host(), self.web_ui_url)
+            # Recovery mode NONE: MonarchyLeaderAgent elects this master at once.
+            self._feed(ElectedLeader(), None)
+        except BaseException as e:
+            self.start_error = e
+            raise
+        finally:
+            self.ready.set()
+
+    def receive(self, msg: Any, sender: RpcAddress) -> None:
+        self._feed(msg, None)
+
+    def receive_and_reply(self, msg: Any, context: RpcCallContext) -> None:
+        if not isinstance(msg, ASK_MESSAGES):
+            text = f"Unsupported message {type(msg).__name__} from {context.sender_address}"
+            log.warning("Refusing an ask: %s", text)
+            context.send_failure(SparkException(text))
+            return
+        self._feed(msg, context)
+
+    def on_disconnected(self, remote: RpcAddress) -> None:
+        self._feed(Disconnected(remote), None)
+
+    def on_stop(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+        self._timers.clear()
+
+    # -- feeding the state machine ----------------------------------------------------------
+
+    def _feed(self, msg: Any, context: Optional[RpcCallContext]) -> None:
+        """One event in, its instructions out. Never raises: a failure is logged and an ask
+        is answered with it, so one bad message cannot stop the master."""
+        event = Ask(context, msg) if context is not None else msg
+        try:
+            instructions = self.state.handle(event, now_ms())
+        except Exception as e:
+            log.error("Error while handling %s: %r", type(msg).__name__, e, exc_info=True)
+            if context is not None:
+                context.send_failure(SparkException(f"{type(e).__name__}: {e}"))
+            return
+        answered = self._execute(instructions, context)
+        if context is not None and not answered:
+            # Every ask handler replies; if one did not, the asker must not wait for a timeout.
+            text = f"The master did not answer {type(msg).__name__}"
+            log.error(text)
+            context.send_failure(SparkException(text))
+
+    def _execute(self, instructions: list[Instruction],
+                 context: Optional[RpcCallContext] = None) -> bool:
+        """Carry out `instructions` in order; one that fails is logged and the rest still run.
+        Returns whether one of them answered `context`."""
+        answered = False
+        for ins in instructions:
+            is_answer = isinstance(ins, (Reply, ReplyFailure)) and ins.request is not None
+            if is_answer and ins.request is context:
+                answered = True
+            try:
+                self._execute_one(ins)
+            except Exception as e:
+                log.error("Error while carrying out %s: %r", type(ins).__name__, e,
+                          exc_info=True)
+                if is_answer:   # e.g. a reply that cannot be sent: fail the ask instead
+                    ins.request.send_failure(SparkException(f"{type(e).__name__}: {e}"))
+        return answered
+
+    def _execute_one(self, ins: Instruction) -> None:
+        if isinstance(ins, Send):
+            ins.target.send(ins.message)
+        elif isinstance(ins, Reply):
+            if ins.request is not None:
+                ins.request.reply(ins.message)
+        elif isinstance(ins, ReplyFailure):
+            if ins.request is not None:
+                ins.request.send_failure(SparkException(ins.error))
+        elif isinstance(ins, Log):
+            log.log(_LEVELS.get(ins.level, logging.INFO), "%s", ins.text)
+        elif isinstance(ins, (Persist, Unpersist)):
+            pass  # recovery mode NONE: Spark's BlackHolePersistenceEngine
+        elif isinstance(ins, ScheduleTimer):
+            self._schedule_timer(ins)
+        elif isinstance(ins, Exit):
+            log.info("Master exiting with code %d", ins.code)
+            if self._on_exit is not None:
+                self._on_exit(ins.code)
+        else:
+            log.error("Unknown instruction from the master state: %r", ins)
+
+    def _schedule_timer(self, ins: ScheduleTimer) -> None:
+        env = self.rpc_env
+        delay = max(0, ins.delay_ms) / 1000.0
+        if ins.period_ms:
+            timer = env.schedule_periodic(delay, ins.period_ms / 1000.0, self._feed,
+                                          ins.message, None)
+        else:
+            timer = env.schedule(delay, self._feed, ins.message, None)
+        self._timers = [t for t in self._timers if not t.cancelled]
+        self._timers.append(timer)
+
+
+def _ui_bind_host() -> str:
+    """Where the web UI listens: SPARK_LOCAL_IP, else every interface (Spark's WebUI.bind)."""
+    return os.environ.get("SPARK_LOCAL_IP") or "0.0.0.0"
+
+
+def public_host(rpc_host: str) -> str:
+    """The host advertised in the web UI URL: SPARK_PUBLIC_DNS, else the RPC host."""
+    return os.environ.get("SPARK_PUBLIC_DNS") or rpc_host
+
+
+@dataclass
+class MasterHandle:
+    """A running master: its RpcEnv, endpoint, web UI and URLs; `stop()` shuts all down.
+
+    `exited` is set (with `exit_code`) when the master asked to stop itself (e.g. leadership
+    revoked); the CLI waits on it as well as on signals."""
+    rpc_env: RpcEnv
+    master: Master
+    web_ui: Any
+    url: str
+    web_ui_url: str
+    exited: threading.Event = field(default_factory=threading.Event)
+    exit_code: int = 0
+    _stopped: bool = False
+
+    @property
+    def port(self) -> int:
+        return self.rpc_env.address.port
+
+    @property
+    def web_ui_port(self) -> int:
+        return self.web_ui.port
+
+    def stop(self) -> None:
+        """Stop the web UI, then the RpcEnv (endpoint on_stop, connections). Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            self.web_ui.stop()
+        except Exception:
+            log.exception("Error while stopping the web UI")
+        self.rpc_env.shutdown()
+        self.rpc_env.await_termination(10)
+
+
+def start_master(host: str, port: int = DEFAULT_PORT, webui_port: int = DEFAULT_WEBUI_PORT,
+                 conf: Optional[Mapping[str, Any]] = None,
+                 ready_timeout: float = 30.0) -> MasterHandle:
+    """Start a master (RPC "sparkMaster" + endpoint "Master" + web UI) and return once it is
+    ALIVE. Busy ports are retried on the following ones (spark.port.maxRetries), both for
+    RPC and the web UI; `spark.master.ui.port`, when set, wins over `webui_port`.
+
+    Raises ValueError for a bad configuration and ember.rpc.RpcBindError / OSError when a
+    port cannot be bound; nothing is left running then.
+    """
+    from ember.deploy.master.http import MasterWebUI
+
+    conf = {k: str(v) for k, v in (conf or {}).items()}
+    validate_master_conf(conf)
+    check_port("the master port", port)
+    if conf.get("spark.master.ui.port") is not None:
+        webui_port = check_port("spark.master.ui.port", conf["spark.master.ui.port"])
+    check_port("the web UI port", webui_port)
+    retries = RpcConf.from_conf(conf).port_max_retries
+
+    env = RpcEnv.create(SYSTEM_NAME, host, port, conf)
+    web_ui = None
+    try:
+        url = env.address.to_spark_url()
+        master_ref = env.endpoint_ref(env.address, ENDPOINT_NAME)
+        web_ui = MasterWebUI(master_ref, url, conf)
+        bound = web_ui.start(_ui_bind_host(), webui_port, retries)
+        web_ui_url = f"http://{public_host(env.address.host)}:{bound}"
+        handle: Optional[MasterHandle] = None
+
+        def on_exit(code: int) -> None:
+            if handle is not None:
+                handle.exit_code = code
+                handle.exited.set()
+
+        master = Master(env, conf, web_ui_url=web_ui_url, web_ui_port=bound, on_exit=on_exit)
+        handle = MasterHandle(env, master, web_ui, url, web_ui_url)
+        env.setup_endpoint(ENDPOINT_NAME, master)
+        if not master.ready.wait(ready_timeout):
+            raise RuntimeError(f"The master did not start within {ready_timeout:g} s")
+        if master.start_error is not None:
+            raise RuntimeError(f"The master failed to start: {master.start_error!r}")
+        return handle
+    except BaseException:
+        if web_ui is not None:
+            try:
+                web_ui.stop()
+            except Exception:
+                log.debug("Error stopping the web UI after a failed start", exc_info=True)
+        env.shutdown()
+        env.await_termination(10)
+        raise
+
+
+__all__ = ["Master", "MasterHandle", "start_master", "validate_master_conf", "check_port",
+           "ASK_MESSAGES", "SYSTEM_NAME", "ENDPOINT_NAME", "DEFAULT_PORT", "DEFAULT_WEBUI_PORT",
+           "spark_version", "now_ms", "public_host"]

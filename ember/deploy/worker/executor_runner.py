@@ -1,0 +1,415 @@
+"""ExecutorRunner: starts one executor process for the worker and watches it (Spark §4.3).
+
+Why a thread per runner (not the RpcEnv's executor pool): a runner waits for its process for
+the executor's whole life, and the env's pool is small and shared; a long wait there would
+starve every other piece of blocking work. The runner thread never touches worker state: it
+reports each state change through ``report`` (the worker hops it onto its loop with
+``RpcEnv.call_soon``), so the Worker endpoint stays the one writer of its state.
+
+The command is Ember's Python version of Spark's: ``[sys.executable, "-m", mainClass, *args]``
+with Spark's whole-argument placeholders substituted; stdout and stderr go straight to
+``<execDir>/stdout`` and ``<execDir>/stderr`` (stderr opens with Spark's
+``Spark Executor Command: ...`` header), so no pump threads are needed and the output survives
+the worker. The process runs in its own session: a Ctrl-C meant for a foreground worker does
+not hit its executors, and the worker can kill the executor's whole process group.
+
+Killing (KillExecutor, ApplicationFinished, worker stop, interpreter exit) takes down the whole
+process tree - the executor and every descendant psutil finds, plus anything left in its
+process group - with SIGTERM, then SIGKILL after a grace period (Spark's 10 s
+EXECUTOR_TERMINATE_TIMEOUT_MS; ``spark.ember.worker.executorTerminateTimeout`` in tests). On
+Linux the runner waits for the executor with ``waitid(WNOWAIT)`` and reaps it only after the
+kill is complete, so the process-group id cannot be reused by an unrelated process while it is
+being signalled.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import psutil
+
+from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, ApplicationDescription,
+                                   Command, ExecutorDescription, ExecutorRunnerSummary,
+                                   ExecutorState, ExecutorStateChanged, ResourceInformation)
+
+log = logging.getLogger("ember.deploy.worker.ExecutorRunner")
+
+__all__ = ["ExecutorRunner", "substitute_variables", "build_command", "command_header",
+           "build_environment", "terminate_process_tree", "kill_all_runners"]
+
+HEADER_RULE = "=" * 40
+_MAIN_CLASS_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_SECOND_WAIT = 10.0   # Spark waits this long again after destroyForcibly
+
+
+def substitute_variables(arguments: Sequence[str], *, worker_url: str, exec_id: int,
+                         host: str, cores: int, app_id: str,
+                         rp_id: int = DEFAULT_RESOURCE_PROFILE_ID) -> list[str]:
+    """Spark's ExecutorRunner.substituteVariables: each argument that is exactly a
+    placeholder is replaced; anything else (including a placeholder inside a longer
+    argument) is kept as is, so user arguments can never be rewritten by accident."""
+    values = {
+        "{{WORKER_URL}}": worker_url,
+        "{{EXECUTOR_ID}}": str(exec_id),
+        "{{HOSTNAME}}": host,
+        "{{CORES}}": str(cores),
+        "{{APP_ID}}": app_id,
+        "{{RESOURCE_PROFILE_ID}}": str(rp_id),
+    }
+    return [values.get(a, a) for a in arguments]
+
+
+def build_command(command: Command, arguments: Sequence[str],
+                  python: Optional[str] = None) -> list[str]:
+    """``[python, "-m", mainClass, *arguments]``: Ember's executors are Python modules.
+
+    mainClass must be a dotted module name; anything else (an option such as ``-c``, a path)
+    is refused so an application description cannot smuggle interpreter options in."""
+    main = command.mainClass
+    if not isinstance(main, str) or not _MAIN_CLASS_RE.match(main):
+        raise ValueError(f"Invalid executor main class {main!r}: expected a dotted Python "
+                         "module name such as ember.executor.backend")
+    return [python or sys.executable, "-m", main, *[str(a) for a in arguments]]
+
+
+def command_header(cmd: Sequence[str]) -> str:
+    """The first lines of the executor's stderr file, as Spark writes them."""
+    formatted = '"' + '" "'.join(cmd) + '"'
+    return f"Spark Executor Command: {formatted}\n{HEADER_RULE}\n\n"
+
+
+def build_environment(base_env: Mapping[str, str], command_env: Mapping[str, str], *,
+                      executor_dirs: Sequence[str], stdout_url: str, stderr_url: str,
+                      auth_secret: Optional[str] = None) -> dict[str, str]:
+    """The executor's environment: the worker's own, then the application's
+    (Command.environment), then what the worker decides (Spark's ExecutorRunner):
+    SPARK_EXECUTOR_DIRS (os.pathsep-joined scratch dirs), the log URLs, and the RPC secret
+    as _SPARK_AUTH_SECRET when authentication is on (never on a command line, where `ps`
+    would show it). Without auth, an inherited _SPARK_AUTH_SECRET is removed."""
+    env = {str(k): str(v) for k, v in base_env.items()}
+    env.update({str(k): str(v) for k, v in command_env.items()})
+    env["SPARK_EXECUTOR_DIRS"] = os.pathsep.join(executor_dirs)
+    env["SPARK_LOG_URL_STDOUT"] = stdout_url
+    env["SPARK_LOG_URL_STDERR"] = stderr_url
+    if auth_secret:
+        env["_SPARK_AUTH_SECRET"] = auth_secret
+    else:
+        env.pop("_SPARK_AUTH_SECRET", None)
+    return env
+
+
+def _signal_all(procs: list[psutil.Process], pgid: Optional[int], sig: int) -> None:
+    for p in procs:
+        try:
+            p.send_signal(sig)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    if pgid is not None and hasattr(os, "killpg"):
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return []
+
+
+def terminate_process_tree(pid: int, timeout: float, *,
+                           leader_exited: Optional[Callable[[float], bool]] = None,
+                           pgid: Optional[int] = None) -> bool:
+    """SIGTERM the process `pid`, all its descendants and (if given) its process group;
+    wait up to `timeout` s; SIGKILL whatever is left and wait up to 10 s more. True when
+    everything is gone.
+
+    `leader_exited(t)` waits up to t s for `pid` itself to exit and says whether it did; the
+    runner passes one because `pid` is its child (waiting on it through psutil would reap
+    it, racing the runner's own wait). Without it, `pid` is waited for like the others.
+    The descendants are listed before any signal: once a parent dies its children are
+    re-parented and can no longer be found from `pid`."""
+    descendants = _descendants(pid)
+    try:
+        leader: Optional[psutil.Process] = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        leader = None
+
+    def wait(procs: list[psutil.Process], t: float) -> tuple[list[psutil.Process], bool]:
+        """-> (descendants still alive, leader still alive)."""
+        deadline = time.monotonic() + t
+        others = [p for p in procs if p != leader] if leader_exited is not None else procs
+        _, alive = psutil.wait_procs(others, timeout=t) if others else ([], [])
+        leader_alive = False
+        if leader is not None and leader_exited is not None and leader in procs:
+            leader_alive = not leader_exited(max(0.0, deadline - time.monotonic()))
+        elif leader is not None and leader in alive:
+            alive.remove(leader)
+            leader_alive = True
+        return list(alive), leader_alive
+
+    everyone = ([leader] if leader is not None else []) + descendants
+    _signal_all(everyone, pgid, signal.SIGTERM)
+    alive, leader_alive = wait(everyone, timeout)
+    # forked during the grace period, or ignoring SIGTERM: SIGKILL (the group too, which
+    # also catches members that were re-parented before they could be listed)
+    extra = [p for p in _descendants(pid) if p not in descendants]
+    survivors = alive + extra + ([leader] if leader_alive and leader is not None else [])
+    _signal_all(survivors, pgid, signal.SIGKILL)
+    if not survivors:
+        return True
+    alive, leader_alive = wait(survivors, _SECOND_WAIT)
+    return not alive and not leader_alive
+
+
+# Every runner whose process may still be alive, so nothing outlives the worker's interpreter.
+_LIVE: "weakref.WeakSet[ExecutorRunner]" = weakref.WeakSet()
+_LIVE_LOCK = threading.Lock()
+
+
+def kill_all_runners(state: ExecutorState = ExecutorState.FAILED,
+                     message: str = "Worker shutting down",
+                     timeout: Optional[float] = None) -> None:
+    """Kill every live runner of this process and wait for them (the shutdown hook)."""
+    with _LIVE_LOCK:
+        runners = list(_LIVE)
+    for r in runners:
+        r.kill(state, message)
+    for r in runners:
+        r.join(timeout if timeout is not None else r.terminate_timeout + _SECOND_WAIT + 5)
+
+
+atexit.register(kill_all_runners)
+
+
+class ExecutorRunner:
+    """One executor process of one application on this worker (Spark's ExecutorRunner).
+
+    ``start()`` returns at once; the runner thread creates the process and reports
+    ``ExecutorStateChanged`` through `report`: RUNNING once the process started, then exactly
+    one final state - EXITED ("Command exited with code <n>"), KILLED (after ``kill()``),
+    or FAILED ("Error running executor: <e>", or the message given to ``kill``).
+    """
+
+    def __init__(self, app_id: str, exec_id: int, app_desc: ApplicationDescription,
+                 cores: int, memory: int, *, worker_id: str, host: str, worker_url: str,
+                 web_ui_url: str, executor_dir: str, app_local_dirs: Sequence[str],
+                 report: Callable[[ExecutorStateChanged], None],
+                 auth_secret: Optional[str] = None, rp_id: int = DEFAULT_RESOURCE_PROFILE_ID,
+                 resources: Optional[dict[str, ResourceInformation]] = None,
+                 terminate_timeout: float = 10.0,
+                 base_env: Optional[Mapping[str, str]] = None) -> None:
+        self.appId = app_id
+        self.execId = exec_id
+        self.appDesc = app_desc
+        self.cores = cores
+        self.memory = memory
+        self.rpId = rp_id
+        self.resources = dict(resources or {})
+        self.worker_id = worker_id
+        self.host = host
+        self.worker_url = worker_url
+        self.web_ui_url = web_ui_url
+        self.executor_dir = executor_dir
+        self.app_local_dirs = list(app_local_dirs)
+        self.terminate_timeout = terminate_timeout
+        self.state = ExecutorState.LAUNCHING
+        self._report = report
+        self._auth_secret = auth_secret
+        self._base_env = base_env
+        self._lock = threading.Lock()
+        self._process: Optional[subprocess.Popen] = None
+        self._kill_requested = False
+        self._kill_state = ExecutorState.KILLED
+        self._kill_message: Optional[str] = None
+        self._killer: Optional[threading.Thread] = None
+        self._leader_exited = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._done = threading.Event()
+
+    # -- views ------------------------------------------------------------------------------
+
+    @property
+    def fullId(self) -> str:  # noqa: N802 - Spark's name
+        return f"{self.appId}/{self.execId}"
+
+    @property
+    def pid(self) -> Optional[int]:
+        p = self._process
+        return p.pid if p is not None else None
+
+    def description(self) -> ExecutorDescription:
+        return ExecutorDescription(self.appId, self.execId, self.rpId, self.cores, self.memory,
+                                   self.state)
+
+    def summary(self) -> ExecutorRunnerSummary:
+        return ExecutorRunnerSummary(self.appId, self.execId, self.appDesc, self.cores,
+                                     self.memory, dict(self.resources), self.state, self.rpId)
+
+    def log_url(self, log_type: str) -> str:
+        return (f"{self.web_ui_url}/logPage/?appId={self.appId}&executorId={self.execId}"
+                f"&logType={log_type}")
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the runner thread (the process is created there)."""
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+        self._thread = threading.Thread(target=self._fetch_and_run,
+                                        name=f"ExecutorRunner for {self.fullId}", daemon=True)
+        self._thread.start()
+
+    def kill(self, state: ExecutorState = ExecutorState.KILLED,
+             message: Optional[str] = None) -> None:
+        """Ask for the process tree to be terminated; returns at once (safe on the loop).
+
+        The final state reported is `state` (KILLED for KillExecutor, FAILED with "Worker
+        shutting down" when the worker stops). A second call does nothing."""
+        with self._lock:
+            if self._kill_requested or self._done.is_set():
+                return
+            self._kill_requested = True
+            self._kill_state = state
+            self._kill_message = message
+            if self.state in (ExecutorState.LAUNCHING, ExecutorState.RUNNING):
+                self.state = state
+            proc = self._process
+            if proc is None or self._leader_exited.is_set():
+                return   # not started yet (the runner thread checks the flag) or gone
+            self._killer = threading.Thread(target=self._kill_tree, args=(proc.pid,),
+                                            name=f"Killer for executor {self.fullId}",
+                                            daemon=True)
+            self._killer.start()
+
+    def join(self, timeout: Optional[float] = None) -> bool:
+        """Wait until the runner has reported its final state; True if it has."""
+        return self._done.wait(timeout)
+
+    @property
+    def finished(self) -> bool:
+        return self._done.is_set()
+
+    # -- the runner thread -----------------------------------------------------------------
+
+    def _kill_tree(self, pid: int) -> None:
+        log.info("Killing process!")
+        ok = terminate_process_tree(
+            pid, self.terminate_timeout, leader_exited=self._leader_exited.wait,
+            pgid=pid if os.name == "posix" else None)
+        if not ok:
+            log.warning("Failed to terminate process tree of executor %s (pid %d). "
+                        "This process will likely be orphaned.", self.fullId, pid)
+
+    def _emit(self, state: ExecutorState, message: Optional[str],
+              exit_status: Optional[int]) -> None:
+        try:
+            self._report(ExecutorStateChanged(self.appId, self.execId, state, message,
+                                              exit_status))
+        except Exception:
+            log.exception("Cannot report %s of executor %s", state, self.fullId)
+
+    def _build(self) -> tuple[list[str], dict[str, str]]:
+        cmd = build_command(self.appDesc.command, substitute_variables(
+            self.appDesc.command.arguments, worker_url=self.worker_url, exec_id=self.execId,
+            host=self.host, cores=self.cores, app_id=self.appId, rp_id=self.rpId))
+        env = build_environment(
+            os.environ if self._base_env is None else self._base_env,
+            self.appDesc.command.environment, executor_dirs=self.app_local_dirs,
+            stdout_url=self.log_url("stdout"), stderr_url=self.log_url("stderr"),
+            auth_secret=self._auth_secret)
+        return cmd, env
+
+    def _fetch_and_run(self) -> None:
+        final: tuple[ExecutorState, Optional[str], Optional[int]]
+        proc: Optional[subprocess.Popen] = None
+        try:
+            cmd, env = self._build()
+            log.info("Launch command: %s", " ".join(f'"{c}"' for c in cmd))
+            os.makedirs(self.executor_dir, exist_ok=True)
+            out_path = os.path.join(self.executor_dir, "stdout")
+            err_path = os.path.join(self.executor_dir, "stderr")
+            with open(out_path, "ab") as out, open(err_path, "ab") as err:
+                err.write(command_header(cmd).encode("utf-8"))
+                err.flush()
+                with self._lock:
+                    if not self._kill_requested:
+                        proc = self._process = subprocess.Popen(
+                            cmd, cwd=self.executor_dir, env=env, stdin=subprocess.DEVNULL,
+                            stdout=out, stderr=err, close_fds=True,
+                            start_new_session=(os.name == "posix"))
+            if proc is None:   # killed before it started
+                final = (self._kill_state, self._kill_message, None)
+            else:
+                with self._lock:
+                    if not self._kill_requested:
+                        self.state = ExecutorState.RUNNING
+                if self.state == ExecutorState.RUNNING:
+                    self._emit(ExecutorState.RUNNING, None, None)
+                code = self._wait(proc)
+                with self._lock:
+                    killed, killer = self._kill_requested, self._killer
+                if killed:
+                    log.info("Runner thread for executor %s interrupted", self.fullId)
+                    final = (self._kill_state, self._kill_message, code)
+                else:
+                    final = (ExecutorState.EXITED, f"Command exited with code {code}", code)
+        except Exception as e:
+            log.error("Error running executor %s: %s", self.fullId, e,
+                      exc_info=not isinstance(e, (OSError, ValueError)))
+            code = None
+            if proc is not None:
+                try:
+                    self._kill_tree(proc.pid)
+                    code = self._wait(proc)
+                except Exception:
+                    log.debug("cleanup after a failed launch", exc_info=True)
+            with self._lock:
+                killed = self._kill_requested
+            final = ((self._kill_state, self._kill_message, code) if killed else
+                     (ExecutorState.FAILED, f"Error running executor: {e}", code))
+        self.state = final[0]
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+        self._done.set()
+        self._emit(*final)
+
+    def _wait(self, proc: subprocess.Popen) -> int:
+        """Wait for the executor process to exit; kill leftovers of its process group
+        (and finish a requested kill) before reaping it, so its pid - the group id - stays
+        reserved while it is being signalled."""
+        can_peek = hasattr(os, "waitid") and os.name == "posix"
+        if can_peek:
+            while True:
+                try:
+                    os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+                    break
+                except InterruptedError:
+                    continue
+                except ChildProcessError:
+                    can_peek = False   # already reaped (should not happen)
+                    break
+        else:
+            proc.wait()
+        with self._lock:
+            self._leader_exited.set()
+            killer = self._killer
+        if killer is not None:
+            killer.join()
+        if can_peek:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)   # orphans left in the group
+            except (ProcessLookupError, PermissionError):
+                pass
+        code = proc.wait()
+        return code if code >= 0 else 128 - code   # killed by signal N -> 128+N, like a shell
