@@ -85,7 +85,6 @@ _entry("spark.app.name", None, _str, "Application name.")
 _entry("spark.master", None, _str, "Master URL: local, local[N], local[*], local[N,F], spark://...")
 _entry("spark.default.parallelism", None, _int, "Default partitions for parallelize and shuffles.")
 _entry("spark.task.maxFailures", 4, _int, "Attempts per task before the job is aborted (cluster).")
-_entry("spark.task.cpus", 1, _int, "Cores per task.")
 _entry("spark.stage.maxConsecutiveAttempts", 4, _int,
        "Consecutive fetch-failure attempts of a stage before it is aborted.")
 _entry("spark.scheduler.mode", "FIFO", lambda v: str(v).upper(), "FIFO or FAIR.")
@@ -93,15 +92,12 @@ _entry("spark.scheduler.allocation.file", None, _str, "fairscheduler.xml with po
 _entry("spark.local.dir", None, _str, "Comma-separated scratch dirs for shuffle and spills.")
 _entry("spark.python.worker.memory", 512, parse_memory_mb,
        "Memory per task process for aggregation before spilling to disk (e.g. 512m).")
-_entry("spark.python.worker.reuse", True, parse_bool, "Keep task processes between tasks.")
 _entry("spark.executor.memory", 1024, parse_memory_mb, "Memory per executor (MB).")
 _entry("spark.driver.memory", 1024, parse_memory_mb, "Driver memory (MB).")
 _entry("spark.memory.fraction", 0.6, _float, "Fraction of (heap - 300MB) for execution+storage.")
-_entry("spark.memory.storageFraction", 0.5, _float, "Storage share of spark.memory.fraction.")
 _entry("spark.ember.storage.memory", None, parse_memory_mb,
        "Storage memory per task process for cached blocks; default from spark.memory.fraction.")
 _entry("spark.ui.showConsoleProgress", True, parse_bool, "Console progress bar on stderr (tty only).")
-_entry("spark.rdd.compress", False, parse_bool, "Compress serialized cached partitions.")
 _entry("spark.locality.wait", 3.0, parse_time_seconds, "Delay-scheduling wait per locality level.")
 _entry("spark.python.task.killTimeout", 2.0, parse_time_seconds,
        "Time a killed task gets to stop before its task process is killed and replaced.")

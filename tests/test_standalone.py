@@ -1,0 +1,202 @@
+"""A real standalone cluster: master and workers as processes, drivers and executors too."""
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from operator import add
+
+import psutil
+import pytest
+
+from ember import SparkConf, SparkContext
+from ember.scheduler import listener as L
+from tests.cluster import ROOT, LocalCluster, _env
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = LocalCluster(str(tmp_path_factory.mktemp("cluster")), workers=2, cores=2,
+                     conf={"spark.worker.timeout": "3"})
+    c.start()
+    yield c
+    c.stop()
+
+
+def _context(cluster: LocalCluster, name: str, **conf: str) -> SparkContext:
+    active = SparkContext._active_spark_context
+    if active is not None:
+        active.stop()
+    c = SparkConf().setMaster(cluster.url).setAppName(name)
+    for k, v in conf.items():
+        c.set(k.replace("_", "."), v)
+    return SparkContext(conf=c)
+
+
+def _wait(predicate, timeout: float = 20.0, step: float = 0.1):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    raise TimeoutError("condition not met")
+
+
+def test_wordcount_and_sort_match_local_mode_with_remote_shuffle_reads(cluster, tmp_path):
+    text = tmp_path / "words.txt"
+    words = ["alpha", "beta", "gamma", "delta", "epsilon"]
+    text.write_text("\n".join(" ".join(words[(i * j) % 5] for j in range(7))
+                              for i in range(2000)))
+    remote = []
+
+    class Rec:
+        def on_event(self, e):
+            if isinstance(e, L.TaskEnd):
+                remote.append(e.metrics.get("shuffleRemoteBytesRead", 0))
+
+    sc = _context(cluster, "wc-cluster")
+    try:
+        sc._bus.add_sync(Rec())
+        _wait(lambda: len(sc._backend.executors) == 2)
+        counts = sorted(sc.textFile(str(text), 4).flatMap(str.split)
+                        .map(lambda w: (w, 1)).reduceByKey(add, 4).collect())
+        pairs = sc.parallelize([(i * 7919 % 1000, i) for i in range(2000)], 4)
+        ordered = pairs.sortByKey(numPartitions=3).collect()
+        hosts = {eid: d.address for eid, d in sc._backend.executors.items()}
+    finally:
+        sc.stop()
+    with SparkContext("local[2]", "wc-local") as local:
+        expected = sorted(local.textFile(str(text), 4).flatMap(str.split)
+                          .map(lambda w: (w, 1)).reduceByKey(add, 4).collect())
+        expected_sort = local.parallelize([(i * 7919 % 1000, i) for i in range(2000)], 4) \
+            .sortByKey(numPartitions=3).collect()
+    assert counts == expected
+    assert [k for k, _ in ordered] == [k for k, _ in expected_sort]
+    assert len(set(hosts.values())) == 2
+    assert sum(remote) > 0, "some shuffle blocks must have been fetched from the other executor"
+
+
+def test_application_appears_in_master_json_and_executors_register(cluster):
+    sc = _context(cluster, "json-app")
+    try:
+        app_id = sc.applicationId
+        assert app_id.startswith("app-") and len(app_id.split("-")[1]) == 14
+        j = cluster.wait_for(lambda j: any(a["id"] == app_id for a in j["activeapps"]))
+        app = [a for a in j["activeapps"] if a["id"] == app_id][0]
+        assert app["name"] == "json-app" and isinstance(app["starttime"], int)
+        _wait(lambda: len(sc._backend.executors) == 2)
+        assert sc.defaultParallelism == 4
+    finally:
+        sc.stop()
+    j = cluster.wait_for(lambda j: any(a["id"] == app_id for a in j["completedapps"]))
+    assert [a["state"] for a in j["completedapps"] if a["id"] == app_id] == ["FINISHED"]
+
+
+def test_killing_the_driver_ends_the_application_and_its_executors(cluster, tmp_path):
+    script = tmp_path / "driver.py"
+    script.write_text(textwrap.dedent(f"""
+        import time
+        from ember import SparkContext
+        sc = SparkContext("{cluster.url}", "doomed-driver")
+        sc.parallelize(range(4), 4).count()
+        print("READY", sc.applicationId, flush=True)
+        sc.parallelize(range(4), 4).map(lambda x: time.sleep(120)).count()
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                            env=_env(), cwd=ROOT)
+    try:
+        line = proc.stdout.readline().decode()
+        assert line.startswith("READY"), line
+        app_id = line.split()[1]
+        executors_before = [p for p in _cluster_children(cluster) if _is_executor(p)]
+        assert executors_before
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        cluster.wait_for(lambda j: any(a["id"] == app_id for a in j["completedapps"]), 30)
+        _wait(lambda: not any(_is_executor(p) for p in _cluster_children(cluster)), 30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_worker_killed_mid_job_job_completes_and_worker_goes_dead(tmp_path):
+    with LocalCluster(str(tmp_path / "c"), workers=2, cores=2,
+                      conf={"spark.worker.timeout": "2"}) as cluster:
+        sc = _context(cluster, "survivor")
+        try:
+            _wait(lambda: len(sc._backend.executors) == 2)
+            data = sc.parallelize(range(20000), 8).map(lambda x: (x % 97, x))
+            summed = data.reduceByKey(add, 4)
+            expected = {k: sum(x for x in range(20000) if x % 97 == k) for k in range(97)}
+
+            def slow(kv):
+                time.sleep(0.05)
+                return kv
+            killer_done = []
+
+            def kill_later():
+                time.sleep(1.0)
+                cluster.kill_worker(0)
+                killer_done.append(True)
+            import threading
+            t = threading.Thread(target=kill_later)
+            t.start()
+            result = dict(summed.map(slow).collect())
+            t.join()
+            assert killer_done and result == expected
+            j = cluster.wait_for(lambda j: j["aliveworkers"] == 1, 30)
+            assert j["cores"] == 2
+            assert any(w["state"] == "DEAD" for w in j["workers"])
+        finally:
+            sc.stop()
+
+
+def test_auth_refuses_peers_without_the_secret(tmp_path):
+    secret = "s3cr3t-for-tests"
+    conf = {"spark.authenticate": "true", "spark.authenticate.secret": secret}
+    with LocalCluster(str(tmp_path / "c"), workers=1, cores=1, conf=conf) as cluster:
+        # a driver without the secret is refused
+        with pytest.raises(Exception):
+            c = SparkConf().setMaster(cluster.url).setAppName("no-secret") \
+                .set("spark.rpc.askTimeout", "3s")
+            sc = SparkContext(conf=c)
+            sc.stop()
+        # raw garbage and a pickled payload are dropped without being decoded
+        for payload in (b"\x00\x00\x00\x10garbage-garbage!",
+                        pickle.dumps(("RegisterWorker", os.system))):
+            with socket.create_connection(("127.0.0.1", cluster.master_port), timeout=5) as s:
+                s.sendall(payload)
+                s.settimeout(5)
+                try:
+                    while s.recv(4096):
+                        pass
+                except (ConnectionResetError, socket.timeout):
+                    pass
+        # the master keeps serving authenticated peers
+        sc = _context(cluster, "with-secret", spark_authenticate="true",
+                      spark_authenticate_secret=secret)
+        try:
+            assert sc.parallelize(range(10), 2).sum() == 45
+        finally:
+            sc.stop()
+        assert cluster.json()["aliveworkers"] == 1
+
+
+def _cluster_children(cluster: LocalCluster) -> list[psutil.Process]:
+    return [p for p in cluster.all_processes() if p.pid not in
+            {q.pid for q in [cluster.master, *cluster.workers] if q is not None}]
+
+
+def _is_executor(p: psutil.Process) -> bool:
+    try:
+        return "ember.executor.backend" in " ".join(p.cmdline())
+    except psutil.NoSuchProcess:
+        return False
