@@ -14,7 +14,7 @@ line in the log instead of a fixed sleep. The files and messages are Spark's, re
   `python -m <module> <args>` detached (new session, stdin /dev/null, stdout+stderr to the
   log, niceness `SPARK_NICENESS`); then watches it for a few seconds: if it dies, prints
   "failed to launch: ..." with the last 10 log lines and exits 1. `SPARK_NO_DAEMONIZE` runs
-  the daemon in the foreground instead (no pid file, Spark's behaviour);
+  the daemon in the foreground instead (own stdio, no pid file: Spark's behaviour);
 - stop: "stopping <command>" + SIGTERM, SIGKILL after a timeout, or "no <command> to stop";
 - status: 0 running, 1 stale pid file, 2 not running (Spark's exit codes).
 
@@ -150,8 +150,16 @@ def _read_pid(path: str) -> Optional[int]:
         return None
 
 
-def _is_our_process(pid: int, module: Optional[str] = None) -> bool:
-    """Is `pid` alive and an Ember daemon (not a recycled pid of something else)?"""
+def daemon_signature(module: str = DEFAULT_MODULE, argv: Sequence[str] = ()) -> str:
+    """What the daemon's command line contains: `-m <module> [<sub-command>]`, e.g.
+    `-m ember.cli master`; used to recognise the process behind a pid file."""
+    sub = [argv[0]] if argv and module == DEFAULT_MODULE else []
+    return " ".join(["-m", module, *sub])
+
+
+def _is_our_process(pid: int, signature: Optional[str] = None) -> bool:
+    """Is `pid` alive and an Ember daemon whose command line contains `signature` (not a
+    recycled pid of something else)?"""
     if pid <= 0:
         return False
     try:
@@ -165,8 +173,8 @@ def _is_our_process(pid: int, module: Optional[str] = None) -> bool:
             os.kill(pid, 0)
         except OSError:
             return False
-        return module is None   # alive but unverifiable: trust it only if nothing to check
-    return (module or "ember") in cmdline
+        return signature is None   # alive but unverifiable: trust it only without a check
+    return (signature or "ember") in cmdline
 
 
 def _tail(path: str, n: int = 10) -> list[str]:
@@ -195,10 +203,11 @@ def start_daemon(command: str, instance: int, argv: Sequence[str], *,
     log output ends the wait early (the daemon said it is up)."""
     pid_path = pid_file(command, instance)
     log_path = log_file(command, instance)
+    signature = daemon_signature(module, argv)
     try:
         os.makedirs(pid_dir(), exist_ok=True)
         old = _read_pid(pid_path)
-        if old is not None and _is_our_process(old, module):
+        if old is not None and _is_our_process(old, signature):
             print(f"{command} running as process {old}.  Stop it first.")
             return 1
         os.makedirs(log_dir(), exist_ok=True)
@@ -213,10 +222,12 @@ def start_daemon(command: str, instance: int, argv: Sequence[str], *,
     if niceness and niceness != "0":
         cmd = ["nice", "-n", niceness, *cmd]
     if "SPARK_NO_DAEMONIZE" in os.environ:
-        # Foreground, like Spark: for supervisors (systemd, containers) that want the process.
-        with open(log_path, "ab") as log_out:
-            return subprocess.call(cmd, stdin=subprocess.DEVNULL, stdout=log_out,
-                                   stderr=subprocess.STDOUT)
+        # Foreground with the caller's stdio and no pid file, like Spark: for supervisors
+        # (systemd, containers) that want to own the process and its output.
+        try:
+            return subprocess.call(cmd)
+        except KeyboardInterrupt:
+            return 130
     try:
         with open(log_path, "ab") as log_out, open(os.devnull, "rb") as devnull:
             start_offset = log_out.tell()
@@ -226,9 +237,15 @@ def start_daemon(command: str, instance: int, argv: Sequence[str], *,
         print(f"failed to launch: {' '.join(cmd)}\n  {e}")
         return 1
     tmp = f"{pid_path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="ascii") as f:
-        f.write(f"{proc.pid}\n")
-    os.replace(tmp, pid_path)
+    try:
+        with open(tmp, "w", encoding="ascii") as f:
+            f.write(f"{proc.pid}\n")
+        os.replace(tmp, pid_path)
+    except OSError as e:   # without a pid file it could never be stopped: do not leave it
+        proc.kill()
+        proc.wait()
+        print(f"Error: cannot write the pid file {pid_path}: {e.strerror or e}", file=sys.stderr)
+        return 1
 
     deadline = time.monotonic() + wait_seconds
     while time.monotonic() < deadline:
@@ -260,14 +277,16 @@ def _log_has(path: str, offset: int, marker: str) -> bool:
         return False
 
 
-def stop_daemon(command: str, instance: int, *, module: Optional[str] = None,
+def stop_daemon(command: str, instance: int, *, signature: Optional[str] = None,
                 timeout: Optional[float] = None) -> int:
     """spark-daemon.sh stop: SIGTERM the daemon named by the pid file, SIGKILL it if it is
     still alive after `timeout` seconds (env EMBER_STOP_TIMEOUT, default 10). Always 0, as
-    Spark's script; prints "stopping <command>" or "no <command> to stop"."""
+    Spark's script; prints "stopping <command>" or "no <command> to stop". `signature`
+    (see `daemon_signature`) must appear in the process's command line, else the pid is
+    considered stale."""
     pid_path = pid_file(command, instance)
     pid = _read_pid(pid_path)
-    if pid is None or not _is_our_process(pid, module):
+    if pid is None or not _is_our_process(pid, signature):
         print(f"no {command} to stop")
         if pid is not None:
             _unlink(pid_path)   # stale
@@ -295,14 +314,14 @@ def stop_daemon(command: str, instance: int, *, module: Optional[str] = None,
     return 0
 
 
-def daemon_status(command: str, instance: int, *, module: Optional[str] = None) -> int:
+def daemon_status(command: str, instance: int, *, signature: Optional[str] = None) -> int:
     """spark-daemon.sh status: 0 running, 1 pid file present but not running, 2 not running."""
     pid_path = pid_file(command, instance)
     if not os.path.exists(pid_path):
         print(f"{command} not running.")
         return 2
     pid = _read_pid(pid_path)
-    if pid is not None and _is_our_process(pid, module):
+    if pid is not None and _is_our_process(pid, signature):
         print(f"{command} is running.")
         return 0
     print(f"{pid_path} file is present but {command} not running")
@@ -340,6 +359,6 @@ def _unlink(path: str) -> None:
         pass
 
 
-__all__ = ["start_daemon", "stop_daemon", "daemon_status", "configure_daemon_logging",
+__all__ = ["start_daemon", "stop_daemon", "daemon_status", "daemon_signature", "configure_daemon_logging",
            "SparkLogFormatter", "log_daemon_start", "log_file", "pid_file", "log_dir",
            "pid_dir", "rotate_log"]

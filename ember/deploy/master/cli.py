@@ -34,7 +34,7 @@ from ember.deploy.master.master import (
 log = logging.getLogger("ember.deploy.master.Master")
 
 DAEMON_COMMAND = "ember.deploy.master.Master"
-DAEMON_MODULE = "ember.deploy.master"
+DAEMON_ARGV0 = "master"          # the daemon runs `python -m ember.cli master <options>`
 READY_MARKER = "I have been elected leader!"
 
 USAGE = """Usage: Master [options]
@@ -96,7 +96,7 @@ def read_properties(path: str) -> dict[str, str]:
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
     except OSError as e:
-        raise MasterCliError(f"Error reading properties file {path}: "
+        raise MasterCliError(f"Cannot read the properties file {path}: "
                              f"{e.strerror or e}") from None
     props: dict[str, str] = {}
     buf = ""
@@ -165,7 +165,7 @@ def parse_args(argv: Sequence[str], env: Optional[Mapping[str, str]] = None) -> 
         if opt in ("-h", "--host"):
             args.host = _check_host(value)
         elif opt in ("-p", "--port"):
-            args.port = _int_arg(f"{opt} (the master port)", value)
+            args.port = _int_arg(opt, value)
         elif opt == "--webui-port":
             args.webui_port = _int_arg("--webui-port", value)
         elif opt == "--properties-file":
@@ -270,12 +270,12 @@ def start_main(argv: Optional[Sequence[str]] = None) -> int:
     parsed = _parse_or_exit(argv, START_USAGE)
     if isinstance(parsed, int):
         return parsed
-    return start_daemon(DAEMON_COMMAND, 1, argv, module=DAEMON_MODULE, ready_marker=READY_MARKER)
+    return start_daemon(DAEMON_COMMAND, 1, [DAEMON_ARGV0, *argv], ready_marker=READY_MARKER)
 
 
 def stop_main(argv: Optional[Sequence[str]] = None) -> int:
     """`ember stop-master` (sbin/stop-master.sh): stop the daemon started by start-master."""
-    from ember.deploy.daemon import stop_daemon
+    from ember.deploy.daemon import daemon_signature, stop_daemon
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("--help", "-h"):
         print("Usage: ember stop-master")
@@ -283,7 +283,7 @@ def stop_main(argv: Optional[Sequence[str]] = None) -> int:
     if argv:
         print(f"Unexpected argument: {argv[0]}\nUsage: ember stop-master", file=sys.stderr)
         return 1
-    return stop_daemon(DAEMON_COMMAND, 1, module=DAEMON_MODULE)
+    return stop_daemon(DAEMON_COMMAND, 1, signature=daemon_signature(argv=[DAEMON_ARGV0]))
 
 
 __all__ = ["main", "start_main", "stop_main", "parse_args", "MasterArguments", "USAGE",

@@ -64,33 +64,68 @@ def jackson_pretty(value: Any) -> str:
     return "".join(out)
 
 
+_encode_str = json.encoder.encode_basestring   # C-accelerated, keeps non-ASCII as is
+_INDENTS = ["\n" + "  " * i for i in range(64)]
+
+
+def _scalar(v: Any) -> str:
+    t = type(v)
+    if t is str:
+        return _encode_str(v)
+    if t is int:
+        return int.__repr__(v)
+    if v is None:
+        return "null"
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    return json.dumps(v, ensure_ascii=False)   # floats (and anything exotic)
+
+
+def _indent(level: int) -> str:
+    return _INDENTS[level] if level < len(_INDENTS) else "\n" + "  " * level
+
+
 def _pretty(v: Any, level: int, out: list[str]) -> None:
-    if isinstance(v, dict):
+    t = type(v)
+    if t is dict:
         if not v:
             out.append("{ }")
             return
-        inner = "\n" + "  " * (level + 1)
-        out.append("{")
+        inner = _indent(level + 1)
+        sep = "," + inner
+        out.append("{" + inner)
         first = True
         for k, item in v.items():
-            out.append(inner if first else "," + inner)
+            if not first:
+                out.append(sep)
             first = False
-            out.append(json.dumps(str(k), ensure_ascii=False))
-            out.append(" : ")
-            _pretty(item, level + 1, out)
-        out.append("\n" + "  " * level + "}")
-    elif isinstance(v, (list, tuple)):
+            out.append(_encode_str(str(k)) + " : ")
+            ti = type(item)
+            if ti is dict or ti is list or ti is tuple:
+                _pretty(item, level + 1, out)
+            else:
+                out.append(_scalar(item))
+        out.append(_indent(level) + "}")
+    elif t is list or t is tuple:
         if not v:
             out.append("[ ]")
             return
         out.append("[ ")
-        for i, item in enumerate(v):
-            if i:
+        first = True
+        for item in v:
+            if not first:
                 out.append(", ")
+            first = False
             _pretty(item, level, out)   # arrays do not indent (Jackson's FixedSpaceIndenter)
         out.append(" ]")
+    elif isinstance(v, dict):
+        _pretty(dict(v), level, out)
+    elif isinstance(v, (list, tuple)):
+        _pretty(list(v), level, out)
     else:
-        out.append(json.dumps(v, ensure_ascii=False))
+        out.append(_scalar(v))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -230,8 +265,10 @@ class MasterWebUI:
     async def _guard(self, request: web.Request, handler: Any) -> web.StreamResponse:
         try:
             response = await handler(request)
-        except web.HTTPException as e:
-            response = e
+        except web.HTTPException as e:   # 404, 405: plain text, as aiohttp words them
+            headers = {k: v for k, v in e.headers.items() if k.lower() != "content-length"}
+            response = web.Response(status=e.status, reason=e.reason, text=e.text,
+                                    headers=headers)
         except RpcError as e:
             log.warning("Cannot answer %s %s: %s", request.method, request.path, e)
             response = web.Response(status=503, text=f"503: Master unavailable ({e})\n")
@@ -240,6 +277,7 @@ class MasterWebUI:
             response = web.Response(status=500, text="500: Internal Server Error\n")
         for k, v in _SECURITY_HEADERS.items():
             response.headers.setdefault(k, v)
+        response.headers["Server"] = "Ember"   # no version banner (Spark hides Jetty's too)
         return response
 
     async def _master_state(self) -> MasterStateResponse:

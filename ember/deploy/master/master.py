@@ -32,7 +32,9 @@ from ember.deploy.master.state import (
     ReplyFailure, ScheduleTimer, Send, Unpersist,
 )
 from ember.deploy.messages import (
-    BoundPortsRequest, DecommissionWorkersOnHosts, ElectedLeader, ExecutorStateChanged,
+    BoundPortsRequest, CheckForWorkerTimeOut, CompleteRecovery, DecommissionWorkers,
+    DecommissionWorkersOnHosts,
+    ElectedLeader, ExecutorStateChanged, RevokedLeadership,
     KillExecutors, RequestClearCompletedDriversAndApps, RequestDriverStatus, RequestExecutors,
     RequestKillAllDrivers, RequestKillApplication, RequestKillDriver, RequestMasterState,
     RequestReadyz, RequestSubmitDriver,
@@ -56,6 +58,11 @@ ASK_MESSAGES: tuple[type, ...] = (
     RequestExecutors, KillExecutors, DecommissionWorkersOnHosts, BoundPortsRequest,
     RequestKillApplication,
 )
+
+# Leader-election and timer messages (Spark's MasterMessages), and DecommissionWorkers (which
+# Spark's master only sends itself, from DecommissionWorkersOnHosts): never from a peer.
+INTERNAL_MESSAGES: tuple[type, ...] = (ElectedLeader, RevokedLeadership, CheckForWorkerTimeOut,
+                                       CompleteRecovery, DecommissionWorkers)
 
 # Recovery modes with a persistence engine / leader election that Ember does not have yet.
 # Spark treats any *other* string as NONE; these must not silently lose the recovery the user
@@ -81,7 +88,11 @@ def validate_master_conf(conf: Mapping[str, Any]) -> None:
     """Raise ValueError (one line, naming the key) for a configuration the master cannot run
     with, before anything is bound: so `ember master --conf spark.worker.timeout=abc` fails
     fast with `Error: ...` instead of half-starting."""
-    MasterConfig.from_conf(conf)
+    config = MasterConfig.from_conf(conf)
+    if config.worker_timeout_ms <= 0:
+        # The liveness timer runs every spark.worker.timeout: it must be a positive period.
+        raise ValueError("spark.worker.timeout must be a positive number of seconds, but was "
+                         f"{conf.get('spark.worker.timeout')!r}")
     RpcConf.from_conf(conf)
     mode = str(conf.get("spark.deploy.recoveryMode", "NONE")).strip().upper()
     if mode in _UNSUPPORTED_RECOVERY_MODES:
@@ -144,6 +155,15 @@ class Master(RpcEndpoint):
             self.ready.set()
 
     def receive(self, msg: Any, sender: RpcAddress) -> None:
+        if isinstance(msg, INTERNAL_MESSAGES):
+            # Only the master produces these (timers and leadership are fed in directly, see
+            # `post_internal`), so one arriving over RPC is a peer's: a RevokedLeadership
+            # would stop the master, an ElectedLeader fake a failover, DecommissionWorkers
+            # drain workers. The sender address cannot prove it is local (a peer names its
+            # own address in its hello), so none is accepted from the wire.
+            log.warning("Ignoring %s from %s: only the master itself sends it",
+                        type(msg).__name__, sender)
+            return
         self._feed(msg, None)
 
     def receive_and_reply(self, msg: Any, context: RpcCallContext) -> None:
@@ -161,6 +181,12 @@ class Master(RpcEndpoint):
         for timer in self._timers:
             timer.cancel()
         self._timers.clear()
+
+    def post_internal(self, msg: Any) -> None:
+        """Feed a leadership or timer message (ElectedLeader, RevokedLeadership,
+        CompleteRecovery, ...) from this process, e.g. a leader-election agent's thread.
+        Thread-safe: it runs on the RpcEnv loop like every other event."""
+        self.rpc_env.call_soon(self._feed, msg, None)
 
     # -- feeding the state machine ----------------------------------------------------------
 

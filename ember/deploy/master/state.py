@@ -242,6 +242,13 @@ class MasterConfig:
     def from_conf(conf: Mapping[str, Any]) -> "MasterConfig":
         timeout = _seconds_ms(conf, "spark.worker.timeout")
         timeout = 60_000 if timeout is None else timeout
+        if timeout <= 0:
+            raise ValueError("spark.worker.timeout must be a positive number of seconds.")
+        for key, default, low in (("spark.deploy.retainedApplications", 200, 1),
+                                  ("spark.deploy.retainedDrivers", 200, 1),
+                                  ("spark.dead.worker.persistence", 15, 0)):
+            if _int(conf, key, default) < low:
+                raise ValueError(f"{key} must be at least {low}.")
         recovery_timeout = _seconds_ms(conf, "spark.deploy.recoveryTimeout")
         if recovery_timeout is not None and recovery_timeout <= 0:
             raise ValueError("spark.deploy.recoveryTimeout must be positive.")
@@ -468,6 +475,12 @@ class MasterState:
                         f"{megabytes_to_string(m.memory)} RAM")
         if self.state == RecoveryState.STANDBY:
             self._send(m.worker, MasterInStandby())
+        elif m.cores <= 0 or m.memory <= 0:
+            self._log(WARN, f"Worker registration failed. Invalid resources: {m.cores} cores, "
+                            f"{m.memory} MB from {m.host}:{m.port}")
+            self._send(m.worker, RegisterWorkerFailed(
+                f"Invalid worker resources: cores and memory must be positive "
+                f"(got {m.cores} cores, {m.memory} MB)"))
         elif m.id in self.idToWorker:
             worker = self.idToWorker[m.id]
             if worker.state == WorkerState.UNKNOWN:
