@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import psutil
 
@@ -120,6 +120,30 @@ def _signal_all(procs: list[psutil.Process], pgid: Optional[int], sig: int) -> N
             pass
 
 
+def _gone(p: psutil.Process) -> bool:
+    """Exited - a zombie counts: its parent (init, for the re-parented) may be slow to reap."""
+    try:
+        return p.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.AccessDenied:
+        return False
+
+
+def wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Poll until every process of `procs` exited (zombies included); those still alive.
+    psutil.wait_procs would wait for zombies of other parents to be reaped, which a
+    container's init may never do promptly."""
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    alive = [p for p in procs if not _gone(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 2, 0.1)
+        alive = [p for p in alive if not _gone(p)]
+    return alive
+
+
 def _descendants(pid: int) -> list[psutil.Process]:
     try:
         return psutil.Process(pid).children(recursive=True)
@@ -149,7 +173,7 @@ def terminate_process_tree(pid: int, timeout: float, *,
         """-> (descendants still alive, leader still alive)."""
         deadline = time.monotonic() + t
         others = [p for p in procs if p != leader] if leader_exited is not None else procs
-        _, alive = psutil.wait_procs(others, timeout=t) if others else ([], [])
+        alive = wait_gone(others, t)
         leader_alive = False
         if leader is not None and leader_exited is not None and leader in procs:
             leader_alive = not leader_exited(max(0.0, deadline - time.monotonic()))
@@ -358,7 +382,7 @@ class ExecutorRunner:
                     self._emit(ExecutorState.RUNNING, None, None)
                 code = self._wait(proc)
                 with self._lock:
-                    killed, killer = self._kill_requested, self._killer
+                    killed = self._kill_requested
                 if killed:
                     log.info("Runner thread for executor %s interrupted", self.fullId)
                     final = (self._kill_state, self._kill_message, code)
