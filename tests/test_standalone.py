@@ -169,6 +169,16 @@ def test_auth_refuses_peers_without_the_secret(tmp_path):
                 .set("spark.rpc.askTimeout", "3s")
             sc = SparkContext(conf=c)
             sc.stop()
+        # a worker without the secret is refused and gives up
+        rogue = subprocess.run(
+            [sys.executable, "-m", "ember.cli", "worker", "--host", "127.0.0.1",
+             "--webui-port", "0", "-c", "1", "-m", "512m", "-d", str(tmp_path / "rogue"),
+             "--conf", "spark.worker.initialRegistrationRetries=1",
+             "--conf", "spark.worker.maxRegistrationRetries=1",
+             "--conf", "spark.ember.worker.registrationIntervalScale=0.05", cluster.url],
+            env=_env(), capture_output=True, timeout=60)
+        assert rogue.returncode == 1
+        assert cluster.json()["aliveworkers"] == 1
         # raw garbage and a pickled payload are dropped without being decoded
         for payload in (b"\x00\x00\x00\x10garbage-garbage!",
                         pickle.dumps(("RegisterWorker", os.system))):
@@ -200,3 +210,46 @@ def _is_executor(p: psutil.Process) -> bool:
         return "ember.executor.backend" in " ".join(p.cmdline())
     except psutil.NoSuchProcess:
         return False
+
+
+def test_submit_client_mode_ships_py_files_and_files(cluster, tmp_path):
+    (tmp_path / "helpermod.py").write_text("def triple(x):\n    return 3 * x\n")
+    (tmp_path / "data.txt").write_text("41\n")
+    app = tmp_path / "app.py"
+    app.write_text(textwrap.dedent("""
+        import sys
+        from ember import SparkContext, SparkFiles
+        sc = SparkContext.getOrCreate()
+
+        def work(x):
+            import helpermod
+            with open(SparkFiles.get("data.txt")) as f:
+                return helpermod.triple(x) + int(f.read())
+        print("RESULT", sorted(sc.parallelize(range(4), 4).map(work).collect()), sys.argv[1:])
+        print("APP", sc.appName, sc.getConf().get("spark.executor.memory"))
+        sc.stop()
+    """))
+    out = subprocess.run(
+        [sys.executable, "-m", "ember.cli", "submit", "--master", cluster.url,
+         "--name", "submitted", "--executor-memory", "512m",
+         "--py-files", str(tmp_path / "helpermod.py"), "--files", str(tmp_path / "data.txt"),
+         str(app), "x", "y"],
+        env=_env(), capture_output=True, timeout=120, cwd=str(tmp_path / ".."))
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    lines = out.stdout.decode().splitlines()
+    assert "RESULT [41, 44, 47, 50] ['x', 'y']" in lines
+    assert "APP submitted 512m" in lines
+
+
+def test_daemon_cli_rejects_bad_input_with_one_line(tmp_path):
+    cases = [["worker", "-m", "12x", "spark://127.0.0.1:7077"],
+             ["worker", "-c", "0", "spark://127.0.0.1:7077"],
+             ["worker", "-c", "1", "http://nowhere:7077"],
+             ["master", "--port", "notaport"]]
+    for args in cases:
+        out = subprocess.run([sys.executable, "-m", "ember.cli", *args], env=_env(),
+                             capture_output=True, timeout=60)
+        err = out.stderr.decode().strip().splitlines()
+        assert out.returncode == 1, (args, out.stderr)
+        assert len(err) == 1 and err[0].startswith("Error:"), (args, err)
+        assert "Traceback" not in out.stderr.decode()

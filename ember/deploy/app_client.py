@@ -14,7 +14,7 @@ from ember.deploy.messages import (ApplicationDescription, ApplicationRemoved,
                                    ExecutorAdded, ExecutorState, ExecutorUpdated,
                                    MasterChangeAcknowledged, MasterChanged, RegisterApplication,
                                    RegisteredApplication, UnregisterApplication, WorkerRemoved)
-from ember.rpc import RpcAddress, RpcEndpoint, RpcEnv
+from ember.rpc import RpcAddress, RpcAuthenticationError, RpcEndpoint, RpcEnv
 
 log = logging.getLogger("ember.deploy.client")
 
@@ -54,6 +54,7 @@ class StandaloneAppClient(RpcEndpoint):
         self.failed: str | None = None
         self.attempts = 0
         self._retry: Any = None
+        self._auth_failures: set[RpcAddress] = set()
         self.already_dead = False
 
     def on_start(self) -> None:
@@ -68,9 +69,23 @@ class StandaloneAppClient(RpcEndpoint):
         self.attempts += 1
         for addr in self.masters:
             log.info("Connecting to master %s...", addr.to_spark_url())
-            self.rpc_env.endpoint_ref(addr, "Master").send(
-                RegisterApplication(self.app_desc, self.self_ref))
+            check = self.rpc_env.setup_endpoint_ref_async(addr, "Master")
+            check.add_done_callback(lambda f, addr=addr: self._connected_to(f, addr))
         self._retry = self.rpc_env.schedule(REGISTRATION_TIMEOUT_SECONDS, self._register)
+
+    def _connected_to(self, check: Any, addr: RpcAddress) -> None:
+        """Register once the master's endpoint answers; a refused authentication is final
+        (retrying cannot fix a wrong secret), other errors wait for the next attempt."""
+        exc = check.exception()
+        if exc is None:
+            check.result().send(RegisterApplication(self.app_desc, self.self_ref))
+        elif isinstance(exc, RpcAuthenticationError):
+            self._auth_failures.add(addr)
+            if self._auth_failures >= set(self.masters):
+                self._mark_dead(f"Authentication with master {addr.to_spark_url()} failed: "
+                                f"{exc}. Set spark.authenticate.secret to the cluster's secret.")
+        else:
+            log.warning("Failed to connect to master %s: %s", addr.hostPort, exc)
 
     def _mark_dead(self, reason: str) -> None:
         if not self.already_dead:
