@@ -47,6 +47,8 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     p.add_argument("--only", default="", help="comma-separated workloads: " + ",".join(WORKLOADS))
     p.add_argument("--runs", type=int, default=3, help="runs per workload and engine (median reported)")
     p.add_argument("--master", default="local[2]", help="master URL for ember/pyspark, e.g. spark://host:7077")
+    p.add_argument("--cluster", type=int, default=0, metavar="N",
+                   help="start a local standalone cluster of N workers (2 cores each) and use it as the master")
     p.add_argument("--engines", default=",".join(ALL_ENGINES), help="comma-separated: " + ",".join(ALL_ENGINES))
     p.add_argument("--json", default=str(DEFAULT_JSON), help="JSON-lines file to append results to")
     p.add_argument("--scale", type=float, default=1.0, help="multiply data sizes (0.01 = quick smoke run)")
@@ -200,6 +202,22 @@ def main(argv: Optional[list[str]] = None) -> int:
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
     os.environ.setdefault("PYTHONHASHSEED", "0")
 
+    cluster = None
+    if args.cluster:
+        import tempfile
+        from ember.deploy.local_cluster import LocalCluster
+        cluster = LocalCluster(tempfile.mkdtemp(prefix="ember-bench-cluster-"),
+                               workers=args.cluster, cores=2, memory="2g").start()
+        args.master = cluster.url
+        log(f"started a {args.cluster}-worker cluster at {cluster.url}")
+    try:
+        return _run(args, root)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+
+
+def _run(args: Any, root: str) -> int:
     workloads = {name: WORKLOADS[name](args.scale) for name in args.workloads}
     run_id = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}"
     common = {

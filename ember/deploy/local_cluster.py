@@ -1,0 +1,175 @@
+"""A real standalone cluster on this machine: a master and N workers as subprocesses.
+
+For tests and benchmarks (like Spark's local-cluster mode, but with real daemons): free
+ports on 127.0.0.1 are picked per process, and stop() kills every process tree it started,
+so a failing test never leaves daemons or executors behind.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from typing import Any
+
+import psutil
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in env.get("PYTHONPATH", "").split(
+        os.pathsep) if p])
+    env.setdefault("PYTHONHASHSEED", "0")
+    env.update(extra or {})
+    return env
+
+
+class LocalCluster:
+    def __init__(self, workdir: str, workers: int = 2, cores: int = 2, memory: str = "1g",
+                 conf: dict[str, str] | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        self.workdir = workdir
+        self.n_workers = workers
+        self.cores = cores
+        self.memory = memory
+        self.conf = dict(conf or {})
+        self.env = env
+        self.master_port = free_port()
+        self.master_ui = free_port()
+        self.master: subprocess.Popen | None = None
+        self.workers: list[subprocess.Popen] = []
+        self.worker_ui: list[int] = []
+
+    @property
+    def url(self) -> str:
+        return f"spark://127.0.0.1:{self.master_port}"
+
+    def _conf_args(self) -> list[str]:
+        out: list[str] = []
+        for k, v in self.conf.items():
+            out += ["--conf", f"{k}={v}"]
+        return out
+
+    def _spawn(self, args: list[str], log: str) -> subprocess.Popen:
+        out = open(os.path.join(self.workdir, log), "ab")
+        return subprocess.Popen([sys.executable, "-m", "ember.cli", *args], stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=_env(self.env), start_new_session=True)
+
+    def start(self, timeout: float = 30.0) -> "LocalCluster":
+        os.makedirs(self.workdir, exist_ok=True)
+        self.master = self._spawn(["master", "--host", "127.0.0.1", "--port",
+                                   str(self.master_port), "--webui-port", str(self.master_ui),
+                                   *self._conf_args()], "master.log")
+        self.wait_for(lambda j: j.get("status") == "ALIVE", timeout)
+        for i in range(self.n_workers):
+            self.add_worker()
+        self.wait_for(lambda j: j.get("aliveworkers") == self.n_workers, timeout)
+        return self
+
+    def add_worker(self) -> subprocess.Popen:
+        i = len(self.workers)
+        ui = free_port()
+        wdir = os.path.join(self.workdir, f"work-{i}")
+        p = self._spawn(["worker", "--host", "127.0.0.1", "--webui-port", str(ui), "-c",
+                         str(self.cores), "-m", self.memory, "-d", wdir, *self._conf_args(),
+                         self.url], f"worker-{i}.log")
+        self.workers.append(p)
+        self.worker_ui.append(ui)
+        return p
+
+    def json(self, path: str = "/json") -> Any:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.master_ui}{path}", timeout=5) as r:
+            return json.loads(r.read().decode())
+
+    def wait_for(self, predicate: Any, timeout: float = 30.0) -> Any:
+        deadline = time.time() + timeout
+        last: Any = None
+        while time.time() < deadline:
+            if self.master is not None and self.master.poll() is not None:
+                raise RuntimeError(f"master exited with {self.master.returncode}:\n"
+                                   + self.log("master.log"))
+            try:
+                last = self.json()
+                if predicate(last):
+                    return last
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"cluster condition not met in {timeout}s; last /json: {last}\n"
+                           + self.log("master.log")[-3000:])
+
+    def log(self, name: str) -> str:
+        try:
+            with open(os.path.join(self.workdir, name), errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def worker_tree(self, i: int) -> list[psutil.Process]:
+        try:
+            p = psutil.Process(self.workers[i].pid)
+            return [p] + p.children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
+    def kill_worker(self, i: int) -> None:
+        """kill -9 of a worker and of every process it started (its executors)."""
+        procs = self.worker_tree(i)
+        for p in procs:
+            try:
+                p.send_signal(signal.SIGKILL)
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(procs, timeout=5)
+
+    def all_processes(self) -> list[psutil.Process]:
+        out: list[psutil.Process] = []
+        for p in [self.master, *self.workers]:
+            if p is None:
+                continue
+            try:
+                proc = psutil.Process(p.pid)
+                out += [proc] + proc.children(recursive=True)
+            except psutil.NoSuchProcess:
+                pass
+        return out
+
+    def stop(self) -> None:
+        procs = self.all_processes()
+        for p in procs:
+            try:
+                p.send_signal(signal.SIGTERM)
+            except psutil.NoSuchProcess:
+                pass
+        _gone, alive = psutil.wait_procs(procs, timeout=10)
+        for p in alive:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(alive, timeout=5)
+        for p in [self.master, *self.workers]:
+            if p is not None:
+                try:
+                    p.wait(timeout=1)
+                except subprocess.TimeoutExpired:
+                    pass
+
+    def __enter__(self) -> "LocalCluster":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
