@@ -441,11 +441,14 @@ class ExternalMerger:
                 creator, comb = self._value_fns
                 self._drive(((k, 1) for k in it), self._value_loops, creator, comb)
                 return
-            chunk = list(islice(it, self._chunk))
-            if not chunk:
+            first = next(it, _MISSING)        # the end of input, without building lists
+            if first is _MISSING:
                 return
-            count(self.data, chunk)
-            self._since_spill += len(chunk)
+            data = self.data
+            data[first] = data.get(first, 0) + 1
+            n = self._chunk
+            count(data, islice(it, n - 1))
+            self._since_spill += n
             self._check_memory()
 
     def mergeCombiners(self, iterator: Iterable[tuple]) -> None:
