@@ -95,8 +95,8 @@ def make_python_exception(message: str, exc_type: str, exc_message: str,
     return err
 
 
-class PySparkValueError(SparkException, ValueError):
-    """ValueError with a PySpark error class (e.g. PYTHON_HASH_SEED_NOT_SET)."""
+class _PySparkErrorClass(SparkException):
+    """A PySpark error with an error class, printed as "[CLASS] message"."""
 
     def __init__(self, errorClass: str = "", message: str = "") -> None:
         Exception.__init__(self, message)
@@ -109,26 +109,13 @@ class PySparkValueError(SparkException, ValueError):
         return f"[{self.errorClass}] {self.args[0]}" if self.errorClass else str(self.args[0])
 
 
-class PySparkRuntimeError(SparkException, RuntimeError):
+class PySparkValueError(_PySparkErrorClass, ValueError):
+    """ValueError with a PySpark error class."""
+
+
+class PySparkRuntimeError(_PySparkErrorClass, RuntimeError):
     """RuntimeError with a PySpark error class (e.g. PYTHON_HASH_SEED_NOT_SET)."""
 
-    def __init__(self, errorClass: str = "", message: str = "") -> None:
-        Exception.__init__(self, message)
-        self.errorClass = errorClass
 
-    def getErrorClass(self) -> str:
-        return self.errorClass
-
-    def __str__(self) -> str:
-        return f"[{self.errorClass}] {self.args[0]}" if self.errorClass else str(self.args[0])
-
-
-class PySparkTypeError(SparkException, TypeError):
+class PySparkTypeError(_PySparkErrorClass, TypeError):
     """TypeError with a PySpark error class."""
-
-    def __init__(self, errorClass: str = "", message: str = "") -> None:
-        Exception.__init__(self, message)
-        self.errorClass = errorClass
-
-    def __str__(self) -> str:
-        return f"[{self.errorClass}] {self.args[0]}" if self.errorClass else str(self.args[0])

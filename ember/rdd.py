@@ -34,6 +34,7 @@ from ember.partitioner import Partitioner, portable_hash
 from ember.rdd_sources import Partition
 from ember.resultiterable import ResultIterable
 from ember.statcounter import StatCounter
+from ember.storage.block_manager import read_batches
 from ember.storagelevel import StorageLevel
 
 __all__ = ["RDD", "portable_hash", "Partitioner", "BoundedFloat"]
@@ -136,7 +137,7 @@ class RDD:
 
     def iterator(self, split: Partition, context: Any) -> Iterator:
         if self._checkpoint_dir is not None:
-            return src.read_pickle_file(
+            return read_batches(
                 os.path.join(self._checkpoint_dir, f"part-{split.index:05d}"))
         if self._storage_level is not StorageLevel.NONE and \
                 (self._storage_level.useMemory or self._storage_level.useDisk):
@@ -297,8 +298,8 @@ class RDD:
         os.makedirs(path, exist_ok=True)
 
         def write(ctx: Any, it: Iterator) -> None:
-            from ember.storage.block_manager import _write_batches
-            _write_batches(os.path.join(path, f"part-{ctx.partitionId():05d}"), it)
+            from ember.storage.block_manager import write_batches
+            write_batches(os.path.join(path, f"part-{ctx.partitionId():05d}"), it)
 
         self._checkpoint_requested = False   # the write job itself must not checkpoint again
         try:
@@ -615,44 +616,16 @@ class RDD:
         return _cogroup([self, other, *others], None)
 
     def join(self, other: "RDD", numPartitions: int | None = None) -> "RDD":
-        def dispatch(seq: Iterable) -> Iterator:
-            vbuf, wbuf = [], []
-            for n, v in seq:
-                (vbuf if n == 1 else wbuf).append(v)
-            return ((v, w) for v in vbuf for w in wbuf)
-        return _join(self, other, numPartitions, dispatch)
+        return _join(self, other, numPartitions, False, False)
 
     def leftOuterJoin(self, other: "RDD", numPartitions: int | None = None) -> "RDD":
-        def dispatch(seq: Iterable) -> Iterator:
-            vbuf, wbuf = [], []
-            for n, v in seq:
-                (vbuf if n == 1 else wbuf).append(v)
-            if not wbuf:
-                wbuf.append(None)
-            return ((v, w) for v in vbuf for w in wbuf)
-        return _join(self, other, numPartitions, dispatch)
+        return _join(self, other, numPartitions, False, True)
 
     def rightOuterJoin(self, other: "RDD", numPartitions: int | None = None) -> "RDD":
-        def dispatch(seq: Iterable) -> Iterator:
-            vbuf, wbuf = [], []
-            for n, v in seq:
-                (vbuf if n == 1 else wbuf).append(v)
-            if not vbuf:
-                vbuf.append(None)
-            return ((v, w) for v in vbuf for w in wbuf)
-        return _join(self, other, numPartitions, dispatch)
+        return _join(self, other, numPartitions, True, False)
 
     def fullOuterJoin(self, other: "RDD", numPartitions: int | None = None) -> "RDD":
-        def dispatch(seq: Iterable) -> Iterator:
-            vbuf, wbuf = [], []
-            for n, v in seq:
-                (vbuf if n == 1 else wbuf).append(v)
-            if not vbuf:
-                vbuf.append(None)
-            if not wbuf:
-                wbuf.append(None)
-            return ((v, w) for v in vbuf for w in wbuf)
-        return _join(self, other, numPartitions, dispatch)
+        return _join(self, other, numPartitions, True, True)
 
     def sortByKey(self, ascending: bool = True, numPartitions: int | None = None,
                   keyfunc: Callable[[Any], Any] = _identity) -> "RDD":
@@ -1121,22 +1094,11 @@ class RDD:
         self._save(path, write)
 
     def saveAsPickleFile(self, path: str, batchSize: int = 10) -> None:
-        import pickle
+        from ember.storage.block_manager import write_batches
         size = max(batchSize, 1) if batchSize else 1024
 
         def write(ctx: Any, it: Iterator, out_dir: str) -> None:
-            name = f"part-{ctx.partitionId():05d}"
-            tmp = os.path.join(out_dir, f".{name}.{ctx.taskAttemptId()}.tmp")
-            with open(tmp, "wb") as f:
-                batch: list = []
-                for x in it:
-                    batch.append(x)
-                    if len(batch) >= size:
-                        pickle.dump(batch, f, protocol=5)
-                        batch = []
-                if batch:
-                    pickle.dump(batch, f, protocol=5)
-            os.replace(tmp, os.path.join(out_dir, name))
+            write_batches(os.path.join(out_dir, f"part-{ctx.partitionId():05d}"), it, size)
         self._save(path, write)
 
     def _save(self, path: str, write: Callable) -> None:
@@ -1291,8 +1253,20 @@ def _open_output(path: str, ext: str) -> Any:
     return open(path, "wb", buffering=1 << 20)
 
 
-def _join(rdd: RDD, other: RDD, num_partitions: int | None,
-          dispatch: Callable[[Iterable], Iterator]) -> RDD:
+def _join(rdd: RDD, other: RDD, num_partitions: int | None, keep_right: bool,
+          keep_left: bool) -> RDD:
+    """PySpark's python_join: tag values by side, group by key, pair them up; an outer side
+    without partners is paired with None."""
+    def dispatch(seq: Iterable) -> Iterator:
+        vbuf, wbuf = [], []
+        for n, v in seq:
+            (vbuf if n == 1 else wbuf).append(v)
+        if keep_right and not vbuf:
+            vbuf.append(None)
+        if keep_left and not wbuf:
+            wbuf.append(None)
+        return ((v, w) for v in vbuf for w in wbuf)
+
     vs = rdd.mapValues(lambda v: (1, v))
     ws = other.mapValues(lambda v: (2, v))
     return vs.union(ws).groupByKey(num_partitions).flatMapValues(lambda x: dispatch(iter(x)))
@@ -1621,4 +1595,4 @@ class FileListRDD(RDD):
             elif self.kind == "records":
                 yield from src.read_records(path, self.record_length)
             else:
-                yield from src.read_pickle_file(path)
+                yield from read_batches(path)

@@ -12,9 +12,8 @@ import bz2
 import glob
 import gzip
 import os
-import pickle
 import re
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from ember.errors import InvalidInputException
 
@@ -175,71 +174,54 @@ def _decode_lines(data: bytes, use_unicode: bool) -> list:
     return re.split(rb"\r\n|\r|\n", data) if b"\r" in data else data.split(b"\n")
 
 
+def _lines(chunks: Iterable[bytes], use_unicode: bool) -> Iterator:
+    """Decode whole lines from a stream of byte chunks (a line may span chunks)."""
+    rest = b""
+    for chunk in chunks:
+        buf = rest + chunk
+        cut = buf.rfind(b"\n")
+        if cut < 0:
+            rest = buf
+            continue
+        rest = buf[cut + 1:]
+        yield from _decode_lines(buf[:cut], use_unicode)
+    if rest:
+        yield from _decode_lines(rest.rstrip(b"\r"), use_unicode)
+
+
+def _split_chunks(f: Any, start: int, end: int) -> Iterator[bytes]:
+    """The bytes of the lines starting in (start, end] (or [0, end] when start is 0)."""
+    if start:
+        f.seek(start)
+        f.readline()          # the first (partial) line belongs to the previous split
+    pos = f.tell()
+    while pos < end:
+        chunk = f.read(min(_CHUNK, end - pos))
+        if not chunk:
+            return
+        pos += len(chunk)
+        yield chunk
+    if pos == end:            # finish the line that started at or before `end`
+        line = f.readline()
+        if line:
+            yield line
+
+
 def read_lines(split: FileSplit, use_unicode: bool = True) -> Iterator:
     """Lines of one split, Hadoop LineRecordReader ownership: lines starting in (start, end]."""
     if split.length == 0 and split.start == 0 and _splittable(split.path):
         return
     with open_input(split.path) as f:
         if not _splittable(split.path):
-            rest = b""
-            while True:
-                chunk = f.read(_CHUNK)
-                if not chunk:
-                    break
-                buf = rest + chunk
-                cut = buf.rfind(b"\n")
-                if cut < 0:
-                    rest = buf
-                    continue
-                rest = buf[cut + 1:]
-                yield from _decode_lines(buf[:cut], use_unicode)
-            if rest:
-                yield from _decode_lines(rest.rstrip(b"\r"), use_unicode)
-            return
-        start, end = split.start, split.start + split.length
-        if start:
-            f.seek(start)
-            f.readline()          # the first (partial) line belongs to the previous split
-        pos = f.tell()
-        if pos > end:
-            return
-        rest = b""
-        done = False
-        while not done:
-            want = end - pos
-            if want > 0:
-                chunk = f.read(min(_CHUNK, want))
-            else:                 # finish the line that started at or before `end`
-                line = f.readline()
-                chunk, done = line, True
-            if not chunk:
-                break
-            pos += len(chunk)
-            buf = rest + chunk
-            cut = buf.rfind(b"\n")
-            if cut < 0:
-                rest = buf
-                continue
-            rest = buf[cut + 1:]
-            yield from _decode_lines(buf[:cut], use_unicode)
-        if rest:
-            yield from _decode_lines(rest.rstrip(b"\r"), use_unicode)
+            yield from _lines(iter(lambda: f.read(_CHUNK), b""), use_unicode)
+        else:
+            yield from _lines(_split_chunks(f, split.start, split.start + split.length),
+                              use_unicode)
 
 
 def read_whole_file(path: str) -> bytes:
     with open_input(path) as f:
         return f.read()
-
-
-def read_pickle_file(path: str) -> Iterator:
-    with open(path, "rb") as f:
-        load = pickle.load
-        while True:
-            try:
-                batch = load(f)
-            except EOFError:
-                return
-            yield from batch
 
 
 def read_records(path: str, record_length: int) -> Iterator[bytes]:

@@ -41,13 +41,14 @@ def estimate_size(values: list) -> int:
     return size + int(total * n / len(sample))
 
 
-def _write_batches(path: str, values: Iterable) -> int:
+def write_batches(path: str, values: Iterable, batch_size: int = _BATCH) -> int:
+    """Pickle values in batches to path (atomically: a temp file renamed); its size."""
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "wb") as f:
         batch: list = []
         for v in values:
             batch.append(v)
-            if len(batch) >= _BATCH:
+            if len(batch) >= batch_size:
                 pickle.dump(batch, f, protocol=5)
                 batch = []
         if batch:
@@ -57,6 +58,7 @@ def _write_batches(path: str, values: Iterable) -> int:
 
 
 def read_batches(path: str) -> Iterator:
+    """The values written by write_batches (also the format of saveAsPickleFile)."""
     with open(path, "rb") as f:
         load = pickle.load
         while True:
@@ -105,12 +107,12 @@ class BlockManager:
                 "more fault-tolerant.")
         computed = rdd.compute(split, ctx)
         if not level.useMemory:
-            size = _write_batches(path, computed)
+            size = write_batches(path, computed)
             self.updates.append((name, "disk", 0, size))
             return read_batches(path)
         values = computed if isinstance(computed, list) else list(computed)
         if not self._put_memory(name, values, level) and level.useDisk:
-            size = _write_batches(path, values)
+            size = write_batches(path, values)
             self.updates.append((name, "disk", 0, size))
         return iter(values)
 
@@ -132,7 +134,7 @@ class BlockManager:
         self.memory_used -= size
         path = self._disk_path(name)
         if level.useDisk and not os.path.exists(path):
-            dsize = _write_batches(path, values)
+            dsize = write_batches(path, values)
             self.updates.append((name, "disk", 0, dsize))
         elif level.useDisk:
             self.updates.append((name, "disk", 0, os.path.getsize(path)))

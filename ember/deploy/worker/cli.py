@@ -447,18 +447,8 @@ def stop_main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _stop_daemon(instance: int, timeout: float) -> int:
-    """ember.deploy.daemon.stop_daemon, telling it how to recognise a worker process (its
-    command line contains `-m ember.deploy.worker`) so a recycled pid is never signalled.
-    Written against both spellings of that parameter the daemon module has had."""
-    import inspect
-
-    from ember.deploy import daemon
-    params = inspect.signature(daemon.stop_daemon).parameters
-    kwargs: dict = {}
-    if "signature" in params and hasattr(daemon, "daemon_signature"):
-        kwargs["signature"] = daemon.daemon_signature(DAEMON_MODULE)
-    elif "module" in params:
-        kwargs["module"] = DAEMON_MODULE
-    if "timeout" in params:
-        kwargs["timeout"] = timeout
-    return daemon.stop_daemon(DAEMON_COMMAND, instance, **kwargs)
+    """Stop one worker daemon, recognising it by its command line (`-m ember.deploy.worker`)
+    so that a recycled pid is never signalled."""
+    from ember.deploy.daemon import daemon_signature, stop_daemon
+    return stop_daemon(DAEMON_COMMAND, instance, signature=daemon_signature(DAEMON_MODULE),
+                       timeout=timeout)
