@@ -204,7 +204,6 @@ class SparkContext:
         from ember.scheduler.task_scheduler import TaskSchedulerImpl
         from ember.shuffle.writer import ShuffleWriteFunc
         from ember.scheduler.event_loop import EventLoop
-        self._loop = EventLoop("dag-scheduler-event-loop")
         if local is not None:
             threads, max_failures = local
         else:
@@ -224,6 +223,7 @@ class SparkContext:
                                       config.read(self._conf, "spark.memory.fraction")))
                 storage = storage // threads
             dp = self._conf.get("spark.default.parallelism")
+            self._loop = EventLoop("dag-scheduler-event-loop")
             backend = LocalSchedulerBackend(
                 sched, threads, self._local_dir, self._python_worker_memory_mb, storage << 20,
                 self._files_dir, dict(self.environment),
@@ -231,7 +231,8 @@ class SparkContext:
                 int(dp) if dp else None, self._loop, self._fork_client)
         else:
             from ember.scheduler.standalone_backend import StandaloneSchedulerBackend
-            backend = StandaloneSchedulerBackend(self, sched, self.master, self._loop)
+            backend = StandaloneSchedulerBackend(self, sched, self.master)
+            self._loop = backend.loop       # the scheduler runs on the RPC loop
         dag = DAGScheduler(sched, self._bus, self._tracker, self._cache_locations,
                            self._serialize_stage, ShuffleWriteFunc.for_dependency,
                            config.read(self._conf, "spark.stage.maxConsecutiveAttempts"),

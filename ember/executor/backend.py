@@ -23,6 +23,7 @@ from ember.deploy.messages import (KillTask, LaunchTask, RegisteredExecutor,
                                    RetrieveSparkAppConfig, Shutdown, ShuffleBlockRequest,
                                    StatusUpdate, StopExecutor)
 from ember.executor.process_pool import TaskProcessPool
+from ember.scheduler.event_loop import RpcLoop
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv
 from ember.shuffle.writer import read_index
 
@@ -149,7 +150,8 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
         extra = {k[len("spark.executorEnv."):]: v for k, v in conf.items()
                  if k.startswith("spark.executorEnv.")}
         pool = TaskProcessPool(self.cores, env_conf, self._on_task_end, extra,
-                               float(conf.get("spark.python.task.killTimeout", "2")))
+                               float(conf.get("spark.python.task.killTimeout", "2")),
+                               loop=RpcLoop(self.rpc_env))
         pool.start()
         self.pool = pool                  # published only once its slots exist
 

@@ -1009,6 +1009,31 @@ class RpcEnv:
             return
         self._run_on_loop(self._safe_call, fn, args)
 
+    def in_loop(self) -> bool:
+        """True on this env's loop thread (where endpoint callbacks run)."""
+        return self._on_loop_thread()
+
+    def add_reader(self, sock: Any, callback: Callable[[], None]) -> None:
+        """Call callback() on the loop whenever sock is readable. Thread-safe. Lets other
+        socket users (an executor's task processes) share this loop instead of a thread."""
+        if self._on_loop_thread():
+            self._loop.add_reader(sock, self._safe_call, callback, ())
+        else:
+            self._run_on_loop(self._loop.add_reader, sock, self._safe_call, callback, ())
+
+    def remove_reader(self, sock: Any) -> None:
+        """Stop watching sock. Thread-safe; a no-op once the loop is closed."""
+        fd = sock if isinstance(sock, int) else sock.fileno()   # before the caller closes it
+        if self._loop.is_closed() or fd < 0:
+            return
+        if self._on_loop_thread():
+            self._loop.remove_reader(fd)
+        else:
+            try:
+                self._run_on_loop(self._loop.remove_reader, fd)
+            except RuntimeError:
+                pass
+
     def schedule(self, delay: float, fn: Callable, *args: Any) -> Cancellable:
         """Run fn(*args) once on the loop after `delay` seconds. Thread-safe."""
         c = Cancellable(self)

@@ -97,3 +97,33 @@ class EventLoop:
         self._sel.close()
         self._wake_r.close()
         self._wake_w.close()
+
+
+class RpcLoop:
+    """The EventLoop interface on top of an RpcEnv's asyncio loop.
+
+    On a cluster the driver's scheduler (and an executor's task pool) run on the RPC loop
+    itself, so a task result arriving from the network is handled, and the next task sent,
+    without any hand-off between threads — the same one-thread design as local mode.
+    """
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+
+    def start(self) -> None:
+        pass
+
+    def in_loop(self) -> bool:
+        return self.env.in_loop()
+
+    def post(self, fn: Callable[..., Any], *args: Any) -> None:
+        self.env.call_soon(fn, *args)
+
+    def register(self, sock: socket.socket, callback: Callable[[], None]) -> None:
+        self.env.add_reader(sock, callback)
+
+    def unregister(self, sock: socket.socket) -> None:
+        self.env.remove_reader(sock)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        pass

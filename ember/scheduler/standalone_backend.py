@@ -2,9 +2,8 @@
 
 The driver's RpcEnv hosts two endpoints: CoarseGrainedScheduler, where executors register
 and report task status (DriverEndpoint), and AppClient, which registers the application
-with the master(s). Everything that touches scheduler state is posted onto the driver's
-scheduler event loop, so the TaskScheduler sees the same single thread as in local mode;
-the RPC thread only decodes and forwards.
+with the master(s). The RPC loop is also the driver's scheduler loop (RpcLoop): a task
+result is handled and the next task sent on that one thread, as in local mode.
 """
 from __future__ import annotations
 
@@ -25,6 +24,7 @@ from ember.deploy.messages import (ApplicationDescription, Command, FetchBroadca
                                    StatusUpdate, StopExecutor)
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv
 from ember.scheduler.backend import SchedulerBackend, WorkerOffer
+from ember.scheduler.event_loop import RpcLoop
 from ember.scheduler.listener import ExecutorAdded, ExecutorRemoved
 
 log = logging.getLogger("ember.scheduler.standalone")
@@ -44,7 +44,7 @@ class ExecutorData:
 
 
 class DriverEndpoint(RpcEndpoint):
-    """Runs on the RPC thread; hands everything stateful to the scheduler loop."""
+    """Runs on the RPC loop, which is also the driver's scheduler loop on a cluster."""
 
     def __init__(self, backend: "StandaloneSchedulerBackend") -> None:
         self.backend = backend
@@ -52,7 +52,7 @@ class DriverEndpoint(RpcEndpoint):
     def receive_and_reply(self, msg: Any, context: RpcCallContext) -> None:
         b = self.backend
         if isinstance(msg, RegisterExecutor):
-            b.loop.post(b.register_executor, msg, context)
+            b.register_executor(msg, context)
         elif isinstance(msg, RetrieveSparkAppConfig):
             context.reply(SparkAppConfig(sorted(b.app_conf().items())))
         elif isinstance(msg, FetchBroadcast):
@@ -77,22 +77,20 @@ class DriverEndpoint(RpcEndpoint):
     def receive(self, msg: Any, sender: RpcAddress) -> None:
         b = self.backend
         if isinstance(msg, StatusUpdate):
-            b.loop.post(b.status_update, msg)
+            b.status_update(msg)
         elif isinstance(msg, RemoveExecutor):
-            b.loop.post(b.remove_executor, msg.executorId, msg.reason, False)
+            b.remove_executor(msg.executorId, msg.reason, False)
         else:
             log.warning("Unexpected message %r from %s", type(msg).__name__, sender)
 
     def on_disconnected(self, remote: RpcAddress) -> None:
-        b = self.backend
-        b.loop.post(b.address_disconnected, remote)
+        self.backend.address_disconnected(remote)
 
 
 class StandaloneSchedulerBackend(SchedulerBackend):
-    def __init__(self, sc: Any, scheduler: Any, master: str, loop: Any) -> None:
+    def __init__(self, sc: Any, scheduler: Any, master: str) -> None:
         self.sc = sc
         self.scheduler = scheduler
-        self.loop = loop
         self.masters = parse_master_urls(master)
         self.conf = sc._conf
         self.executors: dict[str, ExecutorData] = {}
@@ -109,6 +107,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         rpc_conf = {k: v for k, v in self.conf.getAll()
                     if k.startswith(("spark.authenticate", "spark.rpc.", "spark.port."))}
         self.rpc_env = RpcEnv.create("sparkDriver", host, port, rpc_conf)
+        self.loop = RpcLoop(self.rpc_env)
         self.driver_endpoint = DriverEndpoint(self)
         self.rpc_env.setup_endpoint(ENDPOINT_NAME, self.driver_endpoint)
         self.client: Any = None
