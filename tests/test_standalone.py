@@ -253,3 +253,21 @@ def test_daemon_cli_rejects_bad_input_with_one_line(tmp_path):
         assert out.returncode == 1, (args, out.stderr)
         assert len(err) == 1 and err[0].startswith("Error:"), (args, err)
         assert "Traceback" not in out.stderr.decode()
+
+
+def test_unpersist_and_broadcast_updates_reach_executors(cluster):
+    sc = _context(cluster, "unpersist")
+    try:
+        _wait(lambda: len(sc._backend.executors) == 2)
+        rdd = sc.parallelize(range(100), 4).map(lambda x: x + 1).cache()
+        assert rdd.sum() == 5050
+        assert sc._block_master.rdd_blocks(rdd.id())
+        rdd.unpersist()
+        assert not sc._block_master.rdd_blocks(rdd.id())
+        assert rdd.sum() == 5050          # recomputed from lineage
+        b = sc.broadcast([1, 2, 3])
+        assert sc.parallelize(range(4), 4).map(lambda x: sum(b.value)).collect() == [6] * 4
+        b.unpersist()
+        assert sc.parallelize(range(4), 4).map(lambda x: len(b.value)).collect() == [3] * 4
+    finally:
+        sc.stop()

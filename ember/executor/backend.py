@@ -19,7 +19,8 @@ from typing import Any
 
 from ember.config import parse_memory_mb
 from ember.deploy.messages import (KillTask, LaunchTask, RegisteredExecutor,
-                                   RegisterExecutor, RegisterExecutorFailed,
+                                   RegisterExecutor, RegisterExecutorFailed, RemoveBroadcast,
+                                   RemoveRdd,
                                    RetrieveSparkAppConfig, Shutdown, ShuffleBlockRequest,
                                    StatusUpdate, StopExecutor)
 from ember.executor.process_pool import TaskProcessPool
@@ -87,6 +88,12 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
             slot = self.task_slots.get(msg.taskId)
             if slot is not None and self.pool is not None:
                 self.pool.kill(slot, msg.taskId)
+        elif isinstance(msg, RemoveRdd):
+            prefix = f"rdd_{msg.rddId}_"
+            self._remove_blocks(lambda n: n.startswith(prefix), ("unpersist_rdd", msg.rddId))
+        elif isinstance(msg, RemoveBroadcast):
+            name = f"broadcast_{msg.broadcastId}"
+            self._remove_blocks(lambda n: n == name, ("unpersist_broadcast", msg.broadcastId))
         elif isinstance(msg, (StopExecutor, Shutdown)):
             log.info("Driver commanded a shutdown")
             self.exit(0, "")
@@ -125,6 +132,22 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
             (log.error if code else log.info)(reason)
         self.exit_code = code
         self.exited.set()
+
+    def _remove_blocks(self, matches: Any, pool_msg: tuple) -> None:
+        """Tell every task process to drop its copies, and delete the files on disk."""
+        if self.pool is not None:
+            self.pool.broadcast(pool_msg)
+        for d in (os.path.join(self.work_dir, "blocks"), self.work_dir):
+            try:
+                names = os.listdir(d)
+            except OSError:
+                continue
+            for name in names:
+                if matches(name):
+                    try:
+                        os.unlink(os.path.join(d, name))
+                    except OSError:
+                        pass
 
     # --- tasks --------------------------------------------------------------------------
     def _start_pool(self) -> None:

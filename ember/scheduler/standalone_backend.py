@@ -19,7 +19,8 @@ from typing import Any
 from ember.deploy.app_client import parse_master_urls, start_app_client
 from ember.deploy.messages import (ApplicationDescription, Command, FetchBroadcast, FetchFile,
                                    KillTask, LaunchTask, RegisteredExecutor,
-                                   RegisterExecutor, RegisterExecutorFailed, RemoveExecutor,
+                                   RegisterExecutor, RegisterExecutorFailed, RemoveBroadcast,
+                                   RemoveExecutor, RemoveRdd,
                                    ResourceProfile, RetrieveSparkAppConfig, SparkAppConfig,
                                    StatusUpdate, StopExecutor)
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv
@@ -282,6 +283,14 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         data = self.executors.get(executor_id)
         if data is not None:
             data.ref.send(KillTask(task_id, executor_id, True, reason))
+
+    def unpersist_rdd(self, rdd_id: int) -> None:
+        for data in list(self.executors.values()):
+            data.ref.send(RemoveRdd(rdd_id))
+
+    def unpersist_broadcast(self, bid: int) -> None:
+        for data in list(self.executors.values()):
+            data.ref.send(RemoveBroadcast(bid))
 
     def forget_stage(self, stage_id: int) -> None:
         for data in self.executors.values():
