@@ -120,14 +120,15 @@ class SparkContext:
         if not self._conf.contains("spark.app.name"):
             raise PySparkRuntimeError("APPLICATION_NAME_NOT_SET",
                                       "An application name must be set in your configuration.")
+        self.environment: dict[str, str] = {
+            k[len("spark.executorEnv."):]: v for k, v in self._conf.getAll()
+            if k.startswith("spark.executorEnv.")}
+        self.environment["PYTHONHASHSEED"] = os.environ.get("PYTHONHASHSEED", "0")
         self._fork_client = None
         if parse_local_master(self._conf.get("spark.master") or "") is not None:
             # start the fork server first: it imports Ember while this process does too
             from ember.executor.fork_client import ForkServerClient, task_process_env
-            env = {k[len("spark.executorEnv."):]: v for k, v in self._conf.getAll()
-                   if k.startswith("spark.executorEnv.")}
-            env["PYTHONHASHSEED"] = os.environ.get("PYTHONHASHSEED", "0")
-            self._fork_client = ForkServerClient(task_process_env(env))
+            self._fork_client = ForkServerClient(task_process_env(self.environment))
             self._fork_client.start()
         from ember.rdd import call_site
         site = call_site()
@@ -142,10 +143,6 @@ class SparkContext:
         self.batchSize = batchSize
         self.pythonExec = sys.executable
         self.pythonVer = "%d.%d" % sys.version_info[:2]
-        self.environment: dict[str, str] = {
-            k[len("spark.executorEnv."):]: v for k, v in self._conf.getAll()
-            if k.startswith("spark.executorEnv.")}
-        self.environment["PYTHONHASHSEED"] = os.environ.get("PYTHONHASHSEED", "0")
         self._start_time = int(time.time() * 1000)
         self._local = threading.local()
         self._next_rdd_id = 0
@@ -395,6 +392,8 @@ class SparkContext:
         backend = getattr(self, "_backend", None)
         if backend is not None:
             backend.stop()
+        elif getattr(self, "_fork_client", None) is not None:
+            self._fork_client.stop()        # init failed after the fork server started
         loop = getattr(self, "_loop", None)
         if loop is not None:
             loop.stop()
