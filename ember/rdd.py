@@ -598,6 +598,13 @@ class RDD:
         return self.map(lambda v: (v, None)).cogroup(other.map(lambda v: (v, None))) \
             .filter(lambda k_vs: all(k_vs[1])).keys()
 
+    def intersectByKey(self, other: "RDD", numPartitions: int | None = None) -> "RDD":
+        def filter_func(pair: tuple) -> bool:
+            _key, (val1, val2) = pair
+            return bool(val1) and bool(val2)
+        return self.cogroup(other, numPartitions).filter(filter_func) \
+            .flatMapValues(lambda x: x[0])
+
     def subtractByKey(self, other: "RDD", numPartitions: int | None = None) -> "RDD":
         def filter_func(pair: tuple) -> bool:
             _key, (val1, val2) = pair
