@@ -52,6 +52,7 @@ class FakeTaskScheduler:
         self.task_sets: list[TaskSet] = []
         self.cancelled: list[int] = []
         self.zombies: list[tuple[int, int]] = []
+        self.removed: list[int] = []
 
     def submit_tasks(self, ts: TaskSet) -> None:
         self.task_sets.append(ts)
@@ -64,6 +65,9 @@ class FakeTaskScheduler:
 
     def is_executor_alive(self, executor_id: str) -> bool:
         return True
+
+    def stage_removed(self, stage_id: int) -> None:
+        self.removed.append(stage_id)
 
 
 class Harness:
@@ -107,6 +111,7 @@ def test_single_stage_job_runs_one_task_set_and_collects_results() -> None:
     h.complete(ts)
     assert waiter.completed and waiter.error is None
     assert results == {0: "r0", 1: "r1", 2: "r2"}
+    assert h.ts.removed == [ts.stage_id], "backends may now drop the stage's closure"
 
 
 def test_stages_are_cut_at_shuffles_and_children_wait_for_parents() -> None:

@@ -330,3 +330,22 @@ def test_progress_bar_renders_spark_style():
     assert out.getvalue().startswith("\r[Stage 3:") and "(12 + 2) / 40]" in out.getvalue()
     bar.clear()
     assert out.getvalue().endswith("\r")
+
+
+def test_long_stage_survives_many_interleaved_short_stages(fresh_sc):
+    """Task processes keep a stage's closure while the stage is alive, however many other
+    stages run on them meanwhile (they used to evict by LRU and lose it)."""
+    sc = fresh_sc("local[2]", conf=SparkConf().set("spark.scheduler.mode", "FAIR"))
+    result = []
+
+    def long_job():
+        sc.setLocalProperty("spark.scheduler.pool", "long")
+        result.append(sc.parallelize(range(12), 12).map(lambda x: (time.sleep(0.15), x)[1])
+                      .sum())
+    t = threading.Thread(target=long_job)
+    t.start()
+    sc.setLocalProperty("spark.scheduler.pool", "short")
+    for i in range(30):
+        assert sc.parallelize([i], 1).map(lambda x, i=i: x + i).collect() == [2 * i]
+    t.join(60)
+    assert result == [sum(range(12))]

@@ -954,6 +954,13 @@ class FetchFile:
 
 @message
 @dataclass(frozen=True)
+class RemoveStage:
+    """Ember: driver -> executor: no job needs this stage; drop its cached closure."""
+    stageId: int
+
+
+@message
+@dataclass(frozen=True)
 class RemoveRdd:
     """Driver -> executor (Spark's BlockManager message): drop an RDD's cached blocks."""
     rddId: int

@@ -20,7 +20,7 @@ from typing import Any
 from ember.config import parse_memory_mb
 from ember.deploy.messages import (KillTask, LaunchTask, RegisteredExecutor,
                                    RegisterExecutor, RegisterExecutorFailed, RemoveBroadcast,
-                                   RemoveRdd,
+                                   RemoveRdd, RemoveStage,
                                    RetrieveSparkAppConfig, Shutdown, ShuffleBlockRequest,
                                    StatusUpdate, StopExecutor)
 from ember.executor.process_pool import TaskProcessPool
@@ -88,6 +88,11 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
             slot = self.task_slots.get(msg.taskId)
             if slot is not None and self.pool is not None:
                 self.pool.kill(slot, msg.taskId)
+        elif isinstance(msg, RemoveStage):
+            for key in [k for k in self.stage_blobs if k[0] == msg.stageId]:
+                del self.stage_blobs[key]
+            if self.pool is not None:
+                self.pool.forget_stage(msg.stageId)
         elif isinstance(msg, RemoveRdd):
             prefix = f"rdd_{msg.rddId}_"
             self._remove_blocks(lambda n: n.startswith(prefix), ("unpersist_rdd", msg.rddId))
@@ -182,9 +187,7 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
         (tid, slot, stage_key, blob, meta, task_bytes) = pickle.loads(data)
         stage_key = tuple(stage_key)
         if blob is not None:
-            self.stage_blobs[stage_key] = (blob, meta)
-            while len(self.stage_blobs) > 32:
-                self.stage_blobs.pop(next(iter(self.stage_blobs)))
+            self.stage_blobs[stage_key] = (blob, meta)   # kept until RemoveStage
         else:
             blob, meta = self.stage_blobs[stage_key]
         if self.pool is None:

@@ -14,7 +14,6 @@ import socket
 import sys
 import time
 import traceback
-from collections import OrderedDict
 from typing import Any
 
 from ember import accumulators, broadcast
@@ -160,7 +159,7 @@ def _add_py_files(files_dir: str) -> None:
 
 def serve(sock: socket.socket, env: TaskEnv) -> None:
     rfile = sock.makefile("rb", buffering=1 << 16)
-    stages: OrderedDict[Any, _Stage] = OrderedDict()
+    stages: dict[Any, _Stage] = {}
     files_dir = SparkFiles._root_directory
     files_mtime = 0
     while True:
@@ -183,9 +182,7 @@ def serve(sock: socket.socket, env: TaskEnv) -> None:
                 stage = stages.get(key)
                 if stage is None:
                     stage = _load_stage(blob, meta)
-                    stages[key] = stage
-                    while len(stages) > 16:
-                        stages.popitem(last=False)
+                    stages[key] = stage       # kept until the pool says "forget_stage"
                 task = pickle.loads(task_bytes)
                 reply = run_task(env, stage, task, tid)
             except BaseException as e:  # closure failed to unpickle etc.

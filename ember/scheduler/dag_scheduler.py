@@ -644,6 +644,7 @@ class DAGScheduler:
                 self.waiting_stages.discard(stage)
                 self.failed_stages.discard(stage)
                 del self.stage_id_to_stage[sid]
+                self.task_scheduler.stage_removed(sid)
                 if isinstance(stage, ShuffleMapStage):
                     sdep = stage.shuffle_dep.shuffle_id
                     if self.shuffle_id_to_map_stage.get(sdep) is stage:

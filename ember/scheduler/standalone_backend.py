@@ -20,7 +20,7 @@ from ember.deploy.app_client import parse_master_urls, start_app_client
 from ember.deploy.messages import (ApplicationDescription, Command, FetchBroadcast, FetchFile,
                                    KillTask, LaunchTask, RegisteredExecutor,
                                    RegisterExecutor, RegisterExecutorFailed, RemoveBroadcast,
-                                   RemoveExecutor, RemoveRdd,
+                                   RemoveExecutor, RemoveRdd, RemoveStage,
                                    ResourceProfile, RetrieveSparkAppConfig, SparkAppConfig,
                                    StatusUpdate, StopExecutor)
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv
@@ -294,4 +294,6 @@ class StandaloneSchedulerBackend(SchedulerBackend):
 
     def forget_stage(self, stage_id: int) -> None:
         for data in self.executors.values():
-            data.seen_stages = {k for k in data.seen_stages if k[0] != stage_id}
+            if any(k[0] == stage_id for k in data.seen_stages):
+                data.seen_stages = {k for k in data.seen_stages if k[0] != stage_id}
+                data.ref.send(RemoveStage(stage_id))

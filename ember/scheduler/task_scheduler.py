@@ -83,6 +83,10 @@ class TaskSchedulerImpl:
                 tsm.is_zombie = True
                 tsm._maybe_finish()
 
+    def stage_removed(self, stage_id: int) -> None:
+        """No job needs the stage any more: its closure may be dropped everywhere."""
+        self.backend.forget_stage(stage_id)
+
     def kill_task_attempt(self, tid: int, reason: str) -> bool:
         with self.lock:
             loc = self.task_id_to_location.get(tid)
