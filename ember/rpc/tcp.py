@@ -8,7 +8,6 @@ batch instead of a few per message.
 from __future__ import annotations
 
 import asyncio
-import errno
 import hmac
 import logging
 import os
@@ -17,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from ember.rpc import framing
 from ember.rpc.address import RpcAddress
-from ember.rpc.errors import (RpcAuthenticationError, RpcBindError, RpcConnectionError, RpcError,
+from ember.rpc.bind import bind_with_retries
+from ember.rpc.errors import (RpcAuthenticationError, RpcConnectionError, RpcError,
                               RpcMessageTooLargeError)
 from ember.rpc.transport import Channel, Transport
 
@@ -34,47 +34,6 @@ _C_AUTH = "client: awaiting server proof"
 _OPEN = "open"
 
 
-def _bind_socket(name: str, host: str, port: int, max_retries: int) -> socket.socket:
-    """Bind a listening socket, trying port, port+1, ... like Spark's startServiceOnPort."""
-    try:
-        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
-                                   flags=socket.AI_PASSIVE)
-    except socket.gaierror as e:
-        raise RpcBindError(f"Cannot resolve the host {host!r} of service '{name}': {e}") from None
-    infos.sort(key=lambda i: i[0] != socket.AF_INET)  # one socket, IPv4 preferred
-    family, _, _, _, sockaddr = infos[0]
-    attempts = max_retries + 1 if port != 0 else 1
-    last: OSError | None = None
-    for offset in range(attempts):
-        try_port = port if offset == 0 else ((port + offset - 1024) % (65536 - 1024)) + 1024
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((sockaddr[0], try_port) + tuple(sockaddr[2:]))
-            sock.listen(512)
-            sock.setblocking(False)
-        except OSError as e:
-            sock.close()
-            last = e
-            if e.errno != errno.EADDRINUSE or offset == attempts - 1:
-                break
-            nxt = ((port + offset + 1 - 1024) % (65536 - 1024)) + 1024
-            log.warning("Service '%s' could not bind on port %d. Attempting port %d.",
-                        name, try_port, nxt)
-            continue
-        actual = sock.getsockname()[1]
-        log.info("Successfully started service '%s' on port %d.", name, actual)
-        return sock
-    assert last is not None
-    if last.errno == errno.EADDRINUSE and port != 0:
-        raise RpcBindError(
-            f"{last.strerror}: Service '{name}' failed after {max_retries} retries (starting "
-            f"from {port})! Consider explicitly setting the appropriate port for the service "
-            f"'{name}' to an available port or increasing spark.port.maxRetries.") from None
-    raise RpcBindError(f"{last.strerror or last}: Service '{name}' cannot bind on "
-                       f"{host}:{port}") from None
-
-
 class TcpTransport(Transport):
     def __init__(self, env: "RpcEnv") -> None:
         super().__init__(env)
@@ -84,7 +43,7 @@ class TcpTransport(Transport):
         if client_mode:
             return RpcAddress(host, 0)
         env = self.env
-        sock = _bind_socket(env.name, host, port, env._conf.port_max_retries)
+        sock = bind_with_retries(env.name, host, port, env._conf.port_max_retries, 512)
         loop = asyncio.get_running_loop()
         self.server = await loop.create_server(
             lambda: TcpConnection(env, outbound=False), sock=sock)

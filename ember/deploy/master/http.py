@@ -22,13 +22,10 @@ against Spark's UI read the same bytes.
 from __future__ import annotations
 
 import asyncio
-import errno
 import html
 import json
 import logging
 import re
-import socket
-import threading
 from typing import Any, Mapping, Optional
 
 from aiohttp import web
@@ -38,7 +35,9 @@ from ember.deploy.json_protocol import (
 )
 from ember.deploy.master.state import megabytes_to_string
 from ember.deploy.messages import DriverState, MasterStateResponse, RequestMasterState
+from ember.deploy.web import WebServerThread
 from ember.rpc import RpcEndpointRef, RpcError
+from ember.rpc.bind import bind_with_retries
 
 log = logging.getLogger("ember.deploy.master.MasterWebUI")
 _utils_log = logging.getLogger("ember.deploy.master.Utils")
@@ -129,56 +128,6 @@ def _pretty(v: Any, level: int, out: list[str]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Binding with Spark's port retries
-# ---------------------------------------------------------------------------------------------
-
-def bind_with_retries(host: str, port: int, max_retries: int,
-                      service: str = SERVICE_NAME) -> socket.socket:
-    """A listening socket on `port`, else port+1, ... up to `max_retries` more (Spark's
-    Utils.startServiceOnPort; 0 = any free port). Logs like Spark; raises OSError with
-    Spark's advice when every port is taken."""
-    attempts = max_retries + 1 if port != 0 else 1
-    last: Optional[OSError] = None
-    for offset in range(attempts):
-        try_port = port if offset == 0 else ((port + offset - 1024) % (65536 - 1024)) + 1024
-        try:
-            infos = socket.getaddrinfo(host or None, try_port, type=socket.SOCK_STREAM,
-                                       flags=socket.AI_PASSIVE)
-        except socket.gaierror as e:
-            raise OSError(f"Cannot resolve the host {host!r} of service '{service}': {e}") \
-                from None
-        infos.sort(key=lambda i: i[0] != socket.AF_INET)
-        family, _, _, _, sockaddr = infos[0]
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(sockaddr)
-            sock.listen(128)
-            sock.setblocking(False)
-        except OSError as e:
-            sock.close()
-            last = e
-            if e.errno != errno.EADDRINUSE or offset == attempts - 1:
-                break
-            nxt = ((port + offset + 1 - 1024) % (65536 - 1024)) + 1024
-            _utils_log.warning("Service '%s' could not bind on port %d. Attempting port %d.",
-                               service, try_port, nxt)
-            continue
-        _utils_log.info("Successfully started service '%s' on port %d.", service,
-                        sock.getsockname()[1])
-        return sock
-    assert last is not None
-    if last.errno == errno.EADDRINUSE and port != 0:
-        raise OSError(last.errno, f"{last.strerror}: Service '{service}' failed after "
-                      f"{max_retries} retries (starting from {port})! Consider explicitly "
-                      f"setting the appropriate port for the service '{service}' (for example "
-                      "spark.master.ui.port for MasterUI) to an available port or increasing "
-                      "spark.port.maxRetries.")
-    raise OSError(last.errno, f"{last.strerror or last}: Service '{service}' cannot bind on "
-                  f"{host}:{port}")
-
-
-# ---------------------------------------------------------------------------------------------
 # The server
 # ---------------------------------------------------------------------------------------------
 
@@ -192,72 +141,24 @@ class MasterWebUI:
         conf = conf or {}
         self.title = str(conf.get("spark.master.ui.title") or f"Spark Master at {master_url}")
         self.port = 0
-        self._loop: Optional[asyncio.AbstractEventLoop] = None
-        self._thread: Optional[threading.Thread] = None
-        self._runner: Optional[web.AppRunner] = None
-        self._stopped = False
+        self._server = WebServerThread("MasterWebUI")
 
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self, host: str, port: int, max_retries: int = 16) -> int:
         """Bind (with retries) and serve; returns the bound port. Raises OSError."""
-        sock = bind_with_retries(host, port, max_retries)
+        sock = bind_with_retries(SERVICE_NAME, host, port, max_retries)
         self.port = sock.getsockname()[1]
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        ready = threading.Event()
-        error: list[BaseException] = []
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(self._serve(sock))
-            except BaseException as e:  # reported to start()'s caller
-                error.append(e)
-                ready.set()
-                loop.close()
-                return
-            ready.set()
-            try:
-                loop.run_forever()
-            finally:
-                try:
-                    if self._runner is not None:
-                        loop.run_until_complete(self._runner.cleanup())
-                    loop.run_until_complete(loop.shutdown_asyncgens())
-                except Exception:
-                    log.debug("Error closing the web UI loop", exc_info=True)
-                loop.close()
-
-        self._thread = threading.Thread(target=run, name="MasterWebUI", daemon=True)
-        self._thread.start()
-        ready.wait(30)
-        if error:
-            sock.close()
-            raise error[0]
-        return self.port
-
-    async def _serve(self, sock: socket.socket) -> None:
         app = web.Application(middlewares=[self._guard])
         app.router.add_get("/", self._root)
         app.router.add_get("/json", self._json)
         app.router.add_get("/json/{tail:.*}", self._json)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        self._runner = runner
-        await web.SockSite(runner, sock).start()
+        self._server.start(sock, app)
+        return self.port
 
     def stop(self) -> None:
         """Close the listening socket and connections, stop the thread. Idempotent."""
-        if self._stopped or self._loop is None:
-            return
-        self._stopped = True
-        try:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        except RuntimeError:
-            pass  # loop already closed
-        if self._thread is not None:
-            self._thread.join(10)
+        self._server.stop()
 
     # -- handlers ---------------------------------------------------------------------------
 
@@ -371,5 +272,5 @@ def render_master_page(s: MasterStateResponse, title: str) -> str:
         + "</body>\n</html>\n")
 
 
-__all__ = ["MasterWebUI", "jackson_pretty", "bind_with_retries", "render_master_page",
+__all__ = ["MasterWebUI", "jackson_pretty", "render_master_page",
            "JSON_CONTENT_TYPE"]

@@ -14,13 +14,10 @@ never a stack trace.
 from __future__ import annotations
 
 import asyncio
-import errno
 import html
 import json
 import logging
 import os
-import socket
-import threading
 from typing import Any, Optional
 from urllib.parse import quote
 
@@ -28,24 +25,17 @@ from aiohttp import web
 
 from ember.deploy.json_protocol import worker_state_json
 from ember.deploy.messages import RequestWorkerState, WorkerStateResponse
+from ember.deploy.web import WebServerThread
 from ember.rpc import RpcEndpointRef
+from ember.rpc.bind import bind_with_retries
 
 log = logging.getLogger("ember.deploy.worker.WorkerWebUI")
 
-__all__ = ["WorkerWebUI", "candidate_ports", "read_log", "LOG_TYPES", "DEFAULT_BYTE_LENGTH"]
+__all__ = ["WorkerWebUI", "read_log", "LOG_TYPES", "DEFAULT_BYTE_LENGTH"]
 
 LOG_TYPES = ("stderr", "stdout", "out")
 DEFAULT_BYTE_LENGTH = 100 * 1024
 SERVICE_NAME = "WorkerUI"
-
-
-def candidate_ports(start: int, max_retries: int) -> list[int]:
-    """Spark's Utils.startServiceOnPort: the start port, then the next ones (wrapping into
-    1024-65535). Port 0 means one random port, never retried."""
-    if start == 0:
-        return [0]
-    return [start if i == 0 else ((start + i - 1024) % (65536 - 1024)) + 1024
-            for i in range(max_retries + 1)]
 
 
 def _is_in_directory(parent: str, child: str) -> bool:
@@ -99,9 +89,7 @@ class WorkerWebUI:
         self.max_retries = max_retries
         self.ask_timeout = ask_timeout
         self.bound_port: Optional[int] = None
-        self._loop: Optional[asyncio.AbstractEventLoop] = None
-        self._runner: Optional[web.AppRunner] = None
-        self._thread: Optional[threading.Thread] = None
+        self._server = WebServerThread("worker-web-ui")
 
     @property
     def url(self) -> str:
@@ -110,70 +98,10 @@ class WorkerWebUI:
 
     # -- server lifecycle ------------------------------------------------------------------
 
-    def _bind(self) -> socket.socket:
-        ports = candidate_ports(self.requested_port, self.max_retries)
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        last: Optional[OSError] = None
-        for i, port in enumerate(ports):
-            sock = socket.socket(family, socket.SOCK_STREAM)
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.bind((self.host, port))
-                sock.listen(128)
-                sock.setblocking(False)
-                return sock
-            except OSError as e:
-                sock.close()
-                last = e
-                if e.errno != errno.EADDRINUSE:
-                    break
-                if i + 1 < len(ports):
-                    log.warning("Service '%s' could not bind on port %d. Attempting port %d.",
-                                SERVICE_NAME, port, ports[i + 1])
-        raise OSError(
-            f"Failed to bind {SERVICE_NAME} to {self.host}:{self.requested_port}: "
-            f"{last.strerror if last is not None else 'no port'} (tried "
-            f"{len(ports)} port(s); set --webui-port or spark.worker.ui.port to a free port "
-            "or increase spark.port.maxRetries)")
-
     def start(self) -> "WorkerWebUI":
-        sock = self._bind()
+        sock = bind_with_retries(SERVICE_NAME, self.host, self.requested_port,
+                                 self.max_retries)
         self.bound_port = sock.getsockname()[1]
-        ready = threading.Event()
-        errors: list[BaseException] = []
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(self._serve(sock))
-            except BaseException as e:   # noqa: BLE001 - reported to start()
-                errors.append(e)
-                ready.set()
-                loop.close()
-                return
-            ready.set()
-            try:
-                loop.run_forever()
-            finally:
-                try:
-                    if self._runner is not None:
-                        loop.run_until_complete(self._runner.cleanup())
-                except Exception:
-                    log.debug("web UI cleanup failed", exc_info=True)
-                loop.close()
-
-        self._thread = threading.Thread(target=run, name="worker-web-ui", daemon=True)
-        self._thread.start()
-        ready.wait(30)
-        if errors:
-            sock.close()
-            raise OSError(f"Cannot start the worker web UI: {errors[0]}")
-        log.info("Bound %s to %s, and started at %s", SERVICE_NAME, self.host, self.url)
-        return self
-
-    async def _serve(self, sock: socket.socket) -> None:
         app = web.Application(middlewares=[_errors_middleware])
         app.router.add_get("/", self._index)
         app.router.add_get("/json", self._json)
@@ -182,20 +110,15 @@ class WorkerWebUI:
         app.router.add_get("/logPage/", self._log_page)
         app.router.add_get("/log", self._log)
         app.router.add_get("/log/", self._log)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await self._runner.setup()
-        await web.SockSite(self._runner, sock).start()
+        try:
+            self._server.start(sock, app)
+        except Exception as e:
+            raise OSError(f"Cannot start the worker web UI: {e}") from e
+        log.info("Bound %s to %s, and started at %s", SERVICE_NAME, self.host, self.url)
+        return self
 
     def stop(self) -> None:
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
-            return
-        try:
-            loop.call_soon_threadsafe(loop.stop)
-        except RuntimeError:
-            pass   # already closed
-        thread.join(10)
-        self._loop = None
+        self._server.stop()
 
     # -- handlers --------------------------------------------------------------------------
 
