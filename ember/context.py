@@ -292,7 +292,8 @@ class SparkContext:
         """Run func over partitions of rdd; a list with one result per partition."""
         from ember.rdd import call_site
         self._check_running()
-        for r in rdd._lineage():           # surfaces input errors here, in the caller
+        lineage = rdd._lineage()
+        for r in lineage:                  # surfaces input errors here, in the caller
             r.partitions()
         if partitions is None:
             partitions = list(range(rdd.getNumPartitions()))
@@ -316,7 +317,7 @@ class SparkContext:
             waiter.cancel()
             raise
         if any(r._checkpoint_requested and r._checkpoint_dir is None or
-               (r._local_checkpointed and not r._truncated) for r in rdd._lineage()):
+               (r._local_checkpointed and not r._truncated) for r in lineage):
             rdd._do_checkpoint()
         return results
 
