@@ -358,6 +358,10 @@ class LaunchDriver:
     driverId: str
     driverDesc: DriverDescription
     resources: dict[str, ResourceInformation] = field(default_factory=dict)
+    # Ember: which master-level launch of this driver this is (1, then +1 per relaunch after
+    # a worker loss). The worker echoes it in DriverStateChanged so the master can ignore
+    # a stale copy's report (fencing); Spark instead gives a relaunched driver a new id.
+    attempt: int = 1
 
 
 @message
@@ -383,6 +387,8 @@ class DriverStateChanged:
     driverId: str
     state: DriverState
     exception: Optional[str] = None  # Spark: Option[Exception]; here its text
+    exitStatus: Optional[int] = None  # Ember: the driver process's last exit code
+    attempt: Optional[int] = None     # Ember: LaunchDriver.attempt of the reporting copy
 
 
 @message
@@ -604,6 +610,71 @@ class DriverStatusResponse:
     workerId: Optional[str]
     workerHostPort: Optional[str]
     exception: Optional[str]  # Spark: Option[Exception]; here its text
+    exitStatus: Optional[int] = None  # Ember: the driver's exit code once it has ended
+    attempt: int = 1                  # Ember: master-level launch attempt (see LaunchDriver)
+
+
+# -- Ember extensions for cluster deploy mode: resources without a shared file system, and
+# -- driver logs through the master.
+
+@message
+@dataclass(frozen=True)
+class UploadAppResource:
+    """Client -> master ask: keep `data` (an app file, --py-files or --files entry) with the
+    master, which answers the `ember-upload://<sha256>/<name>` URL a DriverDescription can
+    name. `sha256` is the client's checksum of `data`, verified on arrival."""
+    name: str
+    data: bytes
+    sha256: str
+
+
+@message
+@dataclass(frozen=True)
+class UploadAppResourceResponse:
+    success: bool
+    url: Optional[str]
+    message: str
+
+
+@message
+@dataclass(frozen=True)
+class FetchAppResource:
+    """Worker -> master ask for an `ember-upload://` URL's bytes (answer: AppResourceData)."""
+    url: str
+
+
+@message
+@dataclass(frozen=True)
+class AppResourceData:
+    found: bool
+    data: bytes
+    sha256: str
+    message: str = ""
+
+
+@message
+@dataclass(frozen=True)
+class RequestDriverLog:
+    """Client -> master ask, which the master forwards to the driver's worker: up to
+    `maxBytes` of the driver's `logType` (stdout|stderr) file from byte `offset`
+    (negative: that many bytes before the end). Answer: DriverLogResponse."""
+    driverId: str
+    logType: str = "stdout"
+    offset: int = 0
+    maxBytes: int = 1 << 20
+
+
+@message
+@dataclass(frozen=True)
+class DriverLogResponse:
+    found: bool
+    data: bytes = b""
+    offset: int = 0         # where `data` starts
+    nextOffset: int = 0     # where the next read should start
+    totalLength: int = 0    # the file's size when read
+    state: Optional[DriverState] = None      # the master's view, filled in by the master
+    exitStatus: Optional[int] = None
+    message: str = ""
 
 
 @message
