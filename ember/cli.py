@@ -63,6 +63,9 @@ def submit_parser() -> argparse.ArgumentParser:
     p.add_argument("--master", help="spark://host:port, local, local[N], local[*], local[N,F]")
     p.add_argument("--deploy-mode", choices=["client", "cluster"], default=None)
     p.add_argument("--name", help="application name")
+    p.add_argument("--class", dest="main_class", metavar="MODULE",
+                   help="cluster mode: the module to run (its main() or __main__), inside "
+                        "APP (a .zip/.whl/directory) or importable on the workers")
     p.add_argument("--conf", "-c", action="append", type=_conf_pair, default=[],
                    metavar="K=V", help="arbitrary Spark configuration property")
     p.add_argument("--properties-file", help="file with extra properties")
@@ -74,6 +77,11 @@ def submit_parser() -> argparse.ArgumentParser:
     p.add_argument("--driver-memory", help="memory for the driver (e.g. 1000M, 2G)")
     p.add_argument("--driver-cores", type=int, help="cores for the driver (cluster mode)")
     p.add_argument("--supervise", action="store_true", help="restart the driver on failure")
+    p.add_argument("--kill", metavar="SUBMISSION_ID", help="kill a cluster-mode driver")
+    p.add_argument("--status", metavar="SUBMISSION_ID",
+                   help="print the state of a cluster-mode driver")
+    p.add_argument("--follow", action="store_true",
+                   help="cluster mode: stream the driver's output and exit with its exit code")
     p.add_argument("--verbose", "-v", action="store_true", help="print debug output")
     p.add_argument("--version", action="store_true", help="print the version and exit")
     p.add_argument("app", nargs="?", help="the application's .py file")
@@ -118,9 +126,105 @@ def build_conf(args: argparse.Namespace) -> dict[str, str]:
     if args.supervise:
         conf["spark.driver.supervise"] = "true"
     conf.setdefault("spark.master", os.environ.get("MASTER", "local[*]"))
-    if args.app:
-        conf.setdefault("spark.app.name", os.path.basename(args.app))
+    if args.app or getattr(args, "main_class", None):
+        conf.setdefault("spark.app.name", args.main_class or os.path.basename(args.app))
     return conf
+
+
+def submit_cluster(args: argparse.Namespace, conf: dict[str, str]) -> int:
+    """Cluster deploy mode: upload what the workers cannot see, hand the driver to the
+    master, print its submission id, then report its status (or --follow its output)."""
+    from ember.deploy import client, submission as sub
+    try:
+        master = sub.check_cluster_master(conf.get("spark.master"))
+        app = sub.resolve_app(args.app, args.main_class, args.app_args)
+        extra = {key: sub.local_list_entries(conf.get(key))
+                 for key in ("spark.submit.pyFiles", "spark.files")}
+        for path in (p for entries in extra.values() for p in entries):
+            if not os.path.isfile(path):
+                raise sub.SubmitError(f"File file:{os.path.abspath(path)} does not exist")
+        conf["spark.submit.deployMode"] = "cluster"
+        gateway = client.open_gateway(master, conf)
+        try:
+            url = app.url
+            if app.local_path is not None:
+                url = gateway.upload(app.upload_name, sub.resource_bytes(app.local_path))
+            for key, entries in extra.items():
+                uploaded = {p: gateway.upload(os.path.basename(p), sub.resource_bytes(p))
+                            for p in entries}
+                if uploaded:
+                    conf[key] = ",".join(uploaded.get(e, e) for e in conf[key].split(",") if e)
+            driver_id = gateway.submit(conf, app, url, sub.driver_environment(os.environ))
+            print(driver_id, flush=True)
+            if args.follow:
+                return client.follow_log(gateway, driver_id, "stdout", True, sys.stdout.buffer)
+            wait = conf.get("spark.standalone.submit.waitAppCompletion", "false")
+            return client.report_driver_status(gateway, driver_id,
+                                               wait.strip().lower() == "true")
+        finally:
+            gateway.close()
+    except sub.SubmitError as e:
+        raise CliError(str(e)) from None
+
+
+def kill_or_status(args: argparse.Namespace, conf: dict[str, str]) -> int:
+    """`--kill ID` / `--status ID` against a spark:// master (REST when enabled, else RPC)."""
+    from ember.deploy import client, submission as sub
+    driver_id = args.kill if args.kill is not None else args.status
+    if not driver_id:
+        raise CliError("Please specify a submission to kill." if args.kill is not None
+                       else "Please specify a submission to request status for.")
+    try:
+        gateway = client.open_gateway(sub.check_cluster_master(conf.get("spark.master")), conf)
+        try:
+            if args.kill is not None:
+                ok, message = gateway.kill(driver_id)
+                print(f"{driver_id} is killed successfully." if ok else message)
+                return 0 if ok else 1
+            st = gateway.status(driver_id)
+        finally:
+            gateway.close()
+    except sub.SubmitError as e:
+        raise CliError(str(e)) from None
+    if not st.found:
+        print(f"ERROR: Cluster master did not recognize {driver_id}", file=sys.stderr)
+        return client.EXIT_NOT_FOUND
+    print(f"State of {driver_id} is {st.state}")
+    if st.worker_id:
+        print(f"Driver running on {st.worker_host_port} ({st.worker_id})")
+    if st.exit_status is not None:
+        print(f"Exit code: {st.exit_status}")
+    if st.exception:
+        print(f"Exception from cluster was: {st.exception}")
+    return 0
+
+
+def logs_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ember logs", description="Print (or --follow) a "
+                                "cluster-mode driver's output, fetched through the master.")
+    p.add_argument("driver_id", metavar="ID")
+    p.add_argument("--master", required=True, help="spark://host:port")
+    p.add_argument("--follow", "-f", action="store_true",
+                   help="keep streaming until the driver ends; exit with its exit code")
+    p.add_argument("--stderr", action="store_true", help="the driver's stderr, not stdout")
+    p.add_argument("--conf", "-c", action="append", type=_conf_pair, default=[], metavar="K=V")
+    return p
+
+
+def cmd_logs(argv: Sequence[str]) -> int:
+    from ember.deploy import client, submission as sub
+    args = logs_parser().parse_args(argv)
+    conf = dict(args.conf)
+    try:
+        gateway = client.open_gateway(sub.check_cluster_master(args.master), conf)
+        try:
+            return client.follow_log(gateway, args.driver_id,
+                                     "stderr" if args.stderr else "stdout", args.follow,
+                                     sys.stdout.buffer)
+        finally:
+            gateway.close()
+    except sub.SubmitError as e:
+        raise CliError(str(e)) from None
 
 
 def cmd_submit(argv: Sequence[str]) -> int:
@@ -130,11 +234,15 @@ def cmd_submit(argv: Sequence[str]) -> int:
         print(BANNER.format(version=__version__, spark=SPARK_VERSION,
                             py=".".join(map(str, sys.version_info[:3]))))
         return 0
-    if not args.app:
-        raise CliError("Must specify a primary resource (JAR or Python or R file)")
+    if args.kill and args.status:
+        raise CliError("Action cannot be both KILL and REQUEST_STATUS.")
+    if args.kill is not None or args.status is not None:
+        return kill_or_status(args, build_conf(args))
     conf = build_conf(args)
     if (args.deploy_mode or conf.get("spark.submit.deployMode")) == "cluster":
-        raise CliError("Cluster deploy mode is not supported by this Ember build yet")
+        return submit_cluster(args, conf)
+    if not args.app:
+        raise CliError("Must specify a primary resource (JAR or Python or R file)")
     app = os.path.abspath(args.app)
     if not os.path.isfile(app):
         raise CliError(f"File {args.app} does not exist")
@@ -186,6 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         parser.print_help()
         print("\ncommands:\n  submit         run an application (ember submit --help)\n"
+              "  logs           a cluster-mode driver's output (ember logs --help)\n"
               "  master         run a standalone master in the foreground\n"
               "  worker         run a standalone worker in the foreground\n"
               "  start-master / stop-master / start-worker / stop-worker\n"
@@ -196,6 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if cmd == "submit":
             return cmd_submit(rest)
+        if cmd == "logs":
+            return cmd_logs(rest)
         if cmd in _DAEMON_COMMANDS:
             import importlib
             module, func = _DAEMON_COMMANDS[cmd]

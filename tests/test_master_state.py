@@ -260,14 +260,24 @@ def test_worker_timeout_loses_executors_and_drivers():
     assert m.idToApp[app_id].executors[1].worker.id == "worker-2"  # rescheduled elsewhere
     assert LaunchExecutor in {type(x) for x in msgs(out, target=w2)}
 
-    # supervised driver: relaunched under a new id; unsupervised: ERROR
+    # supervised driver: relaunched under the same id, next attempt; unsupervised: ERROR
     completed = {d.id: d.state for d in m.completedDrivers}
-    assert completed == {sup.driverId: DriverState.RELAUNCHING, plain.driverId: DriverState.ERROR}
+    assert completed == {plain.driverId: DriverState.ERROR}
     assert f"Re-launching {sup.driverId}" in logs(out)
     assert f"Not re-launching {plain.driverId} because it was not supervised" in logs(out)
     (new_driver,) = m.drivers.values()
-    assert new_driver.id == "driver-20250101000100-0002" and new_driver.worker.id == "worker-2"
+    assert new_driver.id == sup.driverId and new_driver.worker.id == "worker-2"
+    assert new_driver.attempt == 2 and new_driver.state == DriverState.RUNNING
+    assert LaunchDriver(sup.driverId, new_driver.desc, {}, 2) in msgs(out, target=w2)
     assert Persist(f"driver_{new_driver.id}", new_driver) in out
+    # the lost copy's late report (attempt 1) is fenced off; the live attempt's is not
+    late = m.handle(DriverStateChanged(sup.driverId, DriverState.FAILED, None, 1, 1),
+                    NOW + 60_002)
+    assert m.drivers[sup.driverId].state == DriverState.RUNNING
+    assert "Ignoring FAILED of" in logs(late, "WARN")[0]
+    m.handle(DriverStateChanged(sup.driverId, DriverState.FINISHED, None, 0, 2), NOW + 60_003)
+    assert m.completedDrivers[-1].id == sup.driverId
+    assert m.completedDrivers[-1].exitStatus == 0
     assert msgs(out, LaunchDriver, w2)[0].driverId == new_driver.id
 
     # DEAD workers are culled after (15 + 1) * 60 s without a heartbeat
@@ -829,8 +839,9 @@ def test_recovery_timeout_drops_the_silent():
     assert "Driver driver-s was not found after master recovery" in logs(out, "WARN")
     assert "Did not re-launch driver-p because it was not supervised" in logs(out, "WARN")
     states = {d.id: d.state for d in m.completedDrivers}
-    assert states == {"driver-s": DriverState.RELAUNCHING, "driver-p": DriverState.ERROR}
+    assert states == {"driver-p": DriverState.ERROR}
     (relaunched,) = m.drivers.values()
+    assert relaunched.id == "driver-s" and relaunched.attempt == 2
     assert relaunched.worker is w  # scheduled on the worker that answered
     # a second CompleteRecovery is a no-op
     assert m.handle(CompleteRecovery(), NOW + 60_001) == []

@@ -48,6 +48,7 @@ class LocalCluster:
         self.env = env
         self.master_port = free_port()
         self.master_ui = free_port()
+        self.rest_port = int(self.conf.setdefault("spark.master.rest.port", str(free_port())))
         self.master: subprocess.Popen | None = None
         self.workers: list[subprocess.Popen] = []
         self.worker_ui: list[int] = []
@@ -55,6 +56,10 @@ class LocalCluster:
     @property
     def url(self) -> str:
         return f"spark://127.0.0.1:{self.master_port}"
+
+    @property
+    def rest_url(self) -> str:
+        return f"spark://127.0.0.1:{self.rest_port}"
 
     def _conf_args(self) -> list[str]:
         out: list[str] = []

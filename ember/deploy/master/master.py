@@ -24,14 +24,17 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Optional
 
 from ember.deploy.master.state import (
     Ask, Disconnected, Exit, Instruction, Log, MasterConfig, MasterState, Persist, Reply,
     ReplyFailure, ScheduleTimer, Send, Unpersist,
 )
+from ember.deploy.master.uploads import AppResourceStore, UploadError
 from ember.deploy.messages import (
+    AppResourceData, DriverLogResponse, FetchAppResource, RequestDriverLog, UploadAppResource,
+    UploadAppResourceResponse, RecoveryState,
     BoundPortsRequest, CheckForWorkerTimeOut, CompleteRecovery, DecommissionWorkers,
     DecommissionWorkersOnHosts,
     ElectedLeader, ExecutorStateChanged, RevokedLeadership,
@@ -58,6 +61,10 @@ ASK_MESSAGES: tuple[type, ...] = (
     RequestExecutors, KillExecutors, DecommissionWorkersOnHosts, BoundPortsRequest,
     RequestKillApplication,
 )
+
+# Ember's cluster-mode asks, served by this shell rather than the state machine: they move
+# bytes (uploads, log pages) and wait on workers, none of which is a scheduling decision.
+SHELL_ASK_MESSAGES: tuple[type, ...] = (UploadAppResource, FetchAppResource, RequestDriverLog)
 
 # Leader-election and timer messages (Spark's MasterMessages), and DecommissionWorkers (which
 # Spark's master only sends itself, from DecommissionWorkersOnHosts): never from a peer.
@@ -124,8 +131,11 @@ class Master(RpcEndpoint):
 
     def __init__(self, rpc_env: RpcEnv, conf: Mapping[str, Any], *, web_ui_url: str,
                  web_ui_port: int, rest_port: Optional[int] = None,
-                 on_exit: Optional[Callable[[int], None]] = None) -> None:
+                 on_exit: Optional[Callable[[int], None]] = None,
+                 uploads: Optional[AppResourceStore] = None) -> None:
         self.conf = dict(conf)
+        self.uploads = uploads if uploads is not None else AppResourceStore(
+            max_bytes=max_upload_bytes(self.conf))
         # The ref setup_endpoint will hand out (equal by address and name), known before
         # registration so the state can put it in RegisteredWorker / RegisteredApplication.
         ref = rpc_env.endpoint_ref(rpc_env.address, ENDPOINT_NAME)
@@ -167,6 +177,9 @@ class Master(RpcEndpoint):
         self._feed(msg, None)
 
     def receive_and_reply(self, msg: Any, context: RpcCallContext) -> None:
+        if isinstance(msg, SHELL_ASK_MESSAGES):
+            self._serve_shell_ask(msg, context)
+            return
         if not isinstance(msg, ASK_MESSAGES):
             text = f"Unsupported message {type(msg).__name__} from {context.sender_address}"
             log.warning("Refusing an ask: %s", text)
@@ -181,6 +194,70 @@ class Master(RpcEndpoint):
         for timer in self._timers:
             timer.cancel()
         self._timers.clear()
+
+    # -- uploads and driver logs (cluster deploy mode) ----------------------------------------
+
+    def _serve_shell_ask(self, msg: Any, context: RpcCallContext) -> None:
+        if isinstance(msg, UploadAppResource):
+            if self.state.state != RecoveryState.ALIVE:
+                context.reply(UploadAppResourceResponse(
+                    False, None, self.state._not_alive("accept driver submissions")))
+                return
+            # Disk I/O off the loop: a large upload must not delay heartbeats.
+            self.rpc_env.run_in_executor(self._store_upload, msg, context)
+        elif isinstance(msg, FetchAppResource):
+            self.rpc_env.run_in_executor(self._load_upload, msg, context)
+        else:
+            self._forward_driver_log(msg, context)
+
+    def _store_upload(self, msg: UploadAppResource, context: RpcCallContext) -> None:
+        try:
+            url = self.uploads.put(msg.name, msg.data, msg.sha256)
+        except UploadError as e:
+            context.reply(UploadAppResourceResponse(False, None, str(e)))
+            return
+        log.info("Stored uploaded resource %s (%d bytes) as %s", msg.name, len(msg.data), url)
+        context.reply(UploadAppResourceResponse(True, url, ""))
+
+    def _load_upload(self, msg: FetchAppResource, context: RpcCallContext) -> None:
+        try:
+            data, sha = self.uploads.get(msg.url)
+        except UploadError as e:
+            context.reply(AppResourceData(False, b"", "", str(e)))
+            return
+        context.reply(AppResourceData(True, data, sha))
+
+    def _forward_driver_log(self, msg: RequestDriverLog, context: RpcCallContext) -> None:
+        """Ask the worker that runs (or ran) the driver for a page of its log, and stamp the
+        answer with the master's view of the driver's state, so a follower knows when the
+        output is complete."""
+        driver = self.state.find_driver(msg.driverId)
+        if driver is None:
+            context.reply(DriverLogResponse(False, message=f"Driver {msg.driverId} not found"))
+            return
+        worker = driver.worker
+        if worker is None:
+            context.reply(DriverLogResponse(
+                False, state=driver.state, exitStatus=driver.exitStatus,
+                message=f"Driver {msg.driverId} has not been launched on a worker yet"))
+            return
+        if self.state.idToWorker.get(worker.id) is not worker:
+            context.reply(DriverLogResponse(
+                False, state=driver.state, exitStatus=driver.exitStatus,
+                message=f"Worker {worker.id}, which ran driver {msg.driverId}, is gone"))
+            return
+
+        def answer(fut: Any) -> None:
+            try:
+                page = fut.result()
+            except Exception as e:
+                context.reply(DriverLogResponse(
+                    False, message=f"Worker {worker.id} did not answer for the log: {e}"))
+                return
+            d = self.state.find_driver(msg.driverId) or driver
+            context.reply(replace(page, state=d.state, exitStatus=d.exitStatus))
+
+        worker.endpoint.ask(msg).add_done_callback(answer)
 
     def post_internal(self, msg: Any) -> None:
         """Feed a leadership or timer message (ElectedLeader, RevokedLeadership,
@@ -260,9 +337,33 @@ class Master(RpcEndpoint):
         self._timers.append(timer)
 
 
+def _start_rest_server(master_ref: Any, url: str, conf: Mapping[str, str], master_host: str,
+                       uploads: AppResourceStore, retries: int) -> tuple[Any, Optional[int]]:
+    """Spark's StandaloneRestServer when spark.master.rest.enabled (default true, as in 4.1)
+    and safe (see rest_auth_policy); otherwise one log line saying why it is off."""
+    from ember.deploy.rest.server import StandaloneRestServer, rest_auth_policy
+    rest_host = conf.get("spark.master.rest.host") or master_host
+    policy = rest_auth_policy(conf, rest_host)
+    if not policy.enabled:
+        log.info("%s", policy.reason)
+        return None, None
+    rest = StandaloneRestServer(master_ref, url, conf, uploads)
+    return rest, rest.start(rest_host, policy.port, retries)
+
+
 def _ui_bind_host() -> str:
     """Where the web UI listens: SPARK_LOCAL_IP, else every interface (Spark's WebUI.bind)."""
     return os.environ.get("SPARK_LOCAL_IP") or "0.0.0.0"
+
+
+def max_upload_bytes(conf: Mapping[str, Any]) -> int:
+    """spark.ember.submit.maxUploadSize (default 100m): the largest app resource kept."""
+    from ember.config import parse_memory_mb
+    value = conf.get("spark.ember.submit.maxUploadSize")
+    if value is None:
+        return 100 * 1024 * 1024
+    text = str(value).strip().lower()
+    return int(text) if text.isdigit() else parse_memory_mb(text) * 1024 * 1024
 
 
 def public_host(rpc_host: str) -> str:
@@ -281,6 +382,7 @@ class MasterHandle:
     web_ui: Any
     url: str
     web_ui_url: str
+    rest_server: Any = None
     exited: threading.Event = field(default_factory=threading.Event)
     exit_code: int = 0
     _stopped: bool = False
@@ -298,12 +400,15 @@ class MasterHandle:
         if self._stopped:
             return
         self._stopped = True
-        try:
-            self.web_ui.stop()
-        except Exception:
-            log.exception("Error while stopping the web UI")
+        for server in (self.web_ui, self.rest_server):
+            try:
+                if server is not None:
+                    server.stop()
+            except Exception:
+                log.exception("Error while stopping %s", type(server).__name__)
         self.rpc_env.shutdown()
         self.rpc_env.await_termination(10)
+        self.master.uploads.close()
 
 
 def start_master(host: str, port: int = DEFAULT_PORT, webui_port: int = DEFAULT_WEBUI_PORT,
@@ -327,13 +432,16 @@ def start_master(host: str, port: int = DEFAULT_PORT, webui_port: int = DEFAULT_
     retries = RpcConf.from_conf(conf).port_max_retries
 
     env = RpcEnv.create(SYSTEM_NAME, host, port, conf)
-    web_ui = None
+    web_ui = rest = None
     try:
         url = env.address.to_spark_url()
         master_ref = env.endpoint_ref(env.address, ENDPOINT_NAME)
         web_ui = MasterWebUI(master_ref, url, conf)
         bound = web_ui.start(_ui_bind_host(), webui_port, retries)
         web_ui_url = f"http://{public_host(env.address.host)}:{bound}"
+        uploads = AppResourceStore(max_bytes=max_upload_bytes(conf))
+        rest, rest_port = _start_rest_server(master_ref, url, conf, env.address.host, uploads,
+                                             retries)
         handle: Optional[MasterHandle] = None
 
         def on_exit(code: int) -> None:
@@ -341,8 +449,9 @@ def start_master(host: str, port: int = DEFAULT_PORT, webui_port: int = DEFAULT_
                 handle.exit_code = code
                 handle.exited.set()
 
-        master = Master(env, conf, web_ui_url=web_ui_url, web_ui_port=bound, on_exit=on_exit)
-        handle = MasterHandle(env, master, web_ui, url, web_ui_url)
+        master = Master(env, conf, web_ui_url=web_ui_url, web_ui_port=bound, on_exit=on_exit,
+                        rest_port=rest_port, uploads=uploads)
+        handle = MasterHandle(env, master, web_ui, url, web_ui_url, rest)
         env.setup_endpoint(ENDPOINT_NAME, master)
         if not master.ready.wait(ready_timeout):
             raise RuntimeError(f"The master did not start within {ready_timeout:g} s")
@@ -350,11 +459,12 @@ def start_master(host: str, port: int = DEFAULT_PORT, webui_port: int = DEFAULT_
             raise RuntimeError(f"The master failed to start: {master.start_error!r}")
         return handle
     except BaseException:
-        if web_ui is not None:
-            try:
-                web_ui.stop()
-            except Exception:
-                log.debug("Error stopping the web UI after a failed start", exc_info=True)
+        for server in (web_ui, rest):
+            if server is not None:
+                try:
+                    server.stop()
+                except Exception:
+                    log.debug("Error stopping %r after a failed start", server, exc_info=True)
         env.shutdown()
         env.await_termination(10)
         raise

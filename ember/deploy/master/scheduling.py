@@ -179,6 +179,8 @@ class DriverInfo:
     worker: Optional[WorkerInfo] = None
     exception: Optional[str] = None
     resources: dict[str, ResourceInformation] = field(default_factory=dict)
+    attempt: int = 1                   # Ember: master-level launches (see LaunchDriver.attempt)
+    exitStatus: Optional[int] = None   # Ember: the driver process's last exit code
 
 
 @dataclass(eq=False)

@@ -376,6 +376,7 @@ class MasterState:
         self.waitingDrivers: list[DriverInfo] = []
         self.completedDrivers: list[DriverInfo] = []
         self.nextDriverNumber = 0
+        self._capacity_warned: set[str] = set()  # drivers told "no worker is big enough"
         self.recoveryStartTimeMs = 0
 
         self._now = 0
@@ -903,23 +904,38 @@ class MasterState:
         for driver_id in killed_waiting:
             self._on_driver_state_changed(DriverStateChanged(driver_id, DriverState.KILLED), None)
 
+    def find_driver(self, driver_id: str) -> Optional[DriverInfo]:
+        """An active or retained completed driver by id."""
+        driver = self.drivers.get(driver_id)
+        if driver is None:
+            driver = next((d for d in reversed(self.completedDrivers) if d.id == driver_id),
+                          None)
+        return driver
+
     def _on_request_driver_status(self, m: RequestDriverStatus, request: Any) -> None:
         if self.state != RecoveryState.ALIVE:
             self._reply(request, DriverStatusResponse(
                 False, None, None, None, self._not_alive("request driver status")))
             return
-        driver = self.drivers.get(m.driverId)
-        if driver is None:
-            driver = next((d for d in self.completedDrivers if d.id == m.driverId), None)
+        driver = self.find_driver(m.driverId)
         if driver is None:
             self._reply(request, DriverStatusResponse(False, None, None, None, None))
         else:
             w = driver.worker
             self._reply(request, DriverStatusResponse(
                 True, driver.state, w.id if w else None, w.hostPort if w else None,
-                driver.exception))
+                driver.exception, driver.exitStatus, driver.attempt))
 
     def _on_driver_state_changed(self, m: DriverStateChanged, request: Any) -> None:
+        driver = self.drivers.get(m.driverId)
+        if driver is not None and m.attempt is not None and m.attempt != driver.attempt:
+            # Fencing: a copy from before a relaunch (its worker was lost, then came back)
+            # reports on a driver that now runs elsewhere; it must not end the live one.
+            self._log(WARN, f"Ignoring {m.state} of {m.driverId} attempt {m.attempt}: attempt "
+                            f"{driver.attempt} is the current one")
+            return
+        if driver is not None and m.exitStatus is not None:
+            driver.exitStatus = m.exitStatus
         if m.state in (DriverState.ERROR, DriverState.FINISHED, DriverState.KILLED,
                        DriverState.FAILED):
             self._remove_driver(m.driverId, m.state, m.exception)
@@ -938,7 +954,8 @@ class MasterState:
         self._log(INFO, f"Launching driver {driver.id} on worker {worker.id}")
         worker.add_driver(driver)
         driver.worker = worker
-        self._send(worker.endpoint, LaunchDriver(driver.id, driver.desc, driver.resources))
+        self._send(worker.endpoint, LaunchDriver(driver.id, driver.desc, driver.resources,
+                                                 driver.attempt))
         driver.state = DriverState.RUNNING
 
     def _remove_driver(self, driver_id: str, final_state: DriverState,
@@ -962,12 +979,21 @@ class MasterState:
         self._schedule()
 
     def _relaunch_driver(self, driver: DriverInfo) -> None:
-        # A new id: the original may still run behind a partition (SPARK-19900).
-        self._remove_driver(driver.id, DriverState.RELAUNCHING, None)
-        new_driver = self._create_driver(driver.desc)
-        self._persist(f"driver_{new_driver.id}", new_driver)
-        self.drivers[new_driver.id] = new_driver
-        self.waitingDrivers.append(new_driver)
+        """Place a supervised driver whose worker was lost again, under the same id and the
+        next attempt number. Spark gives it a new id instead (SPARK-19900), so that a copy
+        still running behind a partition cannot be confused with the relaunch; here the
+        attempt number does that job (stale reports are ignored, and the old worker is told
+        to kill its copy when it re-registers), and `--status`/`ember logs` keep working
+        with the id the user was given."""
+        if driver.worker is not None:
+            driver.worker.remove_driver(driver)
+        driver.worker = None
+        driver.resources = {}
+        driver.attempt += 1
+        driver.state = DriverState.SUBMITTED
+        self._log(INFO, f"Driver {driver.id} will be relaunched as attempt {driver.attempt}")
+        self._persist(f"driver_{driver.id}", driver)
+        self.waitingDrivers.append(driver)
         self._schedule()
 
     # -- UI / REST queries ------------------------------------------------------------------
@@ -1128,7 +1154,22 @@ class MasterState:
                 self.waitingDrivers.remove(driver)
             for text in plan.warnings:
                 self._log(WARN, text)
+            self._warn_unplaceable_drivers(alive)
         self._start_executors_on_workers(alive)
+
+    def _warn_unplaceable_drivers(self, alive: list[WorkerInfo]) -> None:
+        """Once per driver: no alive worker is big enough for it even when idle, so it will
+        wait until a bigger worker registers (Spark only warns while the cluster is idle,
+        which hides this behind any running executor)."""
+        for d in self.waitingDrivers:
+            if d.id in self._capacity_warned or any(
+                    w.memory >= d.desc.mem and w.cores >= d.desc.cores for w in alive):
+                continue
+            self._capacity_warned.add(d.id)
+            self._log(WARN, f"Driver {d.id} requires more resources than any of our workers "
+                            f"have: it asks for {d.desc.cores} cores and "
+                            f"{megabytes_to_string(d.desc.mem)}; it waits for a worker that "
+                            "large to register")
 
     def _start_executors_on_workers(self, alive: list[WorkerInfo]) -> None:
         policy = self.conf.worker_selection_policy

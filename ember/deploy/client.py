@@ -1,0 +1,276 @@
+"""The cluster-mode submission client: Spark's ClientApp (RPC gateway), REST gateway, polling.
+
+Why both gateways behind one interface: `ember submit` must work the way spark-submit does
+against either the master's RPC port (legacy `ClientApp`: RequestSubmitDriver to every
+master) or its REST port (RestSubmissionClient), fall back from REST to RPC when REST cannot
+connect, and then do the same things whichever carried the submission: report the driver's
+state with `reportDriverStatus`'s exit rules, kill it, and (beyond Spark) stream its log.
+
+Exit codes follow Spark: -1 (255) when the master does not know the driver or the driver
+has an exception, 0 once it is RUNNING unless spark.standalone.submit.waitAppCompletion is
+true; waiting, a FAILED/ERROR/KILLED end is non-zero (1).
+"""
+from __future__ import annotations
+
+import base64
+import logging
+import sys
+import time
+from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional, Protocol, TextIO
+
+from ember.deploy.messages import (
+    DriverDescription, DriverLogResponse, DriverStatusResponse, RequestDriverLog,
+    RequestDriverStatus, RequestKillDriver, RequestSubmitDriver, UploadAppResource,
+)
+from ember.deploy.master.uploads import sha256_hex
+from ember.deploy.submission import AppSpec, SubmitError, driver_description
+
+log = logging.getLogger("ember.deploy.Client")
+
+FINAL_STATES = {"FINISHED", "FAILED", "ERROR", "KILLED"}
+NOT_ALIVE_PREFIX = "Current state is not alive"
+EXIT_NOT_FOUND = 255   # Spark's System.exit(-1)
+# How long a submission that no worker has taken yet is polled before the client leaves it
+# to the master (Spark's REST client polls 10 times, 1 s apart).
+SUBMITTED_PATIENCE_S = 10.0
+
+
+@dataclass(frozen=True)
+class DriverStatus:
+    found: bool
+    state: Optional[str] = None
+    worker_id: Optional[str] = None
+    worker_host_port: Optional[str] = None
+    exception: Optional[str] = None
+    exit_status: Optional[int] = None
+    message: str = ""
+
+
+class Gateway(Protocol):
+    """What the CLI needs from a master, whichever port it speaks on."""
+    url: str
+
+    def upload(self, name: str, data: bytes) -> str: ...
+    def submit(self, conf: Mapping[str, str], app: AppSpec, resource_url: str,
+               environment: Mapping[str, str]) -> str: ...
+    def status(self, driver_id: str) -> DriverStatus: ...
+    def kill(self, driver_id: str) -> tuple[bool, str]: ...
+    def log(self, driver_id: str, log_type: str, offset: int,
+            max_bytes: int) -> DriverLogResponse: ...
+    def close(self) -> None: ...
+
+
+class RpcGateway:
+    """Spark's legacy `ClientApp`: an RpcEnv "driverClient" asking the "Master" endpoint of
+    every master in the URL; standby masters' answers are ignored."""
+
+    def __init__(self, master: str, conf: Mapping[str, str]) -> None:
+        from ember.deploy.app_client import parse_master_urls
+        from ember.rpc import RpcEnv
+        self.url = master
+        rpc_conf = {k: v for k, v in conf.items()
+                    if k.startswith(("spark.authenticate", "spark.rpc.", "spark.port."))}
+        rpc_conf.setdefault("spark.rpc.askTimeout", "10s")   # ClientApp's default
+        self.env = RpcEnv.create("driverClient", "127.0.0.1", 0, rpc_conf, client_mode=True)
+        self.masters = [self.env.endpoint_ref(a, "Master") for a in parse_master_urls(master)]
+        self.active: Any = None
+
+    def _ask_all(self, msg: Any, accept: Callable[[Any], bool]) -> Any:
+        """Ask every master (the active one only, once known); the first answer `accept`s,
+        else the last answer; SubmitError when none could be reached."""
+        refs = [self.active] if self.active is not None else self.masters
+        futures = {ref.ask(msg): ref for ref in refs}
+        wait_futures(list(futures))
+        answers, errors = [], []
+        for fut, ref in futures.items():
+            try:
+                answers.append((ref, fut.result()))
+            except Exception as e:
+                errors.append(f"{ref.address.to_spark_url()}: {e}")
+        for ref, answer in answers:
+            if accept(answer):
+                self.active = ref
+                return answer
+        if answers:
+            return answers[-1][1]
+        raise SubmitError("No master is available (" + "; ".join(errors) + ")")
+
+    def upload(self, name: str, data: bytes) -> str:
+        resp = self._ask_all(UploadAppResource(name, data, sha256_hex(data)),
+                             lambda r: r.success)
+        if not resp.success:
+            raise SubmitError(f"Upload of {name} refused: {resp.message}")
+        return resp.url
+
+    def submit(self, conf: Mapping[str, str], app: AppSpec, resource_url: str,
+               environment: Mapping[str, str]) -> str:
+        desc: DriverDescription = driver_description(conf, app, resource_url, environment)
+        resp = self._ask_all(RequestSubmitDriver(desc), lambda r: r.success)
+        print(resp.message, file=sys.stderr)
+        if not resp.success:
+            raise SubmitError(resp.message)
+        return resp.driverId
+
+    def status(self, driver_id: str) -> DriverStatus:
+        r: DriverStatusResponse = self._ask_all(
+            RequestDriverStatus(driver_id),
+            lambda r: not (r.exception or "").startswith(NOT_ALIVE_PREFIX))
+        if not r.found and (r.exception or "").startswith(NOT_ALIVE_PREFIX):
+            raise SubmitError("No master is available: " + r.exception)
+        return DriverStatus(r.found, r.state.name if r.state else None, r.workerId,
+                            r.workerHostPort, r.exception, r.exitStatus)
+
+    def kill(self, driver_id: str) -> tuple[bool, str]:
+        r = self._ask_all(RequestKillDriver(driver_id),
+                          lambda r: not r.message.startswith(NOT_ALIVE_PREFIX))
+        return r.success, r.message
+
+    def log(self, driver_id: str, log_type: str, offset: int,
+            max_bytes: int) -> DriverLogResponse:
+        return self._ask_all(RequestDriverLog(driver_id, log_type, offset, max_bytes),
+                             lambda r: r.found)
+
+    def close(self) -> None:
+        self.env.shutdown()
+
+
+class RestGateway:
+    """Spark's RestSubmissionClient path, plus Ember's upload and log endpoints."""
+
+    def __init__(self, master: str, conf: Mapping[str, str]) -> None:
+        from ember.deploy.rest.client import RestSubmissionClient, bearer_token_for
+        self.url = master
+        self.client = RestSubmissionClient(master, token=bearer_token_for(conf))
+
+    def upload(self, name: str, data: bytes) -> str:
+        body = self.client.upload(name, data).body
+        if not body.get("success"):
+            raise SubmitError(f"Upload of {name} refused: {body.get('message', '')}")
+        return body["resourceUrl"]
+
+    def submit(self, conf: Mapping[str, str], app: AppSpec, resource_url: str,
+               environment: Mapping[str, str]) -> str:
+        body = self.client.create_submission(resource_url, app.main, list(app.args),
+                                                dict(conf), dict(environment)).body
+        message = body.get("message", "")
+        if message:
+            print(message, file=sys.stderr)
+        if not body.get("success") or not body.get("submissionId"):
+            raise SubmitError(message or "The master refused the submission")
+        return body["submissionId"]
+
+    def status(self, driver_id: str) -> DriverStatus:
+        body = self.client.request_submission_status(driver_id).body
+        if body.get("action") == "ErrorResponse":
+            raise SubmitError(body.get("message", "Error response from the master"))
+        exception = None
+        message = body.get("message") or ""
+        if message.startswith("Exception from the cluster:"):
+            exception = message.split("\n", 1)[1] if "\n" in message else message
+        return DriverStatus(bool(body.get("success")), body.get("driverState"),
+                            body.get("workerId"), body.get("workerHostPort"), exception,
+                            body.get("exitStatus"), message)
+
+    def kill(self, driver_id: str) -> tuple[bool, str]:
+        body = self.client.kill_submission(driver_id).body
+        return bool(body.get("success")), body.get("message", "")
+
+    def log(self, driver_id: str, log_type: str, offset: int,
+            max_bytes: int) -> DriverLogResponse:
+        body = self.client.driver_log(driver_id, log_type, offset, max_bytes).body
+        state = body.get("driverState")
+        from ember.deploy.messages import DriverState
+        return DriverLogResponse(
+            bool(body.get("success")), base64.b64decode(body.get("data", "")),
+            int(body.get("offset", 0)), int(body.get("nextOffset", 0)),
+            int(body.get("totalLength", 0)), DriverState[state] if state else None,
+            body.get("exitStatus"), body.get("message", ""))
+
+    def close(self) -> None:
+        pass
+
+
+def open_gateway(master: str, conf: Mapping[str, str], out: TextIO = sys.stderr) -> Gateway:
+    """REST when spark.master.rest.enabled=true (the client's setting, default false, as in
+    Spark), falling back to the RPC gateway when the REST server cannot be reached."""
+    if str(conf.get("spark.master.rest.enabled", "false")).strip().lower() == "true":
+        from ember.deploy.rest.client import SubmitRestConnectionException
+        gateway = RestGateway(master, conf)
+        try:
+            gateway.client.readyz()
+            return gateway
+        except SubmitRestConnectionException:
+            print(f"Master endpoint {master} was not a REST server. Falling back to legacy "
+                  "submission gateway instead.", file=out)
+    return RpcGateway(master, conf)
+
+
+def report_driver_status(gateway: Gateway, driver_id: str, wait_app_completion: bool,
+                         out: TextIO = sys.stderr,
+                         sleep: Callable[[float], None] = time.sleep) -> int:
+    """Spark's ClientApp.reportDriverStatus, polling from the start instead of after 5 s and
+    then every 10 s: quick while the driver is being placed, then every second."""
+    delay, last, started = 0.02, None, time.monotonic()
+    while True:
+        st = gateway.status(driver_id)
+        if not st.found:
+            print(f"ERROR: Cluster master did not recognize {driver_id}", file=out)
+            return EXIT_NOT_FOUND
+        if (st.state, st.worker_id) != last:
+            last = (st.state, st.worker_id)
+            print(f"State of {driver_id} is {st.state}", file=out)
+            if st.worker_id and st.worker_host_port:
+                print(f"Driver running on {st.worker_host_port} ({st.worker_id})", file=out)
+        if st.exception:
+            print(f"Exception from cluster was: {st.exception}", file=out)
+            return EXIT_NOT_FOUND
+        if st.state in FINAL_STATES:
+            print(f"State of driver {driver_id} is {st.state}, exiting spark-submit.", file=out)
+            return 0 if st.state == "FINISHED" or not wait_app_completion else 1
+        if not wait_app_completion and (
+                st.state != "SUBMITTED" or time.monotonic() - started > SUBMITTED_PATIENCE_S):
+            print("spark-submit not configured to wait for completion,  exiting spark-submit.",
+                  file=out)
+            return 0
+        sleep(delay)
+        delay = min(delay * 2, 1.0)
+
+
+def follow_log(gateway: Gateway, driver_id: str, log_type: str, follow: bool,
+               sink: Any, sleep: Callable[[float], None] = time.sleep) -> int:
+    """Copy a driver's log to `sink` (a binary stream); with `follow`, keep reading until the
+    driver has ended and everything it wrote is out, then return its exit code."""
+    offset, delay = 0, 0.05
+    while True:
+        page = gateway.log(driver_id, log_type, offset, 1 << 20)
+        if page.data:
+            sink.write(page.data)
+            sink.flush()
+            offset = page.nextOffset
+            delay = 0.05
+        state = page.state.name if page.state is not None else None
+        if not page.found:
+            if state is None and "not found" in page.message:
+                raise SubmitError(page.message)
+            if not follow or state in FINAL_STATES:
+                if state in FINAL_STATES:
+                    return exit_code_of(state, page.exitStatus)
+                raise SubmitError(page.message)
+        elif page.nextOffset >= page.totalLength and not page.data:
+            if not follow:
+                return 0
+            if state in FINAL_STATES:
+                return exit_code_of(state, page.exitStatus)
+        if page.data and page.nextOffset < page.totalLength:
+            continue
+        sleep(delay)
+        delay = min(delay * 2, 0.5)
+
+
+def exit_code_of(state: Optional[str], exit_status: Optional[int]) -> int:
+    """The exit code `--follow` ends with: the driver's own, else one for its final state."""
+    if exit_status is not None:
+        return exit_status & 0xFF
+    return {"FINISHED": 0, "KILLED": 143}.get(state or "", 1)
