@@ -13,7 +13,7 @@ install: $(BIN)/python
 	$(BIN)/pip install -q -e '.[test]' --config-settings editable_mode=compat
 
 demo: install
-	$(BIN)/python examples/wordcount.py examples/data/words.txt
+	bash scripts/demo.sh
 
 test: install
 	$(BIN)/python -m pytest -q -p no:cacheprovider

@@ -142,18 +142,27 @@ class RestGateway:
     def __init__(self, master: str, conf: Mapping[str, str]) -> None:
         from ember.deploy.rest.client import RestSubmissionClient, bearer_token_for
         self.url = master
-        self.client = RestSubmissionClient(master, token=bearer_token_for(conf))
+        self._client = RestSubmissionClient(master, token=bearer_token_for(conf))
+
+    def _call(self, method: str, *args: Any) -> dict:
+        """One REST exchange; a protocol or connection failure becomes a one-line
+        SubmitError (the CLI prints it, never a traceback)."""
+        from ember.deploy.rest.protocol import SubmitRestProtocolException
+        try:
+            return getattr(self._client, method)(*args).body
+        except SubmitRestProtocolException as e:
+            raise SubmitError(f"{self.url}: {e}") from None
 
     def upload(self, name: str, data: bytes) -> str:
-        body = self.client.upload(name, data).body
+        body = self._call("upload", name, data)
         if not body.get("success"):
             raise SubmitError(f"Upload of {name} refused: {body.get('message', '')}")
         return body["resourceUrl"]
 
     def submit(self, conf: Mapping[str, str], app: AppSpec, resource_url: str,
                environment: Mapping[str, str]) -> str:
-        body = self.client.create_submission(resource_url, app.main, list(app.args),
-                                                dict(conf), dict(environment)).body
+        body = self._call("create_submission", resource_url, app.main, list(app.args),
+                          dict(conf), dict(environment))
         message = body.get("message", "")
         if message:
             print(message, file=sys.stderr)
@@ -162,7 +171,7 @@ class RestGateway:
         return body["submissionId"]
 
     def status(self, driver_id: str) -> DriverStatus:
-        body = self.client.request_submission_status(driver_id).body
+        body = self._call("request_submission_status", driver_id)
         if body.get("action") == "ErrorResponse":
             raise SubmitError(body.get("message", "Error response from the master"))
         exception = None
@@ -174,12 +183,12 @@ class RestGateway:
                             body.get("exitStatus"), message)
 
     def kill(self, driver_id: str) -> tuple[bool, str]:
-        body = self.client.kill_submission(driver_id).body
+        body = self._call("kill_submission", driver_id)
         return bool(body.get("success")), body.get("message", "")
 
     def log(self, driver_id: str, log_type: str, offset: int,
             max_bytes: int) -> DriverLogResponse:
-        body = self.client.driver_log(driver_id, log_type, offset, max_bytes).body
+        body = self._call("driver_log", driver_id, log_type, offset, max_bytes)
         state = body.get("driverState")
         from ember.deploy.messages import DriverState
         return DriverLogResponse(
@@ -196,12 +205,11 @@ def open_gateway(master: str, conf: Mapping[str, str], out: TextIO = sys.stderr)
     """REST when spark.master.rest.enabled=true (the client's setting, default false, as in
     Spark), falling back to the RPC gateway when the REST server cannot be reached."""
     if str(conf.get("spark.master.rest.enabled", "false")).strip().lower() == "true":
-        from ember.deploy.rest.client import SubmitRestConnectionException
         gateway = RestGateway(master, conf)
         try:
-            gateway.client.readyz()
+            gateway._call("readyz")
             return gateway
-        except SubmitRestConnectionException:
+        except SubmitError:   # nothing answered, or something that does not speak HTTP
             print(f"Master endpoint {master} was not a REST server. Falling back to legacy "
                   "submission gateway instead.", file=out)
     return RpcGateway(master, conf)

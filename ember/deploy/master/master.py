@@ -105,6 +105,7 @@ def validate_master_conf(conf: Mapping[str, Any]) -> None:
     if mode in _UNSUPPORTED_RECOVERY_MODES:
         raise ValueError(f"spark.deploy.recoveryMode={mode} is not supported by Ember yet; "
                          "only NONE is (remove the setting to run without recovery)")
+    max_upload_bytes(conf)
     ui_port = conf.get("spark.master.ui.port")
     if ui_port is not None:
         check_port("spark.master.ui.port", ui_port)
@@ -358,12 +359,13 @@ def _ui_bind_host() -> str:
 
 def max_upload_bytes(conf: Mapping[str, Any]) -> int:
     """spark.ember.submit.maxUploadSize (default 100m): the largest app resource kept."""
-    from ember.config import parse_memory_mb
-    value = conf.get("spark.ember.submit.maxUploadSize")
-    if value is None:
-        return 100 * 1024 * 1024
-    text = str(value).strip().lower()
-    return int(text) if text.isdigit() else parse_memory_mb(text) * 1024 * 1024
+    import re
+    value = str(conf.get("spark.ember.submit.maxUploadSize", "100m")).strip().lower()
+    m = re.fullmatch(r"(\d+)\s*([kmgt]?)b?", value)
+    if not m:
+        raise ValueError("spark.ember.submit.maxUploadSize must be a size like 100m or 512k, "
+                         f"but was {value!r}")
+    return int(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " ")
 
 
 def public_host(rpc_host: str) -> str:

@@ -1,11 +1,13 @@
-"""The standalone Worker: registers with the master(s), runs executors, reports their states.
+"""The standalone Worker: registers with the master(s), runs executors and cluster-mode
+drivers, reports their states.
 
-This is Spark's `deploy/worker/Worker.scala` (reference §4.1, §4.2, §4.6) as an RpcEndpoint
-named "Worker" in the RpcEnv "sparkWorker". Its handlers run one at a time on the env's loop
-(no locks, nothing blocking); processes are started and watched by `ExecutorRunner` threads
-that report back through ``RpcEnv.call_soon``. The decisions that have a right answer
-independent of I/O - the worker id, the registration retry schedule, the trimming of finished
-executors, which work dirs are stale - are small pure functions below, tested directly.
+This is Spark's `deploy/worker/Worker.scala` (reference §4.1, §4.2, §4.4, §4.6) as an
+RpcEndpoint named "Worker" in the RpcEnv "sparkWorker". Its handlers run one at a time on the
+env's loop (no locks, nothing blocking); processes are started and watched by `ExecutorRunner`
+and `DriverRunner` threads that report back through ``RpcEnv.call_soon``. The decisions that
+have a right answer independent of I/O - the worker id, the registration retry schedule, the
+trimming of finished executors, which work dirs are stale, which driver log may be read - are
+small pure functions below, tested directly.
 
 ``WorkerDaemon`` is the process around the endpoint (RpcEnv, web UI, work dir, orderly stop);
 ``ember.deploy.worker.cli`` parses the command line into ``WorkerSettings`` and runs one.
@@ -18,8 +20,13 @@ Deliberate deviations from Spark:
 - a failed ExecutorStateChanged ask is retried by re-sending only the state change, instead of
   re-entering the whole handler (which would log the executor as unknown the second time);
 - ExecutorStateChanged / WorkerDecommissionSigReceived are only accepted from inside this
-  process: a remote peer cannot declare our executors finished.
-- LaunchDriver (cluster deploy mode) is not implemented yet: the driver is reported ERROR.
+  process: a remote peer cannot declare our executors finished (DriverStateChanged from a
+  DriverRunner never arrives as a message: runners report through call_soon);
+- Ember additions for cluster mode without a shared file system: a DriverRunner fetches
+  `ember-upload://` resources from the active master (a blocking ask made on the runner's
+  thread), and the ask RequestDriverLog serves a driver's stdout/stderr to the master;
+- a LaunchDriver for a driver already running here is ignored (Spark would start a second
+  runner and lose track of the first).
 """
 from __future__ import annotations
 
@@ -28,6 +35,7 @@ import enum
 import logging
 import os
 import random
+import re
 import shutil
 import threading
 import time
@@ -37,14 +45,16 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from ember.deploy.messages import (
-    ApplicationFinished, DecommissionWorker, DriverState, DriverStateChanged, ExecutorState,
-    ExecutorStateChanged, Heartbeat, KillDriver, KillExecutor, LaunchDriver, LaunchExecutor,
-    MasterChanged, MasterInStandby, ReconnectWorker, RegisteredWorker, RegisterWorker,
-    RegisterWorkerFailed, RequestWorkerState, WorkerDecommissioning,
-    WorkerDecommissionSigReceived, WorkerExecutorStateResponse, WorkerLatestState,
+    AppResourceData, ApplicationFinished, DecommissionWorker, DriverLogResponse, DriverState,
+    DriverStateChanged, ExecutorState, ExecutorStateChanged, FetchAppResource, Heartbeat,
+    KillDriver, KillExecutor, LaunchDriver, LaunchExecutor, MasterChanged, MasterInStandby,
+    ReconnectWorker, RegisteredWorker, RegisterWorker, RegisterWorkerFailed, RequestDriverLog,
+    RequestWorkerState, WorkerDecommissioning, WorkerDecommissionSigReceived,
+    WorkerDriverStateResponse, WorkerExecutorStateResponse, WorkerLatestState,
     WorkerSchedulerStateResponse, WorkerStateResponse,
 )
 from ember.deploy.worker.config import WorkerConf, local_root_dirs
+from ember.deploy.worker.driver_runner import DriverRunner
 from ember.deploy.worker.executor_runner import ExecutorRunner
 from ember.rpc import (Cancellable, RpcAddress, RpcCallContext, RpcEndpoint, RpcEndpointRef,
                        RpcEnv, RpcTimeoutError)
@@ -55,11 +65,13 @@ __all__ = ["Worker", "WorkerDaemon", "WorkerSettings", "WorkerStartError", "ENDP
            "SYSTEM_NAME", "generate_worker_id", "registration_fuzz", "registration_intervals",
            "RetryAction", "reregister_action", "registration_timeline",
            "parse_standalone_master_urls", "megabytes_to_string", "trim_finished",
-           "stale_app_dirs"]
+           "stale_app_dirs", "driver_log_path", "read_log_chunk", "MAX_DRIVER_LOG_BYTES"]
 
 SYSTEM_NAME = "sparkWorker"
 ENDPOINT_NAME = "Worker"
 MASTER_ENDPOINT_NAME = "Master"
+MAX_DRIVER_LOG_BYTES = 4 << 20   # per RequestDriverLog answer: it travels in one RPC message
+_DRIVER_ID = re.compile(r"[A-Za-z0-9._-]+")
 
 # Spark's Worker companion constants (§4.2)
 FUZZ_MULTIPLIER_INTERVAL_LOWER_BOUND = 0.500
@@ -203,6 +215,43 @@ def stale_app_dirs(work_dir: str, active_ids: Iterable[str], ttl: float,
     return sorted(out)
 
 
+def driver_log_path(work_dir: str, driver_id: str, log_type: str, known: bool
+                    ) -> tuple[Optional[str], str]:
+    """(path of a driver's log file, "") or (None, why not) for RequestDriverLog.
+
+    The id must look like a driver id and its dir must resolve directly inside the work dir
+    (no "..", no symlink out): the ask comes over the network, and the file read must never
+    escape the work dir. A driver not known to this worker is only served if its dir exists
+    (its runner was trimmed, or the worker restarted)."""
+    if log_type not in ("stdout", "stderr"):
+        return None, f"Log type must be one of stdout, stderr (got {log_type!r})"
+    if not _DRIVER_ID.fullmatch(driver_id or "") or driver_id in (".", ".."):
+        return None, f"Invalid driver id {driver_id!r}"
+    root = os.path.realpath(work_dir)
+    d = os.path.realpath(os.path.join(root, driver_id))
+    if os.path.dirname(d) != root:
+        return None, f"Invalid driver id {driver_id!r}"
+    if not known and not os.path.isdir(d):
+        return None, f"Unknown driver {driver_id} on this worker"
+    return os.path.join(d, log_type), ""
+
+
+def read_log_chunk(path: str, offset: int, max_bytes: int) -> tuple[bytes, int, int]:
+    """(data, start, total length): up to `max_bytes` (capped at MAX_DRIVER_LOG_BYTES) from
+    `offset`, or from `-offset` bytes before the end when negative. A missing file reads as
+    empty (a driver that has not written yet)."""
+    max_bytes = max(0, min(max_bytes, MAX_DRIVER_LOG_BYTES))
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return b"", 0, 0
+    with f:
+        total = os.fstat(f.fileno()).st_size
+        start = max(0, total + offset) if offset < 0 else min(offset, total)
+        f.seek(start)
+        return f.read(min(max_bytes, total - start)), start, total
+
+
 def _delete_dirs(dirs: Sequence[str]) -> None:
     for d in dirs:
         shutil.rmtree(d, ignore_errors=True)
@@ -251,6 +300,8 @@ class Worker(RpcEndpoint):
         self.executors: dict[str, ExecutorRunner] = {}
         self.finished_executors: OrderedDict[str, ExecutorRunner] = OrderedDict()
         self.finished_apps: set[str] = set()
+        self.drivers: dict[str, DriverRunner] = {}
+        self.finished_drivers: OrderedDict[str, DriverRunner] = OrderedDict()
         self.app_directories: dict[str, list[str]] = {}
         self.cores_used = 0
         self.memory_used = 0
@@ -294,6 +345,7 @@ class Worker(RpcEndpoint):
             if t is not None:
                 t.cancel()
         self.kill_all_executors(ExecutorState.KILLED, None)
+        self.kill_all_drivers()
 
     def _exit(self, code: int) -> None:
         """Spark's System.exit: stop trying and let the daemon shut the process down."""
@@ -405,7 +457,8 @@ class Worker(RpcEndpoint):
                 self.wconf.cleanup_interval, self.wconf.cleanup_interval,
                 self._work_dir_cleanup)
         m.master.send(WorkerLatestState(
-            self.worker_id, [r.description() for r in self.executors.values()], []))
+            self.worker_id, [r.description() for r in self.executors.values()],
+            list(self.drivers)))
 
     def _send_heartbeat(self) -> None:
         if self.connected:
@@ -453,12 +506,9 @@ class Worker(RpcEndpoint):
         elif isinstance(msg, ApplicationFinished):
             self._on_application_finished(msg.id)
         elif isinstance(msg, LaunchDriver):
-            log.warning("LaunchDriver is not supported yet (driver %s)", msg.driverId)
-            self._send_to_master(DriverStateChanged(
-                msg.driverId, DriverState.ERROR,
-                "cluster deploy mode is not supported by this worker yet"))
+            self._on_launch_driver(msg)
         elif isinstance(msg, KillDriver):
-            log.error("Asked to kill unknown driver %s", msg.driverId)
+            self._on_kill_driver(msg.driverId)
         elif isinstance(msg, DecommissionWorker):
             self._decommission_self()
         elif isinstance(msg, WorkerDecommissionSigReceived) and sender == self.rpc_env.address:
@@ -470,6 +520,8 @@ class Worker(RpcEndpoint):
     def receive_and_reply(self, msg: Any, context: RpcCallContext) -> None:
         if isinstance(msg, RequestWorkerState):
             context.reply(self.state_response())
+        elif isinstance(msg, RequestDriverLog):
+            self._on_request_driver_log(msg, context)
         else:
             context.send_failure(ValueError(f"Unsupported message {type(msg).__name__}"))
 
@@ -479,15 +531,19 @@ class Worker(RpcEndpoint):
             self.host, self.port, self.worker_id,
             [r.summary() for r in self.executors.values()],
             [r.summary() for r in self.finished_executors.values()],
-            [], [], self.active_master_url, self.cores, self.memory, self.cores_used,
-            self.memory_used, self.active_master_web_ui_url, {}, {})
+            [r.summary() for r in self.drivers.values()],
+            [r.summary() for r in self.finished_drivers.values()], self.active_master_url,
+            self.cores, self.memory, self.cores_used, self.memory_used,
+            self.active_master_web_ui_url, {}, {})
 
     def _on_master_changed(self, m: MasterChanged) -> None:
         log.info("Master has changed, new master is at %s", m.master.address.to_spark_url())
         self._change_master(m.master, m.masterWebUiUrl, m.master.address)
         executors = [WorkerExecutorStateResponse(r.description(), dict(r.resources))
                      for r in self.executors.values()]
-        m.master.send(WorkerSchedulerStateResponse(self.worker_id, executors, []))
+        drivers = [WorkerDriverStateResponse(r.driverId, dict(r.resources))
+                   for r in self.drivers.values()]
+        m.master.send(WorkerSchedulerStateResponse(self.worker_id, executors, drivers))
 
     def _decommission_self(self) -> None:
         if self.wconf.decommission_enabled and not self.decommissioned:
@@ -672,10 +728,99 @@ class Worker(RpcEndpoint):
             r.kill(state, message)
         return runners
 
+    # -- drivers (§4.4) ----------------------------------------------------------------------
+
+    def _on_launch_driver(self, m: LaunchDriver) -> None:
+        if m.driverId in self.drivers:
+            log.warning("Asked to launch driver %s, which is already running here", m.driverId)
+            return
+        log.info("Asked to launch driver %s", m.driverId)
+        desc = m.driverDesc
+        try:
+            runner = DriverRunner(
+                m.driverId, desc, work_dir=self.work_dir, worker_url=self.worker_url,
+                host=self.host, web_ui_url=self.web_ui_url, report=self._report_from_driver,
+                fetch_upload=self._fetch_app_resource, worker_conf=self.conf,
+                auth_secret=self._auth_secret, attempt=m.attempt, resources=m.resources)
+            self.drivers[m.driverId] = runner
+            runner.start()
+            self.cores_used += desc.cores
+            self.memory_used += desc.mem
+        except Exception as e:
+            log.error("Failed to launch driver %s: %s", m.driverId, e)
+            self.drivers.pop(m.driverId, None)
+            self._send_to_master(DriverStateChanged(m.driverId, DriverState.ERROR,
+                                                    f"{type(e).__name__}: {e}", None,
+                                                    m.attempt))
+
+    def _fetch_app_resource(self, url: str) -> AppResourceData:
+        """For DriverRunner threads (never the loop: it blocks): an `ember-upload://` URL's
+        bytes from the active master."""
+        master = self.master
+        if master is None:
+            raise ConnectionError("the connection to the master has not yet been established")
+        return master.ask_sync(FetchAppResource(url), timeout=self.wconf.ask_timeout)
+
+    def _report_from_driver(self, m: DriverStateChanged) -> None:
+        """Called on a runner thread: hop onto the loop (the one writer of our state)."""
+        self.rpc_env.call_soon(self._handle_driver_state_changed, m)
+
+    def _handle_driver_state_changed(self, m: DriverStateChanged) -> None:
+        """Spark's handleDriverStateChanged: log, forward, release the driver's share."""
+        if m.state == DriverState.ERROR:
+            log.warning("Driver %s failed with unrecoverable exception: %s", m.driverId,
+                        m.exception)
+        elif m.state == DriverState.FAILED:
+            log.warning("Driver %s exited with failure", m.driverId)
+        elif m.state == DriverState.FINISHED:
+            log.info("Driver %s exited successfully", m.driverId)
+        elif m.state == DriverState.KILLED:
+            log.info("Driver %s was killed by user", m.driverId)
+        else:
+            log.info("Driver %s changed state to %s", m.driverId, m.state)
+        self._send_to_master(m)
+        runner = self.drivers.pop(m.driverId, None)
+        if runner is not None:
+            self.finished_drivers[m.driverId] = runner
+            trim_finished(self.finished_drivers, self.wconf.retained_drivers)
+            self.cores_used -= runner.cores
+            self.memory_used -= runner.memory
+
+    def _on_kill_driver(self, driver_id: str) -> None:
+        runner = self.drivers.get(driver_id)
+        if runner is None:
+            log.error("Asked to kill unknown driver %s", driver_id)
+            return
+        log.info("Asked to kill driver %s", driver_id)
+        runner.kill()
+
+    def kill_all_drivers(self) -> list[DriverRunner]:
+        """Ask every running driver to die (non-blocking); returns the runners so a caller
+        off the loop can join them."""
+        runners = list(self.drivers.values())
+        for r in runners:
+            r.kill()
+        return runners
+
+    def _on_request_driver_log(self, m: RequestDriverLog, context: RpcCallContext) -> None:
+        known = m.driverId in self.drivers or m.driverId in self.finished_drivers
+        path, error = driver_log_path(self.work_dir, m.driverId, m.logType, known)
+        if path is None:
+            context.reply(DriverLogResponse(False, message=error))
+            return
+
+        def read() -> None:   # file I/O: off the loop
+            try:
+                data, start, total = read_log_chunk(path, m.offset, m.maxBytes)
+                context.reply(DriverLogResponse(True, data, start, start + len(data), total))
+            except OSError as e:
+                context.reply(DriverLogResponse(False, message=f"Cannot read {path}: {e}"))
+        self.rpc_env.run_in_executor(read)
+
     # -- work dir cleanup (§4.6) -------------------------------------------------------------
 
     def _work_dir_cleanup(self) -> None:
-        active = {r.appId for r in self.executors.values()}
+        active = {r.appId for r in self.executors.values()} | set(self.drivers)
         work_dir, ttl = self.work_dir, self.wconf.app_data_ttl
 
         def clean() -> None:
@@ -828,26 +973,32 @@ class WorkerDaemon:
         return out.result(timeout)
 
     def stop(self, sync_grace: float = 2.0) -> None:
-        """Kill all executors (FAILED "Worker shutting down", like Spark's shutdown hook),
-        wait for their process trees to be gone, give their final state changes a moment to
-        reach the master, then stop the web UI and the RpcEnv and delete app scratch dirs.
-        Idempotent."""
+        """Kill all executors (FAILED "Worker shutting down", like Spark's shutdown hook)
+        and drivers (KILLED), wait for their process trees to be gone, give their final
+        state changes a moment to reach the master, then stop the web UI and the RpcEnv and
+        delete app scratch dirs. Idempotent."""
         if self._stopped:
             return
         self._stopped = True
         worker, env = self.worker, self.env
         runners: list[ExecutorRunner] = []
+        drivers: list[DriverRunner] = []
         if worker is not None and env is not None:
+            def kill_all() -> tuple[list[ExecutorRunner], list[DriverRunner]]:
+                return (worker.kill_all_executors(ExecutorState.FAILED, "Worker shutting down"),
+                        worker.kill_all_drivers())
             try:
-                runners = self.run_on_loop(lambda: worker.kill_all_executors(
-                    ExecutorState.FAILED, "Worker shutting down"))
+                runners, drivers = self.run_on_loop(kill_all)
             except Exception:
-                runners = list(worker.executors.values())
+                runners, drivers = list(worker.executors.values()), list(worker.drivers.values())
                 for r in runners:
                     r.kill(ExecutorState.FAILED, "Worker shutting down")
-            wait_for = worker.wconf.executor_terminate_timeout + 15.0
+                for d in drivers:
+                    d.kill()
+            wait_for = max([worker.wconf.executor_terminate_timeout]
+                           + [d.terminate_timeout for d in drivers]) + 15.0
             deadline = time.monotonic() + wait_for
-            for r in runners:
+            for r in [*runners, *drivers]:
                 r.join(max(0.1, deadline - time.monotonic()))
             try:
                 # the runners' reports were queued before they finished: once this runs,
