@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test bench clean
+.PHONY: install browser demo test bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -15,7 +15,13 @@ install: $(BIN)/python
 demo: install
 	bash scripts/demo.sh
 
-test: install
+# The browser tests drive Debian's Chromium (no browser download from Playwright).
+browser:
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
+	  else sudo apt-get update -qq && sudo apt-get install -y -qq chromium >/dev/null; fi; }
+
+test: install browser
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: install

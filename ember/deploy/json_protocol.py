@@ -15,7 +15,7 @@ import time
 from typing import Any, Optional, Union
 
 from ember.deploy.messages import (
-    ApplicationDescription, ApplicationSummary, DriverState, DriverSummary,
+    ApplicationDescription, ApplicationSummary, DriverDescription, DriverState, DriverSummary,
     ExecutorRunnerSummary, MasterStateResponse, ResourceInformation, ResourceRequirement,
     WorkerStateResponse, WorkerSummary,
 )
@@ -106,8 +106,14 @@ def executor_runner_json(e: ExecutorRunnerSummary) -> dict:
     }
 
 
+def driver_main_class(desc: DriverDescription) -> str:
+    """The user's main class of a cluster-mode driver: the 3rd command argument, after
+    `{{WORKER_URL}} {{USER_JAR}}` (what Spark's JSON and UI pages show)."""
+    args = desc.command.arguments
+    return args[2] if len(args) > 2 else desc.command.mainClass
+
+
 def driver_info_json(d: DriverSummary) -> dict:
-    args = d.desc.command.arguments
     return {
         "id": d.id,
         "starttime": str(d.startTime),
@@ -117,8 +123,7 @@ def driver_info_json(d: DriverSummary) -> dict:
         "resources": resources_info_json(d.resources),
         "submitdate": java_date_string(d.submitDate),
         "worker": d.workerId if d.workerId is not None else "None",
-        # The user's main class: 3rd argument after {{WORKER_URL}} {{USER_JAR}}.
-        "mainclass": args[2] if len(args) > 2 else d.desc.command.mainClass,
+        "mainclass": driver_main_class(d.desc),
     }
 
 

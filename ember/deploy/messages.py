@@ -860,6 +860,10 @@ class WorkerStateResponse:
     masterWebUiUrl: str
     resources: dict[str, ResourceInformation] = field(default_factory=dict)
     resourcesUsed: dict[str, ResourceInformation] = field(default_factory=dict)
+    # Ember additions for the worker's metrics: registered with a master, and when the last
+    # heartbeat was sent to it over a live connection (epoch ms, 0 = never).
+    registered: bool = False
+    lastHeartbeat: int = 0
 
 
 @message

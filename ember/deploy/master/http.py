@@ -1,53 +1,71 @@
-"""The master's web UI port: `/json` (Spark's JSON contract) and a minimal `/` page.
+"""The master's web UI port: Spark's MasterPage and ApplicationPage, `/json`, kill buttons
+and Prometheus metrics.
 
 Why its own thread and event loop: the RpcEnv keeps its asyncio loop private (no public way
 to run a server on it), and keeping HTTP off that loop means rendering a large `/json` never
 delays a heartbeat. The UI reads the master only the way Spark's MasterPage does, with an
 ask of `RequestMasterState` to the "Master" endpoint: the answer is an immutable snapshot,
-built on the master's loop between two messages, so there is nothing to lock and the UI can
-never change master state. Rendering and serialising then happen here.
+built on the master's loop between two messages, so there is nothing to lock. It changes
+master state only through the asks a kill button sends (`RequestKillApplication`,
+`RequestKillDriver`). Rendering and serialising happen here.
 
-What is served (Spark's `MasterWebUI` / `MasterPage.renderJson`):
+What is served (Spark's `MasterWebUI`, `MasterPage`, `ApplicationPage`):
+- `GET /` - summary, workers, running/completed applications and drivers, kill buttons;
+- `GET /app/?appId=<id>` - one application and its executors (404 page if unknown);
+- `POST /app/kill/`, `POST /driver/kill/` (`id=..&terminate=true`) - only with
+  spark.ui.killEnabled (default true; else 403); redirect to `/`. Other methods get 405;
 - `GET /json`, `/json/` - the whole `writeMasterState` document;
 - `GET /json/<field>...` - `{field: value}`, the field taken with Spark's pattern
   `/json/([a-zA-Z]+).*` (unknown field -> `{"<field>": ""}`); `/json/clusterutilization`
   is `writeClusterUtilization`;
-- `GET /` - a minimal HTML summary (the full UI is another piece of work);
+- `GET /metrics/prometheus` (and Spark's path `/metrics/master/prometheus`) - Prometheus text;
 - anything else - `404: Not Found` as text; a failure inside a handler is logged and
-  answered `500` as text, never with a stack trace.
+  answered `500` as text, never with a stack trace (`ember.ui_common.ui_middleware`).
 JSON is pretty-printed like json4s' `pretty(render(...))` (Jackson's default pretty printer)
 and served as `text/json;charset=utf-8`, as Spark's JettyUtils does, so scripts written
 against Spark's UI read the same bytes.
+
+Deviation from Spark: a kill POST whose `Origin` header names another site is refused (403),
+so a page elsewhere cannot make a visitor's browser kill applications.
 """
 from __future__ import annotations
 
 import asyncio
+import functools
 import html
 import json
 import logging
 import re
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
+from urllib.parse import quote, urlsplit
 
 from aiohttp import web
 
 from ember.deploy.json_protocol import (
-    cluster_utilization_json, java_date_string, master_state_json,
+    cluster_utilization_json, driver_main_class, master_state_json,
 )
 from ember.deploy.master.state import megabytes_to_string
-from ember.deploy.messages import DriverState, MasterStateResponse, RequestMasterState
+from ember.deploy.messages import (
+    ApplicationState, ApplicationSummary, DriverState, DriverSummary, ExecutorState,
+    ExecutorSummary, MasterStateResponse, RecoveryState, RequestKillApplication,
+    RequestKillDriver, RequestMasterState, WorkerState, WorkerSummary,
+)
 from ember.deploy.web import WebServerThread
-from ember.rpc import RpcEndpointRef, RpcError
+from ember.rpc import RpcEndpointRef
 from ember.rpc.bind import bind_with_retries
+from ember.ui_common import (
+    Html, PrometheusText, esc, format_date, format_duration, format_resource_usage,
+    format_resources, html_response, link, not_found, page, prometheus_response, table,
+    ui_middleware, url_with_query,
+)
 
 log = logging.getLogger("ember.deploy.master.MasterWebUI")
-_utils_log = logging.getLogger("ember.deploy.master.Utils")
 
 SERVICE_NAME = "MasterUI"
 JSON_CONTENT_TYPE = "text/json"
 _JSON_FIELD = re.compile(r"/json/([a-zA-Z]+).*")
-# Spark's default security headers for its UIs (spark.ui.xXssProtection, ...).
-_SECURITY_HEADERS = {"X-Frame-Options": "SAMEORIGIN", "X-XSS-Protection": "1; mode=block",
-                     "X-Content-Type-Options": "nosniff"}
+# Pages format the same few sizes thousands of times (one per app / worker row).
+_mb = functools.lru_cache(maxsize=1024)(megabytes_to_string)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -131,6 +149,10 @@ def _pretty(v: Any, level: int, out: list[str]) -> None:
 # The server
 # ---------------------------------------------------------------------------------------------
 
+def _conf_flag(conf: Mapping[str, Any], key: str, default: bool) -> bool:
+    return str(conf.get(key, default)).strip().lower() == "true"
+
+
 class MasterWebUI:
     """HTTP server of the master on its own thread + asyncio loop (see the module doc)."""
 
@@ -140,6 +162,10 @@ class MasterWebUI:
         self.master_url = master_url
         conf = conf or {}
         self.title = str(conf.get("spark.master.ui.title") or f"Spark Master at {master_url}")
+        self.kill_enabled = _conf_flag(conf, "spark.ui.killEnabled", True)
+        history = (conf.get("spark.master.ui.historyServerUrl")
+                   or conf.get("spark.master.historyServerUrl"))
+        self.history_server_url: Optional[str] = str(history).rstrip("/") if history else None
         self.port = 0
         self._server = WebServerThread("MasterWebUI")
 
@@ -149,10 +175,19 @@ class MasterWebUI:
         """Bind (with retries) and serve; returns the bound port. Raises OSError."""
         sock = bind_with_retries(SERVICE_NAME, host, port, max_retries)
         self.port = sock.getsockname()[1]
-        app = web.Application(middlewares=[self._guard])
-        app.router.add_get("/", self._root)
-        app.router.add_get("/json", self._json)
-        app.router.add_get("/json/{tail:.*}", self._json)
+        app = web.Application(middlewares=[ui_middleware(log, "Master")])
+        r = app.router
+        r.add_get("/", self._root)
+        for path in ("/app", "/app/"):
+            r.add_get(path, self._app)
+        for path in ("/app/kill", "/app/kill/"):
+            r.add_post(path, self._kill_app)
+        for path in ("/driver/kill", "/driver/kill/"):
+            r.add_post(path, self._kill_driver)
+        for path in ("/metrics/prometheus", "/metrics/master/prometheus"):
+            r.add_get(path, self._metrics)
+        r.add_get("/json", self._json)
+        r.add_get("/json/{tail:.*}", self._json)
         self._server.start(sock, app)
         return self.port
 
@@ -162,30 +197,11 @@ class MasterWebUI:
 
     # -- handlers ---------------------------------------------------------------------------
 
-    @web.middleware
-    async def _guard(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        try:
-            response = await handler(request)
-        except web.HTTPException as e:   # 404, 405: plain text, as aiohttp words them
-            headers = {k: v for k, v in e.headers.items() if k.lower() != "content-length"}
-            response = web.Response(status=e.status, reason=e.reason, text=e.text,
-                                    headers=headers)
-        except RpcError as e:
-            log.warning("Cannot answer %s %s: %s", request.method, request.path, e)
-            response = web.Response(status=503, text=f"503: Master unavailable ({e})\n")
-        except Exception:
-            log.exception("Error serving %s %s", request.method, request.path)
-            response = web.Response(status=500, text="500: Internal Server Error\n")
-        for k, v in _SECURITY_HEADERS.items():
-            response.headers.setdefault(k, v)
-        response.headers["Server"] = "Ember"   # no version banner (Spark hides Jetty's too)
-        return response
-
-    async def _master_state(self) -> MasterStateResponse:
-        return await asyncio.wrap_future(self.master_ref.ask(RequestMasterState()))
+    async def _ask(self, msg: Any) -> Any:
+        return await asyncio.wrap_future(self.master_ref.ask(msg))
 
     async def _json(self, request: web.Request) -> web.Response:
-        state = await self._master_state()
+        state = await self._ask(RequestMasterState())
         m = _JSON_FIELD.search(request.path)
         if m is None:
             doc = master_state_json(state)
@@ -197,80 +213,265 @@ class MasterWebUI:
                             charset="utf-8")
 
     async def _root(self, request: web.Request) -> web.Response:
-        state = await self._master_state()
-        return web.Response(text=render_master_page(state, self.title),
-                            content_type="text/html", charset="utf-8")
+        state = await self._ask(RequestMasterState())
+        return html_response(render_master_page(state, self.title,
+                                                kill_enabled=self.kill_enabled,
+                                                history_server_url=self.history_server_url))
+
+    async def _app(self, request: web.Request) -> web.Response:
+        app_id = request.query.get("appId", "")
+        state = await self._ask(RequestMasterState())
+        document = render_app_page(state, app_id)
+        if document is None:
+            return not_found(f"No running application with ID {app_id}")
+        return html_response(document)
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return prometheus_response(master_metrics(await self._ask(RequestMasterState())))
+
+    async def _kill_app(self, request: web.Request) -> web.Response:
+        return await self._kill(request, RequestKillApplication)
+
+    async def _kill_driver(self, request: web.Request) -> web.Response:
+        return await self._kill(request, RequestKillDriver)
+
+    async def _kill(self, request: web.Request, message: Callable[[str], Any]) -> web.Response:
+        """Spark's handleKillRequest: with killEnabled and `terminate=true`, ask the master to
+        kill `id`; then back to `/` whatever the outcome (the page shows it)."""
+        if not self.kill_enabled:
+            raise web.HTTPForbidden(text="403: Killing is disabled (spark.ui.killEnabled)\n")
+        origin = request.headers.get("Origin")
+        if origin is not None and urlsplit(origin).netloc != request.host:
+            raise web.HTTPForbidden(text="403: Cross-site kill request refused\n")
+        form = await request.post()
+        target = str(form.get("id", ""))
+        if target and str(form.get("terminate", "false")).strip().lower() == "true":
+            await self._ask(message(target))
+        raise web.HTTPFound("/")
 
 
 # ---------------------------------------------------------------------------------------------
-# The minimal HTML page
+# Pages
 # ---------------------------------------------------------------------------------------------
 
-def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
+def _summary(items: list[tuple[str, Any]]) -> Html:
+    return Html('<ul class="summary">' + "".join(
+        f"<li><strong>{esc(k)}:</strong> {esc(v)}</li>" for k, v in items) + "</ul>")
 
 
-def _table(anchor: str, caption: str, headers: list[str], rows: list[list[Any]]) -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return (f'<h4 id="{anchor}">{_e(caption)} ({len(rows)})</h4>\n'
-            f'<table border="1" cellpadding="4"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{body}</tbody></table>\n")
+def _section(anchor: str, caption: str, headers: list[str], rows: list[list[Any]]) -> Html:
+    return Html(f'<h4 id="{anchor}">{esc(caption)} ({len(rows)})</h4>\n'
+                + table(headers, rows))
 
 
-def render_master_page(s: MasterStateResponse, title: str) -> str:
-    """Spark's MasterPage summary list plus plain tables; every value is HTML-escaped (ids,
-    names and users come from remote peers)."""
+def _app_link(app_id: str) -> Html:
+    """Link to the application page (hot: one per row of possibly thousands; a quoted id
+    needs no HTML escaping)."""
+    return Html(f'<a href="/app/?appId={quote(app_id, safe="")}">{html.escape(app_id)}</a>')
+
+
+def _kill_form(action: str, what: str, target_id: str) -> Html:
+    """Spark's (kill) link: a POST form submitted after a JavaScript confirm(). The id goes
+    through json.dumps (a JS string literal), then HTML-escaping (an attribute value)."""
+    question = json.dumps(f"Are you sure you want to kill {what} {target_id} ?")
+    onclick = esc(f"if (window.confirm({question})) {{ this.parentNode.submit(); }} "
+                  "return false;")
+    return Html(f'<form class="kill" action="{action}" method="POST">'
+                f'<input type="hidden" name="id" value="{esc(target_id)}">'
+                '<input type="hidden" name="terminate" value="true">'
+                f'<a href="#" onclick="{onclick}">(kill)</a></form>')
+
+
+def _worker_link(worker: Optional[WorkerSummary], worker_id: Optional[str]) -> Html:
+    """Spark links a worker only while it is alive (a dead one's UI is gone)."""
+    if worker_id is None:
+        return esc("None")
+    if worker is not None and worker.isAlive():
+        return link(worker.webUiAddress, worker_id)
+    return esc(worker_id)
+
+
+def _log_links(worker: Optional[WorkerSummary], **ids: Any) -> Html:
+    """stdout / stderr links to a worker's log page, if that worker is still known."""
+    if worker is None:
+        return Html("")
+    base = worker.webUiAddress.rstrip("/") + "/logPage/"
+    return Html(" ".join(link(url_with_query(base, **ids, logType=t), t)
+                         for t in ("stdout", "stderr")))
+
+
+def _resources_in_use(alive: list[WorkerSummary]) -> str:
+    """Spark's formatMasterResourcesInUse: `1 / 4 gpu` (used / total over alive workers)."""
+    total: dict[str, int] = {}
+    used: dict[str, int] = {}
+    for w in alive:
+        for name, info in w.resources.items():
+            total[name] = total.get(name, 0) + len(info.addresses)
+        for name, info in w.resourcesUsed.items():
+            used[name] = used.get(name, 0) + len(info.addresses)
+    return ", ".join(f"{used.get(n, 0)} / {t} {n}" for n, t in total.items())
+
+
+_APP_HEADERS = ["Application ID", "Name", "Cores", "Memory per Executor",
+                "Resources Per Executor", "Submitted Time", "User", "State", "Duration"]
+_DRIVER_HEADERS = ["Submission ID", "Submitted Time", "Worker", "State", "Cores", "Memory",
+                   "Resources", "Main Class", "Logs"]
+_KILLABLE_DRIVER = (DriverState.RUNNING, DriverState.SUBMITTED, DriverState.RELAUNCHING)
+
+
+def render_master_page(s: MasterStateResponse, title: str, *, kill_enabled: bool = True,
+                       history_server_url: Optional[str] = None) -> str:
+    """Spark's MasterPage. Every value is HTML-escaped: ids, names, users, main classes and
+    URLs come from remote peers."""
+    workers = {w.id: w for w in s.workers}
     alive = [w for w in s.workers if w.isAlive()]
+    counts = {st: 0 for st in WorkerState}
+    for w in s.workers:
+        counts[w.state] += 1
+    waiting = sum(1 for d in s.activeDrivers if d.state == DriverState.SUBMITTED)
+    items: list[tuple[str, Any]] = [("URL", s.uri)]
+    if s.restUri is not None:
+        items.append(("REST URL", Html(f'{esc(s.restUri)} <span class="rest-uri">'
+                                       "(cluster mode)</span>")))
+    items += [
+        ("Alive Workers", len(alive)),
+        ("Workers", f"{counts[WorkerState.ALIVE]} Alive, {counts[WorkerState.DEAD]} Dead, "
+                    f"{counts[WorkerState.DECOMMISSIONED]} Decommissioned, "
+                    f"{counts[WorkerState.UNKNOWN]} Unknown"),
+        ("Cores in use", f"{sum(w.cores for w in alive)} Total, "
+                         f"{sum(w.coresUsed for w in alive)} Used"),
+        ("Memory in use", f"{_mb(sum(w.memory for w in alive))} Total, "
+                          f"{_mb(sum(w.memoryUsed for w in alive))} Used"),
+        ("Resources in use", _resources_in_use(alive)),
+        ("Applications", Html(f'{len(s.activeApps)} <a href="#running-app">Running</a>, '
+                              f'{len(s.completedApps)} <a href="#completed-app">Completed</a>')),
+        ("Drivers", f"{len(s.activeDrivers)} Running ({waiting} Waiting), "
+                    f"{len(s.completedDrivers)} Completed"),
+        ("Status", s.status),
+    ]
+    worker_rows = [[_worker_link(w, w.id), w.hostPort, w.state,
+                    f"{w.cores} ({w.coresUsed} Used)",
+                    f"{_mb(w.memory)} ({_mb(w.memoryUsed)} Used)",
+                    format_resource_usage(w.resources, w.resourcesUsed)] for w in s.workers]
+
+    def app_row(a: ApplicationSummary) -> list[Any]:
+        app_id = _app_link(a.id)
+        if kill_enabled and a.state in (ApplicationState.RUNNING, ApplicationState.WAITING):
+            app_id = Html(app_id + _kill_form("/app/kill/", "application", a.id))
+        if not a.state.isFinished():
+            name = link(a.desc.appUiUrl, a.desc.name)
+        elif history_server_url:
+            name = link(f"{history_server_url}/history/{a.id}", a.desc.name)
+        else:
+            name = esc(a.desc.name)
+        reqs = ", ".join(f"{r.amount} {r.resourceName}" for r in a.desc.resourceReqsPerExecutor)
+        return [app_id, name, a.coresGranted, _mb(a.desc.memoryPerExecutorMB),
+                reqs, format_date(a.submitDate), a.desc.user, a.state,
+                format_duration(a.duration)]
+
+    def driver_row(d: DriverSummary) -> list[Any]:
+        driver_id = esc(d.id)
+        if kill_enabled and d.state in _KILLABLE_DRIVER:
+            driver_id = Html(driver_id + _kill_form("/driver/kill/", "driver", d.id))
+        worker = workers.get(d.workerId) if d.workerId else None
+        return [driver_id, format_date(d.submitDate), _worker_link(worker, d.workerId),
+                d.state, d.desc.cores, _mb(d.desc.mem),
+                format_resources(d.resources), driver_main_class(d.desc),
+                _log_links(worker, driverId=d.id)]
+
+    return page(
+        title, _summary(items),
+        _section("workers", "Workers", ["Worker Id", "Address", "State", "Cores", "Memory",
+                                        "Resources"], worker_rows),
+        _section("running-app", "Running Applications", _APP_HEADERS,
+                 [app_row(a) for a in s.activeApps]),
+        _section("running-driver", "Running Drivers", _DRIVER_HEADERS,
+                 [driver_row(d) for d in s.activeDrivers]),
+        _section("completed-app", "Completed Applications", _APP_HEADERS,
+                 [app_row(a) for a in s.completedApps]),
+        _section("completed-driver", "Completed Drivers", _DRIVER_HEADERS,
+                 [driver_row(d) for d in s.completedDrivers]))
+
+
+def render_app_page(s: MasterStateResponse, app_id: str) -> Optional[str]:
+    """Spark's ApplicationPage for `app_id` (running or completed); None if unknown.
+    Executors still running or EXITED are the summary; killed/failed/lost ones are listed
+    as removed, as Spark does."""
+    app = next((a for a in [*s.activeApps, *s.completedApps] if a.id == app_id), None)
+    if app is None:
+        return None
+    workers = {w.id: w for w in s.workers}
+    d = app.desc
+    if d.maxCores is None:
+        cores = f"Unlimited ({app.coresGranted} granted)"
+    else:
+        cores = f"{d.maxCores} ({app.coresGranted} granted, {d.maxCores - app.coresGranted} left)"
+    items: list[tuple[str, Any]] = [
+        ("ID", app.id), ("Name", d.name), ("User", d.user), ("Cores", cores),
+        ("Executor Memory - Default Resource Profile", _mb(d.memoryPerExecutorMB)),
+        ("Submit Date", format_date(app.submitDate)), ("State", app.state),
+        ("Duration", format_duration(app.duration))]
+    if not app.state.isFinished():
+        ui = link(d.appUiUrl, "Application Detail UI") if d.appUiUrl.strip() else "Disabled"
+        items.append(("Application UI", ui))
+    current: list[ExecutorSummary] = []
+    removed: list[ExecutorSummary] = []
+    for e in {e.id: e for e in [*app.removedExecutors, *app.executors]}.values():
+        live = not e.state.isFinished() or e.state == ExecutorState.EXITED
+        (current if live else removed).append(e)
+
+    def row(e: ExecutorSummary) -> list[Any]:
+        worker = workers.get(e.workerId)
+        return [e.id, _worker_link(worker, e.workerId), e.cores, _mb(e.memory),
+                e.rpId, format_resources(e.resources), e.state,
+                _log_links(worker, appId=e.appId, executorId=e.id)]
+
+    headers = ["ExecutorID", "Worker", "Cores", "Memory", "Resource Profile Id", "Resources",
+               "State", "Logs"]
+    sections = [_summary(items), Html('<p><a href="/">Back to Master</a></p>'),
+                _section("executors", "Executor Summary", headers, [row(e) for e in current])]
+    if removed:
+        sections.append(_section("removed-executors", "Removed Executors", headers,
+                                 [row(e) for e in removed]))
+    return page(f"Application: {d.name}", *sections)
+
+
+def master_metrics(s: MasterStateResponse) -> PrometheusText:
+    """The master's gauges in Prometheus text format (totals over ALIVE workers, as /json)."""
+    alive = [w for w in s.workers if w.isAlive()]
+    worker_counts = {st: 0 for st in WorkerState}
+    for w in s.workers:
+        worker_counts[w.state] += 1
     cores = sum(w.cores for w in alive)
     cores_used = sum(w.coresUsed for w in alive)
-    memory = sum(w.memory for w in alive)
-    memory_used = sum(w.memoryUsed for w in alive)
-    waiting = sum(1 for d in s.activeDrivers if d.state == DriverState.SUBMITTED)
-    workers = [[w.id, f"{w.host}:{w.port}", str(w.state), f"{w.cores} ({w.coresUsed} Used)",
-                f"{megabytes_to_string(w.memory)} ({megabytes_to_string(w.memoryUsed)} Used)"]
-               for w in s.workers]
-
-    def apps(lst: list) -> list[list[Any]]:
-        return [[a.id, a.desc.name, a.coresGranted, megabytes_to_string(a.desc.memoryPerExecutorMB),
-                 java_date_string(a.submitDate), a.desc.user, str(a.state), f"{a.duration} ms"]
-                for a in lst]
-
-    def drivers(lst: list) -> list[list[Any]]:
-        return [[d.id, java_date_string(d.submitDate), d.workerId or "None", str(d.state),
-                 d.desc.cores, megabytes_to_string(d.desc.mem), d.desc.command.mainClass]
-                for d in lst]
-
-    app_headers = ["Application ID", "Name", "Cores", "Memory per Executor", "Submitted Time",
-                   "User", "State", "Duration"]
-    driver_headers = ["Submission ID", "Submitted Time", "Worker", "State", "Cores", "Memory",
-                      "Main Class"]
-    rest = (f"<li><strong>REST URL:</strong> spark://{_e(s.host)}:{_e(s.restPort)} "
-            "<span>(cluster mode)</span></li>\n" if s.restPort else "")
-    return (
-        "<!DOCTYPE html>\n<html>\n<head>\n<meta charset=\"utf-8\">\n"
-        f"<title>{_e(title)}</title>\n</head>\n<body>\n<h3>{_e(title)}</h3>\n<ul>\n"
-        f"<li><strong>URL:</strong> {_e(s.uri)}</li>\n{rest}"
-        f"<li><strong>Workers:</strong> {len(s.workers)}</li>\n"
-        f"<li><strong>Alive Workers:</strong> {len(alive)}</li>\n"
-        f"<li><strong>Cores in use:</strong> {cores} Total, {cores_used} Used</li>\n"
-        f"<li><strong>Memory in use:</strong> {_e(megabytes_to_string(memory))} Total, "
-        f"{_e(megabytes_to_string(memory_used))} Used</li>\n"
-        f"<li><strong>Applications:</strong> {len(s.activeApps)} "
-        f"<a href=\"#running-app\">Running</a>, {len(s.completedApps)} "
-        f"<a href=\"#completed-app\">Completed</a></li>\n"
-        f"<li><strong>Drivers:</strong> {len(s.activeDrivers)} Running ({waiting} Waiting), "
-        f"{len(s.completedDrivers)} Completed</li>\n"
-        f"<li><strong>Status:</strong> {_e(s.status)}</li>\n</ul>\n"
-        + _table("workers", "Workers", ["Worker Id", "Address", "State", "Cores", "Memory"],
-                 workers)
-        + _table("running-app", "Running Applications", app_headers, apps(s.activeApps))
-        + _table("running-driver", "Running Drivers", driver_headers, drivers(s.activeDrivers))
-        + _table("completed-app", "Completed Applications", app_headers, apps(s.completedApps))
-        + _table("completed-driver", "Completed Drivers", driver_headers,
-                 drivers(s.completedDrivers))
-        + "</body>\n</html>\n")
+    app_waiting = sum(1 for a in s.activeApps if a.state == ApplicationState.WAITING)
+    drv_waiting = sum(1 for d in s.activeDrivers if d.state == DriverState.SUBMITTED)
+    mib = 1024 * 1024
+    return (PrometheusText()
+            .add("ember_master_workers", "gauge", "Workers known to the master, by state.",
+                 [({"state": str(st).lower()}, n) for st, n in worker_counts.items()])
+            .add("ember_master_cores_total", "gauge", "Cores of alive workers.", cores)
+            .add("ember_master_cores_used", "gauge", "Cores in use on alive workers.",
+                 cores_used)
+            .add("ember_master_cores_free", "gauge", "Free cores on alive workers.",
+                 cores - cores_used)
+            .add("ember_master_memory_total_bytes", "gauge", "Memory of alive workers.",
+                 sum(w.memory for w in alive) * mib)
+            .add("ember_master_memory_used_bytes", "gauge", "Memory in use on alive workers.",
+                 sum(w.memoryUsed for w in alive) * mib)
+            .add("ember_master_applications", "gauge", "Applications, by state.",
+                 [({"state": "waiting"}, app_waiting),
+                  ({"state": "running"}, len(s.activeApps) - app_waiting),
+                  ({"state": "completed"}, len(s.completedApps))])
+            .add("ember_master_drivers", "gauge", "Cluster-mode drivers, by state.",
+                 [({"state": "waiting"}, drv_waiting),
+                  ({"state": "running"}, len(s.activeDrivers) - drv_waiting),
+                  ({"state": "completed"}, len(s.completedDrivers))])
+            .add("ember_master_executors", "gauge", "Executors of running applications.",
+                 sum(len(a.executors) for a in s.activeApps))
+            .add("ember_master_alive", "gauge", "1 if this master is the ALIVE leader.",
+                 1 if s.status == RecoveryState.ALIVE else 0))
 
 
-__all__ = ["MasterWebUI", "jackson_pretty", "render_master_page",
-           "JSON_CONTENT_TYPE"]
+__all__ = ["MasterWebUI", "jackson_pretty", "render_master_page", "render_app_page",
+           "master_metrics", "JSON_CONTENT_TYPE"]

@@ -1,41 +1,62 @@
-"""The worker's web UI (Spark §4.7): ``/``, ``/json``, ``/logPage/`` and ``/log``.
+"""The worker's web UI (Spark §4.7): `/`, `/json`, `/logPage/`, `/log` and
+`/metrics/prometheus`.
 
 Why its own thread and loop: the RpcEnv does not expose its event loop, and a slow HTTP
 client must never delay the worker's messages. The UI only *reads* the worker's state, by
-asking the Worker endpoint for a ``WorkerStateResponse`` snapshot (like Spark's WorkerPage),
-so it needs no lock and cannot change anything. Log files are read straight from the work
-dir, after checking that the requested directory really is inside it.
+asking the Worker endpoint for a `WorkerStateResponse` snapshot (like Spark's WorkerPage),
+so it needs no lock and cannot change anything.
 
-Every user-controlled string is HTML-escaped on ``/``; ``/logPage/`` answers plain text (the
-log bytes), ``/log`` Spark's plain-text format with its ``==== Bytes a-b of n of <file> ====``
-header. Unknown paths get aiohttp's 404; an unexpected error a 500 with a one-line message,
-never a stack trace.
+Log files are read straight from the work dir - `<workDir>/<appId>/<executorId>/<logType>`
+or `<workDir>/<driverId>/<logType>` - and the query names them, so it is checked before any
+file is touched: ids must look like ids (no `/`, no `..`, no leading dot), the resolved
+directory (symlinks followed) must be inside the work dir, and the file must exist; a bad
+request is answered 400 and a missing log 404 with a one-line text, never a file outside.
+`/logPage/` pages through a log by byte offset as Spark's LogPage does (`offset`,
+`byteLength`, default the last 100 KiB); `/log` answers the same slice as plain text under
+Spark's `==== Bytes a-b of n of <file> ====` header.
+
+Every user-controlled string (app names, main classes, exception text, log text) is
+HTML-escaped by `ember.ui_common`; failures are a one-line text, never a stack trace.
 """
 from __future__ import annotations
 
 import asyncio
-import html
 import json
 import logging
 import os
-from typing import Any, Optional
-from urllib.parse import quote
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
 
 from aiohttp import web
 
-from ember.deploy.json_protocol import worker_state_json
-from ember.deploy.messages import RequestWorkerState, WorkerStateResponse
+from ember.deploy.json_protocol import driver_main_class, worker_state_json
+from ember.deploy.master.state import bytes_to_string, megabytes_to_string as _mb
+from ember.deploy.messages import (
+    DriverRunnerSummary, ExecutorRunnerSummary, ExecutorState, RequestWorkerState,
+    WorkerStateResponse,
+)
 from ember.deploy.web import WebServerThread
 from ember.rpc import RpcEndpointRef
 from ember.rpc.bind import bind_with_retries
+from ember.ui_common import (
+    Html, PrometheusText, esc, format_resource_usage, format_resources, html_response, link,
+    page, prometheus_response, safe_url, table, ui_middleware, url_with_query,
+)
 
 log = logging.getLogger("ember.deploy.worker.WorkerWebUI")
 
-__all__ = ["WorkerWebUI", "read_log", "LOG_TYPES", "DEFAULT_BYTE_LENGTH"]
+__all__ = ["WorkerWebUI", "read_log", "parse_log_request", "LogRequest", "LogRequestError",
+           "render_worker_page", "render_log_page", "worker_metrics", "LOG_TYPES",
+           "DEFAULT_BYTE_LENGTH", "MAX_BYTE_LENGTH"]
 
 LOG_TYPES = ("stderr", "stdout", "out")
-DEFAULT_BYTE_LENGTH = 100 * 1024
+DEFAULT_BYTE_LENGTH = 100 * 1024     # Spark's LogPage defaultBytes
+MAX_BYTE_LENGTH = 4 << 20            # one page is held in memory: bound what a query can ask
 SERVICE_NAME = "WorkerUI"
+# An app, executor or driver id as it names a directory: no separators, no "..", no dotfiles.
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def _is_in_directory(parent: str, child: str) -> bool:
@@ -69,14 +90,70 @@ def read_log(work_dir: str, log_dir: str, log_type: str, offset: Optional[int] =
         return (f"Error getting logs due to exception: {e.strerror or e}", 0, 0, 0)
 
 
-def _mb(mb: int) -> str:
-    from ember.deploy.worker.worker import megabytes_to_string
-    return megabytes_to_string(mb)
+class LogRequestError(Exception):
+    """A log query that cannot be served: HTTP `status` and a one-line `text`."""
+
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(text)
+        self.status = status
+        self.text = text
+
+
+@dataclass(frozen=True)
+class LogRequest:
+    """A validated `/logPage/` or `/log` query."""
+    ids: dict[str, str]          # {"appId", "executorId"} or {"driverId"}, as queried
+    log_type: str
+    log_dir: str                 # inside the work dir, with a trailing separator
+    offset: Optional[int]        # None: the last `byte_length` bytes
+    byte_length: int
+
+    @property
+    def name(self) -> str:
+        """What the log belongs to: `<appId>/<executorId>` or the driver id."""
+        return "/".join(self.ids.values())
+
+
+def _int_param(query: Mapping[str, str], key: str) -> Optional[int]:
+    if key not in query:
+        return None
+    try:
+        return int(query[key])
+    except ValueError:
+        raise LogRequestError(400, f"Error: {key} must be an integer") from None
+
+
+def parse_log_request(work_dir: str, query: Mapping[str, str]) -> LogRequest:
+    """Validate a log query (Spark's LogPage rules, plus the path checks in the module doc);
+    raises LogRequestError (400 bad request, 404 no such log)."""
+    app_id, exec_id, driver_id = query.get("appId"), query.get("executorId"), query.get("driverId")
+    if app_id is not None and exec_id is not None and driver_id is None:
+        ids = {"appId": app_id, "executorId": exec_id}
+    elif app_id is None and exec_id is None and driver_id is not None:
+        ids = {"driverId": driver_id}
+    else:
+        raise LogRequestError(
+            400, "Error: Request must specify either application or driver identifiers")
+    log_type = query.get("logType", "")
+    if log_type not in LOG_TYPES:
+        raise LogRequestError(400, "Error: Log type must be one of " + ", ".join(LOG_TYPES))
+    offset = _int_param(query, "offset")
+    length = _int_param(query, "byteLength")
+    length = DEFAULT_BYTE_LENGTH if length is None else length
+    if length < 0 or (offset is not None and offset < 0):
+        raise LogRequestError(400, "Error: offset and byteLength must not be negative")
+    log_dir = os.path.join(work_dir, *ids.values()) + os.sep
+    if not all(_ID.fullmatch(v) for v in ids.values()) or not _is_in_directory(work_dir,
+                                                                               log_dir):
+        raise LogRequestError(400, f"Error: invalid log directory {log_dir}")
+    if not os.path.isfile(os.path.join(log_dir, log_type)):
+        raise LogRequestError(404, f"Error: no {log_type} log for {'/'.join(ids.values())}")
+    return LogRequest(ids, log_type, log_dir, offset, min(length, MAX_BYTE_LENGTH))
 
 
 class WorkerWebUI:
-    """An aiohttp server on its own thread. ``start()`` binds (trying successive ports when
-    busy) and returns once it is serving; ``url`` is then ``http://<public host>:<port>``."""
+    """An aiohttp server on its own thread. `start()` binds (trying successive ports when
+    busy) and returns once it is serving; `url` is then `http://<public host>:<port>`."""
 
     def __init__(self, worker_ref: RpcEndpointRef, work_dir: str, host: str, port: int, *,
                  public_host: Optional[str] = None, max_retries: int = 16,
@@ -102,14 +179,12 @@ class WorkerWebUI:
         sock = bind_with_retries(SERVICE_NAME, self.host, self.requested_port,
                                  self.max_retries)
         self.bound_port = sock.getsockname()[1]
-        app = web.Application(middlewares=[_errors_middleware])
-        app.router.add_get("/", self._index)
-        app.router.add_get("/json", self._json)
-        app.router.add_get("/json/", self._json)
-        app.router.add_get("/logPage", self._log_page)
-        app.router.add_get("/logPage/", self._log_page)
-        app.router.add_get("/log", self._log)
-        app.router.add_get("/log/", self._log)
+        app = web.Application(middlewares=[ui_middleware(log, "Worker")])
+        routes = {"/": self._index, "/json": self._json, "/json/": self._json,
+                  "/logPage": self._log_page, "/logPage/": self._log_page, "/log": self._log,
+                  "/log/": self._log, "/metrics/prometheus": self._metrics}
+        for path, handler in routes.items():
+            app.router.add_get(path, handler)
         try:
             self._server.start(sock, app)
         except Exception as e:
@@ -131,102 +206,142 @@ class WorkerWebUI:
         return web.Response(text=json.dumps(worker_state_json(state), indent=2),
                             content_type="text/json")
 
-    def _log_dir(self, request: web.Request) -> tuple[Optional[str], Optional[str]]:
-        """(log dir, error) from appId+executorId or driverId (Spark's LogPage rules)."""
-        q = request.query
-        app_id, exec_id, driver_id = q.get("appId"), q.get("executorId"), q.get("driverId")
-        if app_id is not None and exec_id is not None and driver_id is None:
-            return os.path.join(self.work_dir, app_id, exec_id) + os.sep, None
-        if app_id is None and exec_id is None and driver_id is not None:
-            return os.path.join(self.work_dir, driver_id) + os.sep, None
-        return None, "Request must specify either application or driver identifiers"
-
-    def _log_request(self, request: web.Request) -> tuple[str, int, int, int, str]:
-        q = request.query
-        log_type = q.get("logType", "")
+    async def _read(self, request: web.Request
+                    ) -> tuple[LogRequest, tuple[str, int, int, int]]:
+        """Validate the query and read the slice, off the loop (file I/O)."""
+        def run() -> tuple[LogRequest, tuple[str, int, int, int]]:
+            req = parse_log_request(self.work_dir, request.query)
+            return req, read_log(self.work_dir, req.log_dir, req.log_type, req.offset,
+                                 req.byte_length)
         try:
-            offset = int(q["offset"]) if "offset" in q else None
-            length = int(q["byteLength"]) if "byteLength" in q else DEFAULT_BYTE_LENGTH
-        except ValueError:
-            raise web.HTTPBadRequest(text="Error: offset and byteLength must be integers")
-        log_dir, error = self._log_dir(request)
-        if log_dir is None:
-            raise web.HTTPBadRequest(text=f"Error: {error}")
-        text, start, end, total = read_log(self.work_dir, log_dir, log_type, offset, length)
-        return text, start, end, total, log_dir
+            return await asyncio.get_running_loop().run_in_executor(None, run)
+        except LogRequestError as e:
+            raise _http_error(e) from None
 
     async def _log_page(self, request: web.Request) -> web.Response:
-        text, *_ = await asyncio.get_running_loop().run_in_executor(
-            None, self._log_request, request)
-        return web.Response(text=text, content_type="text/plain")
+        req, (text, start, end, total) = await self._read(request)
+        return html_response(render_log_page(req, text, start, end, total))
 
     async def _log(self, request: web.Request) -> web.Response:
-        text, start, end, total, log_dir = await asyncio.get_running_loop().run_in_executor(
-            None, self._log_request, request)
-        log_type = request.query.get("logType", "")
-        header = f"==== Bytes {start}-{end} of {total} of {log_dir}{log_type} ====\n"
+        req, (text, start, end, total) = await self._read(request)
+        header = f"==== Bytes {start}-{end} of {total} of {req.log_dir}{req.log_type} ====\n"
         return web.Response(text=header + text, content_type="text/plain")
 
     async def _index(self, request: web.Request) -> web.Response:
-        s = await self._state()
-        return web.Response(text=render_index(s, self.url), content_type="text/html")
+        return html_response(render_worker_page(await self._state()))
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        state = await self._state()
+        return prometheus_response(worker_metrics(state, int(time.time() * 1000)))
 
 
-@web.middleware
-async def _errors_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except web.HTTPException:
-        raise
-    except Exception as e:   # a one-line message, never a stack trace
-        log.warning("Web UI request %s failed: %s: %s", request.path, type(e).__name__, e)
-        return web.Response(status=500, text=f"Error: {type(e).__name__}: {e}",
-                            content_type="text/plain")
+def _http_error(e: LogRequestError) -> web.HTTPException:
+    cls = web.HTTPNotFound if e.status == 404 else web.HTTPBadRequest
+    return cls(text=e.text)
 
 
-def _e(v: Any) -> str:
-    return html.escape(str(v), quote=True)
+# ---------------------------------------------------------------------------------------------
+# Pages
+# ---------------------------------------------------------------------------------------------
+
+def _log_links(**ids: Any) -> Html:
+    return Html(" ".join(link(url_with_query("/logPage/", **ids, logType=t), t)
+                         for t in ("stdout", "stderr")))
 
 
-def _safe_link(url: str) -> Optional[str]:
-    return url if isinstance(url, str) and url.startswith(("http://", "https://")) else None
+def _executor_row(e: ExecutorRunnerSummary) -> list[Any]:
+    name = (link(e.appDesc.appUiUrl, e.appDesc.name) if e.state == ExecutorState.RUNNING
+            else esc(e.appDesc.name))
+    details = Html(f"<ul><li><strong>ID:</strong> {esc(e.appId)}</li>"
+                   f"<li><strong>Name:</strong> {name}</li>"
+                   f"<li><strong>User:</strong> {esc(e.appDesc.user)}</li></ul>")
+    return [e.execId, e.state, e.cores, _mb(e.memory), format_resources(e.resources), details,
+            _log_links(appId=e.appId, executorId=e.execId)]
 
 
-def _executor_rows(executors: list, ui_url: str) -> str:
-    rows = []
-    for e in executors:
-        q = f"appId={quote(e.appId, safe='')}&executorId={e.execId}"
-        rows.append(
-            "<tr>"
-            f"<td>{_e(e.execId)}</td><td>{_e(e.state)}</td><td>{_e(e.cores)}</td>"
-            f"<td>{_e(_mb(e.memory))}</td>"
-            f"<td>ID: {_e(e.appId)}<br>Name: {_e(e.appDesc.name)}<br>"
-            f"User: {_e(e.appDesc.user)}</td>"
-            f"<td><a href=\"logPage/?{_e(q)}&amp;logType=stdout\">stdout</a> "
-            f"<a href=\"logPage/?{_e(q)}&amp;logType=stderr\">stderr</a></td>"
-            "</tr>")
-    head = ("<tr><th>ExecutorID</th><th>State</th><th>Cores</th><th>Memory</th>"
-            "<th>Job Details</th><th>Logs</th></tr>")
-    return f"<table border=\"1\">{head}{''.join(rows)}</table>"
+def _driver_row(d: DriverRunnerSummary) -> list[Any]:
+    return [d.driverId, driver_main_class(d.driverDesc), d.state, d.driverDesc.cores,
+            _mb(d.driverDesc.mem), format_resources(d.resources),
+            _log_links(driverId=d.driverId), d.finalException or ""]
 
 
-def render_index(s: WorkerStateResponse, ui_url: str) -> str:
-    """The worker page: id, master, resources, running and finished executors."""
-    master_link = _safe_link(s.masterWebUiUrl)
-    back = (f"<p><a href=\"{_e(master_link)}\">Back to Master</a></p>" if master_link else "")
-    return (
-        "<!DOCTYPE html><html><head><meta charset=\"utf-8\">"
-        f"<title>Spark Worker at {_e(s.host)}:{_e(s.port)}</title></head><body>"
-        f"<h1>Spark Worker at {_e(s.host)}:{_e(s.port)}</h1>"
-        "<ul>"
-        f"<li><strong>ID:</strong> {_e(s.workerId)}</li>"
-        f"<li><strong>Master URL:</strong> {_e(s.masterUrl)}</li>"
-        f"<li><strong>Cores:</strong> {_e(s.cores)} ({_e(s.coresUsed)} Used)</li>"
-        f"<li><strong>Memory:</strong> {_e(_mb(s.memory))} ({_e(_mb(s.memoryUsed))} Used)</li>"
-        "</ul>"
-        f"{back}"
-        f"<h2>Running Executors ({len(s.executors)})</h2>"
-        f"{_executor_rows(s.executors, ui_url)}"
-        f"<h2>Finished Executors ({len(s.finishedExecutors)})</h2>"
-        f"{_executor_rows(s.finishedExecutors, ui_url)}"
-        "</body></html>")
+_EXECUTOR_HEADERS = ["ExecutorID", "State", "Cores", "Memory", "Resources", "Job Details",
+                     "Logs"]
+_DRIVER_HEADERS = ["DriverID", "Main Class", "State", "Cores", "Memory", "Resources", "Logs",
+                   "Notes"]
+
+
+def _section(caption: str, headers: list[str], rows: list[list[Any]]) -> Html:
+    return Html(f"<h4>{esc(caption)} ({len(rows)})</h4>\n" + table(headers, rows))
+
+
+def render_worker_page(s: WorkerStateResponse) -> str:
+    """Spark's WorkerPage: the worker's summary, then running and finished executors and
+    drivers (with their log links and, for drivers, the failure text)."""
+    master = link(s.masterWebUiUrl, s.masterUrl) if s.masterUrl else "(not registered)"
+    summary = Html(
+        '<ul class="summary">'
+        f"<li><strong>ID:</strong> {esc(s.workerId)}</li>"
+        f"<li><strong>Master URL:</strong> {master}</li>"
+        f"<li><strong>Cores:</strong> {s.cores} ({s.coresUsed} Used)</li>"
+        f"<li><strong>Memory:</strong> {esc(_mb(s.memory))} ({esc(_mb(s.memoryUsed))} Used)</li>"
+        f"<li><strong>Resources:</strong> "
+        f"{esc(format_resource_usage(s.resources, s.resourcesUsed))}</li></ul>")
+    back = (Html(f"<p>{link(s.masterWebUiUrl, 'Back to Master')}</p>")
+            if safe_url(s.masterWebUiUrl) else Html(""))
+    return page(
+        f"Spark Worker at {s.host}:{s.port}", summary, back,
+        _section("Running Executors", _EXECUTOR_HEADERS, [_executor_row(e) for e in s.executors]),
+        _section("Running Drivers", _DRIVER_HEADERS, [_driver_row(d) for d in s.drivers]),
+        _section("Finished Executors", _EXECUTOR_HEADERS,
+                 [_executor_row(e) for e in s.finishedExecutors]),
+        _section("Finished Drivers", _DRIVER_HEADERS,
+                 [_driver_row(d) for d in s.finishedDrivers]))
+
+
+def render_log_page(req: LogRequest, text: str, start: int, end: int, total: int) -> str:
+    """Spark's LogPage: bytes `start`-`end` of `total`, with links to the previous (older)
+    and next (newer) page of the same size and to the raw slice."""
+    size = req.byte_length
+
+    def page_link(offset: int, length: int, label: str) -> Html:
+        return link(url_with_query("/logPage/", **req.ids, logType=req.log_type,
+                                   offset=offset, byteLength=length), label)
+
+    older = min(size, start)
+    newer = min(size, total - end)
+    prev = (page_link(start - older, older, f"Previous {bytes_to_string(older)} (older)")
+            if older > 0 else Html('<span class="disabled">Previous (older)</span>'))
+    nxt = (page_link(end, size, f"Next {bytes_to_string(newer)} (newer)")
+           if newer > 0 else Html('<span class="disabled">Next (newer)</span>'))
+    raw = link(url_with_query("/log", **req.ids, logType=req.log_type, offset=start,
+                              byteLength=end - start), "Raw")
+    pager = Html(f'<div class="pager"><span>Showing {start}-{end} of {total}</span>'
+                 f'{prev}{nxt}{raw}<a href="/">Back to Worker</a></div>')
+    return page(f"{req.log_type} log page for {req.name}", pager,
+                Html(f'<pre class="log">{esc(text)}</pre>'), pager)
+
+
+def worker_metrics(s: WorkerStateResponse, now_ms: int) -> PrometheusText:
+    """The worker's gauges in Prometheus text format."""
+    age = (now_ms - s.lastHeartbeat) / 1000.0 if s.lastHeartbeat else float("nan")
+    mib = 1024 * 1024
+    return (PrometheusText()
+            .add("ember_worker_info", "gauge", "This worker's id and active master (value 1).",
+                 [({"worker_id": s.workerId, "master_url": s.masterUrl}, 1)])
+            .add("ember_worker_registered", "gauge", "1 if registered with a master.",
+                 1 if s.registered else 0)
+            .add("ember_worker_heartbeat_age_seconds", "gauge",
+                 "Seconds since the last heartbeat sent to the master over a live connection "
+                 "(NaN before the first).", age)
+            .add("ember_worker_cores_total", "gauge", "Cores offered by this worker.", s.cores)
+            .add("ember_worker_cores_used", "gauge", "Cores used by executors and drivers.",
+                 s.coresUsed)
+            .add("ember_worker_memory_total_bytes", "gauge", "Memory offered by this worker.",
+                 s.memory * mib)
+            .add("ember_worker_memory_used_bytes", "gauge",
+                 "Memory used by executors and drivers.", s.memoryUsed * mib)
+            .add("ember_worker_executors_running", "gauge", "Executors running here.",
+                 len(s.executors))
+            .add("ember_worker_drivers_running", "gauge", "Cluster-mode drivers running here.",
+                 len(s.drivers)))

@@ -293,6 +293,7 @@ class Worker(RpcEndpoint):
         self.active_master_web_ui_url = ""
         self.registered = False
         self.connected = False
+        self.last_heartbeat_ms = 0   # epoch ms of the last heartbeat sent while connected
         self.decommissioned = False
         self.stopped = False
         self.exit_code: Optional[int] = None
@@ -461,8 +462,12 @@ class Worker(RpcEndpoint):
             list(self.drivers)))
 
     def _send_heartbeat(self) -> None:
+        """A heartbeat is fire-and-forget: one sent while the connection to the master is up
+        is the best evidence of a live link there is (a lost connection clears `connected`
+        and stops them, so the metrics' heartbeat age then grows)."""
         if self.connected:
             self._send_to_master(Heartbeat(self.worker_id, self.self_ref))
+            self.last_heartbeat_ms = int(time.time() * 1000)
 
     def _send_to_master(self, msg: Any) -> None:
         if self.master is not None:
@@ -534,7 +539,7 @@ class Worker(RpcEndpoint):
             [r.summary() for r in self.drivers.values()],
             [r.summary() for r in self.finished_drivers.values()], self.active_master_url,
             self.cores, self.memory, self.cores_used, self.memory_used,
-            self.active_master_web_ui_url, {}, {})
+            self.active_master_web_ui_url, {}, {}, self.registered, self.last_heartbeat_ms)
 
     def _on_master_changed(self, m: MasterChanged) -> None:
         log.info("Master has changed, new master is at %s", m.master.address.to_spark_url())
