@@ -283,6 +283,7 @@ _DAEMON_COMMANDS = {
     "worker": ("ember.deploy.worker.cli", "main"),
     "start-worker": ("ember.deploy.worker.cli", "start_main"),
     "stop-worker": ("ember.deploy.worker.cli", "stop_main"),
+    "history-server": ("ember.ui.history_server", "main"),
 }
 
 
@@ -297,6 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               "  logs           a cluster-mode driver's output (ember logs --help)\n"
               "  master         run a standalone master in the foreground\n"
               "  worker         run a standalone worker in the foreground\n"
+              "  history-server serve finished applications' UIs from event logs\n"
               "  start-master / stop-master / start-worker / stop-worker\n"
               "                 the same as background daemons (pid and log files)\n"
               "  version        print the version")

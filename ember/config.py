@@ -98,6 +98,19 @@ _entry("spark.memory.fraction", 0.6, _float, "Fraction of (heap - 300MB) for exe
 _entry("spark.ember.storage.memory", None, parse_memory_mb,
        "Storage memory per task process for cached blocks; default from spark.memory.fraction.")
 _entry("spark.ui.showConsoleProgress", True, parse_bool, "Console progress bar on stderr (tty only).")
+_entry("spark.ui.enabled", True, parse_bool, "Run the application web UI on the driver.")
+_entry("spark.ui.port", 4040, _int, "Port of the application UI; busy ports retry upwards.")
+_entry("spark.port.maxRetries", 16, _int, "Successive ports tried when a port is busy.")
+_entry("spark.ui.retainedJobs", 1000, _int, "Finished jobs the UI and REST API remember.")
+_entry("spark.ui.retainedStages", 1000, _int, "Finished stages the UI and REST API remember.")
+_entry("spark.ui.retainedTasks", 100000, _int, "Tasks per stage the UI and REST API remember.")
+_entry("spark.ui.retainedDeadExecutors", 100, _int, "Removed executors the UI remembers.")
+_entry("spark.eventLog.enabled", False, parse_bool,
+       "Write the application's events to spark.eventLog.dir (for the history server).")
+_entry("spark.eventLog.dir", "file:/tmp/spark-events", _str,
+       "Existing directory (file: URI or path) where event logs are written.")
+_entry("spark.redaction.regex", "(?i)secret|password|token|access[.]?key", _str,
+       "Configuration keys (and values) matching this are redacted in the UI and event log.")
 _entry("spark.locality.wait", 3.0, parse_time_seconds, "Delay-scheduling wait per locality level.")
 _entry("spark.python.task.killTimeout", 2.0, parse_time_seconds,
        "Time a killed task gets to stop before its task process is killed and replaced.")

@@ -174,9 +174,11 @@ class SparkContext:
         self._bus = ListenerBus()
         self._status_store = StatusStore()
         self._bus.add_sync(self._status_store)
-        self._block_master = BlockManagerMaster()
+        self._start_ui_and_event_log()
+        self._block_master = BlockManagerMaster(self._bus)
         self._tracker = MapOutputTracker()
         self._create_scheduler()
+        self._post_application_start()
         self._stopped = False
         self._progress_bar = None
         if config.read(self._conf, "spark.ui.showConsoleProgress") and sys.stderr.isatty():
@@ -241,6 +243,59 @@ class SparkContext:
         self._loop.start()
         backend.start()
         self._app_id = backend.application_id() if local is None else f"local-{self._start_time}"
+        if local is not None:       # Spark's LocalSchedulerBackend announces its executor
+            from ember.scheduler.listener import ExecutorAdded
+            from ember.scheduler.local_backend import EXECUTOR_ID, HOST
+            self._bus.post(ExecutorAdded(EXECUTOR_ID, HOST, threads))
+
+    def _start_ui_and_event_log(self) -> None:
+        """Before the scheduler: the UI's URL goes into the app's registration with a master,
+        and both listeners must see the first executors register. Spark fails start-up when
+        the UI port or the event log directory is unusable; so do we."""
+        self._event_logger = self._ui = None
+        if config.read(self._conf, "spark.eventLog.enabled"):
+            from ember.ui.event_log import EventLoggingListener
+            self._event_logger = EventLoggingListener(self._conf)
+            self._bus.add(self._event_logger)
+        if config.read(self._conf, "spark.ui.enabled"):
+            from ember.ui.spark_ui import SparkUI
+            from ember.ui.status_store import AppStatusStore
+            store = AppStatusStore(self._conf)
+            self._bus.add(store)
+            self._ui = SparkUI(store, self._conf)
+            self._ui.bind()
+            self._ui.start()
+
+    def _post_application_start(self) -> None:
+        from ember.scheduler.listener import ApplicationStart, EnvironmentUpdate
+        if self._event_logger is not None:
+            self._event_logger.start(self._app_id)
+        if self._event_logger is not None or self._ui is not None:
+            self._bus.post(EnvironmentUpdate(self._environment_details()))
+            self._bus.post(ApplicationStart(self.appName, self._app_id,
+                                            self._start_time / 1000, self.sparkUser()))
+
+    def _environment_details(self) -> dict[str, list[tuple[str, str]]]:
+        """The Environment tab's sections; values of keys matching spark.redaction.regex are
+        hidden, as Spark's Utils.redact does."""
+        secret = re.compile(config.read(self._conf, "spark.redaction.regex"))
+
+        def redact(items: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+            return sorted((k, "*********(redacted)" if secret.search(k) or secret.search(v)
+                           else v) for k, v in items)
+        props = dict(self._conf.getAll())
+        props["spark.app.id"] = self._app_id
+        props["spark.app.startTime"] = str(self._start_time)
+        return {"JVM Information": [("Python Version", sys.version.split()[0]),
+                                    ("Python Executable", sys.executable)],
+                "Spark Properties": redact(props.items()),
+                "Hadoop Properties": [],
+                "System Properties": redact(
+                    [("user.name", self.sparkUser()), ("user.dir", os.getcwd()),
+                     ("os.name", sys.platform), ("ember.home", os.path.dirname(__file__))] +
+                    list(self._system_properties.items())),
+                "Metrics Properties": [],
+                "Classpath Entries": [(p, "System Classpath") for p in sys.path if p]}
 
     # --- internals used by RDDs and the scheduler ---------------------------------------
     def _new_rdd_id(self) -> int:
@@ -324,8 +379,10 @@ class SparkContext:
     def _unpersist_rdd(self, rdd_id: int) -> None:
         if self._stopped:
             return
+        from ember.scheduler.listener import UnpersistRDD
         self._backend.unpersist_rdd(rdd_id)
         self._block_master.remove_rdd(rdd_id)
+        self._bus.post(UnpersistRDD(rdd_id))
         block_dir = os.path.join(self._local_dir, "blocks")
         if os.path.isdir(block_dir):
             for f in os.listdir(block_dir):
@@ -382,12 +439,19 @@ class SparkContext:
         self._teardown()
 
     def _teardown(self) -> None:
+        ui = getattr(self, "_ui", None)
+        if ui is not None:
+            ui.stop()
         dag = getattr(self, "_dag", None)
         if dag is not None:
             done = threading.Event()
             dag.post(dag.handle_shutdown)
             dag.post(done.set)
             done.wait(10)
+        if getattr(self, "_app_id", None) is not None and \
+                (ui is not None or getattr(self, "_event_logger", None) is not None):
+            from ember.scheduler.listener import ApplicationEnd
+            self._bus.post(ApplicationEnd(time.time()))
         if getattr(self, "_progress_bar", None) is not None:
             self._progress_bar.stop()
         backend = getattr(self, "_backend", None)
@@ -401,6 +465,8 @@ class SparkContext:
         bus = getattr(self, "_bus", None)
         if bus is not None:
             bus.stop()
+        if getattr(self, "_event_logger", None) is not None:
+            self._event_logger.stop()
         local_dir = getattr(self, "_local_dir", None)
         if local_dir:
             shutil.rmtree(local_dir, ignore_errors=True)
@@ -426,7 +492,7 @@ class SparkContext:
 
     @property
     def uiWebUrl(self) -> str | None:
-        return None
+        return self._ui.url if getattr(self, "_ui", None) is not None else None
 
     @property
     def startTime(self) -> int:

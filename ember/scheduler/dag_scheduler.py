@@ -7,6 +7,7 @@ with fake task results and no processes. Names and messages follow Spark's DAGSc
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -26,6 +27,24 @@ log = logging.getLogger(__name__)
 RESUBMIT_TIMEOUT = 0.2
 
 
+def rdd_infos(rdd: Any) -> list[L.RDDInfo]:
+    """The stage's RDD and its narrow ancestors, as Spark's StageInfo.fromStage lists them:
+    the UI learns cached RDDs' names, sizes and storage levels from these."""
+    out: list[L.RDDInfo] = []
+    seen: set[int] = set()
+    stack = [rdd]
+    while stack:
+        r = stack.pop()
+        if r.id() in seen:
+            continue
+        seen.add(r.id())
+        deps = r.dependencies()
+        out.append(L.RDDInfo(r.id(), r.name() or type(r).__name__, len(r.partitions()),
+                             r._storage_level, r._call_site, [d.rdd.id() for d in deps]))
+        stack.extend(d.rdd for d in deps if isinstance(d, NarrowDependency))
+    return out
+
+
 class Stage:
     def __init__(self, stage_id: int, rdd: Any, num_tasks: int, parents: list["Stage"],
                  first_job_id: int, call_site: str) -> None:
@@ -40,7 +59,8 @@ class Stage:
         self.failed_attempt_ids: set[int] = set()
         self.pending_partitions: set[int] = set()
         self.latest_info = L.StageInfo(stage_id, 0, call_site, num_tasks,
-                                       parent_ids=[p.id for p in parents])
+                                       parent_ids=[p.id for p in parents],
+                                       rdd_infos=rdd_infos(rdd))
 
     @property
     def name(self) -> str:
@@ -50,7 +70,8 @@ class Stage:
         self.latest_info = L.StageInfo(self.id, self.next_attempt_id, self.call_site,
                                        num_partitions_to_compute,
                                        rdd_name=self.rdd.name() or "",
-                                       parent_ids=[p.id for p in self.parents])
+                                       parent_ids=[p.id for p in self.parents],
+                                       rdd_infos=rdd_infos(self.rdd))
         self.next_attempt_id += 1
 
     def __repr__(self) -> str:
@@ -352,7 +373,8 @@ class DAGScheduler:
         final.active_job = job
         self.job_id_to_active_job[job_id] = job
         self.active_jobs.add(job)
-        stage_infos = [self.stage_id_to_stage[s].latest_info
+        # copies: async listeners must see the stages as they were when the job started
+        stage_infos = [dataclasses.replace(self.stage_id_to_stage[s].latest_info)
                        for s in sorted(self.job_id_to_stage_ids.get(job_id, ()))]
         self.bus.post(L.JobStart(job_id, time.time(), stage_infos, properties))
         self.submit_stage(final)
@@ -427,7 +449,7 @@ class DAGScheduler:
         self.running_stages.add(stage)
         stage.make_new_attempt(len(parts))
         stage.latest_info.submission_time = time.time()
-        self.bus.post(L.StageSubmitted(stage.latest_info))
+        self.bus.post(L.StageSubmitted(stage.latest_info, properties))
         try:
             if isinstance(stage, ResultStage):
                 blob = self.serialize_stage("result", stage.rdd, stage.func)

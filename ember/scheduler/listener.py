@@ -1,19 +1,34 @@
 """Scheduler events (Spark's SparkListener* events) and the bus that delivers them.
 
 The status store is updated synchronously when an event is posted, so StatusTracker
-answers are exact the moment an action returns; other listeners (progress bar, UI, event
+answers are exact the moment an action returns; other listeners (UI status store, event
 log) get events on a separate thread so they can never slow the scheduler down.
+
+Events are plain data: the application UI's store and the event log are built from them
+alone, so replaying an event log (history server) rebuilds the same store.
 """
 from __future__ import annotations
 
+import collections
 import logging
-import queue
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class RDDInfo:
+    """An RDD of a stage (the stage's RDD and its narrow ancestors), as Spark's RDDInfo:
+    how the UI learns names, partition counts and storage levels of cached RDDs."""
+    rdd_id: int
+    name: str
+    num_partitions: int
+    storage_level: Any          # ember.storagelevel.StorageLevel
+    callsite: str = ""
+    parent_ids: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -28,6 +43,7 @@ class StageInfo:
     completion_time: float | None = None
     failure_reason: str | None = None
     parent_ids: list[int] = field(default_factory=list)
+    rdd_infos: list[RDDInfo] = field(default_factory=list)
 
 
 @dataclass
@@ -49,6 +65,7 @@ class JobEnd:
 @dataclass
 class StageSubmitted:
     stage_info: StageInfo
+    properties: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -79,6 +96,7 @@ class ExecutorAdded:
     host: str
     cores: int
     time: float = field(default_factory=time.time)
+    log_urls: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -88,14 +106,71 @@ class ExecutorRemoved:
     time: float = field(default_factory=time.time)
 
 
+@dataclass
+class ApplicationStart:
+    app_name: str
+    app_id: str
+    time: float
+    user: str
+    attempt_id: str | None = None
+
+
+@dataclass
+class ApplicationEnd:
+    time: float
+
+
+@dataclass
+class EnvironmentUpdate:
+    """details: section ("JVM Information", "Spark Properties", "System Properties",
+    "Classpath Entries", ...) -> [(key, value)], secrets already redacted."""
+    details: dict[str, list[tuple[str, str]]]
+
+
+@dataclass
+class BlockUpdated:
+    """A block stored, moved or dropped (storage level NONE, sizes 0) on an executor."""
+    executor_id: str
+    host: str
+    block_name: str
+    storage_level: Any          # ember.storagelevel.StorageLevel
+    mem_size: int
+    disk_size: int
+
+
+@dataclass
+class UnpersistRDD:
+    rdd_id: int
+
+
+@dataclass
+class LogStart:
+    """First line of an event log: the Spark version that wrote it (replay only)."""
+    spark_version: str
+
+
 class ListenerBus:
+    """Sync listeners (`on_event(event)`) run inside post(); async ones (`on_events(batch)`)
+    get the events in order, in batches, on one bus thread.
+
+    Why batches: a thread woken for every event makes the scheduler's threads fight it for
+    the GIL twice per task (a 10,000-task job ran 60% slower with a listener that did
+    nothing). So post() only appends to a deque, waking the bus thread only when it sleeps
+    idle, and the thread lets events gather for BATCH_DELAY before taking them all: async
+    listeners see events at most that much later and take a lock once per batch. (Yielding
+    the GIL between slices of a batch measured slower: every hand-over costs more than it
+    saves.)
+    """
+
+    BATCH_DELAY = 0.05
+
     def __init__(self) -> None:
         self.sync_listeners: list[Any] = []
         self.listeners: list[Any] = []
-        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._q: collections.deque = collections.deque()
         self._thread: threading.Thread | None = None
-        self._idle = threading.Condition()
-        self._pending = 0
+        self._wakeup = threading.Event()
+        self._idle = False
 
     def add_sync(self, listener: Any) -> None:
         self.sync_listeners.append(listener)
@@ -113,31 +188,54 @@ class ListenerBus:
             except Exception:
                 log.exception("listener %r failed on %r", l, event)
         if self.listeners:
-            with self._idle:
-                self._pending += 1
-            self._q.put(event)
+            self._q.append(event)
+            if self._idle:      # the GIL orders this check after the thread's own
+                self._wakeup.set()
 
     def _run(self) -> None:
+        q = self._q
         while True:
-            event = self._q.get()
-            if event is None:
-                return
+            self._idle = True
+            if not q:
+                self._wakeup.wait()
+            self._idle = False
+            self._wakeup.clear()
+            time.sleep(self.BATCH_DELAY)
+            batch: list[Any] = []
+            while q:
+                event = q.popleft()
+                if event is None or isinstance(event, threading.Event):
+                    self._deliver(batch)
+                    batch = []
+                    if event is None:
+                        return
+                    event.set()                 # a wait_until_empty marker
+                else:
+                    batch.append(event)
+            self._deliver(batch)
+
+    def _deliver(self, batch: list[Any]) -> None:
+        if batch:
             for l in self.listeners:
                 try:
-                    l.on_event(event)
+                    l.on_events(batch)
                 except Exception:
-                    log.exception("listener %r failed on %r", l, event)
-            with self._idle:
-                self._pending -= 1
-                if self._pending == 0:
-                    self._idle.notify_all()
+                    log.exception("listener %r failed on a batch of events", l)
 
     def wait_until_empty(self, timeout: float = 10.0) -> bool:
-        with self._idle:
-            return self._idle.wait_for(lambda: self._pending == 0, timeout)
+        """True once every event posted before this call reached the async listeners."""
+        if self._thread is None:
+            return True
+        marker = threading.Event()
+        self._q.append(marker)
+        self._wakeup.set()
+        return marker.wait(timeout)
 
     def stop(self) -> None:
+        """Deliver what was posted, then end the bus thread; later events are dropped."""
         if self._thread is not None:
-            self._q.put(None)
-            self._thread.join(timeout=5)
+            self._q.append(None)
+            self._wakeup.set()
+            self._thread.join(timeout=10)
             self._thread = None
+            self.listeners = []

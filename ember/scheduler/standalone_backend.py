@@ -139,10 +139,13 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         memory = parse_memory_mb(self.conf.get("spark.executor.memory") or "1g")
         max_cores = self.conf.get("spark.cores.max")
         initial = self.conf.get("spark.dynamicAllocation.initialExecutors")
+        event_log = self.sc._event_logger
         return ApplicationDescription(
-            self.sc.appName, int(max_cores) if max_cores else None, command, "",
+            self.sc.appName, int(max_cores) if max_cores else None, command,
+            self.sc.uiWebUrl or "",
             ResourceProfile.of(cores=int(cores) if cores else None, memoryMb=memory),
-            None, None, int(initial) if initial else None, self.sc.sparkUser())
+            "file:" + event_log.log_dir if event_log is not None else None, None,
+            int(initial) if initial else None, self.sc.sparkUser())
 
     # --- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
@@ -226,7 +229,8 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         log.info("Registered executor %s (%s) with ID %s, ResourceProfileId %d",
                  msg.executorRef, addr.hostPort, eid, msg.resourceProfileId)
         self.scheduler.executor_added(eid)
-        self.sc._bus.post(ExecutorAdded(eid, msg.hostname, msg.cores))
+        self.sc._bus.post(ExecutorAdded(eid, msg.hostname, msg.cores,
+                                        log_urls=dict(msg.logUrls)))
         self.rpc_env.call_soon(context.reply, True)
         msg.executorRef.send(RegisteredExecutor())
         self.revive_offers()

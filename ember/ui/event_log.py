@@ -1,0 +1,561 @@
+"""Event logs: Spark's JSON-lines record of an application's listener events.
+
+`EventLoggingListener` writes `<spark.eventLog.dir>/<appId>.inprogress` while the app runs
+and renames it to `<appId>` at stop, one JSON object per line with Spark's JsonProtocol
+names, so Spark's own history server can read Ember's logs and ours can read Spark's. It is
+an asynchronous bus listener: serialising happens on the bus thread, never the scheduler's,
+into a buffer that a small thread flushes every second (a crashed app loses at most that).
+
+`replay(path)` turns a log back into the listener events the live app posted, so the
+history server rebuilds an AppStatusStore by feeding them to `on_event`; it tolerates what a
+crash leaves behind (a truncated last line, no ApplicationEnd). `list_event_logs(dir)` finds
+the logs in a directory.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Mapping
+
+from ember import config
+from ember.context import SPARK_VERSION
+from ember.scheduler import listener as L
+from ember.scheduler.task import (ExceptionFailure, ExecutorLostFailure, FetchFailed, Success,
+                                  TaskEndReason, TaskInfo, TaskKilled, TaskProcessCrashed)
+from ember.storagelevel import StorageLevel
+
+log = logging.getLogger("ember.ui.EventLoggingListener")
+
+IN_PROGRESS = ".inprogress"
+FLUSH_INTERVAL = 1.0
+
+
+def resolve_log_dir(uri: str) -> str:
+    """spark.eventLog.dir (`file:/p`, `file:///p` or a plain path) -> an absolute local path.
+    Raises like Spark when it is not an existing directory (Spark never creates it)."""
+    path = uri
+    if uri.startswith("file:"):
+        path = re.sub(r"^file:(//(localhost)?)?", "", uri)
+    elif re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", uri):
+        raise ValueError(f"Unsupported event log directory {uri}: Ember writes event logs to "
+                         "local paths only (file: URIs or plain paths)")
+    path = os.path.abspath(os.path.expanduser(path))
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"File file:{path} does not exist. Create the event log directory or point "
+            f"spark.eventLog.dir at an existing one (spark.eventLog.dir={uri})")
+    if not os.path.isdir(path):
+        raise NotADirectoryError(f"Log directory file:{path} is not a directory.")
+    return path
+
+
+def log_name(app_id: str, attempt_id: str | None = None) -> str:
+    """Spark's EventLogFileWriter.nameForAppAndAttempt (sanitizeDirName of each part)."""
+    def sanitize(s: str) -> str:
+        return re.sub(r"[.${}'\"]", "_", re.sub(r"[ :/]", "-", s)).lower()
+    return sanitize(app_id) + (f"_{sanitize(attempt_id)}" if attempt_id else "")
+
+
+# --- events -> JSON (Spark's JsonProtocol names) --------------------------------------------
+def _ms(t: float | None) -> int | None:
+    return None if t is None else round(t * 1000)
+
+
+def _level_json(level: Any) -> dict[str, Any]:
+    level = level or StorageLevel.NONE
+    return {"Use Disk": level.useDisk, "Use Memory": level.useMemory,
+            "Use Off Heap": level.useOffHeap, "Deserialized": level.deserialized,
+            "Replication": level.replication}
+
+
+def _stage_info_json(s: L.StageInfo, submitted_only: bool = False) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "Stage ID": s.stage_id, "Stage Attempt ID": s.attempt_id, "Stage Name": s.name,
+        "Number of Tasks": s.num_tasks,
+        "RDD Info": [{"RDD ID": r.rdd_id, "Name": r.name, "Callsite": r.callsite,
+                      "Parent IDs": r.parent_ids, "Storage Level": _level_json(r.storage_level),
+                      "Barrier": False, "DeterministicLevel": "DETERMINATE",
+                      "Number of Partitions": r.num_partitions,
+                      "Number of Cached Partitions": 0, "Memory Size": 0, "Disk Size": 0}
+                     for r in s.rdd_infos],
+        "Parent IDs": s.parent_ids, "Details": s.details}
+    if s.submission_time is not None:
+        d["Submission Time"] = _ms(s.submission_time)
+    if not submitted_only:      # the live object may already be finished: not at submission
+        if s.completion_time is not None:
+            d["Completion Time"] = _ms(s.completion_time)
+        if s.failure_reason is not None:
+            d["Failure Reason"] = s.failure_reason
+    d.update({"Accumulables": [], "Resource Profile Id": 0, "Shuffle Push Enabled": False,
+              "Shuffle Push Mergers Count": 0})
+    return d
+
+
+def _task_info_json(i: Any, finished: bool) -> dict[str, Any]:
+    return {"Task ID": i.task_id, "Index": i.index, "Attempt": i.attempt_number,
+            "Partition ID": i.partition_id, "Launch Time": _ms(i.launch_time),
+            "Executor ID": i.executor_id, "Host": i.host, "Locality": i.locality,
+            "Speculative": i.speculative, "Getting Result Time": 0,
+            "Finish Time": _ms(i.finish_time) if finished else 0,
+            "Failed": i.failed if finished else False,
+            "Killed": i.killed if finished else False, "Accumulables": []}
+
+
+def _metrics_json(m: Mapping[str, int]) -> dict[str, Any]:
+    g = m.get
+    return {"Executor Deserialize Time": 0, "Executor Deserialize CPU Time": 0,
+            "Executor Run Time": g("executorRunTime", 0),
+            "Executor CPU Time": g("executorCpuTime", 0), "Peak Execution Memory": 0,
+            "Result Size": g("resultSize", 0), "JVM GC Time": 0,
+            "Result Serialization Time": 0, "Memory Bytes Spilled": g("memoryBytesSpilled", 0),
+            "Disk Bytes Spilled": g("diskBytesSpilled", 0),
+            "Shuffle Read Metrics": {"Remote Blocks Fetched": 0, "Local Blocks Fetched": 0,
+                                     "Fetch Wait Time": 0,
+                                     "Remote Bytes Read": g("shuffleRemoteBytesRead", 0),
+                                     "Remote Bytes Read To Disk": 0,
+                                     "Local Bytes Read": g("shuffleLocalBytesRead", 0),
+                                     "Total Records Read": 0},
+            "Shuffle Write Metrics": {"Shuffle Bytes Written": g("shuffleBytesWritten", 0),
+                                      "Shuffle Write Time": 0,
+                                      "Shuffle Records Written": g("shuffleRecordsWritten", 0)},
+            "Input Metrics": {"Bytes Read": 0, "Records Read": 0},
+            "Output Metrics": {"Bytes Written": 0, "Records Written": 0},
+            "Updated Blocks": []}
+
+
+def _reason_json(r: Any) -> dict[str, Any]:
+    if isinstance(r, Success):
+        return {"Reason": "Success"}
+    if isinstance(r, ExceptionFailure):
+        return {"Reason": "ExceptionFailure", "Class Name": r.exc_type, "Description": r.message,
+                "Stack Trace": [], "Full Stack Trace": r.traceback, "Accumulator Updates": []}
+    if isinstance(r, TaskProcessCrashed):   # no Spark counterpart: an exception of the task
+        return {"Reason": "ExceptionFailure", "Class Name": "org.apache.spark.SparkException",
+                "Description": r.message, "Stack Trace": [], "Full Stack Trace": "",
+                "Accumulator Updates": []}
+    if isinstance(r, FetchFailed):
+        d: dict[str, Any] = {"Reason": "FetchFailed"}
+        if r.executor_id is not None:
+            d["Block Manager Address"] = {"Executor ID": r.executor_id, "Host": "", "Port": 0}
+        d.update({"Shuffle ID": r.shuffle_id, "Map ID": r.map_index, "Map Index": r.map_index,
+                  "Reduce ID": r.reduce_id, "Message": r.message})
+        return d
+    if isinstance(r, TaskKilled):
+        return {"Reason": "TaskKilled", "Kill Reason": r.reason, "Accumulator Updates": []}
+    if isinstance(r, ExecutorLostFailure):
+        return {"Reason": "ExecutorLostFailure", "Executor ID": r.executor_id,
+                "Exit Caused By App": r.exit_caused_by_app, "Loss Reason": r.reason}
+    return {"Reason": "UnknownReason"}
+
+
+def event_to_json(e: Any) -> dict[str, Any] | None:
+    """One listener event as Spark's JsonProtocol object; None for events not logged."""
+    t = type(e)
+    if t is L.TaskEnd:
+        return {"Event": "SparkListenerTaskEnd", "Stage ID": e.stage_id,
+                "Stage Attempt ID": e.stage_attempt, "Task Type": e.task_type,
+                "Task End Reason": _reason_json(e.reason),
+                "Task Info": _task_info_json(e.task_info, True),
+                "Task Executor Metrics": {}, "Task Metrics": _metrics_json(e.metrics or {})}
+    if t is L.TaskStart:
+        return {"Event": "SparkListenerTaskStart", "Stage ID": e.stage_id,
+                "Stage Attempt ID": e.stage_attempt,
+                "Task Info": _task_info_json(e.task_info, False)}
+    if t is L.StageSubmitted:
+        return {"Event": "SparkListenerStageSubmitted",
+                "Stage Info": _stage_info_json(e.stage_info, submitted_only=True),
+                "Properties": dict(e.properties)}
+    if t is L.StageCompleted:
+        return {"Event": "SparkListenerStageCompleted",
+                "Stage Info": _stage_info_json(e.stage_info)}
+    if t is L.JobStart:
+        return {"Event": "SparkListenerJobStart", "Job ID": e.job_id,
+                "Submission Time": _ms(e.time),
+                "Stage Infos": [_stage_info_json(s) for s in e.stage_infos],
+                "Stage IDs": [s.stage_id for s in e.stage_infos],
+                "Properties": dict(e.properties)}
+    if t is L.JobEnd:
+        result: dict[str, Any] = {"Result": "JobSucceeded"} if e.succeeded else {
+            "Result": "JobFailed", "Exception": {"Message": e.error, "Stack Trace": []}}
+        return {"Event": "SparkListenerJobEnd", "Job ID": e.job_id,
+                "Completion Time": _ms(e.time), "Job Result": result}
+    if t is L.ExecutorAdded:
+        return {"Event": "SparkListenerExecutorAdded", "Timestamp": _ms(e.time),
+                "Executor ID": e.executor_id,
+                "Executor Info": {"Host": e.host, "Total Cores": e.cores,
+                                  "Log Urls": dict(e.log_urls), "Attributes": {},
+                                  "Resources": {}, "Resource Profile Id": 0}}
+    if t is L.ExecutorRemoved:
+        return {"Event": "SparkListenerExecutorRemoved", "Timestamp": _ms(e.time),
+                "Executor ID": e.executor_id, "Removed Reason": e.reason}
+    if t is L.BlockUpdated:
+        return {"Event": "SparkListenerBlockUpdated", "Block Updated Info": {
+            "Block Manager ID": {"Executor ID": e.executor_id, "Host": e.host, "Port": 0},
+            "Block ID": e.block_name, "Storage Level": _level_json(e.storage_level),
+            "Memory Size": e.mem_size, "Disk Size": e.disk_size}}
+    if t is L.UnpersistRDD:
+        return {"Event": "SparkListenerUnpersistRDD", "RDD ID": e.rdd_id}
+    if t is L.EnvironmentUpdate:
+        d = {"Event": "SparkListenerEnvironmentUpdate"}
+        for section in ("JVM Information", "Spark Properties", "Hadoop Properties",
+                        "System Properties", "Metrics Properties", "Classpath Entries"):
+            d[section] = dict(e.details.get(section, []))
+        return d
+    if t is L.ApplicationStart:
+        d = {"Event": "SparkListenerApplicationStart", "App Name": e.app_name,
+             "App ID": e.app_id, "Timestamp": _ms(e.time), "User": e.user}
+        if e.attempt_id is not None:
+            d["App Attempt ID"] = e.attempt_id
+        return d
+    if t is L.ApplicationEnd:
+        return {"Event": "SparkListenerApplicationEnd", "Timestamp": _ms(e.time)}
+    if t is L.LogStart:
+        return {"Event": "SparkListenerLogStart", "Spark Version": e.spark_version}
+    return None
+
+
+def _dumps(e: Any) -> str:
+    """One event as a log line ('' for events not logged)."""
+    d = event_to_json(e)
+    return "" if d is None else json.dumps(d, separators=(",", ":")) + "\n"
+
+
+_js = json.encoder.encode_basestring_ascii     # type: ignore[attr-defined]
+_BOOL = ("false", "true")
+_METRICS_HEAD = (',"Failed":false,"Killed":false,"Accumulables":[]},"Task Executor Metrics":{},'
+                 '"Task Metrics":{"Executor Deserialize Time":0,'
+                 '"Executor Deserialize CPU Time":0,"Executor Run Time":')
+_METRICS_TAIL = (',"Peak Execution Memory":0,"Result Size":%d,"JVM GC Time":0,'
+                 '"Result Serialization Time":0,"Memory Bytes Spilled":%d,'
+                 '"Disk Bytes Spilled":%d,"Shuffle Read Metrics":{"Remote Blocks Fetched":0,'
+                 '"Local Blocks Fetched":0,"Fetch Wait Time":0,"Remote Bytes Read":%d,'
+                 '"Remote Bytes Read To Disk":0,"Local Bytes Read":%d,"Total Records Read":0},'
+                 '"Shuffle Write Metrics":{"Shuffle Bytes Written":%d,"Shuffle Write Time":0,'
+                 '"Shuffle Records Written":%d},"Input Metrics":{"Bytes Read":0,'
+                 '"Records Read":0},"Output Metrics":{"Bytes Written":0,"Records Written":0},'
+                 '"Updated Blocks":[]}}\n')
+_ZERO_TAIL = _METRICS_TAIL % (0, 0, 0, 0, 0, 0, 0)
+_TIME_KEYS = frozenset({"executorRunTime", "executorCpuTime"})
+
+
+def _ids(i: Any) -> str:
+    return (f'{i.task_id},"Index":{i.index},"Attempt":{i.attempt_number},'
+            f'"Partition ID":{i.partition_id},"Launch Time":{round(i.launch_time * 1000)}')
+
+
+class _TaskLines:
+    """TaskStart and successful TaskEnd lines, byte-identical to event_to_json's, built
+    from cached per-(stage, executor) pieces: turning ints into text is most of the cost of
+    a line, so only the numbers that change from task to task are formatted. Two lines per
+    task are most of a log; everything else goes through event_to_json."""
+
+    def __init__(self) -> None:
+        self._pieces: dict[tuple, tuple[str, str, str, str]] = {}
+        self._running: dict[int, str] = {}     # task id -> its ids and launch time, as text
+
+    def _cached(self, stage: int, attempt: int, task_type: str, i: Any
+                ) -> tuple[str, str, str, str]:
+        key = (stage, attempt, task_type, i.executor_id, i.host, i.locality, i.speculative)
+        pieces = self._pieces.get(key)
+        if pieces is None:
+            if len(self._pieces) > 4096:
+                self._pieces.clear()
+            where = (f',"Executor ID":{_js(i.executor_id)},"Host":{_js(i.host)},'
+                     f'"Locality":{_js(i.locality)},"Speculative":{_BOOL[i.speculative]},'
+                     f'"Getting Result Time":0,"Finish Time":')
+            stage_ids = f'"Stage ID":{stage},"Stage Attempt ID":{attempt},'
+            pieces = self._pieces[key] = (
+                '{"Event":"SparkListenerTaskStart",' + stage_ids + '"Task Info":{"Task ID":',
+                where + '0,"Failed":false,"Killed":false,"Accumulables":[]}}\n',
+                '{"Event":"SparkListenerTaskEnd",' + stage_ids +
+                f'"Task Type":{_js(task_type)},"Task End Reason":{{"Reason":"Success"}},'
+                '"Task Info":{"Task ID":', where)
+        return pieces
+
+    def encode(self, e: Any) -> str:
+        t = type(e)
+        if t is L.TaskStart:
+            i = e.task_info
+            head, tail, _, _ = self._cached(e.stage_id, e.stage_attempt, "", i)
+            ids = self._running[i.task_id] = _ids(i)
+            return f"{head}{ids}{tail}"
+        if t is L.TaskEnd:
+            i = e.task_info
+            ids = self._running.pop(i.task_id, None)
+            if type(e.reason) is Success:
+                m = e.metrics or {}
+                _, _, head, where = self._cached(e.stage_id, e.stage_attempt, e.task_type, i)
+                g = m.get
+                rest = _ZERO_TAIL if m.keys() <= _TIME_KEYS else _METRICS_TAIL % (
+                    g("resultSize", 0), g("memoryBytesSpilled", 0), g("diskBytesSpilled", 0),
+                    g("shuffleRemoteBytesRead", 0), g("shuffleLocalBytesRead", 0),
+                    g("shuffleBytesWritten", 0), g("shuffleRecordsWritten", 0))
+                return (f'{head}{ids or _ids(i)}{where}{round(i.finish_time * 1000)}'
+                        f'{_METRICS_HEAD}{g("executorRunTime", 0)},"Executor CPU Time":'
+                        f'{g("executorCpuTime", 0)}{rest}')
+        return _dumps(e)
+
+
+# --- the writer -----------------------------------------------------------------------------
+class EventLoggingListener:
+    """See the module doc. Construct (validates the directory), add to the bus, `start` once
+    the app id is known (events before that are held in memory), `stop` after the bus."""
+
+    def __init__(self, conf: Any) -> None:
+        self.log_dir = resolve_log_dir(config.read(conf, "spark.eventLog.dir"))
+        if not os.access(self.log_dir, os.W_OK | os.X_OK):
+            raise PermissionError(f"Cannot write event logs to {self.log_dir}: permission "
+                                  "denied (spark.eventLog.dir)")
+        self.path: str | None = None       # the final name; written as path + .inprogress
+        self._lock = threading.Lock()
+        self._file: Any = None
+        self._pending: list[str] | None = []
+        self._stopped = threading.Event()
+        self._flusher: threading.Thread | None = None
+        self._lines = _TaskLines()
+
+    def start(self, app_id: str, attempt_id: str | None = None) -> None:
+        """Create `<dir>/<appId>.inprogress` and write what arrived so far. Raises if a log of
+        this app already exists (Spark's 'Target log file already exists')."""
+        path = os.path.join(self.log_dir, log_name(app_id, attempt_id))
+        if os.path.exists(path):
+            raise FileExistsError(f"Target log file already exists ({path})")
+        f = open(path + IN_PROGRESS, "wb", buffering=1 << 16)
+        log.info("Logging events to file:%s%s", path, IN_PROGRESS)
+        with self._lock:
+            f.write((_dumps(L.LogStart(SPARK_VERSION)) + "".join(self._pending or ())).encode())
+            self._pending = None
+            self._file, self.path = f, path
+        self._flusher = threading.Thread(target=self._flush_loop, name="event-log-flusher",
+                                         daemon=True)
+        self._flusher.start()
+
+    def on_event(self, e: Any) -> None:
+        self.on_events((e,))
+
+    def on_events(self, events: Iterable[Any]) -> None:
+        text = "".join(map(self._lines.encode, events))
+        with self._lock:
+            if self._file is not None:
+                self._file.write(text.encode())
+            elif self._pending is not None:
+                self._pending.append(text)
+
+    def _flush_loop(self) -> None:
+        while not self._stopped.wait(FLUSH_INTERVAL):
+            with self._lock:
+                if self._file is not None:
+                    try:
+                        self._file.flush()
+                    except OSError as e:
+                        log.warning("Cannot flush the event log %s: %s", self.path, e)
+
+    def stop(self) -> None:
+        """Flush, close and rename `.inprogress` to the final name. Idempotent."""
+        self._stopped.set()
+        if self._flusher is not None:
+            self._flusher.join(5)
+        with self._lock:
+            f, self._file, self._pending = self._file, None, None
+        if f is None or self.path is None:
+            return
+        f.close()
+        os.replace(self.path + IN_PROGRESS, self.path)
+
+
+# --- JSON -> events (replay) ----------------------------------------------------------------
+def _s(ms_value: Any) -> float | None:
+    return None if ms_value is None else ms_value / 1000
+
+
+def _level(d: Mapping[str, Any] | None) -> StorageLevel:
+    if not d:
+        return StorageLevel.NONE
+    return StorageLevel(d.get("Use Disk", False), d.get("Use Memory", False),
+                        d.get("Use Off Heap", False), d.get("Deserialized", False),
+                        d.get("Replication", 1))
+
+
+def _stage_info(d: Mapping[str, Any]) -> L.StageInfo:
+    return L.StageInfo(
+        d["Stage ID"], d.get("Stage Attempt ID", 0), d.get("Stage Name", ""),
+        d.get("Number of Tasks", 0), details=d.get("Details", ""),
+        submission_time=_s(d.get("Submission Time")),
+        completion_time=_s(d.get("Completion Time")), failure_reason=d.get("Failure Reason"),
+        parent_ids=list(d.get("Parent IDs", [])),
+        rdd_infos=[L.RDDInfo(r["RDD ID"], r.get("Name", ""), r.get("Number of Partitions", 0),
+                             _level(r.get("Storage Level")), r.get("Callsite", ""),
+                             list(r.get("Parent IDs", [])))
+                   for r in d.get("RDD Info", [])])
+
+
+def _task_info(d: Mapping[str, Any]) -> TaskInfo:
+    info = TaskInfo(d["Task ID"], d.get("Index", 0), d.get("Attempt", 0),
+                    d.get("Partition ID", d.get("Index", 0)), _s(d.get("Launch Time", 0)) or 0.0,
+                    d.get("Executor ID", ""), d.get("Host", ""), d.get("Locality", "ANY"),
+                    d.get("Speculative", False))
+    info.finish_time = _s(d.get("Finish Time", 0)) or 0.0
+    info.failed = d.get("Failed", False)
+    info.killed = d.get("Killed", False)
+    info.successful = bool(info.finish_time) and not info.failed and not info.killed
+    return info
+
+
+class _UnknownReason(TaskEndReason):
+    def to_error_string(self) -> str:
+        return "UnknownReason"
+
+
+def _reason(d: Mapping[str, Any]) -> TaskEndReason:
+    kind = d.get("Reason")
+    if kind == "Success":
+        return Success()
+    if kind == "ExceptionFailure":
+        return ExceptionFailure(d.get("Class Name", ""), d.get("Description", ""),
+                                d.get("Full Stack Trace", "") or "")
+    if kind == "FetchFailed":
+        bm = d.get("Block Manager Address") or {}
+        return FetchFailed(d.get("Shuffle ID", 0), d.get("Map Index", d.get("Map ID", 0)),
+                           d.get("Reduce ID", 0), bm.get("Executor ID"), d.get("Message", ""))
+    if kind == "TaskKilled":
+        return TaskKilled(d.get("Kill Reason", "unknown reason"))
+    if kind == "ExecutorLostFailure":
+        return ExecutorLostFailure(d.get("Executor ID", ""), d.get("Exit Caused By App", True),
+                                   d.get("Loss Reason", ""))
+    return _UnknownReason()
+
+
+_METRIC_KEYS = (("executorRunTime", (), "Executor Run Time"),
+                ("executorCpuTime", (), "Executor CPU Time"),
+                ("resultSize", (), "Result Size"),
+                ("memoryBytesSpilled", (), "Memory Bytes Spilled"),
+                ("diskBytesSpilled", (), "Disk Bytes Spilled"),
+                ("shuffleRemoteBytesRead", ("Shuffle Read Metrics",), "Remote Bytes Read"),
+                ("shuffleLocalBytesRead", ("Shuffle Read Metrics",), "Local Bytes Read"),
+                ("shuffleBytesWritten", ("Shuffle Write Metrics",), "Shuffle Bytes Written"),
+                ("shuffleRecordsWritten", ("Shuffle Write Metrics",), "Shuffle Records Written"))
+
+
+def _metrics(d: Mapping[str, Any] | None) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for key, path, name in _METRIC_KEYS:
+        node: Any = d or {}
+        for p in path:
+            node = node.get(p) or {}
+        if node.get(name):
+            out[key] = node[name]
+    return out
+
+
+def json_to_event(d: Mapping[str, Any]) -> Any:
+    """One JsonProtocol object -> the listener event; None for events Ember does not use."""
+    kind = d.get("Event")
+    if kind == "SparkListenerTaskEnd":
+        return L.TaskEnd(d["Stage ID"], d.get("Stage Attempt ID", 0), d.get("Task Type", ""),
+                         _reason(d.get("Task End Reason") or {}), _task_info(d["Task Info"]),
+                         _metrics(d.get("Task Metrics")))
+    if kind == "SparkListenerTaskStart":
+        return L.TaskStart(d["Stage ID"], d.get("Stage Attempt ID", 0),
+                           _task_info(d["Task Info"]))
+    if kind == "SparkListenerStageSubmitted":
+        return L.StageSubmitted(_stage_info(d["Stage Info"]), dict(d.get("Properties") or {}))
+    if kind == "SparkListenerStageCompleted":
+        return L.StageCompleted(_stage_info(d["Stage Info"]))
+    if kind == "SparkListenerJobStart":
+        infos = [_stage_info(s) for s in d.get("Stage Infos", [])]
+        return L.JobStart(d["Job ID"], _s(d.get("Submission Time", 0)) or 0.0, infos,
+                          dict(d.get("Properties") or {}))
+    if kind == "SparkListenerJobEnd":
+        result = d.get("Job Result") or {}
+        ok = result.get("Result") == "JobSucceeded"
+        return L.JobEnd(d["Job ID"], _s(d.get("Completion Time", 0)) or 0.0, ok,
+                        "" if ok else (result.get("Exception") or {}).get("Message", ""))
+    if kind == "SparkListenerExecutorAdded":
+        info = d.get("Executor Info") or {}
+        return L.ExecutorAdded(d["Executor ID"], info.get("Host", ""),
+                               info.get("Total Cores", 0), _s(d.get("Timestamp", 0)) or 0.0,
+                               dict(info.get("Log Urls") or {}))
+    if kind == "SparkListenerExecutorRemoved":
+        return L.ExecutorRemoved(d["Executor ID"], d.get("Removed Reason", ""),
+                                 _s(d.get("Timestamp", 0)) or 0.0)
+    if kind == "SparkListenerBlockUpdated":
+        b = d.get("Block Updated Info") or {}
+        bm = b.get("Block Manager ID") or {}
+        return L.BlockUpdated(bm.get("Executor ID", ""), bm.get("Host", ""),
+                              b.get("Block ID", ""), _level(b.get("Storage Level")),
+                              b.get("Memory Size", 0), b.get("Disk Size", 0))
+    if kind == "SparkListenerUnpersistRDD":
+        return L.UnpersistRDD(d["RDD ID"])
+    if kind == "SparkListenerEnvironmentUpdate":
+        return L.EnvironmentUpdate({k: [(str(a), str(b)) for a, b in v.items()]
+                                    for k, v in d.items() if isinstance(v, dict)})
+    if kind == "SparkListenerApplicationStart":
+        return L.ApplicationStart(d.get("App Name", ""), d.get("App ID", ""),
+                                  _s(d.get("Timestamp", 0)) or 0.0, d.get("User", ""),
+                                  d.get("App Attempt ID"))
+    if kind == "SparkListenerApplicationEnd":
+        return L.ApplicationEnd(_s(d.get("Timestamp", 0)) or 0.0)
+    if kind == "SparkListenerLogStart":
+        return L.LogStart(d.get("Spark Version", ""))
+    return None
+
+
+def replay(path: str) -> Iterator[Any]:
+    """The events of an event log (file: URI or path), in order. A last line cut short by a
+    crash is skipped; a malformed line elsewhere raises ValueError naming it."""
+    if path.startswith("file:"):
+        path = re.sub(r"^file:(//(localhost)?)?", "", path)
+    with open(path, "rb") as f:
+        prev: tuple[int, bytes] | None = None
+        for n, line in enumerate(f, 1):
+            if prev is not None:
+                yield from _parse(path, *prev, last=False)
+            prev = (n, line)
+        if prev is not None:
+            yield from _parse(path, *prev, last=True)
+
+
+def _parse(path: str, n: int, line: bytes, last: bool) -> Iterator[Any]:
+    if not line.strip():
+        return
+    try:
+        d = json.loads(line)
+    except ValueError:
+        if last:
+            log.info("Ignoring the truncated last line %d of %s", n, path)
+            return
+        raise ValueError(f"{path}:{n}: malformed event log line") from None
+    event = json_to_event(d)
+    if event is not None:
+        yield event
+
+
+@dataclass(frozen=True)
+class EventLogInfo:
+    path: str
+    app_id: str          # the file name without .inprogress (the app id, sanitized)
+    in_progress: bool
+    size: int
+    modified: float      # epoch seconds
+
+
+def list_event_logs(log_dir: str) -> list[EventLogInfo]:
+    """The single-file event logs in a directory (file: URI or path), newest first; hidden
+    files and directories (Spark's rolling logs) are skipped."""
+    root = resolve_log_dir(log_dir)
+    out = []
+    with os.scandir(root) as it:
+        for entry in it:
+            if entry.name.startswith(".") or not entry.is_file():
+                continue
+            st = entry.stat()
+            done = not entry.name.endswith(IN_PROGRESS)
+            out.append(EventLogInfo(entry.path, entry.name if done else
+                                    entry.name[:-len(IN_PROGRESS)], not done, st.st_size,
+                                    st.st_mtime))
+    out.sort(key=lambda i: i.modified, reverse=True)
+    return out

@@ -1,0 +1,185 @@
+"""`ember history-server`: Spark's HistoryServer over an event-log directory (port 18080).
+
+Why replay into the live UI's store: an application page in the history server must show
+what the driver's UI showed, so each event log is replayed through the same listener events
+into the same `AppStatusStore`, and served by the same page renderers and `/api/v1` routes
+under `/history/<appId>/`. A log without an ApplicationEnd (a driver that was killed or
+crashed, or is still running) is listed as incomplete and renders whatever it recorded.
+
+Logs are re-read only when their size or modification time changed (Spark's
+FsHistoryProvider polls every spark.history.fs.update.interval; here the directory is
+listed on each request, which is cheap, and stores are cached).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Mapping, Optional, Sequence
+
+from ember.ui.event_log import EventLogInfo, list_event_logs, replay, resolve_log_dir
+from ember.ui.status_store import AppStatusStore
+
+log = logging.getLogger("ember.deploy.history.HistoryServer")
+
+DEFAULT_PORT = 18080
+DEFAULT_LOG_DIR = "file:/tmp/spark-events"
+SERVICE_NAME = "HistoryServerUI"
+
+
+class HistoryProvider:
+    """The StoreProvider of `ember.ui.api`: one replayed store per event log, cached by the
+    log's (size, mtime)."""
+
+    def __init__(self, log_dir: str, conf: Optional[Mapping[str, str]] = None) -> None:
+        self.log_dir = log_dir
+        self.conf = dict(conf or {})
+        self._cache: dict[str, tuple[tuple[int, float], AppStatusStore]] = {}
+        self._lock = threading.Lock()
+
+    def logs(self) -> list[EventLogInfo]:
+        try:
+            return list_event_logs(self.log_dir)
+        except OSError as e:
+            log.warning("Cannot list %s: %s", self.log_dir, e)
+            return []
+
+    def _load(self, info: EventLogInfo) -> AppStatusStore:
+        key = (info.size, info.modified)
+        with self._lock:
+            cached = self._cache.get(info.path)
+            if cached is not None and cached[0] == key:
+                return cached[1]
+        store = AppStatusStore(self.conf)
+        for event in replay(info.path):
+            store.on_event(event)
+        with self._lock:
+            self._cache[info.path] = (key, store)
+        return store
+
+    def entries(self) -> list[tuple[EventLogInfo, AppStatusStore]]:
+        return [(info, self._load(info)) for info in self.logs()]
+
+    def applications(self) -> list[AppStatusStore]:
+        return [store for _, store in self.entries()]
+
+    def store(self, app_id: Optional[str], attempt_id: Optional[str] = None
+              ) -> Optional[AppStatusStore]:
+        for info in self.logs():
+            if info.app_id == app_id:
+                store = self._load(info)
+                if attempt_id is None or store.app.get("attempt_id") == attempt_id:
+                    return store
+        return None
+
+
+def render_index(provider: HistoryProvider) -> str:
+    """Spark's HistoryPage: completed applications, then incomplete ones (still running, or
+    ended without an ApplicationEnd: killed or crashed drivers)."""
+    from urllib.parse import quote
+
+    from ember.ui_common import Html, esc, format_date, format_duration, link, page, table
+    complete, incomplete = [], []
+    for info, store in provider.entries():
+        app = store.app
+        start, end = app.get("start"), app.get("end")
+        done = end is not None and not info.in_progress
+        row = [link(f"/history/{quote(info.app_id, safe='')}/jobs/", info.app_id),
+               esc(app.get("name") or ""), esc(format_date(start) if start else ""),
+               esc(format_date(end) if done else ""),
+               esc(format_duration((end if done else int(info.modified * 1000)) - start)
+                   if start else ""),
+               esc(app.get("user") or ""), esc(format_date(int(info.modified * 1000)))]
+        (complete if done else incomplete).append(row)
+    headers = ["App ID", "App Name", "Started", "Completed", "Duration", "Spark User",
+               "Last Updated"]
+    body = Html(f"<p><strong>Event log directory:</strong> {esc(provider.log_dir)}</p>"
+            f"<h4>Completed applications ({len(complete)})</h4>{table(headers, complete)}"
+            f"<h4>Incomplete applications ({len(incomplete)})</h4>"
+            "<p>Still running, or ended without an application end event (a killed or "
+            f"crashed driver).</p>{table(headers, incomplete)}")
+    return page("History Server", body)
+
+
+class HistoryServer:
+    """The aiohttp server: `/` index, `/history/<appId>/...` pages, `/api/v1`."""
+
+    def __init__(self, log_dir: str, conf: Optional[Mapping[str, str]] = None) -> None:
+        from ember.deploy.web import WebServerThread
+        resolve_log_dir(log_dir)          # a missing directory fails here, before binding
+        self.provider = HistoryProvider(log_dir, conf)
+        self.conf = dict(conf or {})
+        self.port = 0
+        self._server = WebServerThread(SERVICE_NAME)
+
+    def start(self, host: str, port: int, max_retries: int = 16) -> int:
+        from aiohttp import web
+
+        from ember.rpc.bind import bind_with_retries
+        from ember.ui.api import api_routes
+        from ember.ui.app_ui import make_routes
+        from ember.ui_common import html_response, ui_middleware
+
+        async def index(request: web.Request) -> web.Response:
+            return html_response(render_index(self.provider))
+
+        app = web.Application(middlewares=[ui_middleware(log, "HistoryServer")])
+        app.add_routes([web.get("/", index)] + api_routes(self.provider)
+                       + make_routes(self.provider, "/history/{app_id}"))
+        sock = bind_with_retries(SERVICE_NAME, host, port, max_retries)
+        self.port = sock.getsockname()[1]
+        self._server.start(sock, app)
+        log.info("Bound HistoryServer to %s, and started at http://%s:%d", host,
+                 "127.0.0.1" if host in ("0.0.0.0", "") else host, self.port)
+        return self.port
+
+    def stop(self) -> None:
+        self._server.stop()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """`ember history-server [--host H] [--port P] [--dir D] [--conf k=v ...]`: in the
+    foreground until SIGTERM/SIGINT. spark.history.fs.logDirectory and
+    spark.history.ui.port are read from --conf like Spark's properties."""
+    p = argparse.ArgumentParser(prog="ember history-server",
+                                description="Serve finished (and incomplete) applications' "
+                                            "UIs from their event logs.")
+    p.add_argument("--host", default=os.environ.get("SPARK_LOCAL_IP", "0.0.0.0"))
+    p.add_argument("--port", type=int)
+    p.add_argument("--dir", help="event log directory (spark.history.fs.logDirectory)")
+    p.add_argument("--conf", action="append", default=[], metavar="K=V")
+    args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        datefmt="%y/%m/%d %H:%M:%S")
+    conf = {}
+    for pair in args.conf:
+        if "=" not in pair:
+            print(f"Error: Invalid argument to --conf: {pair}", file=sys.stderr)
+            return 1
+        k, v = pair.split("=", 1)
+        conf[k] = v
+    log_dir = args.dir or conf.get("spark.history.fs.logDirectory", DEFAULT_LOG_DIR)
+    port = args.port if args.port is not None else int(conf.get("spark.history.ui.port",
+                                                                DEFAULT_PORT))
+    try:
+        server = HistoryServer(log_dir, conf)
+        bound = server.start(args.host, port)
+    except (OSError, ValueError) as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 1
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    log.info("History server started on port %d, reading %s", bound, log_dir)
+    while not stop.wait(1.0):
+        pass
+    server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

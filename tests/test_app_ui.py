@@ -1,0 +1,506 @@
+"""Application UI: the status store fed from events, event logs (write, replay, crashes),
+the REST API and the HTML pages over synthetic stores, and one real local-mode app with
+its UI, API, Prometheus metrics and event log."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+import socket
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from ember.scheduler import listener as L
+from ember.scheduler.task import (ExceptionFailure, Success, TaskInfo, TaskKilled,
+                                  TaskProcessCrashed)
+from ember.storagelevel import StorageLevel
+from ember.ui.api import LiveStoreProvider, api_get, format_api_date
+from ember.ui.app_ui import PAGES, bytes_to_string, prometheus_metrics, render_page
+from ember.ui import event_log
+from ember.ui.event_log import (EventLoggingListener, list_event_logs, log_name, replay,
+                                resolve_log_dir)
+from ember.ui.status_store import AppStatusStore
+
+T0 = 1_735_689_600.0          # 2025-01-01T00:00:00Z
+EVIL = "<script>alert(1)</script>"
+
+
+def _info(tid: int, index: int, launch: float, executor: str = "1", host: str = "h1",
+          state: str | None = None, finish: float = 0.0) -> TaskInfo:
+    info = TaskInfo(tid, index, 0, index, launch, executor, host, "PROCESS_LOCAL")
+    if state is not None:
+        info.mark_finished(state)
+        info.finish_time = finish
+    return info
+
+
+def app_events(app_name: str = "demo") -> list:
+    """A small application: a two-stage job (shuffle) over a cached RDD, then a job whose
+    task fails, one killed task, executors coming and going, an unpersisted RDD. JobStart
+    gets copies of the stage infos, as the DAG scheduler posts them."""
+    cached = L.RDDInfo(1, f"cached {EVIL}", 2, StorageLevel.MEMORY_ONLY, "parallelize at a.py:1")
+    plain = L.RDDInfo(2, "ShuffledRDD", 2, StorageLevel.NONE, "reduceByKey at a.py:2", [1])
+    s0 = L.StageInfo(0, 0, "reduceByKey at a.py:2", 2, rdd_infos=[cached])
+    s1 = L.StageInfo(1, 0, "collect at a.py:3", 2, parent_ids=[0], rdd_infos=[plain])
+    props = {"spark.job.description": f"desc {EVIL}", "spark.jobGroup.id": "g1"}
+    ev: list = [L.EnvironmentUpdate({"JVM Information": [("Python Version", "3.11")],
+                                     "Spark Properties": [("spark.app.name", app_name),
+                                                          ("spark.secret", EVIL)]}),
+                L.ApplicationStart(app_name, "app-1", T0, "alice"),
+                L.ExecutorAdded("1", "h1", 2, T0 + 0.1, {"stdout": "http://w1:8081/logPage/?x=1",
+                                                         "stderr": "javascript:alert(1)"}),
+                L.ExecutorAdded("2", "h2", 2, T0 + 0.1),
+                L.JobStart(0, T0 + 1, [replace(s0), replace(s1)], props)]
+    s0.submission_time = T0 + 1
+    ev.append(L.StageSubmitted(s0, props))
+    metrics_map = {"executorRunTime": 5, "executorCpuTime": 4_000_000,
+                   "shuffleBytesWritten": 100, "shuffleRecordsWritten": 10}
+    for tid, ex in ((0, "1"), (1, "2")):
+        ev.append(L.TaskStart(0, 0, _info(tid, tid, T0 + 1.01, ex, "h" + ex)))
+        ev.append(L.BlockUpdated(ex, "h" + ex, f"rdd_1_{tid}", StorageLevel.MEMORY_ONLY, 64, 0))
+        ev.append(L.TaskEnd(0, 0, "ShuffleMapTask", Success(),
+                            _info(tid, tid, T0 + 1.01, ex, "h" + ex, "FINISHED", T0 + 1.02),
+                            dict(metrics_map)))
+    s0.completion_time = T0 + 1.03
+    ev.append(L.StageCompleted(s0))
+    s1.submission_time = T0 + 1.04
+    ev.append(L.StageSubmitted(s1, props))
+    for tid, index in ((2, 0), (3, 1)):
+        ev.append(L.TaskStart(1, 0, _info(tid, index, T0 + 1.05)))
+        ev.append(L.TaskEnd(1, 0, "ResultTask", Success(),
+                            _info(tid, index, T0 + 1.05, state="FINISHED", finish=T0 + 1.06),
+                            {"executorRunTime": 3, "shuffleLocalBytesRead": 100}))
+    s1.completion_time = T0 + 1.07
+    ev += [L.StageCompleted(s1), L.JobEnd(0, T0 + 1.08, True)]
+    # job 1: a failing task, a killed one, a crashed one
+    s2 = L.StageInfo(2, 0, "count at a.py:4", 3)
+    ev.append(L.JobStart(1, T0 + 2, [replace(s2)], {}))
+    s2.submission_time = T0 + 2
+    ev.append(L.StageSubmitted(s2, {}))
+    ends = [(4, "FAILED", ExceptionFailure("ValueError", f"bad {EVIL}", "Traceback: boom")),
+            (5, "KILLED", TaskKilled("another attempt succeeded")),
+            (6, "FAILED", TaskProcessCrashed("task process died"))]
+    for tid, state, reason in ends:
+        ev.append(L.TaskStart(2, 0, _info(tid, tid - 4, T0 + 2.01)))
+        ev.append(L.TaskEnd(2, 0, "ResultTask", reason,
+                            _info(tid, tid - 4, T0 + 2.01, state=state, finish=T0 + 2.02), {}))
+    s2.completion_time, s2.failure_reason = T0 + 2.03, f"Job aborted {EVIL}"
+    ev += [L.StageCompleted(s2), L.JobEnd(1, T0 + 2.04, False, f"Job aborted {EVIL}"),
+           L.ExecutorRemoved("2", "worker lost", T0 + 3), L.UnpersistRDD(7)]
+    return ev
+
+
+def store_of(events: list, **conf: str) -> AppStatusStore:
+    store = AppStatusStore(conf)
+    for e in events:
+        store.on_event(e)
+    return store
+
+
+# --- the store -----------------------------------------------------------------------------
+def test_store_builds_jobs_stages_executors_and_storage_from_events() -> None:
+    store = store_of(app_events())
+    app = store.application_info()
+    assert app["id"] == "app-1" and app["name"] == "demo"
+    assert app["attempts"][0]["sparkUser"] == "alice" and not app["attempts"][0]["completed"]
+
+    job1, job0 = store.jobs()
+    assert job0["jobId"] == 0 and job0["status"] == "SUCCEEDED"
+    assert job0["stageIds"] == [0, 1] and job0["jobGroup"] == "g1"
+    assert (job0["numTasks"], job0["numCompletedTasks"], job0["numCompletedIndices"]) == (4, 4, 4)
+    assert (job0["numCompletedStages"], job0["numActiveStages"]) == (2, 0)
+    assert job0["name"] == "collect at a.py:3" and job0["description"] == f"desc {EVIL}"
+    assert job1["status"] == "FAILED" and job1["numFailedStages"] == 1
+    assert (job1["numFailedTasks"], job1["numKilledTasks"]) == (2, 1)
+    assert job1["killedTasksSummary"] == {"another attempt succeeded": 1}
+
+    s0 = store.stage(0, 0)
+    assert s0["status"] == "COMPLETE" and s0["numCompleteTasks"] == 2
+    assert s0["shuffleWriteBytes"] == 200 and s0["shuffleWriteRecords"] == 20
+    assert s0["executorRunTime"] == 10 and s0["executorCpuTime"] == 8_000_000
+    assert s0["submissionTime"] == round(T0 * 1000) + 1000
+    assert set(s0["executorSummary"]) == {"1", "2"}
+    assert store.stage(1, 0)["shuffleReadBytes"] == 200
+    s2 = store.stage(2, 0)
+    assert s2["status"] == "FAILED" and s2["failureReason"] == f"Job aborted {EVIL}"
+    errors = {t["taskId"]: t.get("errorMessage") for t in s2["tasks"].values()}
+    assert errors[4] == "org.apache.spark.api.python.PythonException: Traceback: boom\n"
+    assert errors[5] == "TaskKilled (another attempt succeeded)"
+    assert errors[6] == "org.apache.spark.SparkException: task process died"
+    task = store.tasks(0, 0, sort_by="ID")[0]
+    assert task["taskMetrics"]["shuffleWriteMetrics"] == {"bytesWritten": 100, "writeTime": 0,
+                                                          "recordsWritten": 10}
+    assert task["duration"] == 10 and task["executorLogs"]["stdout"].startswith("http://w1")
+
+    ex = {e["id"]: e for e in store.executors(active_only=False)}
+    assert ex["1"]["completedTasks"] == 3 and ex["1"]["failedTasks"] == 2
+    assert ex["1"]["totalShuffleWrite"] == 100 and ex["1"]["totalShuffleRead"] == 200
+    assert not ex["2"]["isActive"] and ex["2"]["removeReason"] == "worker lost"
+    assert [e["id"] for e in store.executors()] == ["1"]
+
+    rdd = store.rdd(1)     # executor 2's block left with the executor
+    assert (rdd["numCachedPartitions"], rdd["memoryUsed"]) == (1, 64)
+    assert rdd["storageLevel"] == "Memory Serialized 1x Replicated"
+    assert [r["id"] for r in store.rdds()] == [1] and store.rdd(2) is None
+    store.on_event(L.UnpersistRDD(1))
+    assert store.rdds() == []
+    assert store.summary()["tasks_completed"] == 4
+
+
+def test_store_bounds_memory_like_spark() -> None:
+    events: list = [L.ApplicationStart("a", "app-2", T0, "u")]
+    for j in range(6):
+        st = L.StageInfo(j, 0, f"s{j}", 25, submission_time=T0 + j)
+        events += [L.JobStart(j, T0 + j, [replace(st)], {}), L.StageSubmitted(replace(st))]
+        for i in range(25):
+            tid = j * 100 + i
+            events.append(L.TaskStart(j, 0, _info(tid, i, T0 + j)))
+            events.append(L.TaskEnd(j, 0, "ResultTask", Success(),
+                                    _info(tid, i, T0 + j, state="FINISHED", finish=T0 + j + 1),
+                                    {}))
+        st.completion_time = T0 + j + 1
+        events += [L.StageCompleted(st), L.JobEnd(j, T0 + j + 1, True)]
+    store = store_of(events, **{"spark.ui.retainedJobs": "4", "spark.ui.retainedStages": "3",
+                                "spark.ui.retainedTasks": "10"})
+    assert len(store.jobs()) <= 4 and store.jobs()[0]["jobId"] == 5
+    assert len(store.stages()) <= 3
+    newest = store.stage(5, 0)
+    assert store.task_count(5, 0) <= 10
+    assert newest["numCompleteTasks"] == 25           # counts survive task trimming
+    assert store.executors()[0]["completedTasks"] == 150   # and stage trimming
+
+
+def test_listener_bus_delivers_batches_in_order_and_drains_on_stop() -> None:
+    class Recorder:
+        def __init__(self) -> None:
+            self.seen: list = []
+
+        def on_events(self, batch: list) -> None:
+            self.seen += batch
+
+    bus, rec = L.ListenerBus(), Recorder()
+    bus.add(rec)
+    for i in range(300):
+        bus.post(L.UnpersistRDD(i))
+    assert bus.wait_until_empty(5)
+    assert [e.rdd_id for e in rec.seen] == list(range(300))
+    bus.post(L.UnpersistRDD(300))
+    bus.stop()
+    assert rec.seen[-1].rdd_id == 300
+
+
+# --- event logs ---------------------------------------------------------------------------
+def write_log(tmp_path, events: list, app_id: str = "app-1") -> str:
+    logger = EventLoggingListener({"spark.eventLog.dir": f"file:{tmp_path}"})
+    logger.on_events(events[:3])        # before start: held, then written in order
+    logger.start(app_id)
+    assert os.path.exists(os.path.join(tmp_path, app_id + ".inprogress"))
+    logger.on_events(events[3:])
+    logger.stop()
+    return os.path.join(tmp_path, app_id)
+
+
+def test_event_log_round_trip_rebuilds_the_same_store(tmp_path) -> None:
+    events = app_events() + [L.ApplicationEnd(T0 + 4)]
+    path = write_log(tmp_path, events)
+    assert not os.path.exists(path + ".inprogress")
+    lines = [json.loads(line) for line in open(path, encoding="utf-8")]
+    assert lines[0] == {"Event": "SparkListenerLogStart", "Spark Version": "4.1.1"}
+    kinds = [d["Event"] for d in lines]
+    assert kinds[-1] == "SparkListenerApplicationEnd"
+    start = next(d for d in lines if d["Event"] == "SparkListenerApplicationStart")
+    assert (start["App Name"], start["App ID"], start["User"]) == ("demo", "app-1", "alice")
+    assert start["Timestamp"] == round(T0 * 1000)
+    job_end = next(d for d in lines if d["Event"] == "SparkListenerJobEnd")
+    assert job_end["Job Result"] == {"Result": "JobSucceeded"}
+    task_end = next(d for d in lines if d["Event"] == "SparkListenerTaskEnd")
+    assert {"Task Info", "Task Metrics", "Task End Reason"} <= set(task_end)
+    assert task_end["Task Metrics"]["Shuffle Write Metrics"]["Shuffle Bytes Written"] == 100
+
+    live, replayed = store_of(events), store_of(list(replay(path)))
+    assert replayed.jobs() == live.jobs()
+    assert replayed.stages(details=True) == live.stages(details=True)
+    assert replayed.executors(False) == live.executors(False)
+    assert replayed.rdds(False) == live.rdds(False)
+    assert replayed.environment_info() == live.environment_info()
+    assert replayed.application_info() == live.application_info()
+    assert replayed.completed
+
+
+def test_crashed_app_log_replays(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(event_log, "FLUSH_INTERVAL", 0.05)
+    logger = EventLoggingListener({"spark.eventLog.dir": str(tmp_path)})
+    logger.start("app-1")
+    logger.on_events(app_events())
+    path = os.path.join(tmp_path, "app-1.inprogress")
+    deadline = time.time() + 10     # the flusher writes it all out; then the app dies
+    while b"SparkListenerUnpersistRDD" not in (tmp_path / "app-1.inprogress").read_bytes():
+        assert time.time() < deadline
+        time.sleep(0.05)
+    with open(path, "ab") as f:
+        f.write(b'{"Event":"SparkListenerTaskEnd","Stage ID":2,"Stage Att')
+    [info] = list_event_logs(str(tmp_path))
+    assert info.in_progress and info.app_id == "app-1"
+    store = store_of(list(replay(info.path)))
+    assert not store.completed
+    assert [j["jobId"] for j in store.jobs()] == [1, 0]
+    assert store.stage(1, 0)["numCompleteTasks"] == 2
+
+
+def test_task_lines_are_json_protocol_lines() -> None:
+    """The templated task lines are byte for byte what event_to_json gives."""
+    lines = event_log._TaskLines()
+    start = L.TaskStart(3, 1, _info(7, 2, T0, "ex\"1"))
+    done = _info(7, 2, T0, "ex\"1", state="FINISHED", finish=T0 + 0.5)
+    shuffle = {"executorRunTime": 9, "shuffleLocalBytesRead": 5, "shuffleBytesWritten": 8,
+               "shuffleRecordsWritten": 2, "diskBytesSpilled": 1}
+    failed = _info(8, 3, T0, state="FAILED", finish=T0 + 1)
+    for e in (start, L.TaskEnd(3, 1, "ResultTask", Success(), done, {"executorRunTime": 4}),
+              L.TaskEnd(3, 1, "ShuffleMapTask", Success(), done, shuffle),
+              L.TaskEnd(3, 1, "ResultTask", ExceptionFailure("E", "m", "tb"), failed, {})):
+        expected = json.dumps(event_log.event_to_json(e), separators=(",", ":")) + "\n"
+        assert lines.encode(e) == expected
+
+
+def test_malformed_line_in_the_middle_is_an_error(tmp_path) -> None:
+    path = tmp_path / "app-9"
+    path.write_text('{"Event":"SparkListenerLogStart","Spark Version":"4.1.1"}\n{oops\n'
+                    '{"Event":"SparkListenerApplicationEnd","Timestamp":1}\n')
+    with pytest.raises(ValueError, match="app-9:2"):
+        list(replay(str(path)))
+
+
+def test_event_log_dir_must_exist_and_names_follow_spark(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        resolve_log_dir(f"file:{tmp_path}/nope")
+    assert resolve_log_dir(f"file://{tmp_path}") == str(tmp_path)
+    assert log_name("app-20250101000000-0001") == "app-20250101000000-0001"
+    assert log_name("My App:1", "2") == "my-app-1_2"
+    logger = EventLoggingListener({"spark.eventLog.dir": str(tmp_path)})
+    (tmp_path / "app-3").write_text("")
+    with pytest.raises(FileExistsError):
+        logger.start("app-3")
+
+
+# --- REST API and pages over a store ------------------------------------------------------
+def test_api_routes_fields_and_404s() -> None:
+    provider = LiveStoreProvider(store_of(app_events()))
+
+    def get(path: str, **query: str):
+        return api_get(provider, path, query)
+
+    status, apps = get("/applications")
+    assert status == 200 and apps[0]["id"] == "app-1"
+    assert apps[0]["attempts"][0]["startTime"] == "2025-01-01T00:00:00.000GMT"
+    assert apps[0]["attempts"][0]["endTime"] == "1969-12-31T23:59:59.999GMT"
+    assert get("/applications/app-1/jobs", status="failed")[1][0]["jobId"] == 1
+    job = get("/applications/app-1/jobs/0")[1]
+    assert "completionTime" in job and job["submissionTime"].endswith("GMT")
+    assert "description" in job and "jobGroup" in job
+    assert [s["stageId"] for s in get("/applications/app-1/stages")[1]] == [2, 1, 0]
+    assert "tasks" not in get("/applications/app-1/stages")[1][0]
+    assert "tasks" in get("/applications/app-1/stages/0/0")[1]
+    tasks = get("/applications/app-1/stages/2/0/taskList", length="2", sortBy="-ID")[1]
+    assert [t["taskId"] for t in tasks] == [6, 5]
+    assert get("/applications/app-1/executors")[1][0]["id"] == "1"
+    assert len(get("/applications/app-1/allexecutors")[1]) == 2
+    assert get("/applications/app-1/storage/rdd/1")[1]["partitions"][0]["blockName"] == "rdd_1_0"
+    env = get("/applications/app-1/environment")[1]
+    assert ["spark.app.name", "demo"] in env["sparkProperties"]
+    assert get("/version")[1] == {"spark": "4.1.1"}
+    assert get("/applications/nope/jobs") == (404, "no such app: nope")
+    assert get("/applications/app-1/jobs/42") == (404, "unknown job: 42")
+    assert get("/applications/app-1/jobs/x") == (404, "unknown job: x")
+    assert get("/applications/app-1/stages/42") == (404, "unknown stage: 42")
+    assert get("/applications/app-1/stages/0/3") == (
+        404, "unknown attempt for stage 0.  Found attempts: [0]")
+    assert get("/applications/app-1/storage/rdd/9") == (404, "no rdd found w/ id 9")
+    assert format_api_date(1_735_689_600_123) == "2025-01-01T00:00:00.123GMT"
+
+
+def test_pages_escape_user_strings_and_404_unknown_ids() -> None:
+    store = store_of(app_events(app_name=EVIL))
+    for page, query in (("/jobs/", {}), ("/jobs/job/", {"id": "0"}), ("/jobs/job/", {"id": "1"}),
+                        ("/stages/", {}), ("/stages/stage/", {"id": "2", "attempt": "0"}),
+                        ("/storage/", {}), ("/storage/rdd/", {"id": "1"}), ("/executors/", {}),
+                        ("/environment/", {})):
+        status, html = render_page(store, page, query, "/history/app-1")
+        assert status == 200, page
+        assert EVIL not in html, page
+        assert "&lt;script&gt;" in html, page
+        assert 'href="/history/app-1/jobs/"' in html
+    stage = render_page(store, "/stages/stage/", {"id": "2", "attempt": "0"})[1]
+    assert "bad &lt;script&gt;" not in stage        # errors shown are the full traces
+    assert "Traceback: boom" in stage
+    execs = render_page(store, "/executors/", {})[1]
+    assert 'href="http://w1:8081/logPage/?x=1"' in execs and "javascript:" not in execs
+    assert 'data-live="1"' in render_page(store, "/jobs/", {})[1]
+    for page, query in (("/jobs/job/", {"id": "7"}), ("/jobs/job/", {"id": "x"}),
+                        ("/stages/stage/", {"id": "9"}), ("/storage/rdd/", {"id": "3"}),
+                        ("/nope/", {})):
+        status, html = render_page(store, page, query)
+        assert status == 404 and EVIL not in html
+    assert set(PAGES) >= {"/jobs/", "/stages/", "/storage/", "/executors/", "/environment/"}
+    assert bytes_to_string(100) == "100.0 B" and bytes_to_string(3 << 20) == "3.0 MiB"
+
+
+def test_prometheus_text_parses() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+    text = prometheus_metrics(store_of(app_events(app_name='a "quoted"\nname'))).text()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families["ember_driver_tasks_completed"].type == "counter"
+    [sample] = families["ember_driver_tasks_completed"].samples
+    assert sample.value == 4 and sample.labels["application_name"] == 'a "quoted"\nname'
+    assert families["ember_driver_executors_active"].samples[0].value == 1
+    assert families["ember_driver_shuffle_write_bytes"].samples[0].value == 200
+
+
+# --- a real application ---------------------------------------------------------------------
+def _get(url: str) -> tuple[int, str, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.headers.get("Content-Type", ""), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("Content-Type", ""), e.read().decode()
+
+
+def test_live_application_ui_api_metrics_and_event_log(fresh_sc, tmp_path) -> None:
+    from ember import SparkConf
+    from prometheus_client.parser import text_string_to_metric_families
+    conf = (SparkConf().set("spark.ui.port", "0").set("spark.eventLog.enabled", "true")
+            .set("spark.eventLog.dir", f"file:{tmp_path}").set("spark.authenticate.secret", "s3"))
+    sc = fresh_sc("local[2]", EVIL, conf)
+    base = sc.uiWebUrl
+    assert base.startswith("http://") and sc.uiWebUrl.rsplit(":", 1)[1].isdigit()
+    inprogress = os.path.join(tmp_path, sc.applicationId + ".inprogress")
+    assert os.path.exists(inprogress)
+    pairs = sc.parallelize(range(40), 4).map(lambda x: (x % 4, x)).setName(EVIL).cache()
+    assert sorted(pairs.reduceByKey(lambda a, b: a + b).collect())[0] == (0, 180)
+    assert pairs.count() == 40
+    assert sc._bus.wait_until_empty(10)
+    api = f"{base}/api/v1/applications"
+
+    status, ctype, body = _get(api)
+    assert status == 200 and "json" in ctype
+    [app] = json.loads(body)
+    assert app["id"] == sc.applicationId and app["name"] == EVIL
+    jobs = json.loads(_get(f"{api}/{sc.applicationId}/jobs")[2])
+    assert [j["jobId"] for j in jobs] == [1, 0] and {j["status"] for j in jobs} == {"SUCCEEDED"}
+    assert jobs[1]["numTasks"] == 8 and jobs[1]["numCompletedTasks"] == 8
+    assert jobs[0]["numSkippedStages"] == 0 and jobs[0]["stageIds"] == [2]
+    stages = json.loads(_get(f"{api}/{sc.applicationId}/stages")[2])
+    shuffle_map = next(s for s in stages if s["stageId"] == 0)
+    assert shuffle_map["shuffleWriteBytes"] > 0 and shuffle_map["numCompleteTasks"] == 4
+    tasks = json.loads(_get(f"{api}/{sc.applicationId}/stages/1/0/taskList")[2])
+    assert len(tasks) == 4 and tasks[0]["taskMetrics"]["shuffleReadMetrics"]["localBytesRead"] > 0
+    [driver] = json.loads(_get(f"{api}/{sc.applicationId}/executors")[2])
+    assert driver["id"] == "driver" and driver["totalCores"] == 2
+    assert driver["completedTasks"] == 12
+    [rdd] = json.loads(_get(f"{api}/{sc.applicationId}/storage/rdd")[2])
+    assert rdd["name"] == EVIL and rdd["numCachedPartitions"] == 4 and rdd["memoryUsed"] > 0
+    env = json.loads(_get(f"{api}/{sc.applicationId}/environment")[2])
+    assert ["spark.authenticate.secret", "*********(redacted)"] in env["sparkProperties"]
+    assert _get(f"{api}/{sc.applicationId}/jobs/99")[0] == 404
+    assert _get(f"{api}/other-app/jobs")[0] == 404
+
+    for page in ("/", "/jobs/", "/jobs/job/?id=0", "/stages/", "/stages/stage/?id=0&attempt=0",
+                 "/storage/", f"/storage/rdd/?id={rdd['id']}", "/executors/", "/environment/",
+                 "/jobs"):
+        status, ctype, html = _get(base + page)
+        assert status == 200 and "text/html" in ctype, page
+        assert EVIL not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html, page
+    assert "s3" not in _get(base + "/environment/")[2]
+    status, _, html = _get(base + "/jobs/job/?id=99")
+    assert status == 404 and EVIL not in html
+
+    status, ctype, text = _get(base + "/metrics/prometheus")
+    assert status == 200 and ctype.startswith("text/plain")
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families["ember_driver_jobs_succeeded"].samples[0].value == 2
+    assert families["ember_driver_tasks_completed"].samples[0].value == 12
+    assert families["ember_driver_cached_rdds"].samples[0].value == 1
+
+    live_jobs = sc._ui.store.jobs()
+    pairs.unpersist()
+    assert sc._bus.wait_until_empty(10)
+    assert json.loads(_get(f"{api}/{sc.applicationId}/storage/rdd")[2]) == []
+    sc.stop()
+    final = os.path.join(tmp_path, sc.applicationId)
+    assert os.path.exists(final) and not os.path.exists(inprogress)
+    replayed = store_of(list(replay(final)))
+    assert replayed.jobs() == live_jobs and replayed.completed and replayed.rdds() == []
+    assert replayed.stages()[0]["name"].startswith("count at ")
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", int(base.rsplit(":", 1)[1])), timeout=1)
+
+
+def test_ui_port_retries_and_event_log_dir_errors(fresh_sc, tmp_path) -> None:
+    from ember import SparkConf, SparkContext
+    busy = socket.socket()
+    busy.bind(("0.0.0.0", 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    try:
+        sc = fresh_sc("local[1]", "retry", SparkConf().set("spark.ui.port", str(port)))
+        assert sc.uiWebUrl.endswith(f":{port + 1}")
+        sc.stop()
+    finally:
+        busy.close()
+    conf = (SparkConf().set("spark.ui.enabled", "false").set("spark.eventLog.enabled", "true")
+            .set("spark.eventLog.dir", str(tmp_path / "missing")))
+    with pytest.raises(FileNotFoundError, match="spark.eventLog.dir"):
+        fresh_sc("local[1]", "nolog", conf)
+    assert SparkContext._active_spark_context is None
+    sc = fresh_sc("local[1]", "noui", SparkConf().set("spark.ui.enabled", "false"))
+    assert sc.uiWebUrl is None
+    start = time.time()
+    assert sc.parallelize([1, 2]).count() == 2 and time.time() - start < 5
+
+
+def test_history_style_routes_serve_many_replayed_apps() -> None:
+    """What the history server will do: stores rebuilt from logs behind one aiohttp app,
+    pages under /history/<appId>, the API for all of them."""
+    from aiohttp import web
+
+    from ember.deploy.web import WebServerThread
+    from ember.ui.api import api_routes
+    from ember.ui.app_ui import make_routes
+
+    stores = {}
+    for app_id in ("app-1", "app-2"):
+        events = [L.ApplicationStart(app_id, app_id, T0, "u") if isinstance(e, L.ApplicationStart)
+                  else e for e in app_events()]
+        stores[app_id] = store_of(events + [L.ApplicationEnd(T0 + 9)])
+
+    class Provider:
+        def applications(self):
+            return list(stores.values())
+
+        def store(self, app_id, attempt_id=None):
+            return stores.get(app_id)
+
+    app = web.Application()
+    app.add_routes(api_routes(Provider()) + make_routes(Provider(), "/history/{app_id}"))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    sock.setblocking(False)
+    server = WebServerThread("history-test")
+    server.start(sock, app)
+    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    try:
+        assert {a["id"] for a in json.loads(_get(base + "/api/v1/applications")[2])} == \
+            {"app-1", "app-2"}
+        assert json.loads(_get(base + "/api/v1/applications/app-2/jobs/0")[2])["jobId"] == 0
+        status, _, html = _get(base + "/history/app-2/stages/stage/?id=0&attempt=0")
+        assert status == 200 and 'href="/history/app-2/jobs/"' in html
+        assert 'data-live="0"' in html
+        status, _, html = _get(base + "/history/app-1/")
+        assert status == 200 and "Spark Jobs" in html        # redirected to the jobs page
+        assert _get(base + "/history/app-3/jobs/")[0] == 404
+        assert _get(base + "/history/app-1/jobs/job/?id=12")[0] == 404
+    finally:
+        server.stop()

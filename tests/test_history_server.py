@@ -1,0 +1,112 @@
+"""The history server: applications replayed from event logs show the jobs and stages the
+live UI showed, also for an application whose driver was killed mid-job."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from ember import SparkConf, SparkContext
+from ember.ui.history_server import HistoryServer
+from tests.cluster import _env
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def api(base: str, path: str):
+    status, body = get(base + "/api/v1" + path)
+    assert status == 200, (path, status, body[:300])
+    return json.loads(body)
+
+
+@pytest.fixture
+def server(tmp_path):
+    logs = tmp_path / "events"
+    logs.mkdir()
+    hs = HistoryServer(str(logs))
+    port = hs.start("127.0.0.1", 0)
+    yield logs, f"http://127.0.0.1:{port}"
+    hs.stop()
+
+
+def test_finished_application_matches_the_live_ui(server):
+    logs, history = server
+    active = SparkContext._active_spark_context
+    if active is not None:
+        active.stop()
+    conf = (SparkConf().setMaster("local[2]").setAppName("<b>history & co</b>")
+            .set("spark.eventLog.enabled", "true").set("spark.eventLog.dir", str(logs))
+            .set("spark.ui.port", "0"))
+    sc = SparkContext(conf=conf)
+    try:
+        from operator import add
+        words = sc.parallelize(["a b", "b c", "c d"] * 50, 4).flatMap(str.split)
+        assert dict(words.map(lambda w: (w, 1)).reduceByKey(add).collect())["b"] == 100
+        with pytest.raises(Exception):
+            sc.parallelize(range(4), 2).map(lambda x: 1 // 0).collect()
+        app_id = sc.applicationId
+        live = sc.uiWebUrl
+        sc._bus.wait_until_empty()
+        live_jobs = api(live, f"/applications/{app_id}/jobs")
+        live_stages = api(live, f"/applications/{app_id}/stages")
+    finally:
+        sc.stop()
+    apps = api(history, "/applications")
+    assert [a["id"] for a in apps] == [app_id]
+    assert apps[0]["name"] == "<b>history & co</b>"
+    assert api(history, f"/applications/{app_id}/jobs") == live_jobs
+    assert api(history, f"/applications/{app_id}/stages") == live_stages
+    status, index = get(history + "/")
+    assert status == 200 and "&lt;b&gt;history &amp; co&lt;/b&gt;" in index
+    for page in ("jobs/", "stages/", "executors/", "environment/", "storage/"):
+        status, body = get(f"{history}/history/{app_id}/{page}")
+        assert status == 200 and "<b>history" not in body, page
+    status, _ = get(f"{history}/history/{app_id}/jobs/job/?id=999")
+    assert status == 404
+    status, _ = get(f"{history}/history/app-nope/jobs/")
+    assert status == 404
+
+
+def test_killed_driver_is_listed_incomplete_with_what_it_recorded(server, tmp_path):
+    logs, history = server
+    app = tmp_path / "app.py"
+    app.write_text(textwrap.dedent(f"""
+        import time
+        from ember import SparkConf, SparkContext
+        conf = (SparkConf().setMaster("local[2]").setAppName("doomed")
+                .set("spark.eventLog.enabled", "true").set("spark.eventLog.dir", {str(logs)!r})
+                .set("spark.ui.enabled", "false"))
+        sc = SparkContext(conf=conf)
+        print(sc.parallelize(range(10), 2).sum(), flush=True)
+        sc.parallelize(range(100), 100).map(lambda x: time.sleep(0.2)).count()
+    """))
+    proc = subprocess.Popen([sys.executable, str(app)], stdout=subprocess.PIPE, env=_env(),
+                            start_new_session=True)
+    assert proc.stdout.readline().strip() == b"45"
+    time.sleep(2)                                   # inside the second job
+    os.killpg(proc.pid, signal.SIGKILL)             # the driver and its task processes
+    proc.wait(10)
+    apps = api(history, "/applications")
+    (doomed,) = [a for a in apps if a["name"] == "doomed"]
+    jobs = api(history, f"/applications/{doomed['id']}/jobs")
+    assert sorted(j["status"] for j in jobs) == ["RUNNING", "SUCCEEDED"]
+    status, index = get(history + "/")
+    assert "Incomplete applications (1)" in index and doomed["id"] in index
+    status, page = get(f"{history}/history/{doomed['id']}/stages/")
+    assert status == 200
