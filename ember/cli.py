@@ -284,6 +284,8 @@ _DAEMON_COMMANDS = {
     "start-worker": ("ember.deploy.worker.cli", "start_main"),
     "stop-worker": ("ember.deploy.worker.cli", "stop_main"),
     "history-server": ("ember.ui.history_server", "main"),
+    "start-history-server": ("ember.ui.history_server", "start_main"),
+    "stop-history-server": ("ember.ui.history_server", "stop_main"),
 }
 
 
@@ -299,7 +301,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               "  master         run a standalone master in the foreground\n"
               "  worker         run a standalone worker in the foreground\n"
               "  history-server serve finished applications' UIs from event logs\n"
-              "  start-master / stop-master / start-worker / stop-worker\n"
+              "  start-master / stop-master / start-worker / stop-worker /\n"
+              "  start-history-server / stop-history-server\n"
               "                 the same as background daemons (pid and log files)\n"
               "  version        print the version")
         return 0 if argv else 1

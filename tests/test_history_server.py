@@ -110,3 +110,23 @@ def test_killed_driver_is_listed_incomplete_with_what_it_recorded(server, tmp_pa
     assert "Incomplete applications (1)" in index and doomed["id"] in index
     status, page = get(f"{history}/history/{doomed['id']}/stages/")
     assert status == 200
+
+
+def test_writer_process_formats_task_lines_exactly_as_in_process():
+    import marshal
+
+    from ember.scheduler import listener as L
+    from ember.scheduler.task import SUCCESS, TaskInfo, TaskKilled
+    from ember.ui.event_log import _dumps, _TaskLines
+    from ember.ui.event_log_writer import pack, unpack
+    start = L.TaskStart(2, 1, TaskInfo(7, 3, 0, 3, 1000.5, "1", "h\"ost", "NODE_LOCAL", True))
+    done = TaskInfo(7, 3, 0, 3, 1000.5, "1", "h\"ost", "NODE_LOCAL", True, 1001.25,
+                    successful=True)
+    end = L.TaskEnd(2, 1, "ShuffleMapTask", SUCCESS, done,
+                    {"executorRunTime": 5, "shuffleBytesWritten": 10})
+    killed = L.TaskEnd(2, 1, "ResultTask", TaskKilled("stop"), done, {})
+    direct, shipped = _TaskLines(), _TaskLines()
+    for e in (start, end, killed):
+        item = marshal.loads(marshal.dumps(pack(e, _dumps)))
+        line = item if isinstance(item, str) else shipped.encode(unpack(item))
+        assert line == direct.encode(e)

@@ -3,8 +3,11 @@
 `EventLoggingListener` writes `<spark.eventLog.dir>/<appId>.inprogress` while the app runs
 and renames it to `<appId>` at stop, one JSON object per line with Spark's JsonProtocol
 names, so Spark's own history server can read Ember's logs and ours can read Spark's. It is
-an asynchronous bus listener: serialising happens on the bus thread, never the scheduler's,
-into a buffer that a small thread flushes every second (a crashed app loses at most that).
+an asynchronous bus listener: the bus thread hands task events to a writer process
+(`event_log_writer`, which formats them off the driver's GIL and flushes every batch) and
+formats the few other events itself; if that process cannot start, everything is formatted
+on the bus thread into a buffer that a small thread flushes every second. Either way a
+crashed app loses at most the last second.
 
 `replay(path)` turns a log back into the listener events the live app posted, so the
 history server rebuilds an AppStatusStore by feeding them to `on_event`; it tolerates what a
@@ -317,6 +320,7 @@ class EventLoggingListener:
         self._stopped = threading.Event()
         self._flusher: threading.Thread | None = None
         self._lines = _TaskLines()
+        self._writer: Any = None        # event_log_writer.WriterProcess once started
 
     def start(self, app_id: str, attempt_id: str | None = None) -> None:
         """Create `<dir>/<appId>.inprogress` and write what arrived so far. Raises if a log of
@@ -329,7 +333,18 @@ class EventLoggingListener:
         with self._lock:
             f.write((_dumps(L.LogStart(SPARK_VERSION)) + "".join(self._pending or ())).encode())
             self._pending = None
-            self._file, self.path = f, path
+            self.path = path
+            try:
+                from ember.ui.event_log_writer import WriterProcess
+                f.close()
+                self._writer = WriterProcess(path + IN_PROGRESS)
+                return
+            except OSError as e:
+                log.warning("Writing the event log in-process: cannot start its writer "
+                            "process (%s)", e)
+                if f.closed:
+                    f = open(path + IN_PROGRESS, "ab", buffering=1 << 16)
+            self._file = f
         self._flusher = threading.Thread(target=self._flush_loop, name="event-log-flusher",
                                          daemon=True)
         self._flusher.start()
@@ -338,6 +353,18 @@ class EventLoggingListener:
         self.on_events((e,))
 
     def on_events(self, events: Iterable[Any]) -> None:
+        writer = self._writer
+        if writer is not None:
+            from ember.ui.event_log_writer import pack
+            items = [pack(e, _dumps) for e in events]
+            with self._lock:
+                try:
+                    writer.send(items)
+                except (OSError, ValueError) as e:     # the writer died or was closed
+                    log.error("Event log writer process failed (%s); events are lost from "
+                              "here on", e)
+                    self._writer = None
+            return
         text = "".join(map(self._lines.encode, events))
         with self._lock:
             if self._file is not None:
@@ -361,10 +388,13 @@ class EventLoggingListener:
             self._flusher.join(5)
         with self._lock:
             f, self._file, self._pending = self._file, None, None
-        if f is None or self.path is None:
-            return
-        f.close()
-        os.replace(self.path + IN_PROGRESS, self.path)
+            writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+        elif f is not None:
+            f.close()
+        if self.path is not None and os.path.exists(self.path + IN_PROGRESS):
+            os.replace(self.path + IN_PROGRESS, self.path)
 
 
 # --- JSON -> events (replay) ----------------------------------------------------------------

@@ -181,5 +181,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
+def start_main(argv: Optional[Sequence[str]] = None) -> int:
+    """`ember start-history-server [options]` (sbin/start-history-server.sh): the same as
+    `ember history-server` as a background daemon with pid and log files."""
+    from ember.deploy.daemon import start_daemon
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return start_daemon("history-server", 1, ["history-server", *argv],
+                        ready_marker="History server started")
+
+
+def stop_main(argv: Optional[Sequence[str]] = None) -> int:
+    """`ember stop-history-server` (sbin/stop-history-server.sh)."""
+    from ember.deploy.daemon import daemon_signature, stop_daemon
+    return stop_daemon("history-server", 1, signature=daemon_signature(argv=["history-server"]))
+
+
 if __name__ == "__main__":
     sys.exit(main())
