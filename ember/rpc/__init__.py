@@ -2,20 +2,30 @@
 
 See `ember.rpc.core` for the model and the wire protocol, `ember.rpc.messages` for the codec.
 Nothing here knows a deploy message.
-"""
-from ember.rpc.address import RpcAddress
-from ember.rpc.core import (ENDPOINT_VERIFIER, Cancellable, CheckExistence, RpcCallContext,
-                            RpcEndpoint, RpcEndpointRef, RpcEnv, create_inprocess_env)
-from ember.rpc.errors import (RpcAuthenticationError, RpcBindError, RpcConnectionError,
-                              RpcEndpointNotFoundError, RpcEnvStoppedError, RpcError,
-                              RpcMessageTooLargeError, RpcRemoteError, RpcTimeoutError)
-from ember.rpc.messages import MessageDecodeError, decode, encode, message
 
-__all__ = [
-    "RpcAddress", "RpcEndpoint", "RpcCallContext", "RpcEndpointRef", "RpcEnv", "Cancellable",
-    "CheckExistence", "ENDPOINT_VERIFIER", "create_inprocess_env",
-    "RpcError", "RpcTimeoutError", "RpcConnectionError", "RpcAuthenticationError",
-    "RpcEndpointNotFoundError", "RpcRemoteError", "RpcMessageTooLargeError",
-    "RpcEnvStoppedError", "RpcBindError",
-    "MessageDecodeError", "message", "encode", "decode",
-]
+Names are resolved lazily (PEP 562): importing a light submodule such as `ember.rpc.bind`
+(the driver's UI binds its port with it) must not pay for asyncio and msgpack.
+"""
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "ember.rpc.address": ("RpcAddress",),
+    "ember.rpc.core": ("ENDPOINT_VERIFIER", "Cancellable", "CheckExistence", "RpcCallContext",
+                       "RpcEndpoint", "RpcEndpointRef", "RpcEnv", "create_inprocess_env"),
+    "ember.rpc.errors": ("RpcAuthenticationError", "RpcBindError", "RpcConnectionError",
+                         "RpcEndpointNotFoundError", "RpcEnvStoppedError", "RpcError",
+                         "RpcMessageTooLargeError", "RpcRemoteError", "RpcTimeoutError"),
+    "ember.rpc.messages": ("MessageDecodeError", "decode", "encode", "message"),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ember.rpc' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -41,7 +42,8 @@ class SparkUI:
         self._sock: Any = None
         self._server: Any = None
         self._thread: threading.Thread | None = None
-        self._serving = threading.Event()
+        self._lock = threading.Lock()
+        self._stopping = False
 
     def bind(self) -> str:
         """Bind spark.ui.port (or the next free one); returns the UI's URL. Raises OSError
@@ -95,14 +97,20 @@ class SparkUI:
             def log_message(self, format: str, *args: Any) -> None:
                 log.debug("%s - %s", self.address_string(), format % args)
 
-        server = ThreadingHTTPServer(self._sock.getsockname()[:2], Handler,
-                                     bind_and_activate=False)
+        sock = self._sock
+        try:
+            server = ThreadingHTTPServer(sock.getsockname()[:2], Handler,
+                                         bind_and_activate=False)
+        except (AttributeError, OSError):       # stop() came first and closed the port
+            return
         server.socket.close()
-        server.socket = self._sock
+        server.socket = sock
         server.daemon_threads = True
-        self._server = server
-        self._serving.set()
-        server.serve_forever(poll_interval=0.1)
+        with self._lock:
+            if self._stopping:          # stopped before it ever served
+                return
+            self._server = server
+        server.serve_forever(poll_interval=0.5)
 
     def respond(self, target: str) -> tuple[int, str, str, str | None]:
         """(status, content type, body, redirect location) for GET `target`."""
@@ -122,16 +130,23 @@ class SparkUI:
         return status, "text/html; charset=utf-8", html, None
 
     def stop(self) -> None:
-        """Stop serving and close the port. Idempotent."""
-        if self._thread is not None:
-            self._serving.wait(10)
-        server, thread = self._server, self._thread
-        self._server = self._thread = None
+        """Stop serving and close the port, at once: shutting the listening socket down
+        wakes the server's select() instead of waiting for its next poll (a short-lived
+        context must not pay the poll interval on stop). Idempotent."""
+        with self._lock:
+            self._stopping = True
+            server, thread, sock = self._server, self._thread, self._sock
+            self._server = self._thread = self._sock = None
         if server is not None:
-            server.shutdown()
+            waiter = threading.Thread(target=server.shutdown, daemon=True)
+            waiter.start()
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            waiter.join(5)
             server.server_close()
-        elif self._sock is not None:
-            self._sock.close()
+        elif sock is not None:
+            sock.close()
         if thread is not None:
             thread.join(5)
-        self._sock = None
