@@ -242,12 +242,15 @@ def test_crashed_app_log_replays(tmp_path, monkeypatch) -> None:
         time.sleep(0.05)
     with open(path, "ab") as f:
         f.write(b'{"Event":"SparkListenerTaskEnd","Stage ID":2,"Stage Att')
-    [info] = list_event_logs(str(tmp_path))
-    assert info.in_progress and info.app_id == "app-1"
-    store = store_of(list(replay(info.path)))
-    assert not store.completed
-    assert [j["jobId"] for j in store.jobs()] == [1, 0]
-    assert store.stage(1, 0)["numCompleteTasks"] == 2
+    try:
+        [info] = list_event_logs(str(tmp_path))
+        assert info.in_progress and info.app_id == "app-1"
+        store = store_of(list(replay(info.path)))
+        assert not store.completed
+        assert [j["jobId"] for j in store.jobs()] == [1, 0]
+        assert store.stage(1, 0)["numCompleteTasks"] == 2
+    finally:
+        logger.stop()       # the writer process outlives a crash only until its pipe closes
 
 
 def test_task_lines_are_json_protocol_lines() -> None:
