@@ -45,7 +45,6 @@ class DriverStatus:
     worker_host_port: Optional[str] = None
     exception: Optional[str] = None
     exit_status: Optional[int] = None
-    message: str = ""
 
 
 class Gateway(Protocol):
@@ -180,7 +179,7 @@ class RestGateway:
             exception = message.split("\n", 1)[1] if "\n" in message else message
         return DriverStatus(bool(body.get("success")), body.get("driverState"),
                             body.get("workerId"), body.get("workerHostPort"), exception,
-                            body.get("exitStatus"), message)
+                            body.get("exitStatus"))
 
     def kill(self, driver_id: str) -> tuple[bool, str]:
         body = self._call("kill_submission", driver_id)

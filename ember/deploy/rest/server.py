@@ -28,9 +28,10 @@ from aiohttp import web
 from ember.context import SPARK_VERSION
 from ember.deploy.master.uploads import DEFAULT_MAX_BYTES, AppResourceStore, UploadError
 from ember.deploy.messages import (
-    Command, DriverDescription, DriverLogResponse, DriverStatusResponse, KillAllDriversResponse, KillDriverResponse,
-    RequestClearCompletedDriversAndApps, RequestDriverLog, RequestDriverStatus, RequestKillAllDrivers,
-    RequestKillDriver, RequestReadyz, RequestSubmitDriver, SubmitDriverResponse,
+    Command, DriverDescription, DriverLogResponse, DriverStatusResponse,
+    KillAllDriversResponse, KillDriverResponse, RequestClearCompletedDriversAndApps,
+    RequestDriverLog, RequestDriverStatus, RequestKillAllDrivers, RequestKillDriver,
+    RequestReadyz, RequestSubmitDriver, SubmitDriverResponse,
 )
 from ember.deploy.rest import jws
 from ember.deploy.rest.protocol import (
