@@ -62,9 +62,16 @@ def test_finished_application_matches_the_live_ui(server):
             sc.parallelize(range(4), 2).map(lambda x: 1 // 0).collect()
         app_id = sc.applicationId
         live = sc.uiWebUrl
-        sc._bus.wait_until_empty()
-        live_jobs = api(live, f"/applications/{app_id}/jobs")
-        live_stages = api(live, f"/applications/{app_id}/stages")
+        deadline = time.time() + 20    # a failed job's other tasks end after the job does
+        while True:
+            sc._bus.wait_until_empty()
+            live_jobs = api(live, f"/applications/{app_id}/jobs")
+            live_stages = api(live, f"/applications/{app_id}/stages")
+            if not any(j["numActiveTasks"] for j in live_jobs) and \
+                    not any(s["numActiveTasks"] for s in live_stages):
+                break
+            assert time.time() < deadline, live_jobs
+            time.sleep(0.1)
     finally:
         sc.stop()
     apps = api(history, "/applications")
