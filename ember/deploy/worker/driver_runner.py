@@ -35,7 +35,6 @@ import logging
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -51,7 +50,8 @@ from ember.deploy.master.uploads import SCHEME as UPLOAD_SCHEME
 from ember.deploy.master.uploads import UploadError, check_name, parse_upload_url
 from ember.deploy.messages import (AppResourceData, DriverDescription, DriverRunnerSummary,
                                    DriverState, DriverStateChanged, ResourceInformation)
-from ember.deploy.worker.executor_runner import HEADER_RULE, terminate_process_tree
+from ember.deploy.worker.executor_runner import (HEADER_RULE, terminate_process_tree,
+                                                  wait_and_reap)
 
 log = logging.getLogger("ember.deploy.worker.DriverRunner")
 
@@ -609,32 +609,15 @@ class DriverRunner:
         return self._wait(proc)
 
     def _wait(self, proc: subprocess.Popen) -> int:
-        """Wait for the driver to exit; finish a requested kill and kill leftovers of its
-        process group before reaping it, so its pid (the group id) cannot be reused by an
-        unrelated process while it is being signalled (as ExecutorRunner does)."""
-        can_peek = hasattr(os, "waitid") and os.name == "posix"
-        while can_peek:
-            try:
-                os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
-                break
-            except InterruptedError:
-                continue
-            except ChildProcessError:
-                can_peek = False
-        if not can_peek:
-            proc.wait()
+        return wait_and_reap(proc, self._leader_gone)
+
+    def _leader_gone(self) -> None:
+        """The driver has exited (not yet reaped): let a kill in progress finish first."""
         with self._lock:
             self._leader_exited.set()
             killer = self._killer
         if killer is not None:
             killer.join()
-        if can_peek:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        code = proc.wait()
-        return code if code >= 0 else 128 - code   # killed by signal N -> 128+N
 
     def _kill_tree(self, pid: int) -> None:
         ok = terminate_process_tree(pid, self.terminate_timeout,

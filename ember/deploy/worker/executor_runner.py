@@ -151,6 +151,32 @@ def _descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
+def wait_and_reap(proc: subprocess.Popen, leader_gone: Callable[[], None]) -> int:
+    """Wait for `proc` (a process-group leader) to exit, call `leader_gone` (which finishes a
+    kill in progress), kill leftovers of its group, then reap it: until it is reaped its pid -
+    the group id - stays reserved, so nothing unrelated is signalled. Returns the exit code,
+    128+N for a process killed by signal N (as a shell reports it)."""
+    can_peek = hasattr(os, "waitid") and os.name == "posix"
+    while can_peek:
+        try:
+            os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+            break
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            can_peek = False   # already reaped (should not happen)
+    if not can_peek:
+        proc.wait()
+    leader_gone()
+    if can_peek:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)   # orphans left in the group
+        except (ProcessLookupError, PermissionError):
+            pass
+    code = proc.wait()
+    return code if code >= 0 else 128 - code
+
+
 def terminate_process_tree(pid: int, timeout: float, *,
                            leader_exited: Optional[Callable[[float], bool]] = None,
                            pgid: Optional[int] = None) -> bool:
@@ -409,31 +435,12 @@ class ExecutorRunner:
         self._emit(*final)
 
     def _wait(self, proc: subprocess.Popen) -> int:
-        """Wait for the executor process to exit; kill leftovers of its process group
-        (and finish a requested kill) before reaping it, so its pid - the group id - stays
-        reserved while it is being signalled."""
-        can_peek = hasattr(os, "waitid") and os.name == "posix"
-        if can_peek:
-            while True:
-                try:
-                    os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
-                    break
-                except InterruptedError:
-                    continue
-                except ChildProcessError:
-                    can_peek = False   # already reaped (should not happen)
-                    break
-        else:
-            proc.wait()
+        return wait_and_reap(proc, self._leader_gone)
+
+    def _leader_gone(self) -> None:
+        """The process has exited (not yet reaped): let a kill in progress finish first."""
         with self._lock:
             self._leader_exited.set()
             killer = self._killer
         if killer is not None:
             killer.join()
-        if can_peek:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)   # orphans left in the group
-            except (ProcessLookupError, PermissionError):
-                pass
-        code = proc.wait()
-        return code if code >= 0 else 128 - code   # killed by signal N -> 128+N, like a shell
