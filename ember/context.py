@@ -250,27 +250,31 @@ class SparkContext:
 
     def _start_ui_and_event_log(self) -> None:
         """Before the scheduler: the UI's URL goes into the app's registration with a master,
-        and both listeners must see the first executors register. Spark fails start-up when
-        the UI port or the event log directory is unusable; so do we."""
-        self._event_logger = self._ui = None
+        and the UI and the log must see the first executors register. Spark fails start-up
+        when the UI port or the event log directory is unusable; so do we. Both live in the
+        driver's UI process (ember.ui.ui_process), fed by the bus."""
+        self._event_log = self._ui_process = self._ui_url = None
+        sock = None
         if config.read(self._conf, "spark.eventLog.enabled"):
-            from ember.ui.event_log import EventLoggingListener
-            self._event_logger = EventLoggingListener(self._conf)
-            self._bus.add(self._event_logger)
+            from ember.ui.event_log import EventLog
+            self._event_log = EventLog(self._conf)
         if config.read(self._conf, "spark.ui.enabled"):
-            from ember.ui.spark_ui import SparkUI
-            from ember.ui.status_store import AppStatusStore
-            store = AppStatusStore(self._conf)
-            self._bus.add(store)
-            self._ui = SparkUI(store, self._conf)
-            self._ui.bind()
-            self._ui.start()
+            from ember.ui.spark_ui import bind_ui
+            sock, self._ui_url = bind_ui(self._conf)
+        if self._event_log is not None or sock is not None:
+            from ember.ui.ui_process import UiProcess
+            try:
+                self._ui_process = UiProcess(self._conf, sock, self._event_log is not None)
+            finally:
+                if sock is not None:
+                    sock.close()
+            self._bus.add(self._ui_process)
 
     def _post_application_start(self) -> None:
         from ember.scheduler.listener import ApplicationStart, EnvironmentUpdate
-        if self._event_logger is not None:
-            self._event_logger.start(self._app_id)
-        if self._event_logger is not None or self._ui is not None:
+        if self._event_log is not None:
+            self._ui_process.open_log(self._event_log.start(self._app_id))
+        if self._ui_process is not None:
             self._bus.post(EnvironmentUpdate(self._environment_details()))
             self._bus.post(ApplicationStart(self.appName, self._app_id,
                                             self._start_time / 1000, self.sparkUser()))
@@ -439,17 +443,14 @@ class SparkContext:
         self._teardown()
 
     def _teardown(self) -> None:
-        ui = getattr(self, "_ui", None)
-        if ui is not None:
-            ui.stop()
+        ui_process = getattr(self, "_ui_process", None)
         dag = getattr(self, "_dag", None)
         if dag is not None:
             done = threading.Event()
             dag.post(dag.handle_shutdown)
             dag.post(done.set)
             done.wait(10)
-        if getattr(self, "_app_id", None) is not None and \
-                (ui is not None or getattr(self, "_event_logger", None) is not None):
+        if getattr(self, "_app_id", None) is not None and ui_process is not None:
             from ember.scheduler.listener import ApplicationEnd
             self._bus.post(ApplicationEnd(time.time()))
         if getattr(self, "_progress_bar", None) is not None:
@@ -465,8 +466,10 @@ class SparkContext:
         bus = getattr(self, "_bus", None)
         if bus is not None:
             bus.stop()
-        if getattr(self, "_event_logger", None) is not None:
-            self._event_logger.stop()
+        if ui_process is not None:
+            ui_process.close()
+        if getattr(self, "_event_log", None) is not None:
+            self._event_log.finish()
         local_dir = getattr(self, "_local_dir", None)
         if local_dir:
             shutil.rmtree(local_dir, ignore_errors=True)
@@ -492,7 +495,7 @@ class SparkContext:
 
     @property
     def uiWebUrl(self) -> str | None:
-        return self._ui.url if getattr(self, "_ui", None) is not None else None
+        return getattr(self, "_ui_url", None)
 
     @property
     def startTime(self) -> int:

@@ -20,9 +20,10 @@ from ember.storagelevel import StorageLevel
 from ember.ui.api import LiveStoreProvider, api_get, format_api_date
 from ember.ui.app_ui import PAGES, bytes_to_string, prometheus_metrics, render_page
 from ember.ui import event_log
-from ember.ui.event_log import (EventLoggingListener, list_event_logs, log_name, replay,
+from ember.ui.event_log import (EventLog, list_event_logs, log_name, replay,
                                 resolve_log_dir)
 from ember.ui.status_store import AppStatusStore
+from ember.ui.ui_process import UiProcess
 
 T0 = 1_735_689_600.0          # 2025-01-01T00:00:00Z
 EVIL = "<script>alert(1)</script>"
@@ -194,12 +195,15 @@ def test_listener_bus_delivers_batches_in_order_and_drains_on_stop() -> None:
 
 # --- event logs ---------------------------------------------------------------------------
 def write_log(tmp_path, events: list, app_id: str = "app-1") -> str:
-    logger = EventLoggingListener({"spark.eventLog.dir": f"file:{tmp_path}"})
-    logger.on_events(events[:3])        # before start: held, then written in order
-    logger.start(app_id)
+    """As a SparkContext does: the UI process writes, the driver names and renames."""
+    conf = {"spark.eventLog.dir": f"file:{tmp_path}"}
+    event_log, writer = EventLog(conf), UiProcess(conf, None, event_log=True)
+    writer.on_events(events[:3])        # before the log exists: held, then written in order
+    writer.open_log(event_log.start(app_id))
     assert os.path.exists(os.path.join(tmp_path, app_id + ".inprogress"))
-    logger.on_events(events[3:])
-    logger.stop()
+    writer.on_events(events[3:])
+    writer.close()
+    event_log.finish()
     return os.path.join(tmp_path, app_id)
 
 
@@ -230,13 +234,13 @@ def test_event_log_round_trip_rebuilds_the_same_store(tmp_path) -> None:
     assert replayed.completed
 
 
-def test_crashed_app_log_replays(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(event_log, "FLUSH_INTERVAL", 0.05)
-    logger = EventLoggingListener({"spark.eventLog.dir": str(tmp_path)})
-    logger.start("app-1")
-    logger.on_events(app_events())
-    path = os.path.join(tmp_path, "app-1.inprogress")
-    deadline = time.time() + 10     # the flusher writes it all out; then the app dies
+def test_crashed_app_log_replays(tmp_path) -> None:
+    conf = {"spark.eventLog.dir": str(tmp_path)}
+    writer = UiProcess(conf, None, event_log=True)
+    path = EventLog(conf).start("app-1")
+    writer.open_log(path)
+    writer.on_events(app_events())
+    deadline = time.time() + 10     # flushed after every batch; then the app dies
     while b"SparkListenerUnpersistRDD" not in (tmp_path / "app-1.inprogress").read_bytes():
         assert time.time() < deadline
         time.sleep(0.05)
@@ -250,7 +254,35 @@ def test_crashed_app_log_replays(tmp_path, monkeypatch) -> None:
         assert [j["jobId"] for j in store.jobs()] == [1, 0]
         assert store.stage(1, 0)["numCompleteTasks"] == 2
     finally:
-        logger.stop()       # the writer process outlives a crash only until its pipe closes
+        writer.close()      # the UI process outlives a crash only until its pipe closes
+
+
+def test_ui_process_serves_what_an_in_process_store_would(tmp_path) -> None:
+    """The driver's UI process: fed packed events over its pipe, it serves the same API
+    answers as a store fed the events directly; closing the pipe ends it and its port."""
+    from ember.ui.spark_ui import bind_ui
+    sock, url = bind_ui({"spark.ui.port": "0"})
+    ui = UiProcess({}, sock, event_log=False)
+    sock.close()
+    events = app_events()
+    try:
+        for i in range(0, len(events), 4):
+            ui.on_events(events[i:i + 4])
+        assert ui.sync()
+        provider = LiveStoreProvider(store_of(events))
+        for path, query in (("/applications", {}), ("/applications/app-1/jobs", {}),
+                            ("/applications/app-1/stages", {"details": "true"}),
+                            ("/applications/app-1/allexecutors", {}),
+                            ("/applications/app-1/storage/rdd", {})):
+            expected = json.loads(json.dumps(api_get(provider, path, query)[1]))
+            target = f"{url}/api/v1{path}" + "".join(f"?{k}={v}" for k, v in query.items())
+            with urllib.request.urlopen(target, timeout=5) as r:
+                assert json.load(r) == expected, path
+    finally:
+        ui.close()
+    assert ui.proc.returncode == 0
+    with pytest.raises(OSError):
+        urllib.request.urlopen(url + "/api/v1/applications", timeout=2)
 
 
 def test_task_lines_are_json_protocol_lines() -> None:
@@ -282,10 +314,9 @@ def test_event_log_dir_must_exist_and_names_follow_spark(tmp_path) -> None:
     assert resolve_log_dir(f"file://{tmp_path}") == str(tmp_path)
     assert log_name("app-20250101000000-0001") == "app-20250101000000-0001"
     assert log_name("My App:1", "2") == "my-app-1_2"
-    logger = EventLoggingListener({"spark.eventLog.dir": str(tmp_path)})
     (tmp_path / "app-3").write_text("")
     with pytest.raises(FileExistsError):
-        logger.start("app-3")
+        EventLog({"spark.eventLog.dir": str(tmp_path)}).start("app-3")
 
 
 # --- REST API and pages over a store ------------------------------------------------------
@@ -383,7 +414,7 @@ def test_live_application_ui_api_metrics_and_event_log(fresh_sc, tmp_path) -> No
     pairs = sc.parallelize(range(40), 4).map(lambda x: (x % 4, x)).setName(EVIL).cache()
     assert sorted(pairs.reduceByKey(lambda a, b: a + b).collect())[0] == (0, 180)
     assert pairs.count() == 40
-    assert sc._bus.wait_until_empty(10)
+    assert sc._bus.wait_until_empty(10) and sc._ui_process.sync()
     api = f"{base}/api/v1/applications"
 
     status, ctype, body = _get(api)
@@ -426,15 +457,18 @@ def test_live_application_ui_api_metrics_and_event_log(fresh_sc, tmp_path) -> No
     assert families["ember_driver_tasks_completed"].samples[0].value == 12
     assert families["ember_driver_cached_rdds"].samples[0].value == 1
 
-    live_jobs = sc._ui.store.jobs()
+    live_jobs = json.loads(_get(f"{api}/{sc.applicationId}/jobs")[2])
     pairs.unpersist()
-    assert sc._bus.wait_until_empty(10)
+    assert sc._bus.wait_until_empty(10) and sc._ui_process.sync()
     assert json.loads(_get(f"{api}/{sc.applicationId}/storage/rdd")[2]) == []
     sc.stop()
     final = os.path.join(tmp_path, sc.applicationId)
     assert os.path.exists(final) and not os.path.exists(inprogress)
     replayed = store_of(list(replay(final)))
-    assert replayed.jobs() == live_jobs and replayed.completed and replayed.rdds() == []
+    replayed_jobs = api_get(LiveStoreProvider(replayed), f"/applications/{sc.applicationId}/jobs",
+                            {})[1]
+    assert json.loads(json.dumps(replayed_jobs)) == live_jobs
+    assert replayed.completed and replayed.rdds() == []
     assert replayed.stages()[0]["name"].startswith("count at ")
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", int(base.rsplit(":", 1)[1])), timeout=1)

@@ -312,7 +312,8 @@ def test_bad_inputs_leave_the_context_usable(sc, tmp_path):
     with pytest.raises(Exception, match="lock"):
         sc.parallelize([1]).map(lambda x: lock).count()
     assert sc.parallelize(range(5), 2).sum() == 10
-    assert len(psutil.Process().children(recursive=True)) <= 3
+    # the fork server, two task processes and the UI process: no leaked task processes
+    assert len(psutil.Process().children(recursive=True)) <= 4
 
 
 def test_progress_bar_renders_spark_style():

@@ -119,13 +119,13 @@ def test_killed_driver_is_listed_incomplete_with_what_it_recorded(server, tmp_pa
     assert status == 200
 
 
-def test_writer_process_formats_task_lines_exactly_as_in_process():
+def test_ui_process_formats_task_lines_exactly_as_in_process():
     import marshal
 
     from ember.scheduler import listener as L
     from ember.scheduler.task import SUCCESS, TaskInfo, TaskKilled
     from ember.ui.event_log import _dumps, _TaskLines
-    from ember.ui.event_log_writer import pack, unpack
+    from ember.ui.ui_process import pack, unpack
     start = L.TaskStart(2, 1, TaskInfo(7, 3, 0, 3, 1000.5, "1", "h\"ost", "NODE_LOCAL", True))
     done = TaskInfo(7, 3, 0, 3, 1000.5, "1", "h\"ost", "NODE_LOCAL", True, 1001.25,
                     successful=True)

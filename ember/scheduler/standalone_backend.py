@@ -139,7 +139,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         memory = parse_memory_mb(self.conf.get("spark.executor.memory") or "1g")
         max_cores = self.conf.get("spark.cores.max")
         initial = self.conf.get("spark.dynamicAllocation.initialExecutors")
-        event_log = self.sc._event_logger
+        event_log = self.sc._event_log
         return ApplicationDescription(
             self.sc.appName, int(max_cores) if max_cores else None, command,
             self.sc.uiWebUrl or "",

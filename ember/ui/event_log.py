@@ -1,13 +1,11 @@
 """Event logs: Spark's JSON-lines record of an application's listener events.
 
-`EventLoggingListener` writes `<spark.eventLog.dir>/<appId>.inprogress` while the app runs
-and renames it to `<appId>` at stop, one JSON object per line with Spark's JsonProtocol
-names, so Spark's own history server can read Ember's logs and ours can read Spark's. It is
-an asynchronous bus listener: the bus thread hands task events to a writer process
-(`event_log_writer`, which formats them off the driver's GIL and flushes every batch) and
-formats the few other events itself; if that process cannot start, everything is formatted
-on the bus thread into a buffer that a small thread flushes every second. Either way a
-crashed app loses at most the last second.
+An app's log is `<spark.eventLog.dir>/<appId>.inprogress` while it runs, renamed to `<appId>`
+at stop (`EventLog`), one JSON object per line with Spark's JsonProtocol names, so Spark's own
+history server can read Ember's logs and ours can read Spark's. The driver formats the few
+events per stage itself (`_dumps`); task lines, most of a log, are formatted from packed
+tuples by the driver's UI process (`_TaskLines`, ember.ui.ui_process), which appends and
+flushes every bus batch, so a crashed app loses at most the last 50 ms.
 
 `replay(path)` turns a log back into the listener events the live app posted, so the
 history server rebuilds an AppStatusStore by feeding them to `on_event`; it tolerates what a
@@ -20,9 +18,8 @@ import json
 import logging
 import os
 import re
-import threading
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 from ember import config
 from ember.context import SPARK_VERSION
@@ -34,7 +31,6 @@ from ember.storagelevel import StorageLevel
 log = logging.getLogger("ember.ui.EventLoggingListener")
 
 IN_PROGRESS = ".inprogress"
-FLUSH_INTERVAL = 1.0
 
 
 def resolve_log_dir(uri: str) -> str:
@@ -303,10 +299,11 @@ class _TaskLines:
         return _dumps(e)
 
 
-# --- the writer -----------------------------------------------------------------------------
-class EventLoggingListener:
-    """See the module doc. Construct (validates the directory), add to the bus, `start` once
-    the app id is known (events before that are held in memory), `stop` after the bus."""
+# --- the file ---------------------------------------------------------------------------
+class EventLog:
+    """The driver's side of an event log: checks spark.eventLog.dir up front, creates
+    `<dir>/<appId>.inprogress` once the app id is known (`start`) and renames it when the
+    app stops (`finish`). The lines are written by the UI process (ember.ui.ui_process)."""
 
     def __init__(self, conf: Any) -> None:
         self.log_dir = resolve_log_dir(config.read(conf, "spark.eventLog.dir"))
@@ -314,85 +311,22 @@ class EventLoggingListener:
             raise PermissionError(f"Cannot write event logs to {self.log_dir}: permission "
                                   "denied (spark.eventLog.dir)")
         self.path: str | None = None       # the final name; written as path + .inprogress
-        self._lock = threading.Lock()
-        self._file: Any = None
-        self._pending: list[str] | None = []
-        self._stopped = threading.Event()
-        self._flusher: threading.Thread | None = None
-        self._lines = _TaskLines()
-        self._writer: Any = None        # event_log_writer.WriterProcess once started
 
-    def start(self, app_id: str, attempt_id: str | None = None) -> None:
-        """Create `<dir>/<appId>.inprogress` and write what arrived so far. Raises if a log of
-        this app already exists (Spark's 'Target log file already exists')."""
+    def start(self, app_id: str, attempt_id: str | None = None) -> str:
+        """Create the log with its LogStart line; returns the `.inprogress` path to append
+        to. Raises if a log of this app already exists (Spark's 'Target log file already
+        exists')."""
         path = os.path.join(self.log_dir, log_name(app_id, attempt_id))
         if os.path.exists(path):
             raise FileExistsError(f"Target log file already exists ({path})")
-        f = open(path + IN_PROGRESS, "wb", buffering=1 << 16)
+        with open(path + IN_PROGRESS, "xb") as f:
+            f.write(_dumps(L.LogStart(SPARK_VERSION)).encode())
         log.info("Logging events to file:%s%s", path, IN_PROGRESS)
-        with self._lock:
-            f.write((_dumps(L.LogStart(SPARK_VERSION)) + "".join(self._pending or ())).encode())
-            self._pending = None
-            self.path = path
-            try:
-                from ember.ui.event_log_writer import WriterProcess
-                f.close()
-                self._writer = WriterProcess(path + IN_PROGRESS)
-                return
-            except OSError as e:
-                log.warning("Writing the event log in-process: cannot start its writer "
-                            "process (%s)", e)
-                if f.closed:
-                    f = open(path + IN_PROGRESS, "ab", buffering=1 << 16)
-            self._file = f
-        self._flusher = threading.Thread(target=self._flush_loop, name="event-log-flusher",
-                                         daemon=True)
-        self._flusher.start()
+        self.path = path
+        return path + IN_PROGRESS
 
-    def on_event(self, e: Any) -> None:
-        self.on_events((e,))
-
-    def on_events(self, events: Iterable[Any]) -> None:
-        writer = self._writer
-        if writer is not None:
-            from ember.ui.event_log_writer import pack
-            items = [pack(e, _dumps) for e in events]
-            with self._lock:
-                try:
-                    writer.send(items)
-                except (OSError, ValueError) as e:     # the writer died or was closed
-                    log.error("Event log writer process failed (%s); events are lost from "
-                              "here on", e)
-                    self._writer = None
-            return
-        text = "".join(map(self._lines.encode, events))
-        with self._lock:
-            if self._file is not None:
-                self._file.write(text.encode())
-            elif self._pending is not None:
-                self._pending.append(text)
-
-    def _flush_loop(self) -> None:
-        while not self._stopped.wait(FLUSH_INTERVAL):
-            with self._lock:
-                if self._file is not None:
-                    try:
-                        self._file.flush()
-                    except OSError as e:
-                        log.warning("Cannot flush the event log %s: %s", self.path, e)
-
-    def stop(self) -> None:
-        """Flush, close and rename `.inprogress` to the final name. Idempotent."""
-        self._stopped.set()
-        if self._flusher is not None:
-            self._flusher.join(5)
-        with self._lock:
-            f, self._file, self._pending = self._file, None, None
-            writer, self._writer = self._writer, None
-        if writer is not None:
-            writer.close()
-        elif f is not None:
-            f.close()
+    def finish(self) -> None:
+        """Rename `.inprogress` to the final name, once everything is written."""
         if self.path is not None and os.path.exists(self.path + IN_PROGRESS):
             os.replace(self.path + IN_PROGRESS, self.path)
 

@@ -1,13 +1,13 @@
-"""SparkUI: the driver's web server (port 4040) for the pages, `/api/v1` and
-`/metrics/prometheus` of its one running application.
+"""SparkUI: the web server (port 4040) for the pages, `/api/v1` and `/metrics/prometheus`
+of the driver's one running application.
 
-It binds synchronously, in SparkContext's start-up: the URL goes into the application's
-registration with a master, and a busy 4040 moves to 4041... (spark.port.maxRetries) or
-fails start-up, as in Spark. Serving uses the standard library's threaded HTTP server on a
-thread of its own, not aiohttp: importing aiohttp costs about 0.35 s, more than the rest of
-a SparkContext's start, and a driver UI gets few requests. The page renderers (which pull
-in ember.ui_common, and with it aiohttp) are imported on the first page request, in the
-server's thread; the REST API needs no such import.
+The driver binds the port synchronously, in SparkContext's start-up (`bind_ui`): the URL goes
+into the application's registration with a master, and a busy 4040 moves to 4041...
+(spark.port.maxRetries) or fails start-up, as in Spark. Serving happens in the driver's UI
+process (ember.ui.ui_process), which gets the bound socket. It uses the standard library's
+threaded HTTP server, not aiohttp: importing aiohttp costs about 0.35 s and a driver UI gets
+few requests. The page renderers (which pull in ember.ui_common, and with it aiohttp) are
+imported on the first page request; the REST API needs no such import.
 """
 from __future__ import annotations
 
@@ -30,42 +30,32 @@ _SECURITY_HEADERS = {"X-Frame-Options": "SAMEORIGIN", "X-XSS-Protection": "1; mo
                      "X-Content-Type-Options": "nosniff"}
 
 
+def bind_ui(conf: Any) -> tuple[socket.socket, str]:
+    """Bind spark.ui.port (or the next free one): (the listening socket, the UI's URL).
+    Raises OSError (Spark's 'Service SparkUI failed after N retries') when no port is free."""
+    from ember.rpc.bind import bind_with_retries
+    host = os.environ.get("SPARK_LOCAL_IP") or "0.0.0.0"
+    sock = bind_with_retries(SERVICE_NAME, host, config.read(conf, "spark.ui.port"),
+                             config.read(conf, "spark.port.maxRetries"))
+    sock.setblocking(True)
+    public = os.environ.get("SPARK_PUBLIC_DNS") or conf.get("spark.driver.host") \
+        or os.environ.get("SPARK_LOCAL_IP") or "127.0.0.1"
+    url = f"http://{public}:{sock.getsockname()[1]}"
+    log.info("Bound SparkUI to %s, and started at %s", host, url)
+    return sock, url
+
+
 class SparkUI:
-    """Bind with `bind()` (returns the URL), serve with `start()`, `stop()` at the end."""
+    """Serves `store` on the bound socket `sock` from a daemon thread, for as long as the
+    process lives (`start()`)."""
 
-    def __init__(self, store: AppStatusStore, conf: Any) -> None:
+    def __init__(self, store: AppStatusStore, sock: socket.socket) -> None:
         self.store = store
-        self._conf = conf
         self._provider = LiveStoreProvider(store)
-        self.port = 0
-        self.url = ""
-        self._sock: Any = None
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._stopping = False
-
-    def bind(self) -> str:
-        """Bind spark.ui.port (or the next free one); returns the UI's URL. Raises OSError
-        (Spark's 'Service SparkUI failed after N retries') when no port is free."""
-        from ember.rpc.bind import bind_with_retries
-        host = os.environ.get("SPARK_LOCAL_IP") or "0.0.0.0"
-        self._sock = bind_with_retries(SERVICE_NAME, host,
-                                       config.read(self._conf, "spark.ui.port"),
-                                       config.read(self._conf, "spark.port.maxRetries"))
-        self._sock.setblocking(True)
-        self.port = self._sock.getsockname()[1]
-        public = os.environ.get("SPARK_PUBLIC_DNS") or self._conf.get("spark.driver.host") \
-            or os.environ.get("SPARK_LOCAL_IP") or "127.0.0.1"
-        self.url = f"http://{public}:{self.port}"
-        log.info("Bound SparkUI to %s, and started at %s", host, self.url)
-        return self.url
+        self._sock = sock
 
     def start(self) -> None:
-        """Serve on the bound socket from a daemon thread (connections wait in the socket's
-        backlog until it runs)."""
-        self._thread = threading.Thread(target=self._serve, name="SparkUI", daemon=True)
-        self._thread.start()
+        threading.Thread(target=self._serve, name="SparkUI", daemon=True).start()
 
     def _serve(self) -> None:
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -97,20 +87,12 @@ class SparkUI:
             def log_message(self, format: str, *args: Any) -> None:
                 log.debug("%s - %s", self.address_string(), format % args)
 
-        sock = self._sock
-        try:
-            server = ThreadingHTTPServer(sock.getsockname()[:2], Handler,
-                                         bind_and_activate=False)
-        except (AttributeError, OSError):       # stop() came first and closed the port
-            return
+        server = ThreadingHTTPServer(self._sock.getsockname()[:2], Handler,
+                                     bind_and_activate=False)
         server.socket.close()
-        server.socket = sock
+        server.socket = self._sock
         server.daemon_threads = True
-        with self._lock:
-            if self._stopping:          # stopped before it ever served
-                return
-            self._server = server
-        server.serve_forever(poll_interval=0.5)
+        server.serve_forever()
 
     def respond(self, target: str) -> tuple[int, str, str, str | None]:
         """(status, content type, body, redirect location) for GET `target`."""
@@ -128,25 +110,3 @@ class SparkUI:
             return 302, "text/plain; charset=utf-8", "", path + "/"
         status, html = app_ui.render_page(self.store, path, query)
         return status, "text/html; charset=utf-8", html, None
-
-    def stop(self) -> None:
-        """Stop serving and close the port, at once: shutting the listening socket down
-        wakes the server's select() instead of waiting for its next poll (a short-lived
-        context must not pay the poll interval on stop). Idempotent."""
-        with self._lock:
-            self._stopping = True
-            server, thread, sock = self._server, self._thread, self._sock
-            self._server = self._thread = self._sock = None
-        if server is not None:
-            waiter = threading.Thread(target=server.shutdown, daemon=True)
-            waiter.start()
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            waiter.join(5)
-            server.server_close()
-        elif sock is not None:
-            sock.close()
-        if thread is not None:
-            thread.join(5)
