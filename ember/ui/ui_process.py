@@ -88,6 +88,7 @@ class UiProcess:
             [root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         fds = () if ui_sock is None else (ui_sock.fileno(),)
         self._lock = threading.Lock()
+        self._event_log = event_log
         self.proc = subprocess.Popen([sys.executable, "-m", "ember.ui.ui_process"],
                                      stdin=subprocess.PIPE, env=env, bufsize=0,
                                      stdout=subprocess.PIPE, pass_fds=fds)
@@ -124,12 +125,15 @@ class UiProcess:
         return bool(ready) and self.proc.stdout.read(1) == b"."
 
     def close(self, timeout: float = 10.0) -> None:
-        """End of input; wait for the process to write everything and exit. Idempotent."""
+        """End of input; wait for the process to write everything and exit, or - with no
+        event log to finish - end it at once (it may still be starting). Idempotent."""
         with self._lock:
             try:
                 self.proc.stdin.close()
             except OSError:
                 pass
+        if not self._event_log:
+            self.proc.kill()
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
