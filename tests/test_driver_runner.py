@@ -35,8 +35,7 @@ from ember.deploy.worker.driver_runner import (
     SupervisePolicy, build_driver_environment, driver_command, fetch_resource, final_state,
     format_duration, launch_header, parse_java_opts, read_driver_exception,
     substitute_driver_variables, supervise_policy)
-from ember.deploy.worker.worker import (MAX_DRIVER_LOG_BYTES, Worker, driver_log_path,
-                                        read_log_chunk)
+from ember.deploy.worker.worker import Worker, driver_log_path, read_log_chunk
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv
 
 
@@ -159,7 +158,6 @@ def test_driver_log_rules(tmp_path):
     assert read_log_chunk(ok, -30, 2) == (b"01", 0, 10)
     assert read_log_chunk(ok, 50, 2) == (b"", 10, 10)
     assert read_log_chunk(str(work / "nope"), 0, 2) == (b"", 0, 0)
-    assert MAX_DRIVER_LOG_BYTES == 4 << 20
 
 
 def test_wrapper_argument_helpers():

@@ -8,9 +8,9 @@ so it needs no lock and cannot change anything.
 
 Log files are read straight from the work dir - `<workDir>/<appId>/<executorId>/<logType>`
 or `<workDir>/<driverId>/<logType>` - and the query names them, so it is checked before any
-file is touched: ids must look like ids (no `/`, no `..`, no leading dot), the resolved
-directory (symlinks followed) must be inside the work dir, and the file must exist; a bad
-request is answered 400 and a missing log 404 with a one-line text, never a file outside.
+file is touched, by the same rule `ember logs` goes through (log_files.log_dir), and the
+file must exist; a bad request is answered 400 and a missing log 404 with a one-line text,
+never a file outside.
 `/logPage/` pages through a log by byte offset as Spark's LogPage does (`offset`,
 `byteLength`, default the last 100 KiB); `/log` answers the same slice as plain text under
 Spark's `==== Bytes a-b of n of <file> ====` header.
@@ -24,7 +24,6 @@ import asyncio
 import json
 import logging
 import os
-import re
 import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
@@ -38,6 +37,7 @@ from ember.deploy.messages import (
     WorkerStateResponse,
 )
 from ember.deploy.web import WebServerThread
+from ember.deploy.worker import log_files
 from ember.rpc import RpcEndpointRef
 from ember.rpc.bind import bind_with_retries
 from ember.ui_common import (
@@ -49,20 +49,11 @@ log = logging.getLogger("ember.deploy.worker.WorkerWebUI")
 
 __all__ = ["WorkerWebUI", "read_log", "parse_log_request", "LogRequest", "LogRequestError",
            "render_worker_page", "render_log_page", "worker_metrics", "LOG_TYPES",
-           "DEFAULT_BYTE_LENGTH", "MAX_BYTE_LENGTH"]
+           "DEFAULT_BYTE_LENGTH"]
 
 LOG_TYPES = ("stderr", "stdout", "out")
 DEFAULT_BYTE_LENGTH = 100 * 1024     # Spark's LogPage defaultBytes
-MAX_BYTE_LENGTH = 4 << 20            # one page is held in memory: bound what a query can ask
 SERVICE_NAME = "WorkerUI"
-# An app, executor or driver id as it names a directory: no separators, no "..", no dotfiles.
-_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-
-
-def _is_in_directory(parent: str, child: str) -> bool:
-    parent = os.path.realpath(parent)
-    child = os.path.realpath(child)
-    return child == parent or child.startswith(parent.rstrip(os.sep) + os.sep)
 
 
 def read_log(work_dir: str, log_dir: str, log_type: str, offset: Optional[int] = None,
@@ -73,21 +64,15 @@ def read_log(work_dir: str, log_dir: str, log_type: str, offset: Optional[int] =
     if log_type not in LOG_TYPES:
         return ("Error: Log type must be one of " + ", ".join(LOG_TYPES), 0, 0, 0)
     normalized = os.path.normpath(os.path.abspath(log_dir))
-    if not _is_in_directory(work_dir, normalized):
+    if not log_files.is_in_directory(work_dir, normalized):
         return (f"Error: invalid log directory {log_dir}", 0, 0, 0)
-    path = os.path.join(normalized, log_type)
     try:
-        total = os.path.getsize(path)
-        start = total - byte_length if offset is None else offset
-        start = min(max(start, 0), total)
-        end = min(start + max(byte_length, 0), total)
-        with open(path, "rb") as f:
-            f.seek(start)
-            data = f.read(end - start)
-        return (data.decode("utf-8", errors="replace"), start, end, total)
+        data, start, total = log_files.read_slice(os.path.join(normalized, log_type),
+                                                  offset, byte_length)
     except OSError as e:
         log.error("Error getting %s logs from directory %s: %s", log_type, log_dir, e)
         return (f"Error getting logs due to exception: {e.strerror or e}", 0, 0, 0)
+    return (data.decode("utf-8", errors="replace"), start, start + len(data), total)
 
 
 class LogRequestError(Exception):
@@ -142,13 +127,13 @@ def parse_log_request(work_dir: str, query: Mapping[str, str]) -> LogRequest:
     length = DEFAULT_BYTE_LENGTH if length is None else length
     if length < 0 or (offset is not None and offset < 0):
         raise LogRequestError(400, "Error: offset and byteLength must not be negative")
-    log_dir = os.path.join(work_dir, *ids.values()) + os.sep
-    if not all(_ID.fullmatch(v) for v in ids.values()) or not _is_in_directory(work_dir,
-                                                                               log_dir):
-        raise LogRequestError(400, f"Error: invalid log directory {log_dir}")
-    if not os.path.isfile(os.path.join(log_dir, log_type)):
+    directory = log_files.log_dir(work_dir, ids.values())
+    if directory is None:
+        raise LogRequestError(400, "Error: invalid log directory "
+                              + os.path.join(work_dir, *ids.values()) + os.sep)
+    if not os.path.isfile(directory + log_type):
         raise LogRequestError(404, f"Error: no {log_type} log for {'/'.join(ids.values())}")
-    return LogRequest(ids, log_type, log_dir, offset, min(length, MAX_BYTE_LENGTH))
+    return LogRequest(ids, log_type, directory, offset, min(length, log_files.MAX_LOG_SLICE))
 
 
 class WorkerWebUI:

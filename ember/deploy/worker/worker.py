@@ -35,7 +35,6 @@ import enum
 import logging
 import os
 import random
-import re
 import shutil
 import threading
 import time
@@ -56,6 +55,7 @@ from ember.deploy.messages import (
 from ember.deploy.worker.config import WorkerConf, local_root_dirs
 from ember.deploy.worker.driver_runner import DriverRunner
 from ember.deploy.worker.executor_runner import ExecutorRunner
+from ember.deploy.worker.log_files import log_dir, read_slice
 from ember.rpc import (Cancellable, RpcAddress, RpcCallContext, RpcEndpoint, RpcEndpointRef,
                        RpcEnv, RpcTimeoutError)
 
@@ -65,13 +65,11 @@ __all__ = ["Worker", "WorkerDaemon", "WorkerSettings", "WorkerStartError", "ENDP
            "SYSTEM_NAME", "generate_worker_id", "registration_fuzz", "registration_intervals",
            "RetryAction", "reregister_action", "registration_timeline",
            "parse_standalone_master_urls", "megabytes_to_string", "trim_finished",
-           "stale_app_dirs", "driver_log_path", "read_log_chunk", "MAX_DRIVER_LOG_BYTES"]
+           "stale_app_dirs", "driver_log_path", "read_log_chunk"]
 
 SYSTEM_NAME = "sparkWorker"
 ENDPOINT_NAME = "Worker"
 MASTER_ENDPOINT_NAME = "Master"
-MAX_DRIVER_LOG_BYTES = 4 << 20   # per RequestDriverLog answer: it travels in one RPC message
-_DRIVER_ID = re.compile(r"[A-Za-z0-9._-]+")
 
 # Spark's Worker companion constants (§4.2)
 FUZZ_MULTIPLIER_INTERVAL_LOWER_BOUND = 0.500
@@ -217,39 +215,26 @@ def stale_app_dirs(work_dir: str, active_ids: Iterable[str], ttl: float,
 
 def driver_log_path(work_dir: str, driver_id: str, log_type: str, known: bool
                     ) -> tuple[Optional[str], str]:
-    """(path of a driver's log file, "") or (None, why not) for RequestDriverLog.
-
-    The id must look like a driver id and its dir must resolve directly inside the work dir
-    (no "..", no symlink out): the ask comes over the network, and the file read must never
-    escape the work dir. A driver not known to this worker is only served if its dir exists
-    (its runner was trimmed, or the worker restarted)."""
+    """(path of a driver's log file, "") or (None, why not) for RequestDriverLog: the
+    work dir confinement of log_files.log_dir. A driver not known to this worker is only
+    served if its dir exists (its runner was trimmed, or the worker restarted)."""
     if log_type not in ("stdout", "stderr"):
         return None, f"Log type must be one of stdout, stderr (got {log_type!r})"
-    if not _DRIVER_ID.fullmatch(driver_id or "") or driver_id in (".", ".."):
-        return None, f"Invalid driver id {driver_id!r}"
-    root = os.path.realpath(work_dir)
-    d = os.path.realpath(os.path.join(root, driver_id))
-    if os.path.dirname(d) != root:
+    d = log_dir(work_dir, [driver_id])
+    if d is None:
         return None, f"Invalid driver id {driver_id!r}"
     if not known and not os.path.isdir(d):
         return None, f"Unknown driver {driver_id} on this worker"
-    return os.path.join(d, log_type), ""
+    return d + log_type, ""
 
 
 def read_log_chunk(path: str, offset: int, max_bytes: int) -> tuple[bytes, int, int]:
-    """(data, start, total length): up to `max_bytes` (capped at MAX_DRIVER_LOG_BYTES) from
-    `offset`, or from `-offset` bytes before the end when negative. A missing file reads as
-    empty (a driver that has not written yet)."""
-    max_bytes = max(0, min(max_bytes, MAX_DRIVER_LOG_BYTES))
+    """log_files.read_slice, except that a missing file reads as empty (a driver that has
+    not written yet)."""
     try:
-        f = open(path, "rb")
+        return read_slice(path, offset, max_bytes)
     except FileNotFoundError:
         return b"", 0, 0
-    with f:
-        total = os.fstat(f.fileno()).st_size
-        start = max(0, total + offset) if offset < 0 else min(offset, total)
-        f.seek(start)
-        return f.read(min(max_bytes, total - start)), start, total
 
 
 def _delete_dirs(dirs: Sequence[str]) -> None:
