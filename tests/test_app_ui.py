@@ -273,6 +273,7 @@ def test_ui_process_serves_what_an_in_process_store_would(tmp_path) -> None:
         for path, query in (("/applications", {}), ("/applications/app-1/jobs", {}),
                             ("/applications/app-1/stages", {"details": "true"}),
                             ("/applications/app-1/allexecutors", {}),
+                            ("/applications/app-1/stages/0/0/taskSummary", {}),
                             ("/applications/app-1/storage/rdd", {})):
             expected = json.loads(json.dumps(api_get(provider, path, query)[1]))
             target = f"{url}/api/v1{path}" + "".join(f"?{k}={v}" for k, v in query.items())
@@ -352,6 +353,67 @@ def test_api_routes_fields_and_404s() -> None:
         404, "unknown attempt for stage 0.  Found attempts: [0]")
     assert get("/applications/app-1/storage/rdd/9") == (404, "no rdd found w/ id 9")
     assert format_api_date(1_735_689_600_123) == "2025-01-01T00:00:00.123GMT"
+
+
+def test_api_task_summary_like_spark() -> None:
+    """taskSummary: Spark's TaskMetricDistributions over successful tasks only, each quantile
+    q of n sorted values taken at index min(int(q * n), n - 1), never interpolated."""
+    ev = app_events()
+    s3 = L.StageInfo(3, 0, "map at a.py:5", 6)
+    ev.append(L.JobStart(2, T0 + 4, [replace(s3)], {}))
+    s3.submission_time = T0 + 4
+    ev.append(L.StageSubmitted(s3, {}))
+    for tid, run in enumerate((40, 10, 30, 20)):           # durations run + 1 ms
+        ev += [L.TaskStart(3, 0, _info(10 + tid, tid, T0 + 4)),
+               L.TaskEnd(3, 0, "ResultTask", Success(),
+                         _info(10 + tid, tid, T0 + 4, state="FINISHED",
+                               finish=T0 + 4 + (run + 1) / 1000),
+                         {"executorRunTime": run, "shuffleRemoteBytesRead": 2 * run,
+                          "shuffleLocalBytesRead": 1})]
+    ev += [L.TaskStart(3, 0, _info(14, 4, T0 + 4)),        # failed: not counted
+           L.TaskEnd(3, 0, "ResultTask", ExceptionFailure("ValueError", "x", ""),
+                     _info(14, 4, T0 + 4, state="FAILED", finish=T0 + 5),
+                     {"executorRunTime": 999}),
+           L.TaskStart(3, 0, _info(15, 5, T0 + 4))]         # running: not counted
+    provider = LiveStoreProvider(store_of(ev))
+
+    def get(path: str, **query: str):
+        return api_get(provider, "/applications/app-1/stages/" + path, query)
+
+    status, summary = get("3/0/taskSummary")
+    assert status == 200
+    assert list(summary) == [
+        "quantiles", "duration", "executorDeserializeTime", "executorDeserializeCpuTime",
+        "executorRunTime", "executorCpuTime", "resultSize", "jvmGcTime",
+        "resultSerializationTime", "gettingResultTime", "schedulerDelay",
+        "peakExecutionMemory", "peakOnHeapExecutionMemory", "peakOffHeapExecutionMemory",
+        "memoryBytesSpilled", "diskBytesSpilled", "inputMetrics", "outputMetrics",
+        "shuffleReadMetrics", "shuffleWriteMetrics"]
+    assert summary["quantiles"] == [0.05, 0.25, 0.5, 0.75, 0.95]
+    assert summary["executorRunTime"] == [10.0, 20.0, 30.0, 40.0, 40.0]
+    assert summary["duration"] == [11.0, 21.0, 31.0, 41.0, 41.0]
+    assert summary["jvmGcTime"] == [0.0] * 5
+    read = summary["shuffleReadMetrics"]
+    assert read["readBytes"] == [21.0, 41.0, 61.0, 81.0, 81.0]
+    assert read["remoteBytesRead"] == [20.0, 40.0, 60.0, 80.0, 80.0]
+    assert list(read) == ["readBytes", "readRecords", "remoteBlocksFetched",
+                          "localBlocksFetched", "fetchWaitTime", "remoteBytesRead",
+                          "remoteBytesReadToDisk", "totalBlocksFetched", "remoteReqsDuration",
+                          "shufflePushReadMetricsDist"]
+    assert len(read["shufflePushReadMetricsDist"]) == 9
+    assert list(summary["inputMetrics"]) == ["bytesRead", "recordsRead"]
+    assert list(summary["outputMetrics"]) == ["bytesWritten", "recordsWritten"]
+    assert list(summary["shuffleWriteMetrics"]) == ["writeBytes", "writeRecords", "writeTime"]
+    one = get("3/0/taskSummary", quantiles="0.5")[1]
+    assert one["quantiles"] == [0.5] and one["executorRunTime"] == [30.0]
+    assert get("3/0/taskSummary", quantiles="0.95,0.05")[1]["quantiles"] == [0.05, 0.95]
+    assert get("0/0/taskSummary")[1]["shuffleWriteMetrics"]["writeRecords"] == [10.0] * 5
+    assert get("3/0/taskSummary", quantiles="0.5,x") == (
+        400, 'Bad value for parameter "quantiles".  Expected a double, got "x"')
+    assert get("3/0/taskSummary", quantiles="nan")[0] == 400
+    assert get("2/0/taskSummary") == (404, "No tasks reported metrics for 2 / 0 yet.")
+    assert get("42/0/taskSummary") == (404, "unknown stage: 42")
+    assert get("3/1/taskSummary") == (404, "unknown attempt for stage 3.  Found attempts: [0]")
 
 
 def test_pages_escape_user_strings_and_404_unknown_ids() -> None:

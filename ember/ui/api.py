@@ -5,11 +5,12 @@ the live driver UI wraps its one store (`LiveStoreProvider`), the history server
 stores it rebuilt from event logs, and both serve the same routes through `api_routes`.
 Answers use Spark's field names; absent values are omitted and dates are written as Spark's
 Jackson does (`2025-01-01T10:11:12.345GMT`). Unknown apps, jobs, stages and RDDs answer 404
-with Spark's message as plain text, never a stack trace.
+and malformed query parameters 400, with Spark's message as plain text, never a stack trace.
 """
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any, Iterable, Mapping, Protocol
 
@@ -26,6 +27,7 @@ _JOB_STATUSES = {"running": "RUNNING", "succeeded": "SUCCEEDED", "failed": "FAIL
                  "unknown": "UNKNOWN"}
 _STAGE_STATUSES = {"active": "ACTIVE", "complete": "COMPLETE", "failed": "FAILED",
                    "pending": "PENDING", "skipped": "SKIPPED"}
+_DEFAULT_QUANTILES = "0.05,0.25,0.5,0.75,0.95"
 
 
 class StoreProvider(Protocol):
@@ -57,6 +59,14 @@ class LiveStoreProvider:
 
 class NotFound(Exception):
     """A 404 with Spark's message."""
+
+
+class BadParameter(Exception):
+    """A 400 with Spark's message (its BadParameterException)."""
+
+    def __init__(self, param: str, expected: str, actual: str) -> None:
+        super().__init__(f'Bad value for parameter "{param}".  Expected a {expected}, '
+                         f'got "{actual}"')
 
 
 def format_api_date(epoch_ms: int) -> str:
@@ -92,6 +102,21 @@ def _flag(query: Mapping[str, str], name: str, default: bool) -> bool:
     return default if v is None else v.lower() == "true"
 
 
+def _quantiles(query: Mapping[str, str]) -> list[float]:
+    """?quantiles=0.05,0.5 -> doubles; finite ones only, so the answer stays valid JSON."""
+    out = []
+    text = query.get("quantiles")
+    for s in (_DEFAULT_QUANTILES if text is None else text).split(","):
+        try:
+            q = float(s)
+        except ValueError:
+            q = math.nan
+        if not math.isfinite(q):
+            raise BadParameter("quantiles", "double", s)
+        out.append(q)
+    return out
+
+
 def _statuses(query: Mapping[str, str], names: Mapping[str, str]) -> set[str] | None:
     """?status=a&status=b (repeated values arrive comma-joined) -> Spark's enum names."""
     values = [v for v in (query.get("status") or "").split(",") if v]
@@ -107,13 +132,15 @@ def flat_query(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
 
 
 def api_get(provider: StoreProvider, path: str, query: Mapping[str, str]) -> tuple[int, Any]:
-    """Answer GET `/api/v1<path>` (query as flat_query makes it): (200, JSON-able value) or
-    (404, message text)."""
+    """Answer GET `/api/v1<path>` (query as flat_query makes it): (200, JSON-able value),
+    (404, message text) or (400, message text)."""
     parts = [p for p in path.split("/") if p]
     try:
         return 200, to_api_json(_route(provider, parts, query))
     except NotFound as e:
         return 404, str(e)
+    except BadParameter as e:
+        return 400, str(e)
 
 
 def _route(provider: StoreProvider, parts: list[str], query: Mapping[str, str]) -> Any:
@@ -186,6 +213,10 @@ def _stages(store: AppStatusStore, args: list[str], query: Mapping[str, str]) ->
         found = store.tasks(stage_id, attempt, _qint(query, "offset", 0),
                             _qint(query, "length", 20), query.get("sortBy") or "ID",
                             query.get("status"))
+    elif len(args) == 3 and args[2] == "taskSummary":
+        found = store.task_summary(stage_id, attempt, _quantiles(query))
+        if found is None and store.stage(stage_id, attempt, details=False) is not None:
+            raise NotFound(f"No tasks reported metrics for {stage_id} / {attempt} yet.")
     else:
         raise NotFound("unknown resource: " + "/".join(args))
     if found is None:

@@ -657,6 +657,58 @@ class AppStatusStore:
             start = max(0, offset)
             return [self._task_dict(st, t) for t in found[start:start + length]]
 
+    def task_summary(self, stage_id: int, attempt: int, quantiles: Iterable[float]
+                     ) -> dict[str, Any] | None:
+        """Spark's TaskMetricDistributions of a stage attempt's successful tasks: per metric,
+        one value per quantile (sorted), the value at index min(int(q * n), n - 1) of the n
+        sorted values, no interpolation (AppStatusStore.taskSummary). None: no such attempt
+        or no successful task yet. Metrics Ember does not measure are 0s."""
+        qs = sorted(quantiles)
+        with self.lock:
+            st = self._stages.get((stage_id, attempt))
+            done = [] if st is None else [
+                (t[_FINISH] - t[_LAUNCH], st.task_metrics.get(t[0], {}))
+                for t in st.tasks.values() if t[_STATUS] == SUCCESS]
+        n = len(done)
+        if not n:
+            return None
+        at = [min(max(int(q * n), 0), n - 1) for q in qs]
+
+        def dist(value: Callable[[int, Mapping[str, int]], int]) -> list[float]:
+            values = sorted(value(d, m) for d, m in done)
+            return [float(values[i]) for i in at]
+
+        def metric(*keys: str) -> list[float]:
+            return dist(lambda d, m: sum(m.get(k, 0) for k in keys))
+
+        zero = [0.0] * len(qs)
+        push = ("corruptMergedBlockChunks", "mergedFetchFallbackCount",
+                "remoteMergedBlocksFetched", "localMergedBlocksFetched",
+                "remoteMergedChunksFetched", "localMergedChunksFetched",
+                "remoteMergedBytesRead", "localMergedBytesRead", "remoteMergedReqsDuration")
+        return {
+            "quantiles": qs, "duration": dist(lambda d, m: d),
+            "executorDeserializeTime": zero, "executorDeserializeCpuTime": zero,
+            "executorRunTime": metric("executorRunTime"),
+            "executorCpuTime": metric("executorCpuTime"), "resultSize": metric("resultSize"),
+            "jvmGcTime": zero, "resultSerializationTime": zero, "gettingResultTime": zero,
+            "schedulerDelay": zero, "peakExecutionMemory": zero,
+            "peakOnHeapExecutionMemory": zero, "peakOffHeapExecutionMemory": zero,
+            "memoryBytesSpilled": metric("memoryBytesSpilled"),
+            "diskBytesSpilled": metric("diskBytesSpilled"),
+            "inputMetrics": {"bytesRead": zero, "recordsRead": zero},
+            "outputMetrics": {"bytesWritten": zero, "recordsWritten": zero},
+            "shuffleReadMetrics": {
+                "readBytes": metric("shuffleLocalBytesRead", "shuffleRemoteBytesRead"),
+                "readRecords": zero, "remoteBlocksFetched": zero, "localBlocksFetched": zero,
+                "fetchWaitTime": zero, "remoteBytesRead": metric("shuffleRemoteBytesRead"),
+                "remoteBytesReadToDisk": zero, "totalBlocksFetched": zero,
+                "remoteReqsDuration": zero,
+                "shufflePushReadMetricsDist": dict.fromkeys(push, zero)},
+            "shuffleWriteMetrics": {"writeBytes": metric("shuffleBytesWritten"),
+                                    "writeRecords": metric("shuffleRecordsWritten"),
+                                    "writeTime": zero}}
+
     def task_count(self, stage_id: int, attempt: int) -> int:
         with self.lock:
             st = self._stages.get((stage_id, attempt))
