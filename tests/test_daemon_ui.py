@@ -4,7 +4,8 @@ First fast tests without daemons (page renderers on hand-made snapshots, the kil
 against a fake Master endpoint, the log-request checks on a temporary work dir); then one
 real cluster (master + 2 workers as processes) running a cluster-mode driver whose
 application is named `<script>alert(1)</script>` and whose stdout is ~300 KB: every page
-is read over HTTP, and the last test kills the driver with the UI's kill button.
+is read over HTTP (the daemons' own logs too: their stdout goes to a file), and the last
+test kills the driver with the UI's kill button.
 """
 from __future__ import annotations
 
@@ -20,14 +21,17 @@ from urllib.parse import urlencode, urlsplit
 import pytest
 
 from benchmarks.master_ui import FakeMasterUI, run as run_benchmark, synthetic_state
+from ember.deploy import daemon
 from ember.deploy.master.http import render_app_page, render_master_page
 from ember.deploy.messages import (
     ApplicationDescription, Command, DriverDescription, DriverRunnerSummary, DriverState,
     ExecutorRunnerSummary, ExecutorState, RequestKillApplication, RequestKillDriver,
     RequestMasterState, WorkerStateResponse,
 )
+from ember.deploy.worker import http as worker_http
 from ember.deploy.worker.http import (
-    DEFAULT_BYTE_LENGTH, LogRequestError, parse_log_request, render_worker_page,
+    DEFAULT_BYTE_LENGTH, LogRequestError, parse_log_request, parse_self_log_request,
+    render_log_page, render_worker_page,
 )
 from ember.ui_common import PrometheusText
 from tests.cluster import LocalCluster
@@ -145,6 +149,8 @@ def test_master_pages_escape_peer_strings():
     page = render_master_page(s, "t", history_server_url="http://hist:18080")
     assert f"http://hist:18080/history/{s.completedApps[0].id}" in hrefs(page)
     assert "http://driver-0:4040" in hrefs(page)          # running app -> its UI
+    assert '<strong>Status:</strong> ALIVE (<a href="/logPage/?self&amp;logType=out">Log</a>)' \
+        in page                                           # Spark 4: the master's own log
     assert "(kill)" not in render_master_page(s, "t", kill_enabled=False)
 
 
@@ -157,6 +163,11 @@ def test_worker_page_escapes_and_links():
     assert "http://m:8080" in links
     assert "/logPage/?driverId=driver-1&logType=stderr" in links
     assert "/logPage/?appId=app-1&executorId=0&logType=stdout" in links
+    assert "<strong>ID:</strong> " + '<a href="/logPage/?self&amp;logType=out">worker-1</a>' \
+        in doc                                            # the worker's own log
+    doc = render_worker_page(worker_state(workerId="<i>w"), "http://h:8081")
+    assert '<strong>ID:</strong> <a href="http://h:8081/logPage/?self&amp;logType=out">' \
+        "&lt;i&gt;w</a>" in doc
 
 
 def kill_asks(ui: FakeMasterUI) -> list:
@@ -237,6 +248,137 @@ def test_log_request_stays_inside_the_work_dir(tmp_path):
         with pytest.raises(LogRequestError) as e:
             parse_log_request(str(work), q)
         assert e.value.status == 404, q
+
+
+def test_own_log_file_env_then_stdout(tmp_path, monkeypatch):
+    log = tmp_path / "ember-me-master-1-h.out"
+    log.write_text("x")
+    real_readlink = os.readlink
+    stdout_target = ["pipe:[42]"]
+
+    def readlink(path, *a, **kw):
+        if path == "/proc/self/fd/1":
+            return stdout_target[0]
+        return real_readlink(path, *a, **kw)
+    monkeypatch.setattr(os, "readlink", readlink)
+    monkeypatch.setenv(daemon.DAEMON_LOG_FILE_ENV, str(log))
+    assert daemon.own_log_file() == str(log)
+    monkeypatch.setenv(daemon.DAEMON_LOG_FILE_ENV, str(tmp_path / "gone.out"))  # not a file
+    assert daemon.own_log_file() is None                          # stdout is a pipe
+    stdout_target[0] = str(log)                                   # started with `> file`
+    assert daemon.own_log_file() == str(log)
+    monkeypatch.delenv(daemon.DAEMON_LOG_FILE_ENV)
+    for target in ("/dev/null", str(tmp_path), f"{log} (deleted)", "socket:[7]"):
+        stdout_target[0] = target
+        assert daemon.own_log_file() is None, target
+
+
+def test_start_daemon_tells_the_child_its_log_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("EMBER_LOG_DIR", str(tmp_path / "logs"))
+    monkeypatch.setenv("EMBER_PID_DIR", str(tmp_path / "pids"))
+    monkeypatch.setenv(daemon.DAEMON_LOG_FILE_ENV, "/inherited/wrong.out")
+    monkeypatch.delenv("SPARK_NO_DAEMONIZE", raising=False)
+    seen: dict = {}
+
+    class FakeProc:
+        pid = 999999
+
+        def poll(self):
+            return None
+
+    def fake_popen(cmd, **kw):
+        seen.update(kw)
+        return FakeProc()
+    monkeypatch.setattr(daemon.subprocess, "Popen", fake_popen)
+    assert daemon.start_daemon("master", 1, ["master"], wait_seconds=0) == 0
+    assert seen["env"][daemon.DAEMON_LOG_FILE_ENV] == daemon.log_file("master", 1)
+    assert seen["env"]["EMBER_LOG_DIR"] == str(tmp_path / "logs")
+
+    monkeypatch.setenv("SPARK_NO_DAEMONIZE", "1")       # foreground: own stdio, no log file
+    monkeypatch.setattr(daemon.subprocess, "call", lambda cmd, **kw: seen.update(fg=kw) or 0)
+    assert daemon.start_daemon("master", 2, ["master"], wait_seconds=0) == 0
+    assert daemon.DAEMON_LOG_FILE_ENV not in seen["fg"]["env"]
+
+
+def test_self_log_requests(tmp_path, monkeypatch):
+    log = tmp_path / "logs" / "ember-me-worker-1-h.out"
+    log.parent.mkdir()
+    log.write_bytes(b"0123456789" * 30)
+    monkeypatch.setenv(daemon.DAEMON_LOG_FILE_ENV, str(log))
+    work = str(tmp_path / "work")
+    req = parse_log_request(work, {"self": "", "logType": "out"})
+    assert (req.name, req.file, req.offset, req.byte_length) == (
+        "worker", str(log), None, DEFAULT_BYTE_LENGTH)
+    assert req.query(offset=0) == "self&logType=out&offset=0"
+    for t in ("stdout", "stderr", "out"):                # one .out file for all three
+        assert parse_self_log_request({"logType": t}, "master").file == str(log)
+    req = parse_self_log_request({"self": "", "logType": "out", "offset": "100",
+                                  "byteLength": "50"}, "master")
+    assert (req.name, req.offset, req.byte_length) == ("master", 100, 50)
+    text, start, end, total = worker_http.read_request(req)
+    assert (text, start, end, total) == ("0123456789" * 5, 100, 150, 300)
+    doc = render_log_page(req, text + XSS, start, end, total)
+    assert "<title>out log page for master</title>" in doc
+    assert "Showing 50 Bytes: 100 - 150 of 300" in doc
+    assert XSS not in doc and html.escape(XSS) in doc
+    links = hrefs(doc)
+    assert {"/logPage/?self&logType=out&offset=50&byteLength=50",
+            "/logPage/?self&logType=out&offset=150&byteLength=50",
+            "/log?self&logType=out&offset=100&byteLength=50", "/"} <= set(links)
+    assert "Back to Master" in doc
+    for q in ({"self": "", "logType": "passwd"}, {"self": "", "logType": "out", "offset": "x"},
+              {"self": "", "logType": "out", "offset": "-1"},
+              {"self": "", "logType": "out", "byteLength": "1.5"},
+              {"self": "", "logType": "out", "byteLength": "-5"}):
+        with pytest.raises(LogRequestError) as e:
+            parse_self_log_request(q, "master")
+        assert e.value.status == 400, q
+    with pytest.raises(LogRequestError) as e:
+        parse_self_log_request({"logType": "bogus"}, "master")
+    assert e.value.text == "Error: Log type must be one of stderr, stdout, out"
+    with pytest.raises(LogRequestError) as e:                     # self is exclusive
+        parse_log_request(work, {"self": "", "driverId": "driver-1", "logType": "out"})
+    assert e.value.status == 400
+    monkeypatch.setattr(daemon, "own_log_file", lambda: None)
+    with pytest.raises(LogRequestError) as e:
+        parse_log_request(work, {"self": "", "logType": "out"})
+    assert e.value.status == 404
+    assert e.value.text.startswith("Error: this worker writes no log file")
+
+
+def test_master_serves_its_own_log(tmp_path, monkeypatch):
+    log = tmp_path / "master.out"
+    log.write_text("".join(f"line {i:04d} <b>{i}</b>\n" for i in range(8000)))  # 160 KB
+    size = log.stat().st_size
+    monkeypatch.setenv(daemon.DAEMON_LOG_FILE_ENV, str(log))
+    with FakeMasterUI(synthetic_state(1, 1)) as ui:
+        assert "/logPage/?self&logType=out" in hrefs(get_ok(ui.url + "/"))
+        status, headers, page = request(ui.url + "/logPage/?self&logType=out")
+        assert status == 200 and headers["content-type"].startswith("text/html")
+        assert "<title>out log page for master</title>" in page
+        start = size - DEFAULT_BYTE_LENGTH
+        assert f"Showing {DEFAULT_BYTE_LENGTH} Bytes: {start} - {size} of {size}" in page
+        assert "line 7999 &lt;b&gt;7999&lt;/b&gt;" in page and "<b>" not in page
+        assert "line 0000" not in page
+        page = get_ok(ui.url + "/logPage?self&logType=stderr&offset=0&byteLength=20")
+        assert "Showing 20 Bytes: 0 - 20 of" in page and "line 0000 &lt;b&gt;0" in page
+        status, headers, body = request(ui.url + "/log?self&logType=out&offset=10&byteLength=20")
+        assert status == 200 and headers["content-type"].startswith("text/plain")
+        assert body == (f"==== Bytes 10-30 of {size} of {log} ====\n"
+                        + log.read_text()[10:30])
+        for query, code in [("self&logType=passwd", 400), ("self&logType=out&offset=-2", 400),
+                            ("self&logType=out&byteLength=abc", 400)]:
+            for path in ("/logPage/", "/log"):
+                status, _, body = request(f"{ui.url}{path}?{query}")
+                assert status == code and "Traceback" not in body, (path, query, body)
+        status, _, body = request(ui.url + "/log?self&logType=bad")
+        assert body == "Error: Log type must be one of stderr, stdout, out"
+        monkeypatch.setattr(daemon, "own_log_file", lambda: None)
+        for path in ("/logPage/", "/log"):
+            status, _, body = request(f"{ui.url}{path}?self&logType=out")
+            assert status == 404 and body == (
+                "Error: this master writes no log file (it was not started by "
+                "`ember start-master` and its output is not a file)")
 
 
 def test_benchmark_runs():
@@ -345,13 +487,14 @@ def test_app_page_lists_executors(running):
         urlsplit(u).netloc for u in running.worker_uis.values())
     # the executor's stdout link works and shows its log page
     body = get_ok(execs[0])
-    assert "Showing 0-" in body and "stdout log page for " + app_id in body
+    assert "Bytes: 0 - " in body and "stdout log page for " + app_id in body
 
 
 def test_worker_pages_show_executors_and_the_driver(running):
     for worker_id, ui in running.worker_uis.items():
         page = get_ok(ui + "/")
-        assert f"<strong>ID:</strong> {worker_id}" in page
+        assert f"<strong>ID:</strong> <a href=\"{ui}/logPage/?self&amp;logType=out\">" \
+            f"{worker_id}</a>" in page
         assert running.master in hrefs(page)                            # master URL link
         assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
         assert "Running Executors (1)" in page
@@ -366,14 +509,14 @@ def test_driver_log_page_pages_by_offset(running):
     page = get_ok(base)
     total = STDOUT_BYTES
     start = total - DEFAULT_BYTE_LENGTH
-    assert f"Showing {start}-{total} of {total}" in page
+    assert f"Showing {DEFAULT_BYTE_LENGTH} Bytes: {start} - {total} of {total}" in page
     assert "JOB-DONE &lt;b&gt;bold&lt;/b&gt;" in page and "<b>bold" not in page
     assert "MARKER-FIRST" not in page                   # only the last 100 KiB
     older = {h for h in hrefs(page) if "offset=" in h and "/logPage/" in h}   # pager x2
     assert older == {f"/logPage/?driverId={running.driver_id}&logType=stdout"
                      f"&offset={start - DEFAULT_BYTE_LENGTH}&byteLength={DEFAULT_BYTE_LENGTH}"}
     first = get_ok(base + "&offset=0&byteLength=1000")
-    assert "Showing 0-1000 of" in first and "MARKER-FIRST" in first
+    assert "Showing 1000 Bytes: 0 - 1000 of" in first and "MARKER-FIRST" in first
     assert f"/logPage/?driverId={running.driver_id}&logType=stdout&offset=1000" \
         f"&byteLength=1000" in hrefs(first)                         # next (newer) page
     raw = get_ok(f"{running.driver_worker_ui}/log?driverId={running.driver_id}"
@@ -397,6 +540,29 @@ def test_log_pages_refuse_paths_outside_the_work_dir(running):
             assert "root:" not in body and "Traceback" not in body
     code, _, _ = request(f"{running.master}/app/?appId=app-nope")
     assert code == 404
+
+
+def test_daemons_serve_their_own_logs(running):
+    """The cluster's daemons write to files (stdout redirected, no EMBER_DAEMON_LOG_FILE):
+    the Log links of their pages open their own logs, escaped."""
+    master_log = os.path.realpath(os.path.join(running.cluster.workdir, "master.log"))
+    links = hrefs(get_ok(running.master + "/"))
+    assert "/logPage/?self&logType=out" in links
+    page = get_ok(running.master + "/logPage/?self&logType=out")
+    assert "<title>out log page for master</title>" in page
+    assert "I have been elected leader! New state: ALIVE" in page
+    assert f"Registering app {html.escape(XSS)}" in page and XSS not in page
+    raw = get_ok(running.master + "/log?self&logType=out&offset=0&byteLength=100000")
+    header, text = raw.split("\n", 1)
+    assert re.fullmatch(rf"==== Bytes 0-\d+ of \d+ of {re.escape(master_log)} ====", header)
+    assert f"Registering app {XSS}" in text and "Starting Spark master at " in text
+    ui = running.driver_worker_ui
+    own = f"{ui}/logPage/?self&logType=out"
+    assert own in hrefs(get_ok(ui + "/"))
+    page = get_ok(own)
+    assert "<title>out log page for worker</title>" in page and "Back to Worker" in page
+    assert "Successfully registered with master" in page
+    assert html.escape(XSS) in page and XSS not in page          # "Asked to launch executor"
 
 
 def test_prometheus_metrics_match_the_json(running):

@@ -15,6 +15,9 @@ line in the log instead of a fixed sleep. The files and messages are Spark's, re
   log, niceness `SPARK_NICENESS`); then watches it for a few seconds: if it dies, prints
   "failed to launch: ..." with the last 10 log lines and exits 1. `SPARK_NO_DAEMONIZE` runs
   the daemon in the foreground instead (own stdio, no pid file: Spark's behaviour);
+- the daemon is told its log file in `EMBER_DAEMON_LOG_FILE`, so its web UI can serve it
+  (Spark's `/logPage/?self&logType=out`): several daemons may share one log dir, so
+  "the first .out file there" (Spark's guess) could be another daemon's log;
 - stop: "stopping <command>" + SIGTERM, SIGKILL after a timeout, or "no <command> to stop";
 - status: 0 running, 1 stale pid file, 2 not running (Spark's exit codes).
 
@@ -34,6 +37,7 @@ import time
 from typing import Optional, Sequence
 
 DEFAULT_MODULE = "ember.cli"
+DAEMON_LOG_FILE_ENV = "EMBER_DAEMON_LOG_FILE"
 START_WAIT_SECONDS = 3.0
 STOP_TIMEOUT_SECONDS = 10.0
 
@@ -116,6 +120,24 @@ def pid_dir() -> str:
 def log_file(command: str, instance: int) -> str:
     return os.path.join(log_dir(), f"ember-{_ident()}-{command}-{instance}-"
                                    f"{socket.gethostname()}.out")
+
+
+def own_log_file() -> Optional[str]:
+    """The file this process's output goes to, for its web UI's own-log page: the path in
+    EMBER_DAEMON_LOG_FILE (set by `start_daemon`) when that is a regular file, else - on
+    Linux - the target of /proc/self/fd/1 when stdout is a regular file (a daemon started by
+    hand with `> file`), else None (a terminal, a pipe, /dev/null...)."""
+    path = os.environ.get(DAEMON_LOG_FILE_ENV)
+    if path and os.path.isfile(path):
+        return os.path.abspath(path)
+    try:
+        target = os.readlink("/proc/self/fd/1")
+    except OSError:
+        return None
+    # "pipe:[123]", "socket:[..]" are not paths; a deleted file reads "<path> (deleted)"
+    if os.path.isabs(target) and os.path.isfile(target):
+        return target
+    return None
 
 
 def pid_file(command: str, instance: int) -> str:
@@ -221,18 +243,20 @@ def start_daemon(command: str, instance: int, argv: Sequence[str], *,
     niceness = os.environ.get("SPARK_NICENESS", "").strip()
     if niceness and niceness != "0":
         cmd = ["nice", "-n", niceness, *cmd]
+    env = {k: v for k, v in os.environ.items() if k != DAEMON_LOG_FILE_ENV}
     if "SPARK_NO_DAEMONIZE" in os.environ:
         # Foreground with the caller's stdio and no pid file, like Spark: for supervisors
         # (systemd, containers) that want to own the process and its output.
         try:
-            return subprocess.call(cmd)
+            return subprocess.call(cmd, env=env)
         except KeyboardInterrupt:
             return 130
     try:
         with open(log_path, "ab") as log_out, open(os.devnull, "rb") as devnull:
             start_offset = log_out.tell()
+            env[DAEMON_LOG_FILE_ENV] = os.path.abspath(log_path)
             proc = subprocess.Popen(cmd, stdin=devnull, stdout=log_out, stderr=subprocess.STDOUT,
-                                    start_new_session=True, close_fds=True)
+                                    start_new_session=True, close_fds=True, env=env)
     except OSError as e:
         print(f"failed to launch: {' '.join(cmd)}\n  {e}")
         return 1
@@ -361,4 +385,4 @@ def _unlink(path: str) -> None:
 
 __all__ = ["start_daemon", "stop_daemon", "daemon_status", "daemon_signature", "configure_daemon_logging",
            "SparkLogFormatter", "log_daemon_start", "log_file", "pid_file", "log_dir",
-           "pid_dir", "rotate_log"]
+           "pid_dir", "rotate_log", "own_log_file", "DAEMON_LOG_FILE_ENV"]

@@ -19,6 +19,11 @@ What is served (Spark's `MasterWebUI`, `MasterPage`, `ApplicationPage`):
   `/json/([a-zA-Z]+).*` (unknown field -> `{"<field>": ""}`); `/json/clusterutilization`
   is `writeClusterUtilization`;
 - `GET /metrics/prometheus` (and Spark's path `/metrics/master/prometheus`) - Prometheus text;
+- `GET /logPage/?self&logType=out` - the master's own log, paged by byte offset (`offset`,
+  `byteLength`, default the last 100 KiB), and `GET /log?self&logType=out` - the same slice
+  as plain text (Spark 4's master LogPage and `/log`); linked from the summary's Status
+  line. Parsing, reading and rendering are the worker's (`ember.deploy.worker.http`), so
+  both daemons page logs alike; a master whose output is not a file answers 404 text;
 - anything else - `404: Not Found` as text; a failure inside a handler is logged and
   answered `500` as text, never with a stack trace (`ember.ui_common.ui_middleware`).
 JSON is pretty-printed like json4s' `pretty(render(...))` (Jackson's default pretty printer)
@@ -51,6 +56,9 @@ from ember.deploy.messages import (
     RequestKillDriver, RequestMasterState, WorkerState, WorkerSummary,
 )
 from ember.deploy.web import WebServerThread
+from ember.deploy.worker.http import (
+    SELF_LOG_QUERY, LogRequest, parse_self_log_request, serve_log,
+)
 from ember.rpc import RpcEndpointRef
 from ember.rpc.bind import bind_with_retries
 from ember.ui_common import (
@@ -186,6 +194,10 @@ class MasterWebUI:
             r.add_post(path, self._kill_driver)
         for path in ("/metrics/prometheus", "/metrics/master/prometheus"):
             r.add_get(path, self._metrics)
+        for path in ("/logPage", "/logPage/"):
+            r.add_get(path, self._log_page)
+        for path in ("/log", "/log/"):
+            r.add_get(path, self._log)
         r.add_get("/json", self._json)
         r.add_get("/json/{tail:.*}", self._json)
         self._server.start(sock, app)
@@ -226,6 +238,12 @@ class MasterWebUI:
             return not_found(f"No running application with ID {app_id}")
         return html_response(document)
 
+    async def _log_page(self, request: web.Request) -> web.Response:
+        return await serve_log(request, _parse_own_log, raw=False)
+
+    async def _log(self, request: web.Request) -> web.Response:
+        return await serve_log(request, _parse_own_log, raw=True)
+
     async def _metrics(self, request: web.Request) -> web.Response:
         return prometheus_response(master_metrics(await self._ask(RequestMasterState())))
 
@@ -248,6 +266,10 @@ class MasterWebUI:
         if target and str(form.get("terminate", "false")).strip().lower() == "true":
             await self._ask(message(target))
         raise web.HTTPFound("/")
+
+
+def _parse_own_log(query: Mapping[str, str]) -> LogRequest:
+    return parse_self_log_request(query, "master")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -347,7 +369,7 @@ def render_master_page(s: MasterStateResponse, title: str, *, kill_enabled: bool
                               f'{len(s.completedApps)} <a href="#completed-app">Completed</a>')),
         ("Drivers", f"{len(s.activeDrivers)} Running ({waiting} Waiting), "
                     f"{len(s.completedDrivers)} Completed"),
-        ("Status", s.status),
+        ("Status", Html(f"{esc(s.status)} ({link('/logPage/?' + SELF_LOG_QUERY, 'Log')})")),
     ]
     worker_rows = [[_worker_link(w, w.id), w.hostPort, w.state,
                     f"{w.cores} ({w.coresUsed} Used)",
