@@ -31,6 +31,10 @@ from ember.storagelevel import StorageLevel
 log = logging.getLogger("ember.ui.EventLoggingListener")
 
 IN_PROGRESS = ".inprogress"
+# Spark's BlockManagerId requires a positive port (its history server fails to load a log
+# with port 0); Ember's block stores are task processes with no port of their own, so every
+# block manager in a log carries this placeholder.
+BLOCK_MANAGER_PORT = 1
 
 
 def resolve_log_dir(uri: str) -> str:
@@ -129,17 +133,21 @@ def _metrics_json(m: Mapping[str, int]) -> dict[str, Any]:
 def _reason_json(r: Any) -> dict[str, Any]:
     if isinstance(r, Success):
         return {"Reason": "Success"}
+    # Spark shows an ExceptionFailure's "Full Stack Trace" as the task's error: it gets the
+    # same text as the live UI's.
     if isinstance(r, ExceptionFailure):
         return {"Reason": "ExceptionFailure", "Class Name": r.exc_type, "Description": r.message,
-                "Stack Trace": [], "Full Stack Trace": r.traceback, "Accumulator Updates": []}
+                "Stack Trace": [], "Full Stack Trace": r.to_error_string(),
+                "Accumulator Updates": []}
     if isinstance(r, TaskProcessCrashed):   # no Spark counterpart: an exception of the task
         return {"Reason": "ExceptionFailure", "Class Name": "org.apache.spark.SparkException",
-                "Description": r.message, "Stack Trace": [], "Full Stack Trace": "",
-                "Accumulator Updates": []}
+                "Description": r.message, "Stack Trace": [],
+                "Full Stack Trace": r.to_error_string(), "Accumulator Updates": []}
     if isinstance(r, FetchFailed):
         d: dict[str, Any] = {"Reason": "FetchFailed"}
         if r.executor_id is not None:
-            d["Block Manager Address"] = {"Executor ID": r.executor_id, "Host": "", "Port": 0}
+            d["Block Manager Address"] = {"Executor ID": r.executor_id, "Host": "",
+                                          "Port": BLOCK_MANAGER_PORT}
         d.update({"Shuffle ID": r.shuffle_id, "Map ID": r.map_index, "Map Index": r.map_index,
                   "Reduce ID": r.reduce_id, "Message": r.message})
         return d
@@ -193,7 +201,8 @@ def event_to_json(e: Any) -> dict[str, Any] | None:
                 "Executor ID": e.executor_id, "Removed Reason": e.reason}
     if t is L.BlockUpdated:
         return {"Event": "SparkListenerBlockUpdated", "Block Updated Info": {
-            "Block Manager ID": {"Executor ID": e.executor_id, "Host": e.host, "Port": 0},
+            "Block Manager ID": {"Executor ID": e.executor_id, "Host": e.host,
+                                 "Port": BLOCK_MANAGER_PORT},
             "Block ID": e.block_name, "Storage Level": _level_json(e.storage_level),
             "Memory Size": e.mem_size, "Disk Size": e.disk_size}}
     if t is L.UnpersistRDD:
@@ -374,12 +383,24 @@ class _UnknownReason(TaskEndReason):
         return "UnknownReason"
 
 
+@dataclass
+class _LoggedException(TaskEndReason):
+    """A logged ExceptionFailure: its error is the full stack trace, else "class: message"
+    (Spark's ExceptionFailure.toErrorString)."""
+    class_name: str
+    description: str
+    full_stack_trace: str
+
+    def to_error_string(self) -> str:
+        return self.full_stack_trace or f"{self.class_name}: {self.description}"
+
+
 def _reason(d: Mapping[str, Any]) -> TaskEndReason:
     kind = d.get("Reason")
     if kind == "Success":
         return Success()
     if kind == "ExceptionFailure":
-        return ExceptionFailure(d.get("Class Name", ""), d.get("Description", ""),
+        return _LoggedException(d.get("Class Name", ""), d.get("Description", ""),
                                 d.get("Full Stack Trace", "") or "")
     if kind == "FetchFailed":
         bm = d.get("Block Manager Address") or {}

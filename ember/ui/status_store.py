@@ -784,7 +784,7 @@ class AppStatusStore:
                     "memoryUsed": mem, "diskUsed": disk, "totalCores": ex.cores,
                     "maxTasks": ex.cores, "activeTasks": s.active, "failedTasks": s.failed,
                     "completedTasks": s.succeeded,
-                    "totalTasks": s.active + s.failed + s.succeeded,
+                    "totalTasks": s.active + s.failed + s.succeeded + s.killed,
                     "totalDuration": s.task_time, "totalGCTime": 0, "totalInputBytes": 0,
                     "totalShuffleRead": s.read_bytes(),
                     "totalShuffleWrite": s.metrics.get("shuffleBytesWritten", 0),

@@ -1,0 +1,190 @@
+"""Spark's own programs against Ember, run from the jars of the pyspark package (the test
+extra pins the Spark version Ember reports) on Java 17:
+
+- Spark's HistoryServer loads Ember's event logs - a real local application (shuffle, cache,
+  a failed job) and a synthetic one with every task-end reason - and its /api/v1 answers
+  agree with Ember's history server;
+- Spark's RestSubmissionClient (behind spark-submit's REST path, --status and --kill)
+  submits a Python app to an Ember master, sees it RUNNING, kills it, sees it KILLED.
+
+Why: "Spark can read it" is a claim about Spark's parsers that only Spark can check (a block
+manager port of 0 once made Spark's history server fail every page of an Ember app).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from typing import Any
+
+import pytest
+import pyspark
+
+from ember import SparkConf
+from ember.deploy.local_cluster import LocalCluster, free_port
+from ember.scheduler import listener as L
+from ember.scheduler.task import ExecutorLostFailure, FetchFailed
+from ember.ui.api import api_get
+from ember.ui.event_log import EventLog
+from ember.ui.history_server import HistoryProvider
+from ember.ui.ui_process import UiProcess
+
+from test_app_ui import T0, _info, app_events
+
+SPARK_JARS = os.path.join(os.path.dirname(pyspark.__file__), "jars", "*")
+JAVA_ENV = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", SPARK_HOME=os.path.dirname(
+    pyspark.__file__))
+
+
+def _get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.load(r)
+
+
+@pytest.fixture
+def spark_history_server(tmp_path):
+    """Start Spark's HistoryServer on a log dir: a function (n apps) -> its /api/v1 URL."""
+    log_dir = tmp_path / "spark-events"
+    log_dir.mkdir()
+    port = free_port()
+    proc = None
+
+    def start(expected_apps: int) -> str:
+        nonlocal proc
+        proc = subprocess.Popen(
+            ["java", "-Xmx512m", "-cp", SPARK_JARS,
+             f"-Dspark.history.fs.logDirectory=file:{log_dir}",
+             f"-Dspark.history.ui.port={port}", "-Dspark.history.fs.update.interval=1s",
+             "org.apache.spark.deploy.history.HistoryServer"],
+            env=JAVA_ENV, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "shs.log", "wb"))
+        api = f"http://127.0.0.1:{port}/api/v1"
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            assert proc.poll() is None, (tmp_path / "shs.log").read_text()[-3000:]
+            try:
+                if len(_get_json(api + "/applications")) == expected_apps:
+                    return api
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise AssertionError("Spark's history server did not list the applications:\n"
+                             + (tmp_path / "shs.log").read_text()[-3000:])
+
+    start.log_dir = log_dir
+    yield start
+    if proc is not None:
+        proc.kill()
+        proc.wait()
+
+
+def _synthetic_log(log_dir: str) -> str:
+    """app_events (every other reason) plus a stage whose tasks end in FetchFailed and
+    ExecutorLostFailure, written the way a driver writes it (EventLog + UiProcess)."""
+    s9 = L.StageInfo(9, 0, "collect at b.py:1", 2)
+    events = app_events("synthetic")[:-1] + [
+        L.JobStart(9, T0 + 4, [L.StageInfo(9, 0, "collect at b.py:1", 2)], {}),
+        L.StageSubmitted(s9, {})]
+    for tid, reason in ((90, FetchFailed(0, 1, 0, "1", "shuffle block lost")),
+                        (91, ExecutorLostFailure("1", False, "worker lost"))):
+        events.append(L.TaskStart(9, 0, _info(tid, tid - 90, T0 + 4.01)))
+        events.append(L.TaskEnd(9, 0, "ResultTask", reason,
+                                _info(tid, tid - 90, T0 + 4.01, state="FAILED",
+                                      finish=T0 + 4.02), {}))
+    s9.completion_time, s9.failure_reason = T0 + 4.03, "fetch failed"
+    events += [L.StageCompleted(s9), L.JobEnd(9, T0 + 4.04, False, "fetch failed"),
+               L.ApplicationEnd(T0 + 5)]
+    conf = {"spark.eventLog.dir": log_dir}
+    writer, event_log = UiProcess(conf, None, event_log=True), EventLog(conf)
+    writer.open_log(event_log.start("app-1"))
+    writer.on_events(events)
+    writer.close()
+    event_log.finish()
+    return "app-1"
+
+
+def _real_app_log(fresh_sc, log_dir: str) -> str:
+    conf = (SparkConf().set("spark.eventLog.enabled", "true")
+            .set("spark.eventLog.dir", log_dir).set("spark.ui.enabled", "false"))
+    sc = fresh_sc("local[2]", "interop <app>", conf)
+    pairs = sc.parallelize(range(400), 4).map(lambda x: (x % 7, x)).cache()
+    assert pairs.reduceByKey(lambda a, b: a + b).count() == 7
+    assert pairs.count() == 400
+    with pytest.raises(Exception):
+        sc.parallelize(range(4), 2).map(lambda x: 1 / 0).collect()
+    sc.stop()
+    return sc.applicationId
+
+
+JOB_FIELDS = ("jobId", "status", "stageIds", "numTasks", "numCompletedTasks",
+              "numFailedTasks", "numKilledTasks", "numActiveTasks")
+STAGE_FIELDS = ("stageId", "attemptId", "status", "numTasks", "numCompleteTasks",
+                "numFailedTasks", "numKilledTasks", "shuffleReadBytes", "shuffleWriteBytes",
+                "shuffleWriteRecords", "executorRunTime")
+EXECUTOR_FIELDS = ("id", "completedTasks", "failedTasks", "totalTasks", "totalShuffleRead",
+                   "totalShuffleWrite", "isActive")
+RDD_FIELDS = ("id", "name", "numPartitions", "numCachedPartitions", "memoryUsed", "diskUsed")
+
+
+def _pick(items: list[dict], fields: tuple[str, ...], key: str) -> list[dict]:
+    return sorted(({f: item.get(f) for f in fields} for item in items),
+                  key=lambda d: d[key])
+
+
+def test_spark_history_server_reads_ember_event_logs(spark_history_server, fresh_sc) -> None:
+    log_dir = str(spark_history_server.log_dir)
+    apps = [_real_app_log(fresh_sc, log_dir), _synthetic_log(log_dir)]
+    spark = spark_history_server(expected_apps=2)
+    ember = HistoryProvider(log_dir)
+
+    def ours(path: str) -> Any:
+        status, value = api_get(ember, path, {})
+        assert status == 200, (path, value)
+        return json.loads(json.dumps(value))
+
+    listed = {a["id"]: a for a in _get_json(spark + "/applications")}
+    assert set(listed) == set(apps)
+    for app in apps:
+        base = f"/applications/{app}"
+        theirs = listed[app]["attempts"][0]
+        mine = ours(base)["attempts"][0]
+        assert (theirs["completed"], theirs["sparkUser"], listed[app]["name"]) == \
+            (mine["completed"], mine["sparkUser"], ours(base)["name"])
+        for kind, fields, key in (("jobs", JOB_FIELDS, "jobId"),
+                                  ("stages", STAGE_FIELDS, "stageId"),
+                                  ("allexecutors", EXECUTOR_FIELDS, "id"),
+                                  ("storage/rdd", RDD_FIELDS, "id")):
+            spark_answer = _get_json(f"{spark}{base}/{kind}")
+            assert _pick(spark_answer, fields, key) == _pick(ours(f"{base}/{kind}"), fields,
+                                                             key), (app, kind)
+        stage = ours(f"{base}/stages")[0]
+        path = f"{base}/stages/{stage['stageId']}/{stage['attemptId']}/taskList?length=100"
+        task_fields = ("taskId", "status", "executorId", "errorMessage")
+        spark_tasks = _pick(_get_json(spark + path), task_fields, "taskId")
+        my_tasks = _pick(ours(path.split("?")[0]), task_fields, "taskId")
+        for theirs_task, my_task in zip(spark_tasks, my_tasks):
+            if my_task["errorMessage"].startswith("FetchFailed("):
+                # Spark names the block manager (host, port), which Ember does not have
+                shared = "shuffleId=0, mapIndex=1, "
+                assert shared in theirs_task.pop("errorMessage") and \
+                    shared in my_task.pop("errorMessage")
+        assert spark_tasks == my_tasks, app
+
+
+def test_spark_rest_client_submits_polls_and_kills(tmp_path) -> None:
+    app = tmp_path / "sleeper.py"
+    app.write_text("import time\nprint('up', flush=True)\ntime.sleep(60)\n")
+    probe = os.path.join(os.path.dirname(__file__), "java", "RestProbe.java")
+    with LocalCluster(str(tmp_path / "cluster"), workers=1) as cluster:
+        out = subprocess.run(["java", "-cp", SPARK_JARS, probe, cluster.rest_url, str(app)],
+                             env=JAVA_ENV, capture_output=True, text=True, timeout=180)
+        lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
+        assert out.returncode == 0, out.stderr[-3000:]
+        ok, driver_id = lines["created"].split()
+        assert ok == "true" and driver_id.startswith("driver-")
+        assert (lines["running"], lines["kill"], lines["killed"]) == ("RUNNING", "true",
+                                                                      "KILLED")
+        [driver] = [d for d in cluster.json()["completeddrivers"] if d["id"] == driver_id]
+        assert driver["state"] == "KILLED"
