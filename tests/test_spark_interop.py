@@ -133,10 +133,8 @@ def _pick(items: list[dict], fields: tuple[str, ...], key: str) -> list[dict]:
                   key=lambda d: d[key])
 
 
-def test_spark_history_server_reads_ember_event_logs(spark_history_server, fresh_sc) -> None:
-    log_dir = str(spark_history_server.log_dir)
-    apps = [_real_app_log(fresh_sc, log_dir), _synthetic_log(log_dir)]
-    spark = spark_history_server(expected_apps=2)
+def _assert_same_answers(spark: str, log_dir: str, apps: list[str]) -> None:
+    """Spark's history server (at `spark`) and Ember's agree on every app of `log_dir`."""
     ember = HistoryProvider(log_dir)
 
     def ours(path: str) -> Any:
@@ -145,7 +143,7 @@ def test_spark_history_server_reads_ember_event_logs(spark_history_server, fresh
         return json.loads(json.dumps(value))
 
     listed = {a["id"]: a for a in _get_json(spark + "/applications")}
-    assert set(listed) == set(apps)
+    assert set(listed) == set(apps) == {a["id"] for a in ours("/applications")}
     for app in apps:
         base = f"/applications/{app}"
         theirs = listed[app]["attempts"][0]
@@ -165,12 +163,55 @@ def test_spark_history_server_reads_ember_event_logs(spark_history_server, fresh
         spark_tasks = _pick(_get_json(spark + path), task_fields, "taskId")
         my_tasks = _pick(ours(path.split("?")[0]), task_fields, "taskId")
         for theirs_task, my_task in zip(spark_tasks, my_tasks):
-            if my_task["errorMessage"].startswith("FetchFailed("):
+            if (my_task["errorMessage"] or "").startswith("FetchFailed("):
                 # Spark names the block manager (host, port), which Ember does not have
                 shared = "shuffleId=0, mapIndex=1, "
                 assert shared in theirs_task.pop("errorMessage") and \
                     shared in my_task.pop("errorMessage")
         assert spark_tasks == my_tasks, app
+
+
+def test_spark_history_server_reads_ember_event_logs(spark_history_server, fresh_sc) -> None:
+    log_dir = str(spark_history_server.log_dir)
+    apps = [_real_app_log(fresh_sc, log_dir), _synthetic_log(log_dir)]
+    _assert_same_answers(spark_history_server(expected_apps=2), log_dir, apps)
+
+
+SPARK_APP = """
+import sys
+from pyspark import SparkConf, SparkContext
+ids = []
+for extra in ({}, {"spark.eventLog.rolling.enabled": "false",
+                   "spark.eventLog.compress": "false"}):
+    conf = (SparkConf().setMaster("local[2]").setAppName("real spark <app>")
+            .set("spark.eventLog.enabled", "true").set("spark.eventLog.dir", sys.argv[1])
+            .set("spark.ui.enabled", "false").setAll(list(extra.items())))
+    sc = SparkContext(conf=conf)
+    pairs = sc.parallelize(range(400), 4).map(lambda x: (x % 7, x)).cache()
+    assert pairs.reduceByKey(lambda a, b: a + b).count() == 7 and pairs.count() == 400
+    try:
+        sc.parallelize(range(4), 2).map(lambda x: 1 / 0).collect()
+    except Exception:
+        pass
+    ids.append(sc.applicationId)
+    sc.stop()
+print(" ".join(ids))
+"""
+
+
+def test_ember_history_server_reads_sparks_own_event_logs(spark_history_server,
+                                                          tmp_path) -> None:
+    """Spark 4's default log (a rolling directory of zstd files) and a single plain file."""
+    log_dir = str(spark_history_server.log_dir)
+    script = tmp_path / "spark_app.py"
+    script.write_text(SPARK_APP)
+    out = subprocess.run([sys.executable, str(script), f"file:{log_dir}"],
+                         env=dict(JAVA_ENV, PYSPARK_PYTHON=sys.executable), cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    apps = out.stdout.split()
+    assert sorted(os.listdir(log_dir)) == sorted([f"eventlog_v2_{apps[0]}", apps[1]])
+    _assert_same_answers(spark_history_server(expected_apps=2), log_dir, apps)
 
 
 def test_spark_rest_client_submits_polls_and_kills(tmp_path) -> None:

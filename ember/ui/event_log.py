@@ -10,10 +10,14 @@ flushes every bus batch, so a crashed app loses at most the last 50 ms.
 `replay(path)` turns a log back into the listener events the live app posted, so the
 history server rebuilds an AppStatusStore by feeding them to `on_event`; it tolerates what a
 crash leaves behind (a truncated last line, no ApplicationEnd). `list_event_logs(dir)` finds
-the logs in a directory.
+the logs in a directory. Both also read what Spark 4 writes by default - a rolling directory
+`eventlog_v2_<appId>` of zstd-compressed `events_<n>_<appId>.zstd` files - so Ember's history
+server shows Spark's applications too (tests/test_spark_interop.py checks both directions
+against Spark's own history server).
 """
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -35,6 +39,10 @@ IN_PROGRESS = ".inprogress"
 # with port 0); Ember's block stores are task processes with no port of their own, so every
 # block manager in a log carries this placeholder.
 BLOCK_MANAGER_PORT = 1
+# Spark's rolling event logs (spark.eventLog.rolling.enabled, on by default since Spark 4).
+_ROLLED_DIR = "eventlog_v2_"
+_ROLLED_EVENTS = re.compile(r"events_(\d+)_.+")
+_CODECS = ("zstd", "lz4", "lzf", "snappy")
 
 
 def resolve_log_dir(uri: str) -> str:
@@ -490,18 +498,65 @@ def json_to_event(d: Mapping[str, Any]) -> Any:
 
 
 def replay(path: str) -> Iterator[Any]:
-    """The events of an event log (file: URI or path), in order. A last line cut short by a
-    crash is skipped; a malformed line elsewhere raises ValueError naming it."""
+    """The events of an event log (file: URI or path; a single file, or Spark's rolling
+    directory `eventlog_v2_<appId>`), in order. A last line cut short by a crash is skipped; a
+    malformed line elsewhere raises ValueError naming it."""
     if path.startswith("file:"):
         path = re.sub(r"^file:(//(localhost)?)?", "", path)
-    with open(path, "rb") as f:
-        prev: tuple[int, bytes] | None = None
+    files = _rolled_files(path) if os.path.isdir(path) else [path]
+    prev: tuple[str, int, bytes] | None = None
+    for name in files:
+        with _open_log(name) as f:
+            for n, line in _lines(name, f):
+                if prev is not None:
+                    yield from _parse(*prev, last=False)
+                prev = (name, n, line)
+    if prev is not None:
+        yield from _parse(*prev, last=True)
+
+
+def _rolled_files(directory: str) -> list[str]:
+    """The event files of a rolling log, by index (`events_<index>_<appId>[.<codec>]`)."""
+    found = []
+    for name in os.listdir(directory):
+        m = _ROLLED_EVENTS.match(name)
+        if m:
+            found.append((int(m.group(1)), os.path.join(directory, name)))
+    return [p for _, p in sorted(found)]
+
+
+def _open_log(path: str) -> Any:
+    """A binary stream of the log's text: plain, or zstd (Spark 4's default codec)."""
+    codec = _codec(path)
+    f = open(path, "rb")
+    if codec is None:
+        return f
+    if codec != "zstd":
+        f.close()
+        raise ValueError(f"Cannot read {path}: event logs compressed with {codec} are not "
+                         "supported (Ember reads uncompressed and zstd logs; Spark writes zstd "
+                         "with spark.eventLog.compression.codec=zstd, its default)")
+    import zstandard
+    return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(
+        f, read_across_frames=True, closefd=True))
+
+
+def _lines(path: str, f: Any) -> Iterator[tuple[int, bytes]]:
+    """Numbered lines; a compressed log cut short by a crash ends at its last whole frame."""
+    n = 0
+    try:
         for n, line in enumerate(f, 1):
-            if prev is not None:
-                yield from _parse(path, *prev, last=False)
-            prev = (n, line)
-        if prev is not None:
-            yield from _parse(path, *prev, last=True)
+            yield n, line
+    except Exception as e:      # zstandard.ZstdError: a frame cut short
+        if type(e).__name__ != "ZstdError":
+            raise
+        log.info("Ignoring the truncated end of %s after line %d", path, n)
+
+
+def _codec(name: str) -> str | None:
+    base = name[:-len(IN_PROGRESS)] if name.endswith(IN_PROGRESS) else name
+    ext = base.rsplit(".", 1)[-1] if "." in os.path.basename(base) else ""
+    return ext if ext in _CODECS else None
 
 
 def _parse(path: str, n: int, line: bytes, last: bool) -> Iterator[Any]:
@@ -529,18 +584,42 @@ class EventLogInfo:
 
 
 def list_event_logs(log_dir: str) -> list[EventLogInfo]:
-    """The single-file event logs in a directory (file: URI or path), newest first; hidden
-    files and directories (Spark's rolling logs) are skipped."""
+    """The event logs in a directory (file: URI or path), newest first: single files
+    (`<appId>[.<codec>][.inprogress]`) and Spark's rolling directories (`eventlog_v2_<appId>`,
+    complete once their `appstatus_<appId>` file has no `.inprogress`); hidden files are
+    skipped."""
     root = resolve_log_dir(log_dir)
     out = []
     with os.scandir(root) as it:
         for entry in it:
-            if entry.name.startswith(".") or not entry.is_file():
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir() and entry.name.startswith(_ROLLED_DIR):
+                info = _rolled_info(entry)
+                if info is not None:
+                    out.append(info)
+                continue
+            if not entry.is_file():
                 continue
             st = entry.stat()
             done = not entry.name.endswith(IN_PROGRESS)
-            out.append(EventLogInfo(entry.path, entry.name if done else
-                                    entry.name[:-len(IN_PROGRESS)], not done, st.st_size,
-                                    st.st_mtime))
+            app_id = entry.name if done else entry.name[:-len(IN_PROGRESS)]
+            if _codec(app_id):
+                app_id = app_id.rsplit(".", 1)[0]
+            out.append(EventLogInfo(entry.path, app_id, not done, st.st_size, st.st_mtime))
     out.sort(key=lambda i: i.modified, reverse=True)
     return out
+
+
+def _rolled_info(entry: os.DirEntry) -> EventLogInfo | None:
+    try:
+        names = os.listdir(entry.path)
+        files = [os.stat(os.path.join(entry.path, n)) for n in names
+                 if _ROLLED_EVENTS.match(n)]
+    except OSError:
+        return None
+    if not files:
+        return None
+    done = any(n.startswith("appstatus_") and not n.endswith(IN_PROGRESS) for n in names)
+    return EventLogInfo(entry.path, entry.name[len(_ROLLED_DIR):], not done,
+                        sum(f.st_size for f in files), max(f.st_mtime for f in files))
