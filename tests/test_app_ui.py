@@ -602,3 +602,30 @@ def test_history_style_routes_serve_many_replayed_apps() -> None:
         assert _get(base + "/history/app-1/jobs/job/?id=12")[0] == 404
     finally:
         server.stop()
+
+
+def test_spark_rolling_zstd_logs_list_and_replay(tmp_path) -> None:
+    """Spark 4's default layout: eventlog_v2_<appId>/events_<n>_<appId>.zstd plus an
+    appstatus file (.inprogress while running); a crash can cut the last zstd frame short."""
+    import zstandard
+    lines = [event_log._dumps(e).encode() for e in app_events()]
+    rolled = tmp_path / "eventlog_v2_app-1"
+    rolled.mkdir()
+    half = len(lines) // 2
+    for n, chunk in ((1, lines[:half]), (2, lines[half:])):
+        c = zstandard.ZstdCompressor()
+        data = b"".join(c.compress(line) for line in chunk)     # one frame per line
+        if n == 2:
+            data += c.compress(b'{"Event":"SparkListenerUnpersistRDD","RDD ID":1}\n')[:-3]
+        (rolled / f"events_{n}_app-1.zstd").write_bytes(data)
+    (rolled / "appstatus_app-1.inprogress").write_bytes(b"")
+    (tmp_path / "app-2.lz4").write_bytes(b"\x00")
+    infos = {i.app_id: i for i in list_event_logs(str(tmp_path))}
+    assert set(infos) == {"app-1", "app-2"} and infos["app-1"].in_progress
+    assert not infos["app-2"].in_progress
+    replayed = store_of(list(replay(infos["app-1"].path)))
+    assert replayed.jobs() == store_of(app_events()).jobs()
+    with pytest.raises(ValueError, match="compressed with lz4 are not supported"):
+        list(replay(infos["app-2"].path))
+    (rolled / "appstatus_app-1.inprogress").rename(rolled / "appstatus_app-1")
+    assert not {i.app_id: i for i in list_event_logs(str(tmp_path))}["app-1"].in_progress

@@ -137,3 +137,18 @@ def test_ui_process_formats_task_lines_exactly_as_in_process():
         item = marshal.loads(marshal.dumps(pack(e, _dumps)))
         line = item if isinstance(item, str) else shipped.encode(unpack(item))
         assert line == direct.encode(e)
+
+
+def test_an_unreadable_log_does_not_hide_the_others(tmp_path, caplog):
+    from ember.ui.api import api_get
+    from ember.ui.history_server import HistoryProvider
+    (tmp_path / "app-good").write_text(
+        '{"Event":"SparkListenerLogStart","Spark Version":"4.1.1"}\n'
+        '{"Event":"SparkListenerApplicationStart","App Name":"good","App ID":"app-good",'
+        '"Timestamp":1,"User":"u"}\n')
+    (tmp_path / "app-bad").write_text('{"Event":"SparkListenerLogStart"}\n{oops\n{}\n')
+    (tmp_path / "app-lz4.lz4").write_bytes(b"\x00")
+    provider = HistoryProvider(str(tmp_path))
+    assert [a["id"] for a in api_get(provider, "/applications", {})[1]] == ["app-good"]
+    assert api_get(provider, "/applications/app-bad/jobs", {})[0] == 404
+    assert "app-bad:2: malformed event log line" in caplog.text and "lz4" in caplog.text

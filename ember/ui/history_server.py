@@ -47,21 +47,28 @@ class HistoryProvider:
             log.warning("Cannot list %s: %s", self.log_dir, e)
             return []
 
-    def _load(self, info: EventLogInfo) -> AppStatusStore:
+    def _load(self, info: EventLogInfo) -> Optional[AppStatusStore]:
+        """The log's store; None (logged once per version of the file) for a log that
+        cannot be read: one bad log must not take the others' pages down."""
         key = (info.size, info.modified)
         with self._lock:
             cached = self._cache.get(info.path)
             if cached is not None and cached[0] == key:
                 return cached[1]
-        store = AppStatusStore(self.conf)
-        for event in replay(info.path):
-            store.on_event(event)
+        store: Optional[AppStatusStore] = AppStatusStore(self.conf)
+        try:
+            for event in replay(info.path):
+                store.on_event(event)
+        except (OSError, ValueError) as e:
+            log.error("Cannot replay the event log %s: %s", info.path, e)
+            store = None
         with self._lock:
             self._cache[info.path] = (key, store)
         return store
 
     def entries(self) -> list[tuple[EventLogInfo, AppStatusStore]]:
-        return [(info, self._load(info)) for info in self.logs()]
+        return [(info, store) for info in self.logs()
+                if (store := self._load(info)) is not None]
 
     def applications(self) -> list[AppStatusStore]:
         return [store for _, store in self.entries()]
@@ -71,7 +78,8 @@ class HistoryProvider:
         for info in self.logs():
             if info.app_id == app_id:
                 store = self._load(info)
-                if attempt_id is None or store.app.get("attempt_id") == attempt_id:
+                if store is not None and (attempt_id is None
+                                          or store.app.get("attempt_id") == attempt_id):
                     return store
         return None
 
