@@ -29,6 +29,17 @@ def parse_memory_mb(value: str | int, default_unit: str = "m") -> int:
     return int(float(m.group(1)) * _MEM_UNITS[unit])
 
 
+def parse_bytes(value: str | int) -> int:
+    """'64m' -> 67108864, '1024' -> 1024 (bytes). Raises ValueError."""
+    if isinstance(value, int):
+        return value
+    s = str(value).strip().lower()
+    m = re.fullmatch(r"(\d+)\s*([a-z]*)", s)
+    if not m or (m.group(2) and m.group(2) not in _MEM_UNITS):
+        raise ValueError(f"Invalid size: {value!r} (expected e.g. 134217728 or 128m)")
+    return round(int(m.group(1)) * _MEM_UNITS[m.group(2) or "b"] * 1024 * 1024)
+
+
 def parse_time_seconds(value: str | float, default_unit: str = "s") -> float:
     """'3s' -> 3.0, '200ms' -> 0.2, '60' -> 60 (in default_unit). Raises ValueError."""
     if isinstance(value, (int, float)):
@@ -109,6 +120,17 @@ _entry("spark.eventLog.enabled", False, parse_bool,
        "Write the application's events to spark.eventLog.dir (for the history server).")
 _entry("spark.eventLog.dir", "file:/tmp/spark-events", _str,
        "Existing directory (file: URI or path) where event logs are written.")
+# Spark 4 turns both on by default; Ember writes plain JSON lines in one file unless asked.
+_entry("spark.eventLog.compress", False, parse_bool,
+       "Compress the event log (spark.eventLog.compression.codec; Ember writes zstd).")
+_entry("spark.eventLog.compression.codec", "zstd", _str,
+       "Event log codec; Ember supports zstd (Spark's default) only.")
+_entry("spark.eventLog.rolling.enabled", False, parse_bool,
+       "Write the event log as Spark's rolling directory eventlog_v2_<appId> of files of at "
+       "most spark.eventLog.rolling.maxFileSize.")
+_entry("spark.eventLog.rolling.maxFileSize", 128 << 20, parse_bytes,
+       "Size (bytes, or with a unit: 64m) at which a rolling event log starts a new file; "
+       "at least 10 MiB.")
 _entry("spark.redaction.regex", "(?i)secret|password|token|access[.]?key", _str,
        "Configuration keys (and values) matching this are redacted in the UI and event log.")
 _entry("spark.locality.wait", 3.0, parse_time_seconds, "Delay-scheduling wait per locality level.")

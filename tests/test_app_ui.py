@@ -237,8 +237,9 @@ def test_event_log_round_trip_rebuilds_the_same_store(tmp_path) -> None:
 def test_crashed_app_log_replays(tmp_path) -> None:
     conf = {"spark.eventLog.dir": str(tmp_path)}
     writer = UiProcess(conf, None, event_log=True)
-    path = EventLog(conf).start("app-1")
-    writer.open_log(path)
+    spec = EventLog(conf).start("app-1")
+    writer.open_log(spec)
+    path = spec["path"]
     writer.on_events(app_events())
     deadline = time.time() + 10     # flushed after every batch; then the app dies
     while b"SparkListenerUnpersistRDD" not in (tmp_path / "app-1.inprogress").read_bytes():
@@ -629,3 +630,32 @@ def test_spark_rolling_zstd_logs_list_and_replay(tmp_path) -> None:
         list(replay(infos["app-2"].path))
     (rolled / "appstatus_app-1.inprogress").rename(rolled / "appstatus_app-1")
     assert not {i.app_id: i for i in list_event_logs(str(tmp_path))}["app-1"].in_progress
+
+
+def test_event_log_writer_compresses_and_rolls(tmp_path) -> None:
+    """spark.eventLog.compress + rolling.enabled: Spark's names, a zstd frame per batch, a
+    new events file past max_size, appstatus complete at finish; replay reads it back."""
+    conf = {"spark.eventLog.dir": str(tmp_path), "spark.eventLog.compress": "true",
+            "spark.eventLog.rolling.enabled": "true"}
+    log_file = EventLog(conf)
+    spec = log_file.start("app-1")
+    rolled = tmp_path / "eventlog_v2_app-1"
+    assert spec["path"] == str(rolled / "events_1_app-1.zstd")
+    assert (rolled / "appstatus_app-1.inprogress").exists()
+    spec["rolling"]["max_size"] = 2000          # (EventLog insists on >= 10 MiB)
+    writer = event_log.EventLogWriter(spec)
+    for e in app_events():
+        writer.write(event_log._dumps(e).encode())
+    writer.close()
+    log_file.finish()
+    files = sorted(p.name for p in rolled.iterdir())
+    assert "appstatus_app-1" in files and "events_3_app-1.zstd" in files
+    [info] = list_event_logs(str(tmp_path))
+    assert not info.in_progress and info.app_id == "app-1"
+    assert store_of(list(replay(info.path))).jobs() == store_of(app_events()).jobs()
+    with pytest.raises(FileExistsError):
+        EventLog(conf).start("app-1")
+    for bad, match in (({"spark.eventLog.compression.codec": "lz4"}, "zstd only"),
+                       ({"spark.eventLog.rolling.maxFileSize": "1m"}, "at least 10 MiB")):
+        with pytest.raises(ValueError, match=match):
+            EventLog({**conf, **bad})

@@ -105,9 +105,10 @@ def _synthetic_log(log_dir: str) -> str:
     return "app-1"
 
 
-def _real_app_log(fresh_sc, log_dir: str) -> str:
+def _real_app_log(fresh_sc, log_dir: str, **extra: str) -> str:
     conf = (SparkConf().set("spark.eventLog.enabled", "true")
-            .set("spark.eventLog.dir", log_dir).set("spark.ui.enabled", "false"))
+            .set("spark.eventLog.dir", log_dir).set("spark.ui.enabled", "false")
+            .setAll(list(extra.items())))
     sc = fresh_sc("local[2]", "interop <app>", conf)
     pairs = sc.parallelize(range(400), 4).map(lambda x: (x % 7, x)).cache()
     assert pairs.reduceByKey(lambda a, b: a + b).count() == 7
@@ -172,9 +173,14 @@ def _assert_same_answers(spark: str, log_dir: str, apps: list[str]) -> None:
 
 
 def test_spark_history_server_reads_ember_event_logs(spark_history_server, fresh_sc) -> None:
+    """A plain log, Spark 4's default layout (rolling, zstd) and the synthetic log."""
     log_dir = str(spark_history_server.log_dir)
-    apps = [_real_app_log(fresh_sc, log_dir), _synthetic_log(log_dir)]
-    _assert_same_answers(spark_history_server(expected_apps=2), log_dir, apps)
+    apps = [_real_app_log(fresh_sc, log_dir),
+            _real_app_log(fresh_sc, log_dir, **{"spark.eventLog.compress": "true",
+                                                "spark.eventLog.rolling.enabled": "true"}),
+            _synthetic_log(log_dir)]
+    assert f"eventlog_v2_{apps[1]}" in os.listdir(log_dir)
+    _assert_same_answers(spark_history_server(expected_apps=3), log_dir, apps)
 
 
 SPARK_APP = """

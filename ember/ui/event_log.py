@@ -318,34 +318,101 @@ class _TaskLines:
 
 # --- the file ---------------------------------------------------------------------------
 class EventLog:
-    """The driver's side of an event log: checks spark.eventLog.dir up front, creates
-    `<dir>/<appId>.inprogress` once the app id is known (`start`) and renames it when the
-    app stops (`finish`). The lines are written by the UI process (ember.ui.ui_process)."""
+    """The driver's side of an event log: checks spark.eventLog.* up front, creates the log
+    once the app id is known (`start`) and marks it complete when the app stops (`finish`).
+    The lines are written by the UI process (ember.ui.ui_process) with `EventLogWriter`.
+
+    Layouts, named as Spark names them: one file `<appId>[.zstd].inprogress`, renamed to
+    `<appId>[.zstd]`; or, with spark.eventLog.rolling.enabled, a directory
+    `eventlog_v2_<appId>` of `events_<n>_<appId>[.zstd]` files and an `appstatus_<appId>`
+    file that loses its `.inprogress` at the end."""
 
     def __init__(self, conf: Any) -> None:
         self.log_dir = resolve_log_dir(config.read(conf, "spark.eventLog.dir"))
         if not os.access(self.log_dir, os.W_OK | os.X_OK):
             raise PermissionError(f"Cannot write event logs to {self.log_dir}: permission "
                                   "denied (spark.eventLog.dir)")
-        self.path: str | None = None       # the final name; written as path + .inprogress
+        self.codec: str | None = None
+        if config.read(conf, "spark.eventLog.compress"):
+            self.codec = config.read(conf, "spark.eventLog.compression.codec").lower()
+            if self.codec != "zstd":
+                raise ValueError(f"spark.eventLog.compression.codec={self.codec} is not "
+                                 "supported: Ember compresses event logs with zstd only")
+        self.rolling = config.read(conf, "spark.eventLog.rolling.enabled")
+        self.max_file_size = config.read(conf, "spark.eventLog.rolling.maxFileSize")
+        if self.rolling and self.max_file_size < 10 << 20:
+            raise ValueError("Max file size of event log should be configured to be at least "
+                             "10 MiB (spark.eventLog.rolling.maxFileSize)")
+        self._done: tuple[str, str] | None = None     # (in-progress name, final name)
 
-    def start(self, app_id: str, attempt_id: str | None = None) -> str:
-        """Create the log with its LogStart line; returns the `.inprogress` path to append
-        to. Raises if a log of this app already exists (Spark's 'Target log file already
-        exists')."""
-        path = os.path.join(self.log_dir, log_name(app_id, attempt_id))
-        if os.path.exists(path):
-            raise FileExistsError(f"Target log file already exists ({path})")
-        with open(path + IN_PROGRESS, "xb") as f:
-            f.write(_dumps(L.LogStart(SPARK_VERSION)).encode())
-        log.info("Logging events to file:%s%s", path, IN_PROGRESS)
-        self.path = path
-        return path + IN_PROGRESS
+    def start(self, app_id: str, attempt_id: str | None = None) -> dict[str, Any]:
+        """Create the log with its LogStart line; returns what `EventLogWriter` needs to go
+        on writing it. Raises if a log of this app already exists (Spark's 'Target log file
+        already exists')."""
+        name = log_name(app_id, attempt_id)
+        suffix = f".{self.codec}" if self.codec else ""
+        target = os.path.join(self.log_dir, (_ROLLED_DIR if self.rolling else "") + name
+                              + ("" if self.rolling else suffix))
+        if os.path.exists(target) or os.path.exists(target + IN_PROGRESS):
+            raise FileExistsError(f"Target log file already exists ({target})")
+        spec: dict[str, Any] = {"codec": self.codec, "rolling": None}
+        if self.rolling:
+            os.mkdir(target)
+            status = os.path.join(target, f"appstatus_{name}")
+            open(status + IN_PROGRESS, "xb").close()
+            self._done = (status + IN_PROGRESS, status)
+            spec["rolling"] = {"dir": target, "name": name, "max_size": self.max_file_size}
+            spec["path"] = os.path.join(target, f"events_1_{name}{suffix}")
+        else:
+            self._done = (target + IN_PROGRESS, target)
+            spec["path"] = target + IN_PROGRESS
+        writer = EventLogWriter(spec)
+        writer.write(_dumps(L.LogStart(SPARK_VERSION)).encode())
+        writer.close()
+        log.info("Logging events to file:%s", spec["path"])
+        return spec
 
     def finish(self) -> None:
-        """Rename `.inprogress` to the final name, once everything is written."""
-        if self.path is not None and os.path.exists(self.path + IN_PROGRESS):
-            os.replace(self.path + IN_PROGRESS, self.path)
+        """Mark the log complete, once everything is written."""
+        if self._done is not None and os.path.exists(self._done[0]):
+            os.replace(*self._done)
+
+
+class EventLogWriter:
+    """Appends to the log `EventLog.start` described: each `write` (one bus batch) becomes
+    one zstd frame when compressed, so a reader - or a crash - cuts at most the last batch;
+    a rolling log moves on to the next `events_<n>` file once the current one holds
+    max_size bytes of text. Raises OSError when the file cannot be written."""
+
+    def __init__(self, spec: Mapping[str, Any]) -> None:
+        self.path = spec["path"]
+        self._rolling = spec.get("rolling")
+        self._index = 1
+        self._size = 0
+        self._suffix = f".{spec['codec']}" if spec.get("codec") else ""
+        self._compressor: Any = None
+        if spec.get("codec"):
+            import zstandard
+            self._compressor = zstandard.ZstdCompressor()
+        self._file = open(self.path, "ab")
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        self._file.write(self._compressor.compress(data) if self._compressor else data)
+        self._file.flush()
+        self._size += len(data)
+        if self._rolling and self._size >= self._rolling["max_size"]:
+            self._file.close()
+            self._index += 1
+            self._size = 0
+            self.path = os.path.join(
+                self._rolling["dir"], f"events_{self._index}_{self._rolling['name']}"
+                + self._suffix)
+            self._file = open(self.path, "ab")
+
+    def close(self) -> None:
+        self._file.close()
 
 
 # --- JSON -> events (replay) ----------------------------------------------------------------

@@ -18,7 +18,8 @@ event as its event-log line, which this process parses back (the history server'
 
 Frames on stdin: a 4-byte little-endian length, then `marshal.dumps(value)`. The first frame
 is the settings dict (conf, UI socket fd, whether to log); then lists of items: a line (str),
-a packed task event (tuple starting 0 or 1), `(OPEN_LOG, path)` or `(SYNC,)` (answered with
+a packed task event (tuple starting 0 or 1), `(OPEN_LOG, EventLog.start's answer)` or
+`(SYNC,)` (answered with
 a byte on stdout once the frame is applied). Lines written before the log is open are
 held. The log is flushed after each frame (the bus sends one every 50 ms at most), so a
 driver killed outright loses at most the frame in flight; end of input (the driver closed the
@@ -108,9 +109,10 @@ class UiProcess:
                           "here", e)
                 self.proc.stdin.close()
 
-    def open_log(self, path: str) -> None:
-        """Append the event log to `path` from now on (with the lines held so far)."""
-        self._send([(OPEN_LOG, path)])
+    def open_log(self, spec: dict[str, Any]) -> None:
+        """Write the event log `EventLog.start` created from now on (with the lines held
+        so far)."""
+        self._send([(OPEN_LOG, spec)])
 
     def on_events(self, events: Iterable[Any]) -> None:
         dumps = self._dumps
@@ -166,7 +168,7 @@ def _idle_priority() -> None:
 
 
 def main() -> int:
-    from ember.ui.event_log import _TaskLines, json_to_event
+    from ember.ui.event_log import EventLogWriter, _TaskLines, json_to_event
     frames = _frames(sys.stdin.buffer)
     settings = next(frames, None)
     if settings is None:
@@ -180,7 +182,7 @@ def main() -> int:
         SparkUI(store, socket.socket(fileno=ui_fd)).start()
     _idle_priority()
     lines = _TaskLines()
-    log_file: Any = None
+    writer: Any = None
     held: list[str] = []
     synced = 0
     for items in frames:
@@ -198,9 +200,7 @@ def main() -> int:
             elif item[0] == SYNC:
                 synced += 1
             elif item[0] == OPEN_LOG:
-                log_file = open(item[1], "ab", buffering=1 << 16)
-                log_file.write("".join(held).encode())
-                held = []
+                writer, text, held = EventLogWriter(item[1]), held + text, []
             else:
                 e = unpack(item)
                 events.append(e)
@@ -208,20 +208,19 @@ def main() -> int:
                     text.append(lines.encode(e))
         if store is not None:
             store.on_events([e for e in events if e is not None])
-        if log_file is not None:
+        if writer is not None:
             try:
-                log_file.write("".join(text).encode())
-                log_file.flush()
+                writer.write("".join(text).encode())
             except OSError as e:    # disk full, say: the UI goes on without the log
-                log.error("Cannot write the event log %s: %s; it ends here", log_file.name, e)
-                log_file, logging_on = None, False
+                log.error("Cannot write the event log %s: %s; it ends here", writer.path, e)
+                writer, logging_on = None, False
         elif logging_on:
             held.extend(text)
         if synced:
             os.write(1, b"." * synced)
             synced = 0
-    if log_file is not None:
-        log_file.close()
+    if writer is not None:
+        writer.close()
     return 0
 
 
