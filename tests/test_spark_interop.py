@@ -80,9 +80,10 @@ def spark_history_server(tmp_path):
         proc.wait()
 
 
-def _synthetic_log(log_dir: str) -> str:
+def _synthetic_log(log_dir: str, crashed: bool = False) -> str:
     """app_events (every other reason) plus a stage whose tasks end in FetchFailed and
-    ExecutorLostFailure, written the way a driver writes it (EventLog + UiProcess)."""
+    ExecutorLostFailure, written the way a driver writes it (EventLog + UiProcess). A
+    `crashed` app (id app-crashed) stops mid-stage: no ApplicationEnd, still .inprogress."""
     s9 = L.StageInfo(9, 0, "collect at b.py:1", 2)
     events = app_events("synthetic")[:-1] + [
         L.JobStart(9, T0 + 4, [L.StageInfo(9, 0, "collect at b.py:1", 2)], {}),
@@ -96,13 +97,19 @@ def _synthetic_log(log_dir: str) -> str:
     s9.completion_time, s9.failure_reason = T0 + 4.03, "fetch failed"
     events += [L.StageCompleted(s9), L.JobEnd(9, T0 + 4.04, False, "fetch failed"),
                L.ApplicationEnd(T0 + 5)]
+    app_id = "app-1"
+    if crashed:
+        app_id = "app-crashed"
+        events = [L.ApplicationStart("crashed", app_id, T0, "alice")
+                  if isinstance(e, L.ApplicationStart) else e for e in events[:-6]]
     conf = {"spark.eventLog.dir": log_dir}
     writer, event_log = UiProcess(conf, None, event_log=True), EventLog(conf)
-    writer.open_log(event_log.start("app-1"))
+    writer.open_log(event_log.start(app_id))
     writer.on_events(events)
     writer.close()
-    event_log.finish()
-    return "app-1"
+    if not crashed:
+        event_log.finish()
+    return app_id
 
 
 def _real_app_log(fresh_sc, log_dir: str, **extra: str) -> str:
@@ -173,14 +180,16 @@ def _assert_same_answers(spark: str, log_dir: str, apps: list[str]) -> None:
 
 
 def test_spark_history_server_reads_ember_event_logs(spark_history_server, fresh_sc) -> None:
-    """A plain log, Spark 4's default layout (rolling, zstd) and the synthetic log."""
+    """A plain log, Spark 4's default layout (rolling, zstd), the synthetic log and a
+    crashed app's log."""
     log_dir = str(spark_history_server.log_dir)
     apps = [_real_app_log(fresh_sc, log_dir),
             _real_app_log(fresh_sc, log_dir, **{"spark.eventLog.compress": "true",
                                                 "spark.eventLog.rolling.enabled": "true"}),
-            _synthetic_log(log_dir)]
+            _synthetic_log(log_dir), _synthetic_log(log_dir, crashed=True)]
     assert f"eventlog_v2_{apps[1]}" in os.listdir(log_dir)
-    _assert_same_answers(spark_history_server(expected_apps=3), log_dir, apps)
+    assert "app-crashed.inprogress" in os.listdir(log_dir)
+    _assert_same_answers(spark_history_server(expected_apps=4), log_dir, apps)
 
 
 SPARK_APP = """
