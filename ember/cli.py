@@ -35,26 +35,6 @@ def _conf_pair(text: str) -> tuple[str, str]:
     return k.strip(), v
 
 
-def read_properties_file(path: str) -> dict[str, str]:
-    """spark-defaults.conf format: `key value` or `key=value` per line, # comments."""
-    props: dict[str, str] = {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            for raw in f:
-                line = raw.strip()
-                if not line or line.startswith("#"):
-                    continue
-                if "=" in line.split()[0]:
-                    k, v = line.split("=", 1)
-                else:
-                    parts = line.split(None, 1)
-                    k, v = parts[0], parts[1] if len(parts) > 1 else ""
-                props[k.strip()] = v.strip()
-    except OSError as e:
-        raise CliError(f"Error reading properties file {path}: {e.strerror}") from None
-    return props
-
-
 def submit_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ember submit",
@@ -90,12 +70,19 @@ def submit_parser() -> argparse.ArgumentParser:
 
 
 def build_conf(args: argparse.Namespace) -> dict[str, str]:
-    """Spark's precedence: --conf and flags > --properties-file > defaults."""
+    """Spark's precedence: --conf and flags > --properties-file > defaults. Non-`spark.*`
+    keys, from --conf or the file, are dropped with spark-submit's warning."""
     from ember.config import parse_memory_mb
-    conf: dict[str, str] = {}
+    from ember.deploy.properties import read_properties
+    props: dict[str, str] = {}
     if args.properties_file:
-        conf.update(read_properties_file(args.properties_file))
-    for k, v in args.conf:
+        try:
+            props = read_properties(args.properties_file)
+        except ValueError as e:
+            raise CliError(str(e)) from None
+    props.update(args.conf)
+    conf: dict[str, str] = {}
+    for k, v in props.items():
         if not k.startswith("spark."):
             print(f"Warning: Ignoring non-Spark config property: {k}", file=sys.stderr)
             continue

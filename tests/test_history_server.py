@@ -152,3 +152,47 @@ def test_an_unreadable_log_does_not_hide_the_others(tmp_path, caplog):
     assert [a["id"] for a in api_get(provider, "/applications", {})[1]] == ["app-good"]
     assert api_get(provider, "/applications/app-bad/jobs", {})[0] == 404
     assert "app-bad:2: malformed event log line" in caplog.text and "lz4" in caplog.text
+
+
+def test_history_conf_from_spark_history_opts_and_properties_file(tmp_path, capsys):
+    """As Spark's HistoryServerArguments: `--conf` > SPARK_HISTORY_OPTS' `-D` > the
+    properties file (`--properties-file`, else $SPARK_CONF_DIR/spark-defaults.conf), and
+    `--dir` / `--port` over all of them."""
+    from ember.ui.history_server import DEFAULT_LOG_DIR, DEFAULT_PORT, main, \
+        resolve_history_conf
+    props = tmp_path / "history.conf"
+    props.write_text("spark.history.fs.logDirectory file:/from/file\n"
+                     "spark.history.ui.port 18181\nspark.history.retainedApplications 7\n")
+    opts = {"SPARK_HISTORY_OPTS": "-Dspark.history.fs.logDirectory=/from/opts -Xmx1g"}
+
+    assert resolve_history_conf([], {}) == (DEFAULT_LOG_DIR, DEFAULT_PORT, "0.0.0.0", {})
+    log_dir, port, host, conf = resolve_history_conf([], {**opts, "SPARK_LOCAL_IP": "10.0.0.1"})
+    assert (log_dir, port, host) == ("/from/opts", DEFAULT_PORT, "10.0.0.1")
+    log_dir, port, _, conf = resolve_history_conf(["--properties-file", str(props)], {})
+    assert (log_dir, port) == ("file:/from/file", 18181)
+    assert conf["spark.history.retainedApplications"] == "7"
+    assert resolve_history_conf(["--properties-file", str(props)], opts)[:2] == \
+        ("/from/opts", 18181)
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text(props.read_text())
+    assert resolve_history_conf([], {"SPARK_CONF_DIR": str(conf_dir)})[:2] == \
+        ("file:/from/file", 18181)
+    assert resolve_history_conf(
+        ["--properties-file", str(props), "--conf", "spark.history.fs.logDirectory=/cli",
+         "--conf", "spark.history.ui.port=0"], opts)[:2] == ("/cli", 0)
+    assert resolve_history_conf(["--dir", "/d", "--port", "1", "--host", "h",
+                                 "--conf", "spark.history.fs.logDirectory=/cli"], opts)[:3] == \
+        ("/d", 1, "h")
+
+    for argv, env, needle in [
+            (["--properties-file", str(tmp_path / "none")], {}, "does not exist"),
+            ([], {"SPARK_HISTORY_OPTS": "-Dspark.x='"}, "Cannot parse SPARK_HISTORY_OPTS"),
+            (["--conf", "novalue"], {}, "Invalid argument to --conf: novalue"),
+            (["--conf", "spark.history.ui.port=x"], {}, "Invalid spark.history.ui.port")]:
+        with pytest.raises(ValueError, match=needle):
+            resolve_history_conf(argv, env)
+    capsys.readouterr()
+    assert main(["--properties-file", str(tmp_path / "none")]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"Error: Properties file {tmp_path / 'none'} does not exist"]

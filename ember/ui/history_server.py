@@ -9,6 +9,10 @@ crashed, or is still running) is listed as incomplete and renders whatever it re
 Logs are re-read only when their size or modification time changed (Spark's
 FsHistoryProvider polls every spark.history.fs.update.interval; here the directory is
 listed on each request, which is cheap, and stores are cached).
+
+Configuration as in Spark's HistoryServerArguments and sbin/start-history-server.sh:
+`--conf k=v` > `-Dk=v` in SPARK_HISTORY_OPTS > `--properties-file` (else spark-defaults.conf),
+through `ember.deploy.properties`, the same resolution the master and the worker use.
 """
 from __future__ import annotations
 
@@ -148,34 +152,71 @@ class HistoryServer:
         self._server.stop()
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """`ember history-server [--host H] [--port P] [--dir D] [--conf k=v ...]`: in the
-    foreground until SIGTERM/SIGINT. spark.history.fs.logDirectory and
-    spark.history.ui.port are read from --conf like Spark's properties."""
-    p = argparse.ArgumentParser(prog="ember history-server",
+def _parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog,
                                 description="Serve finished (and incomplete) applications' "
                                             "UIs from their event logs.")
-    p.add_argument("--host", default=os.environ.get("SPARK_LOCAL_IP", "0.0.0.0"))
-    p.add_argument("--port", type=int)
-    p.add_argument("--dir", help="event log directory (spark.history.fs.logDirectory)")
-    p.add_argument("--conf", action="append", default=[], metavar="K=V")
-    args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    p.add_argument("--host", help="address to bind (default: SPARK_LOCAL_IP, else 0.0.0.0)")
+    p.add_argument("--port", type=int, help=f"web UI port (spark.history.ui.port, default "
+                                            f"{DEFAULT_PORT})")
+    p.add_argument("--dir", help="event log directory (spark.history.fs.logDirectory, "
+                                 f"default {DEFAULT_LOG_DIR})")
+    p.add_argument("--properties-file", metavar="FILE",
+                   help="a Spark properties file (default: conf/spark-defaults.conf)")
+    p.add_argument("--conf", action="append", default=[], metavar="K=V",
+                   help="a Spark configuration property (repeatable)")
+    return p
+
+
+def resolve_history_conf(argv: Sequence[str], environ: Optional[Mapping[str, str]] = None,
+                         prog: str = "ember history-server"
+                         ) -> tuple[str, int, str, dict[str, str]]:
+    """The command line and environment -> (log_dir, port, host, conf), as Spark's
+    HistoryServerArguments: `--conf` > `-D` words of SPARK_HISTORY_OPTS > the properties file
+    (`--properties-file`, else the default spark-defaults.conf; see ember.deploy.properties),
+    and `--dir` / `--port` over spark.history.fs.logDirectory / spark.history.ui.port.
+    ValueError (one line) for a bad --conf, properties file, SPARK_HISTORY_OPTS or port;
+    argparse's own errors and --help exit as argparse does."""
+    from ember.deploy.properties import daemon_conf
+    env = os.environ if environ is None else environ
+    args = _parser(prog).parse_args(list(argv))
+    cli_conf: dict[str, str] = {}
+    for pair in args.conf:
+        if "=" not in pair:
+            raise ValueError(f"Invalid argument to --conf: {pair}")
+        k, v = pair.split("=", 1)
+        cli_conf[k] = v
+    conf = daemon_conf(env, "SPARK_HISTORY_OPTS", args.properties_file, cli_conf)
+    log_dir = args.dir or conf.get("spark.history.fs.logDirectory", DEFAULT_LOG_DIR)
+    if args.port is not None:
+        port = args.port
+    else:
+        raw = conf.get("spark.history.ui.port", str(DEFAULT_PORT))
+        try:
+            port = int(raw)
+        except ValueError:
+            raise ValueError(f"Invalid spark.history.ui.port: {raw!r} (expected an integer)"
+                             ) from None
+    host = args.host if args.host is not None else env.get("SPARK_LOCAL_IP", "0.0.0.0")
+    return log_dir, port, host, conf
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """`ember history-server [--host H] [--port P] [--dir D] [--properties-file F]
+    [--conf k=v ...]`: in the foreground until SIGTERM/SIGINT. spark.history.fs.logDirectory
+    and spark.history.ui.port come from --conf, SPARK_HISTORY_OPTS or the properties file."""
+    try:
+        log_dir, port, host, conf = resolve_history_conf(
+            list(sys.argv[1:] if argv is None else argv), os.environ)
+    except ValueError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 1
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%y/%m/%d %H:%M:%S")
-    conf = {}
-    for pair in args.conf:
-        if "=" not in pair:
-            print(f"Error: Invalid argument to --conf: {pair}", file=sys.stderr)
-            return 1
-        k, v = pair.split("=", 1)
-        conf[k] = v
-    log_dir = args.dir or conf.get("spark.history.fs.logDirectory", DEFAULT_LOG_DIR)
-    port = args.port if args.port is not None else int(conf.get("spark.history.ui.port",
-                                                                DEFAULT_PORT))
     try:
         server = HistoryServer(log_dir, conf)
-        bound = server.start(args.host, port)
+        bound = server.start(host, port)
     except (OSError, ValueError) as e:
         print(f"Error: {e}", file=sys.stderr)
         return 1
@@ -191,9 +232,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def start_main(argv: Optional[Sequence[str]] = None) -> int:
     """`ember start-history-server [options]` (sbin/start-history-server.sh): the same as
-    `ember history-server` as a background daemon with pid and log files."""
+    `ember history-server` as a background daemon with pid and log files (the daemon inherits
+    SPARK_HISTORY_OPTS). The options, configuration and log directory are checked here
+    first, so that a mistake fails at once with one `Error: ...` line."""
     from ember.deploy.daemon import start_daemon
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        log_dir, _, _, _ = resolve_history_conf(argv, os.environ,
+                                                prog="ember start-history-server")
+        resolve_log_dir(log_dir)
+    except (OSError, ValueError) as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 1
     return start_daemon("history-server", 1, ["history-server", *argv],
                         ready_marker="History server started")
 

@@ -7,7 +7,8 @@ argparse does not (`-h` is `--host`, not help; an unknown argument prints the us
 SPARK_MASTER_HOST / SPARK_MASTER_PORT / SPARK_MASTER_WEBUI_PORT < command line, and then
 `spark.master.ui.port` (properties file, SPARK_MASTER_OPTS or `--conf`) overrides the web UI
 port. Beyond Spark: repeatable `--conf k=v` (wins over the properties file and
-SPARK_MASTER_OPTS' `-Dk=v`).
+SPARK_MASTER_OPTS' `-Dk=v`; see `ember.deploy.properties`, shared with the worker and the
+history server).
 
 Every user error is one `Error: ...` line on stderr and exit code 1, never a traceback.
 
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shlex
 import signal
 import socket
 import sys
@@ -30,6 +30,7 @@ from typing import Mapping, Optional, Sequence
 from ember.deploy.master.master import (
     DEFAULT_PORT, DEFAULT_WEBUI_PORT, check_port, validate_master_conf,
 )
+from ember.deploy.properties import PropertiesFileError, daemon_conf
 
 log = logging.getLogger("ember.deploy.master.Master")
 
@@ -89,51 +90,6 @@ def _check_host(value: str) -> str:
     return value
 
 
-def read_properties(path: str) -> dict[str, str]:
-    """A Java properties file (spark-defaults.conf): `key value`, `key=value` or `key:value`
-    per line, `#`/`!` comments, `\\` line continuations. Only `spark.*` keys, like Spark."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError as e:
-        raise MasterCliError(f"Cannot read the properties file {path}: "
-                             f"{e.strerror or e}") from None
-    props: dict[str, str] = {}
-    buf = ""
-    for raw in lines:
-        line = raw.lstrip() if not buf else raw.strip()
-        if not buf and (not line or line[0] in "#!"):
-            continue
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            buf += line[:-1]
-            continue
-        line, buf = buf + line, ""
-        i = 0
-        while i < len(line) and line[i] not in "=: \t":
-            i += 1
-        key, rest = line[:i], line[i:].lstrip(" \t")
-        if rest[:1] in ("=", ":"):
-            rest = rest[1:].lstrip(" \t")
-        if key.startswith("spark."):
-            props[key] = rest.strip()
-    return props
-
-
-def _opts_properties(opts: str) -> dict[str, str]:
-    """`-Dspark.x=y` entries of SPARK_MASTER_OPTS (Spark passes them as JVM properties)."""
-    out: dict[str, str] = {}
-    try:
-        words = shlex.split(opts)
-    except ValueError as e:
-        raise MasterCliError(f"Cannot parse SPARK_MASTER_OPTS: {e}") from None
-    for w in words:
-        if w.startswith("-D") and "=" in w:
-            k, v = w[2:].split("=", 1)
-            if k.startswith("spark."):
-                out[k] = v
-    return out
-
-
 def parse_args(argv: Sequence[str], env: Optional[Mapping[str, str]] = None) -> MasterArguments:
     """Spark's MasterArguments: env defaults, then the command line, then the properties
     file and `spark.master.ui.port`. Raises MasterCliError (one line) or _UsageExit."""
@@ -179,18 +135,12 @@ def parse_args(argv: Sequence[str], env: Optional[Mapping[str, str]] = None) -> 
                 print(f"Warning: Ignoring non-Spark config property: {k}", file=sys.stderr)
                 continue
             cli_conf[k] = v
-    conf: dict[str, str] = {}
-    props_path = args.properties_file
-    if props_path is None:
-        conf_dir = env.get("SPARK_CONF_DIR") or (os.path.join(env["SPARK_HOME"], "conf")
-                                                 if env.get("SPARK_HOME") else None)
-        candidate = os.path.join(conf_dir, "spark-defaults.conf") if conf_dir else None
-        if candidate and os.path.isfile(candidate):
-            props_path = candidate
-    if props_path is not None:
-        conf.update(read_properties(props_path))
-    conf.update(_opts_properties(env.get("SPARK_MASTER_OPTS", "")))
-    conf.update(cli_conf)
+    try:
+        conf = daemon_conf(env, "SPARK_MASTER_OPTS", args.properties_file, cli_conf)
+    except PropertiesFileError as e:
+        raise MasterCliError(f"Cannot read the properties file {e.path}: {e.reason}") from None
+    except ValueError as e:
+        raise MasterCliError(str(e)) from None
     args.conf = conf
     if "spark.master.ui.port" in conf:
         args.webui_port = _int_arg("spark.master.ui.port", conf["spark.master.ui.port"])
@@ -287,4 +237,4 @@ def stop_main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 __all__ = ["main", "start_main", "stop_main", "parse_args", "MasterArguments", "USAGE",
-           "MasterCliError", "read_properties", "DAEMON_COMMAND"]
+           "MasterCliError", "DAEMON_COMMAND"]

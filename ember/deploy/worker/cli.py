@@ -7,7 +7,8 @@ traceback - and exit code 1. Sources, highest first: the flags (and repeatable `
 an Ember addition), then SPARK_WORKER_* environment variables for the flags' values, and for
 `spark.*` keys: `--conf`, then `-Dk=v` in SPARK_WORKER_OPTS, then the properties file
 (`--properties-file`, else `$SPARK_CONF_DIR/spark-defaults.conf` or
-`$SPARK_HOME/conf/spark-defaults.conf` if present). `spark.worker.ui.port` overrides the web
+`$SPARK_HOME/conf/spark-defaults.conf` if present), resolved by `ember.deploy.properties`
+(shared with the master and the history server). `spark.worker.ui.port` overrides the web
 UI port, as in Spark.
 
 `start_main` / `stop_main` are `sbin/start-worker.sh` / `stop-worker.sh`: one background
@@ -21,12 +22,12 @@ import argparse
 import logging
 import os
 import re
-import shlex
 import signal
 import socket
 import sys
 from typing import Mapping, NoReturn, Optional, Sequence
 
+from ember.deploy.properties import daemon_conf
 from ember.deploy.worker.worker import (WorkerDaemon, WorkerSettings, WorkerStartError,
                                         parse_standalone_master_urls)
 
@@ -123,54 +124,6 @@ def _conf_pair(text: str) -> tuple[str, str]:
                                          "KEY=VALUE)")
     k, v = text.split("=", 1)
     return k.strip(), v.strip()
-
-
-def read_properties_file(path: str) -> dict[str, str]:
-    """A Java properties file (spark-defaults.conf): `key value`, `key=value` or
-    `key: value` per line, `#`/`!` comments; only `spark.*` keys are used (Spark's
-    loadDefaultSparkProperties)."""
-    if not os.path.exists(path):
-        raise CliError(f"Properties file {path} does not exist")
-    if not os.path.isfile(path):
-        raise CliError(f"Properties file {path} is not a normal file")
-    props: dict[str, str] = {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            for raw in f:
-                line = raw.strip()
-                if not line or line[0] in "#!":
-                    continue
-                m = re.match(r"([^\s=:]+)\s*[=:\s]\s*(.*)$", line)
-                key, value = (m.group(1), m.group(2).strip()) if m else (line, "")
-                if key.startswith("spark."):
-                    props[key] = value
-    except (OSError, UnicodeDecodeError) as e:
-        raise CliError(f"Cannot read properties file {path}: {e}") from None
-    return props
-
-
-def _default_properties_file(environ: Mapping[str, str]) -> Optional[str]:
-    conf_dir = environ.get("SPARK_CONF_DIR") or (
-        os.path.join(environ["SPARK_HOME"], "conf") if environ.get("SPARK_HOME") else None)
-    if conf_dir:
-        path = os.path.join(conf_dir, "spark-defaults.conf")
-        if os.path.isfile(path):
-            return path
-    return None
-
-
-def _opts_properties(opts: str) -> dict[str, str]:
-    """`-Dspark.x=y` entries of SPARK_WORKER_OPTS (Spark passes them as JVM properties)."""
-    props: dict[str, str] = {}
-    try:
-        tokens = shlex.split(opts or "")
-    except ValueError as e:
-        raise CliError(f"Cannot parse SPARK_WORKER_OPTS: {e}") from None
-    for t in tokens:
-        if t.startswith("-Dspark.") and "=" in t:
-            k, v = t[2:].split("=", 1)
-            props[k] = v
-    return props
 
 
 def default_cores() -> int:
@@ -282,16 +235,14 @@ def parse_args(argv: Sequence[str], environ: Optional[Mapping[str, str]] = None,
         webui_port = DEFAULT_WEBUI_PORT
     work_dir = args.work_dir or env.get("SPARK_WORKER_DIR") or os.path.join(os.getcwd(), "work")
 
-    conf: dict[str, str] = {}
-    props_file = args.properties_file or _default_properties_file(env)
-    if props_file:
-        conf.update(read_properties_file(props_file))
-    conf.update(_opts_properties(env.get("SPARK_WORKER_OPTS", "")))
-    for k, v in args.conf:
+    cli_conf = {k: v for k, v in args.conf if k.startswith("spark.")}
+    try:
+        conf = daemon_conf(env, "SPARK_WORKER_OPTS", args.properties_file, cli_conf)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    for k, _ in args.conf:
         if not k.startswith("spark."):
             print(f"Warning: Ignoring non-Spark config property: {k}", file=sys.stderr)
-            continue
-        conf[k] = v
     ui_port = conf.get("spark.worker.ui.port")
     if ui_port is not None:
         webui_port = _parse_port("spark.worker.ui.port", ui_port)
