@@ -17,27 +17,21 @@ _TIME_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 6
                "h": 3600.0, "d": 86400.0}
 
 
-def parse_memory_mb(value: str | int, default_unit: str = "m") -> int:
-    """'512m' -> 512, '2g' -> 2048, '1024' -> 1024 (in default_unit). Raises ValueError."""
-    if isinstance(value, int):
-        return value
-    s = str(value).strip().lower()
-    m = re.fullmatch(r"(-?\d+(?:\.\d+)?)\s*([a-z]*)", s)
+def _size_mb(value: str, default_unit: str) -> float:
+    m = re.fullmatch(r"(-?\d+(?:\.\d+)?)\s*([a-z]*)", str(value).strip().lower())
     if not m or (m.group(2) and m.group(2) not in _MEM_UNITS):
         raise ValueError(f"Invalid memory string: {value!r} (expected e.g. 512m, 2g)")
-    unit = m.group(2) or default_unit
-    return int(float(m.group(1)) * _MEM_UNITS[unit])
+    return float(m.group(1)) * _MEM_UNITS[m.group(2) or default_unit]
+
+
+def parse_memory_mb(value: str | int, default_unit: str = "m") -> int:
+    """'512m' -> 512, '2g' -> 2048, '1024' -> 1024 (in default_unit). Raises ValueError."""
+    return value if isinstance(value, int) else int(_size_mb(value, default_unit))
 
 
 def parse_bytes(value: str | int) -> int:
     """'64m' -> 67108864, '1024' -> 1024 (bytes). Raises ValueError."""
-    if isinstance(value, int):
-        return value
-    s = str(value).strip().lower()
-    m = re.fullmatch(r"(\d+)\s*([a-z]*)", s)
-    if not m or (m.group(2) and m.group(2) not in _MEM_UNITS):
-        raise ValueError(f"Invalid size: {value!r} (expected e.g. 134217728 or 128m)")
-    return round(int(m.group(1)) * _MEM_UNITS[m.group(2) or "b"] * 1024 * 1024)
+    return value if isinstance(value, int) else round(_size_mb(value, "b") * (1 << 20))
 
 
 def parse_time_seconds(value: str | float, default_unit: str = "s") -> float:

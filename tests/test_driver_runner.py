@@ -33,8 +33,9 @@ from ember.deploy.messages import (AppResourceData, Command, DriverDescription,
 from ember.deploy.worker.driver_runner import (
     DRIVER_WRAPPER_CLASS, Decision, DriverLaunchError, DriverRunner, Supervisor,
     SupervisePolicy, build_driver_environment, driver_command, fetch_resource, final_state,
-    format_duration, launch_header, parse_java_opts, read_driver_exception,
+    format_duration, launch_header, read_driver_exception,
     substitute_driver_variables, supervise_policy)
+from ember.deploy.properties import parse_java_opts
 from ember.deploy.worker.worker import Worker, driver_log_path, read_log_chunk
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv
 

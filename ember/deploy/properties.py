@@ -24,10 +24,10 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 __all__ = ["PropertiesFileError", "read_properties", "default_properties_file",
-           "opts_properties", "daemon_conf"]
+           "opts_properties", "parse_java_opts", "daemon_conf"]
 
 _WHITESPACE = " \t\f"          # java.util.Properties' whitespace
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -121,11 +121,17 @@ def opts_properties(opts: Optional[str], variable_name: str) -> dict[str, str]:
         words = shlex.split(opts or "")
     except ValueError as e:
         raise ValueError(f"Cannot parse {variable_name}: {e}") from None
+    return {k: v for k, v in parse_java_opts(words).items() if k.startswith("spark.")}
+
+
+def parse_java_opts(java_opts: Sequence[str]) -> dict[str, str]:
+    """The `-Dkey=value` options of a JVM command line as properties (other options, such
+    as JVM flags, mean nothing to a Python process and are ignored)."""
     props: dict[str, str] = {}
-    for word in words:
-        if word.startswith("-Dspark.") and "=" in word:
-            key, value = word[2:].split("=", 1)
-            props[key] = value
+    for opt in java_opts:
+        if opt.startswith("-D") and "=" in opt:
+            k, v = opt[2:].split("=", 1)
+            props[k] = v
     return props
 
 

@@ -50,13 +50,14 @@ from ember.deploy.master.uploads import SCHEME as UPLOAD_SCHEME
 from ember.deploy.master.uploads import UploadError, check_name, parse_upload_url
 from ember.deploy.messages import (AppResourceData, DriverDescription, DriverRunnerSummary,
                                    DriverState, DriverStateChanged, ResourceInformation)
+from ember.deploy.properties import parse_java_opts
 from ember.deploy.worker.executor_runner import (HEADER_RULE, terminate_process_tree,
                                                   wait_and_reap)
 
 log = logging.getLogger("ember.deploy.worker.DriverRunner")
 
 __all__ = ["DriverRunner", "DriverLaunchError", "Supervisor", "SupervisePolicy", "Decision",
-           "final_state", "format_duration", "parse_java_opts", "supervise_policy",
+           "final_state", "format_duration", "supervise_policy",
            "fetch_resource", "substitute_driver_variables", "driver_command",
            "launch_header", "build_driver_environment", "read_driver_exception",
            "kill_all_drivers", "WRAPPER_MODULE", "DRIVER_WRAPPER_CLASS", "EXCEPTION_FILE"]
@@ -148,17 +149,6 @@ class Supervisor:
         self.restarts.append(now)
         wait, self.wait = self.wait, self.wait * 2
         return Decision(True, wait)
-
-
-def parse_java_opts(java_opts: Sequence[str]) -> dict[str, str]:
-    """The Spark properties of a driver command: its ``-Dkey=value`` options (others, such
-    as JVM flags, mean nothing to a Python driver and are ignored)."""
-    props: dict[str, str] = {}
-    for opt in java_opts:
-        if opt.startswith("-D") and "=" in opt:
-            k, v = opt[2:].split("=", 1)
-            props[k] = v
-    return props
 
 
 def supervise_policy(supervise: bool, props: Mapping[str, str],
