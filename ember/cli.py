@@ -70,14 +70,17 @@ def submit_parser() -> argparse.ArgumentParser:
 
 
 def build_conf(args: argparse.Namespace) -> dict[str, str]:
-    """Spark's precedence: --conf and flags > --properties-file > defaults. Non-`spark.*`
-    keys, from --conf or the file, are dropped with spark-submit's warning."""
+    """Spark's precedence: --conf and flags > the properties file (--properties-file, else
+    spark-defaults.conf under $SPARK_CONF_DIR or $SPARK_HOME/conf, as spark-submit) >
+    defaults. Non-`spark.*` keys, from --conf or the file, are dropped with spark-submit's
+    warning."""
     from ember.config import parse_memory_mb
-    from ember.deploy.properties import read_properties
+    from ember.deploy.properties import default_properties_file, read_properties
     props: dict[str, str] = {}
-    if args.properties_file:
+    path = args.properties_file or default_properties_file(os.environ)
+    if path:
         try:
-            props = read_properties(args.properties_file)
+            props = read_properties(path)
         except ValueError as e:
             raise CliError(str(e)) from None
     props.update(args.conf)

@@ -169,3 +169,17 @@ def test_submit_ignores_non_spark_properties_with_a_warning(tmp_path, capsys):
     args = cli.submit_parser().parse_args(["--properties-file", str(tmp_path / "no"), "a.py"])
     with pytest.raises(cli.CliError, match="Properties file .* does not exist"):
         cli.build_conf(args)
+
+
+def test_submit_reads_the_default_spark_defaults_conf(tmp_path, monkeypatch):
+    """Without --properties-file, spark-submit loads $SPARK_CONF_DIR/spark-defaults.conf."""
+    from ember import cli
+    (tmp_path / "spark-defaults.conf").write_text("spark.executor.memory 3g\n"
+                                                  "spark.app.name from-defaults\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    conf = cli.build_conf(cli.submit_parser().parse_args(["--name", "flag", "app.py"]))
+    assert (conf["spark.executor.memory"], conf["spark.app.name"]) == ("3g", "flag")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "elsewhere"))
+    conf = cli.build_conf(cli.submit_parser().parse_args(["app.py"]))
+    assert "spark.executor.memory" not in conf
