@@ -196,3 +196,37 @@ def test_history_conf_from_spark_history_opts_and_properties_file(tmp_path, caps
     assert main(["--properties-file", str(tmp_path / "none")]) == 1
     assert capsys.readouterr().err.strip().splitlines() == [
         f"Error: Properties file {tmp_path / 'none'} does not exist"]
+
+
+def test_event_logs_download(tmp_path):
+    """/applications/<id>/logs: the history server zips the log (a rolling log as its
+    directory); the live UI has none to give (503), an unknown app is 404."""
+    import io
+    import zipfile
+
+    from ember.ui.api import LiveStoreProvider, api_response
+    from ember.ui.history_server import HistoryProvider
+    from ember.ui.status_store import AppStatusStore
+    start = ('{"Event":"SparkListenerApplicationStart","App Name":"a","App ID":"%s",'
+             '"Timestamp":1,"User":"u"}\n')
+    (tmp_path / "app-plain").write_text(start % "app-plain")
+    rolled = tmp_path / "eventlog_v2_app-rolled"
+    rolled.mkdir()
+    (rolled / "events_1_app-rolled").write_text(start % "app-rolled")
+    (rolled / "appstatus_app-rolled").write_text("")
+    provider = HistoryProvider(str(tmp_path))
+    for app, names in (("app-plain", ["app-plain"]),
+                       ("app-rolled", ["eventlog_v2_app-rolled/",
+                                       "eventlog_v2_app-rolled/appstatus_app-rolled",
+                                       "eventlog_v2_app-rolled/events_1_app-rolled"])):
+        status, headers, body = api_response(provider, f"/applications/{app}/logs", {})
+        assert status == 200 and headers["Content-Type"] == "application/octet-stream"
+        assert headers["Content-Disposition"] == f"attachment; filename=eventLogs-{app}.zip"
+        archive = zipfile.ZipFile(io.BytesIO(body))
+        assert archive.namelist() == names
+    assert archive.read("eventlog_v2_app-rolled/events_1_app-rolled").decode() == \
+        start % "app-rolled"
+    assert api_response(provider, "/applications/nope/logs", {})[0] == 404
+    live = LiveStoreProvider(AppStatusStore())
+    status, _, body = api_response(live, "/applications/x/logs", {})
+    assert status == 503 and b"only available through the history server" in body

@@ -12,12 +12,14 @@ manager port of 0 once made Spark's history server fail every page of an Ember a
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
 import time
 import urllib.request
+import zipfile
 from typing import Any
 
 import pytest
@@ -27,7 +29,7 @@ from ember import SparkConf
 from ember.deploy.local_cluster import LocalCluster, free_port
 from ember.scheduler import listener as L
 from ember.scheduler.task import ExecutorLostFailure, FetchFailed
-from ember.ui.api import api_get
+from ember.ui.api import api_get, api_response
 from ember.ui.event_log import EventLog
 from ember.ui.history_server import HistoryProvider
 from ember.ui.ui_process import UiProcess
@@ -165,6 +167,13 @@ def _assert_same_answers(spark: str, log_dir: str, apps: list[str]) -> None:
             spark_answer = _get_json(f"{spark}{base}/{kind}")
             assert _pick(spark_answer, fields, key) == _pick(ours(f"{base}/{kind}"), fields,
                                                              key), (app, kind)
+        status, headers, body = api_response(ember, f"{base}/logs", {})
+        with urllib.request.urlopen(f"{spark}{base}/logs", timeout=10) as r:
+            spark_zip = zipfile.ZipFile(io.BytesIO(r.read()))
+        assert status == 200 and headers["Content-Disposition"] == \
+            f"attachment; filename=eventLogs-{app}.zip"
+        assert sorted(n for n in spark_zip.namelist() if not n.endswith(".crc")) == \
+            sorted(zipfile.ZipFile(io.BytesIO(body)).namelist()), app
         stage = ours(f"{base}/stages")[0]
         path = f"{base}/stages/{stage['stageId']}/{stage['attemptId']}/taskList?length=100"
         task_fields = ("taskId", "status", "executorId", "errorMessage")

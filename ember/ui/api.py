@@ -9,9 +9,11 @@ and malformed query parameters 400, with Spark's message as plain text, never a 
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import time
+import zipfile
 from typing import Any, Iterable, Mapping, Protocol
 
 from ember.context import SPARK_VERSION
@@ -229,12 +231,39 @@ def _stages(store: AppStatusStore, args: list[str], query: Mapping[str, str]) ->
 
 
 def api_response(provider: StoreProvider, path: str, query: Mapping[str, str]
-                 ) -> tuple[int, str, str]:
-    """(status, content type, body) of GET `/api/v1<path>`, for any HTTP server."""
+                 ) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers, body) of GET `/api/v1<path>`, for any HTTP server."""
+    parts = [p for p in path.split("/") if p]
+    if len(parts) in (3, 4) and parts[0] == "applications" and parts[-1] == "logs":
+        return _event_logs(provider, parts[1], parts[2] if len(parts) == 4 else None)
     status, body = api_get(provider, path, query)
     if status != 200:
-        return status, "text/plain; charset=utf-8", body + "\n"
-    return status, "application/json", json.dumps(body, indent=2)
+        return status, {"Content-Type": "text/plain; charset=utf-8"}, (body + "\n").encode()
+    return status, {"Content-Type": "application/json"}, json.dumps(body, indent=2).encode()
+
+
+def _event_logs(provider: Any, app_id: str, attempt_id: str | None
+                ) -> tuple[int, dict[str, str], bytes]:
+    """`/applications/<id>[/<attempt>]/logs`: the app's event log files in a zip, as Spark's
+    history server gives them (a rolling log as its directory); the live UI has none to
+    give (Spark: 'only available through the history server')."""
+    text = {"Content-Type": "text/plain; charset=utf-8"}
+    files = getattr(provider, "event_log_files", None)
+    if files is None:
+        return 503, text, b"Event logs are only available through the history server.\n"
+    found = files(app_id, attempt_id)
+    if found is None:
+        return 404, text, f"no such app: {app_id}\n".encode()
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, path in found:
+            if path is None:
+                z.writestr(zipfile.ZipInfo(name), b"")      # a directory entry
+            else:
+                z.write(path, name)
+    name = f"eventLogs-{app_id}" + (f"-{attempt_id}" if attempt_id else "") + ".zip"
+    return 200, {"Content-Type": "application/octet-stream",
+                 "Content-Disposition": f"attachment; filename={name}"}, buf.getvalue()
 
 
 def api_routes(provider: StoreProvider) -> list[Any]:
@@ -242,8 +271,8 @@ def api_routes(provider: StoreProvider) -> list[Any]:
     from aiohttp import web
 
     async def handle(request: web.Request) -> web.Response:
-        status, ctype, body = api_response(provider, request.match_info["tail"],
-                                           flat_query(request.query.items()))
-        return web.Response(status=status, body=body.encode(), headers={"Content-Type": ctype})
+        status, headers, body = api_response(provider, request.match_info["tail"],
+                                             flat_query(request.query.items()))
+        return web.Response(status=status, body=body, headers=headers)
 
     return [web.get(API_ROOT + "/{tail:.*}", handle)]

@@ -67,19 +67,15 @@ class SparkUI:
 
             def do_GET(self) -> None:
                 try:
-                    status, ctype, body, location = ui.respond(self.path)
+                    status, headers, data = ui.respond(self.path)
                 except Exception:
                     log.exception("Error serving GET %s", self.path)
-                    status, ctype, body, location = (500, "text/plain; charset=utf-8",
-                                                     "500: Internal Server Error\n", None)
-                data = body.encode("utf-8")
+                    status, headers, data = (500, {"Content-Type": "text/plain; charset=utf-8"},
+                                             b"500: Internal Server Error\n")
                 self.send_response(status)
-                self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(data)))
                 self.send_header("Cache-Control", "no-store")
-                if location:
-                    self.send_header("Location", location)
-                for k, v in _SECURITY_HEADERS.items():
+                for k, v in {**headers, **_SECURITY_HEADERS}.items():
                     self.send_header(k, v)
                 self.end_headers()
                 self.wfile.write(data)
@@ -94,19 +90,24 @@ class SparkUI:
         server.daemon_threads = True
         server.serve_forever()
 
-    def respond(self, target: str) -> tuple[int, str, str, str | None]:
-        """(status, content type, body, redirect location) for GET `target`."""
+    def respond(self, target: str) -> tuple[int, dict[str, str], bytes]:
+        """(status, headers, body) for GET `target`."""
         parts = urlsplit(target)
         path, query = parts.path, flat_query(parse_qsl(parts.query, keep_blank_values=True))
         if path == API_ROOT or path.startswith(API_ROOT + "/"):
-            return (*api_response(self._provider, path[len(API_ROOT):], query), None)
+            return api_response(self._provider, path[len(API_ROOT):], query)
         from ember.ui import app_ui
         if path.rstrip("/") == "/metrics/prometheus":
             from ember.ui_common import PROMETHEUS_CONTENT_TYPE
-            return 200, PROMETHEUS_CONTENT_TYPE, app_ui.prometheus_metrics(self.store).text(), None
+            return (200, {"Content-Type": PROMETHEUS_CONTENT_TYPE},
+                    app_ui.prometheus_metrics(self.store).text().encode())
         if path == "/":
-            return 302, "text/plain; charset=utf-8", "", "/jobs/"
+            return _redirect("/jobs/")
         if path.strip("/") in app_ui.TABS and not path.endswith("/"):
-            return 302, "text/plain; charset=utf-8", "", path + "/"
+            return _redirect(path + "/")
         status, html = app_ui.render_page(self.store, path, query)
-        return status, "text/html; charset=utf-8", html, None
+        return status, {"Content-Type": "text/html; charset=utf-8"}, html.encode()
+
+
+def _redirect(location: str) -> tuple[int, dict[str, str], bytes]:
+    return 302, {"Content-Type": "text/plain; charset=utf-8", "Location": location}, b""
