@@ -125,6 +125,8 @@ _entry("spark.eventLog.rolling.enabled", False, parse_bool,
 _entry("spark.eventLog.rolling.maxFileSize", 128 << 20, parse_bytes,
        "Size (bytes, or with a unit: 64m) at which a rolling event log starts a new file; "
        "at least 10 MiB.")
+_entry("spark.scheduler.listenerbus.eventqueue.capacity", 10000, _int,
+       "Events that may wait for the UI and event log; more are dropped, with an error.")
 _entry("spark.redaction.regex", "(?i)secret|password|token|access[.]?key", _str,
        "Configuration keys (and values) matching this are redacted in the UI and event log.")
 _entry("spark.locality.wait", 3.0, parse_time_seconds, "Delay-scheduling wait per locality level.")

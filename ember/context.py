@@ -171,7 +171,8 @@ class SparkContext:
         from ember.scheduler.map_output_tracker import MapOutputTracker
         from ember.status import StatusStore
         from ember.storage.block_manager_master import BlockManagerMaster
-        self._bus = ListenerBus()
+        self._bus = ListenerBus(
+            config.read(self._conf, "spark.scheduler.listenerbus.eventqueue.capacity"))
         self._status_store = StatusStore()
         self._bus.add_sync(self._status_store)
         self._start_ui_and_event_log()

@@ -193,6 +193,43 @@ def test_listener_bus_delivers_batches_in_order_and_drains_on_stop() -> None:
     assert rec.seen[-1].rdd_id == 300
 
 
+def test_listener_bus_drops_beyond_its_capacity_like_spark(caplog) -> None:
+    """A listener that cannot keep up makes the bus drop events (Spark's error, once),
+    instead of holding ever more in the driver; sync listeners still see every event."""
+    import threading
+    release = threading.Event()
+
+    class Stuck:
+        def __init__(self) -> None:
+            self.seen: list = []
+
+        def on_events(self, batch: list) -> None:
+            release.wait(10)
+            self.seen += batch
+
+    class Sync:
+        n = 0
+
+        def on_event(self, e) -> None:
+            Sync.n += 1
+
+    bus, stuck = L.ListenerBus(capacity=50), Stuck()
+    bus.add_sync(Sync())
+    bus.add(stuck)
+    bus.post(L.UnpersistRDD(-1))
+    time.sleep(0.2)                 # the bus thread is now inside the stuck listener
+    for i in range(200):
+        bus.post(L.UnpersistRDD(i))
+    assert bus.dropped == 150 and Sync.n == 201
+    assert caplog.text.count("Dropping event from queue appStatus") == 1
+    release.set()
+    assert bus.wait_until_empty(5)
+    assert [e.rdd_id for e in stuck.seen] == list(range(-1, 50))
+    bus.stop()
+    with pytest.raises(ValueError, match="must be positive"):
+        L.ListenerBus(capacity=0)
+
+
 # --- event logs ---------------------------------------------------------------------------
 def write_log(tmp_path, events: list, app_id: str = "app-1") -> str:
     """As a SparkContext does: the UI process writes, the driver names and renames."""

@@ -151,7 +151,9 @@ class LogStart:
 
 class ListenerBus:
     """Sync listeners (`on_event(event)`) run inside post(); async ones (`on_events(batch)`)
-    get the events in order, in batches, on one bus thread.
+    get the events in order, in batches, on one bus thread; at most `capacity` events wait
+    for them (spark.scheduler.listenerbus.eventqueue.capacity), later ones are dropped with
+    Spark's error, as Spark's listener queues do.
 
     Why batches: a thread woken for every event makes the scheduler's threads fight it for
     the GIL twice per task (a 10,000-task job ran 60% slower with a listener that did
@@ -163,10 +165,18 @@ class ListenerBus:
     """
 
     BATCH_DELAY = 0.05
+    DROP_REPORT_INTERVAL = 60.0
 
-    def __init__(self) -> None:
+    def __init__(self, capacity: int = 10000) -> None:
+        if capacity <= 0:
+            raise ValueError("The capacity of listener bus event queue must be positive "
+                             "(spark.scheduler.listenerbus.eventqueue.capacity)")
         self.sync_listeners: list[Any] = []
         self.listeners: list[Any] = []
+        self.capacity = capacity
+        self.dropped = 0
+        self._dropped_reported = 0
+        self._last_drop_report = 0.0
         self._q: collections.deque = collections.deque()
         self._thread: threading.Thread | None = None
         self._wakeup = threading.Event()
@@ -188,9 +198,29 @@ class ListenerBus:
             except Exception:
                 log.exception("listener %r failed on %r", l, event)
         if self.listeners:
+            if len(self._q) >= self.capacity:
+                self._drop()
+                return
             self._q.append(event)
             if self._idle:      # the GIL orders this check after the thread's own
                 self._wakeup.set()
+
+    def _drop(self) -> None:
+        """Spark's AsyncEventQueue when a listener falls behind: drop the event rather than
+        hold ever more of them in the driver's memory, and say so (once, then a count every
+        minute)."""
+        self.dropped += 1
+        if self.dropped == 1:
+            log.error("Dropping event from queue appStatus. This likely means one of the "
+                      "listeners is too slow and cannot keep up with the rate at which tasks "
+                      "are being started by the scheduler.")
+        now = time.monotonic()
+        if now - self._last_drop_report >= self.DROP_REPORT_INTERVAL:
+            log.warning("Dropped %d events from appStatus since %s.",
+                        self.dropped - self._dropped_reported,
+                        "the application started" if not self._last_drop_report
+                        else "the last report")
+            self._dropped_reported, self._last_drop_report = self.dropped, now
 
     def _run(self) -> None:
         q = self._q
