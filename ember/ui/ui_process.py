@@ -200,7 +200,12 @@ def main() -> int:
             elif item[0] == SYNC:
                 synced += 1
             elif item[0] == OPEN_LOG:
-                writer, text, held = EventLogWriter(item[1]), held + text, []
+                text, held = held + text, []
+                try:
+                    writer = EventLogWriter(item[1])
+                except OSError as e:
+                    log.error("Cannot open the event log %s: %s", item[1].get("path"), e)
+                    logging_on = False
             else:
                 e = unpack(item)
                 events.append(e)
