@@ -51,8 +51,7 @@ from ember.deploy.master.uploads import UploadError, check_name, parse_upload_ur
 from ember.deploy.messages import (AppResourceData, DriverDescription, DriverRunnerSummary,
                                    DriverState, DriverStateChanged, ResourceInformation)
 from ember.deploy.properties import parse_java_opts
-from ember.deploy.worker.executor_runner import (HEADER_RULE, terminate_process_tree,
-                                                  wait_and_reap)
+from ember.deploy.worker.executor_runner import HEADER_RULE, GroupKiller
 
 log = logging.getLogger("ember.deploy.worker.DriverRunner")
 
@@ -428,8 +427,7 @@ class DriverRunner:
         self._lock = threading.Lock()
         self._killed = threading.Event()
         self._process: Optional[subprocess.Popen] = None
-        self._leader_exited = threading.Event()
-        self._killer: Optional[threading.Thread] = None
+        self._group = GroupKiller(f"driver {self.driverId}", self.terminate_timeout)
         self._thread: Optional[threading.Thread] = None
         self._done = threading.Event()
 
@@ -478,13 +476,8 @@ class DriverRunner:
             if self._killed.is_set() or self._done.is_set():
                 return
             self._killed.set()
-            proc = self._process
-            if proc is None or self._leader_exited.is_set():
-                return   # not running: the runner thread sees the flag
-            self._killer = threading.Thread(target=self._kill_tree, args=(proc.pid,),
-                                            name=f"Killer for driver {self.driverId}",
-                                            daemon=True)
-            self._killer.start()
+            if self._process is not None:   # else not running: the runner thread checks
+                self._group.kill(self._process)
 
     def join(self, timeout: Optional[float] = None) -> bool:
         """Wait until the runner has reported its final state; True if it has."""
@@ -591,28 +584,8 @@ class DriverRunner:
             with self._lock:
                 if self._killed.is_set():
                     return None
-                self._leader_exited = threading.Event()
-                self._killer = None
+                self._group.reset()
                 proc = self._process = subprocess.Popen(
                     cmd, cwd=self.driver_dir, env=env, stdin=subprocess.DEVNULL, stdout=out,
                     stderr=err, close_fds=True, start_new_session=(os.name == "posix"))
-        return self._wait(proc)
-
-    def _wait(self, proc: subprocess.Popen) -> int:
-        return wait_and_reap(proc, self._leader_gone)
-
-    def _leader_gone(self) -> None:
-        """The driver has exited (not yet reaped): let a kill in progress finish first."""
-        with self._lock:
-            self._leader_exited.set()
-            killer = self._killer
-        if killer is not None:
-            killer.join()
-
-    def _kill_tree(self, pid: int) -> None:
-        ok = terminate_process_tree(pid, self.terminate_timeout,
-                                    leader_exited=self._leader_exited.wait,
-                                    pgid=pid if os.name == "posix" else None)
-        if not ok:
-            log.warning("Failed to terminate process tree of driver %s (pid %d). This "
-                        "process will likely be orphaned.", self.driverId, pid)
+        return self._group.wait(proc)

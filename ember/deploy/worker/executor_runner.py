@@ -177,6 +177,54 @@ def wait_and_reap(proc: subprocess.Popen, leader_gone: Callable[[], None]) -> in
     return code if code >= 0 else 128 - code
 
 
+class GroupKiller:
+    """How a runner ends the process group it started (executors and drivers alike): a kill
+    terminates the tree (SIGTERM, SIGKILL after `terminate_timeout`) on a thread of its own,
+    so it returns at once on the worker's loop, unless the leader has already exited; `wait`
+    lets a kill in progress finish before the group's leftovers are killed and the leader
+    reaped (wait_and_reap). `label` names the process in the warning about orphans."""
+
+    def __init__(self, label: str, terminate_timeout: float) -> None:
+        self.label = label
+        self.terminate_timeout = terminate_timeout
+        self._lock = threading.Lock()
+        self._killer: Optional[threading.Thread] = None
+        self._leader_exited = threading.Event()
+
+    def reset(self) -> None:
+        """A new process replaces the one that exited (a supervised driver's relaunch)."""
+        with self._lock:
+            self._leader_exited = threading.Event()
+            self._killer = None
+
+    def kill(self, proc: subprocess.Popen) -> None:
+        with self._lock:
+            if self._leader_exited.is_set():
+                return
+            self._killer = threading.Thread(target=self.kill_tree, args=(proc.pid,),
+                                            name=f"Killer for {self.label}", daemon=True)
+            self._killer.start()
+
+    def kill_tree(self, pid: int) -> None:
+        """Terminate the tree now, in the calling thread."""
+        ok = terminate_process_tree(pid, self.terminate_timeout,
+                                    leader_exited=self._leader_exited.wait,
+                                    pgid=pid if os.name == "posix" else None)
+        if not ok:
+            log.warning("Failed to terminate process tree of %s (pid %d). This process will "
+                        "likely be orphaned.", self.label, pid)
+
+    def wait(self, proc: subprocess.Popen) -> int:
+        return wait_and_reap(proc, self._leader_gone)
+
+    def _leader_gone(self) -> None:
+        with self._lock:
+            self._leader_exited.set()
+            killer = self._killer
+        if killer is not None:
+            killer.join()
+
+
 def terminate_process_tree(pid: int, timeout: float, *,
                            leader_exited: Optional[Callable[[float], bool]] = None,
                            pgid: Optional[int] = None) -> bool:
@@ -282,8 +330,7 @@ class ExecutorRunner:
         self._kill_requested = False
         self._kill_state = ExecutorState.KILLED
         self._kill_message: Optional[str] = None
-        self._killer: Optional[threading.Thread] = None
-        self._leader_exited = threading.Event()
+        self._group = GroupKiller(f"executor {self.fullId}", terminate_timeout)
         self._thread: Optional[threading.Thread] = None
         self._done = threading.Event()
 
@@ -334,13 +381,9 @@ class ExecutorRunner:
             self._kill_message = message
             if self.state in (ExecutorState.LAUNCHING, ExecutorState.RUNNING):
                 self.state = state
-            proc = self._process
-            if proc is None or self._leader_exited.is_set():
-                return   # not started yet (the runner thread checks the flag) or gone
-            self._killer = threading.Thread(target=self._kill_tree, args=(proc.pid,),
-                                            name=f"Killer for executor {self.fullId}",
-                                            daemon=True)
-            self._killer.start()
+            if self._process is not None:   # else not started: the runner thread checks
+                log.info("Killing process!")
+                self._group.kill(self._process)
 
     def join(self, timeout: Optional[float] = None) -> bool:
         """Wait until the runner has reported its final state; True if it has."""
@@ -351,15 +394,6 @@ class ExecutorRunner:
         return self._done.is_set()
 
     # -- the runner thread -----------------------------------------------------------------
-
-    def _kill_tree(self, pid: int) -> None:
-        log.info("Killing process!")
-        ok = terminate_process_tree(
-            pid, self.terminate_timeout, leader_exited=self._leader_exited.wait,
-            pgid=pid if os.name == "posix" else None)
-        if not ok:
-            log.warning("Failed to terminate process tree of executor %s (pid %d). "
-                        "This process will likely be orphaned.", self.fullId, pid)
 
     def _emit(self, state: ExecutorState, message: Optional[str],
               exit_status: Optional[int]) -> None:
@@ -406,7 +440,7 @@ class ExecutorRunner:
                         self.state = ExecutorState.RUNNING
                 if self.state == ExecutorState.RUNNING:
                     self._emit(ExecutorState.RUNNING, None, None)
-                code = self._wait(proc)
+                code = self._group.wait(proc)
                 with self._lock:
                     killed = self._kill_requested
                 if killed:
@@ -420,8 +454,9 @@ class ExecutorRunner:
             code = None
             if proc is not None:
                 try:
-                    self._kill_tree(proc.pid)
-                    code = self._wait(proc)
+                    log.info("Killing process!")
+                    self._group.kill_tree(proc.pid)
+                    code = self._group.wait(proc)
                 except Exception:
                     log.debug("cleanup after a failed launch", exc_info=True)
             with self._lock:
@@ -434,13 +469,3 @@ class ExecutorRunner:
         self._done.set()
         self._emit(*final)
 
-    def _wait(self, proc: subprocess.Popen) -> int:
-        return wait_and_reap(proc, self._leader_gone)
-
-    def _leader_gone(self) -> None:
-        """The process has exited (not yet reaped): let a kill in progress finish first."""
-        with self._lock:
-            self._leader_exited.set()
-            killer = self._killer
-        if killer is not None:
-            killer.join()
