@@ -256,13 +256,8 @@ def run_app(app: str, app_args: list[str], conf: dict[str, str]) -> int:
     try:
         runpy.run_path(app, run_name="__main__")
     except SystemExit as e:
-        code = e.code
-        if code is None:
-            return 0
-        if isinstance(code, int):
-            return code
-        print(code, file=sys.stderr)
-        return 1
+        from ember.deploy.driver_wrapper import system_exit_code
+        return system_exit_code(e.code)
     return 0
 
 

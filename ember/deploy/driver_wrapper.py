@@ -248,7 +248,7 @@ def _report_exception(e: BaseException, driver_dir: str) -> None:
         _logger().warning("Cannot write %s: %s", EXCEPTION_FILE, err)
 
 
-def _exit_code(code: Any) -> int:
+def system_exit_code(code: Any) -> int:
     """SystemExit semantics: None -> 0, an int as is, anything else printed -> 1."""
     if code is None:
         return 0
@@ -273,9 +273,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     # finally/atexit) instead of dying mid-write; the runner SIGKILLs after its timeout.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
-        code = _exit_code(run_application(user_jar, main_name, app_args))
+        code = system_exit_code(run_application(user_jar, main_name, app_args))
     except SystemExit as e:
-        code = _exit_code(e.code)
+        code = system_exit_code(e.code)
     except BaseException as e:   # noqa: BLE001 - reported, becomes exit code 1
         _report_exception(e, driver_dir)
         code = 1
