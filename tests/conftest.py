@@ -1,4 +1,5 @@
-"""Shared fixtures: one local context per session, and a fresh one for tests that need it."""
+"""Shared fixtures: one local context per session, a fresh one for tests that need it, and
+a 2-worker cluster per module that asks for one."""
 from __future__ import annotations
 
 import os
@@ -50,3 +51,14 @@ def fresh_sc():
     yield make
     for ctx in created:
         ctx.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A 2-worker standalone cluster on 127.0.0.1, one per test module that asks for it."""
+    from ember.deploy.local_cluster import LocalCluster
+    c = LocalCluster(str(tmp_path_factory.mktemp("cluster")), workers=2, cores=2,
+                     conf={"spark.worker.timeout": "3"})
+    c.start()
+    yield c
+    c.stop()

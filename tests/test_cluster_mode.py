@@ -21,15 +21,6 @@ pytestmark = pytest.mark.timeout(240)
 FINAL = {"FINISHED", "FAILED", "ERROR", "KILLED"}
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    c = LocalCluster(str(tmp_path_factory.mktemp("cluster")), workers=2, cores=2,
-                     conf={"spark.worker.timeout": "3"})
-    c.start()
-    yield c
-    c.stop()
-
-
 def ember(*args: str, timeout: float = 60, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ember.cli", *args], capture_output=True,
                           text=True, timeout=timeout, env=_env(env))

@@ -21,15 +21,6 @@ from tests.cluster import ROOT, LocalCluster, _env
 pytestmark = pytest.mark.timeout(180)
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    c = LocalCluster(str(tmp_path_factory.mktemp("cluster")), workers=2, cores=2,
-                     conf={"spark.worker.timeout": "3"})
-    c.start()
-    yield c
-    c.stop()
-
-
 def _context(cluster: LocalCluster, name: str, **conf: str) -> SparkContext:
     active = SparkContext._active_spark_context
     if active is not None:
