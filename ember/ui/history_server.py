@@ -77,31 +77,35 @@ class HistoryProvider:
     def applications(self) -> list[AppStatusStore]:
         return [store for _, store in self.entries()]
 
-    def event_log_files(self, app_id: str, attempt_id: Optional[str] = None
-                        ) -> Optional[list[tuple[str, Optional[str]]]]:
-        """(name in the zip, path; None for a directory entry) of the app's log, as Spark's
-        `.../logs` zips it (a rolling log as `<dir>/` and its files); None: no such app."""
-        store = self.store(app_id, attempt_id)
-        if store is None:
-            return None
-        info = next(i for i in self.logs() if i.app_id == app_id
-                    and self._load(i) is store)
-        base = os.path.basename(info.path)
-        if not os.path.isdir(info.path):
-            return [(base, info.path)]
-        return [(base + "/", None)] + [(f"{base}/{n}", os.path.join(info.path, n))
-                                      for n in sorted(os.listdir(info.path))
-                                      if not n.startswith(".")]
-
-    def store(self, app_id: Optional[str], attempt_id: Optional[str] = None
-              ) -> Optional[AppStatusStore]:
+    def _find(self, app_id: Optional[str], attempt_id: Optional[str]
+              ) -> Optional[tuple[EventLogInfo, AppStatusStore]]:
         for info in self.logs():
             if info.app_id == app_id:
                 store = self._load(info)
                 if store is not None and (attempt_id is None
                                           or store.app.get("attempt_id") == attempt_id):
-                    return store
+                    return info, store
         return None
+
+    def event_log_files(self, app_id: str, attempt_id: Optional[str] = None
+                        ) -> Optional[list[tuple[str, Optional[str]]]]:
+        """(name in the zip, path; None for a directory entry) of the app's log, as Spark's
+        `.../logs` zips it (a rolling log as `<dir>/` and its files); None: no such app."""
+        found = self._find(app_id, attempt_id)
+        if found is None:
+            return None
+        path = found[0].path
+        base = os.path.basename(path)
+        if not os.path.isdir(path):
+            return [(base, path)]
+        return [(base + "/", None)] + [(f"{base}/{n}", os.path.join(path, n))
+                                      for n in sorted(os.listdir(path))
+                                      if not n.startswith(".")]
+
+    def store(self, app_id: Optional[str], attempt_id: Optional[str] = None
+              ) -> Optional[AppStatusStore]:
+        found = self._find(app_id, attempt_id)
+        return found[1] if found is not None else None
 
 
 def render_index(provider: HistoryProvider) -> str:
