@@ -19,7 +19,8 @@ _EXPORTS = {
     "CPickleSerializer": "ember.serializers", "PickleSerializer": "ember.serializers",
     "StatusTracker": "ember.status", "SparkJobInfo": "ember.status",
     "SparkStageInfo": "ember.status", "TaskContext": "ember.taskcontext",
-    "BarrierTaskContext": "ember.taskcontext", "Row": "ember.sql",
+    "BarrierTaskContext": "ember.taskcontext", "BarrierTaskInfo": "ember.taskcontext",
+    "RDDBarrier": "ember.rdd", "Row": "ember.sql",
     "SparkSession": "ember.sql", "StatCounter": "ember.statcounter",
 }
 

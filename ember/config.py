@@ -134,6 +134,15 @@ _entry("spark.python.task.killTimeout", 2.0, parse_time_seconds,
        "Time a killed task gets to stop before its task process is killed and replaced.")
 _entry("spark.ember.worker.maxCrashes", 4, _int,
        "Attempts of a task whose task process dies (even in local mode, where maxFailures is 1).")
+_entry("spark.barrier.sync.timeout", 31536000.0, parse_time_seconds,
+       "Time the coordinator waits for all tasks of a barrier stage to call barrier() or "
+       "allGather() before failing the call in every task.")
+_entry("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", 15.0, parse_time_seconds,
+       "Wait before checking again that a barrier stage's tasks all fit in the free slots.")
+_entry("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", 40, _int,
+       "Failed slot checks of a barrier job before it fails with Spark's SPARK-24819 error.")
+_entry("spark.dynamicAllocation.enabled", False, parse_bool,
+       "Dynamic executor allocation (barrier stages refuse to run with it, as in Spark).")
 
 
 def get_entry(key: str) -> ConfigEntry | None:

@@ -47,6 +47,8 @@ _LOG_LEVELS = {"ALL": logging.NOTSET, "DEBUG": logging.DEBUG, "ERROR": logging.E
                "FATAL": logging.CRITICAL, "INFO": logging.INFO, "OFF": logging.CRITICAL + 10,
                "TRACE": logging.DEBUG, "WARN": logging.WARNING}
 _LOCAL_RE = re.compile(r"local(?:\[\s*(\*|\d+)\s*(?:,\s*(\d+)\s*)?\])?")
+# Spark's SparkMasterRegex.LOCAL_CLUSTER_REGEX: local-cluster[workers, coresPerWorker, MiBPerWorker]
+_LOCAL_CLUSTER_RE = re.compile(r"local-cluster\[\s*([0-9]+)\s*,\s*([0-9]+)\s*,\s*([0-9]+)\s*]")
 
 
 def _setup_logging() -> None:
@@ -70,6 +72,12 @@ def parse_local_master(master: str) -> tuple[int, int] | None:
     if threads < 1:
         raise SparkException(f"Asked to run locally with {threads} threads")
     return threads, failures
+
+
+def parse_local_cluster_master(master: str) -> tuple[int, int, int] | None:
+    """(workers, cores per worker, MiB per worker) of local-cluster[N,C,M]; None otherwise."""
+    m = _LOCAL_CLUSTER_RE.fullmatch(master)
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
 
 
 class SparkContext:
@@ -198,7 +206,8 @@ class SparkContext:
 
     def _create_scheduler(self) -> None:
         local = parse_local_master(self.master)
-        if local is None and not self.master.startswith("spark://"):
+        local_cluster = parse_local_cluster_master(self.master)
+        if local is None and local_cluster is None and not self.master.startswith("spark://"):
             raise SparkException(f"Could not parse Master URL: '{self.master}'")
         from ember.scheduler.dag_scheduler import DAGScheduler
         from ember.scheduler.task_scheduler import TaskSchedulerImpl
@@ -212,7 +221,8 @@ class SparkContext:
             max_failures, config.read(self._conf, "spark.scheduler.mode"),
             self._conf.get("spark.scheduler.allocation.file"), self._bus, self._block_master,
             config.read(self._conf, "spark.ember.worker.maxCrashes"),
-            config.read(self._conf, "spark.locality.wait"))
+            config.read(self._conf, "spark.locality.wait"),
+            config.read(self._conf, "spark.barrier.sync.timeout"))
         backend: Any
         if local is not None:
             from ember.scheduler.local_backend import LocalSchedulerBackend
@@ -231,12 +241,23 @@ class SparkContext:
                 int(dp) if dp else None, self._loop, self._fork_client)
         else:
             from ember.scheduler.standalone_backend import StandaloneSchedulerBackend
-            backend = StandaloneSchedulerBackend(self, sched, self.master)
+            master_url = self.master
+            if local_cluster is not None:
+                master_url = self._start_local_cluster(*local_cluster)
+            backend = StandaloneSchedulerBackend(self, sched, master_url)
             self._loop = backend.loop       # the scheduler runs on the RPC loop
         dag = DAGScheduler(sched, self._bus, self._tracker, self._cache_locations,
                            self._serialize_stage, ShuffleWriteFunc.for_dependency,
                            config.read(self._conf, "spark.stage.maxConsecutiveAttempts"),
-                           loop=self._loop)
+                           loop=self._loop,
+                           barrier_check_interval=config.read(
+                               self._conf,
+                               "spark.scheduler.barrier.maxConcurrentTasksCheck.interval"),
+                           barrier_check_max_failures=config.read(
+                               self._conf,
+                               "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures"),
+                           dynamic_allocation=local is None and config.read(
+                               self._conf, "spark.dynamicAllocation.enabled"))
         sched.initialize(backend, dag)
         self._task_scheduler = sched
         self._backend = backend
@@ -248,6 +269,20 @@ class SparkContext:
             from ember.scheduler.listener import ExecutorAdded
             from ember.scheduler.local_backend import EXECUTOR_ID, HOST
             self._bus.post(ExecutorAdded(EXECUTOR_ID, HOST, threads))
+
+    def _start_local_cluster(self, workers: int, cores: int, memory_mb: int) -> str:
+        """Spark's test master: a real master and `workers` workers on 127.0.0.1 as child
+        processes of this driver, stopped with it; returns the master's spark:// URL."""
+        executor_mb = config.read(self._conf, "spark.executor.memory")
+        if executor_mb > memory_mb:
+            raise SparkException("Asked to launch cluster with %d MiB/worker but requested %d "
+                                 "MiB/executor" % (memory_mb, executor_mb))
+        from ember.deploy.local_cluster import LocalCluster
+        conf = {k: v for k, v in self._conf.getAll() if k.startswith("spark.authenticate")}
+        self._local_cluster = LocalCluster(os.path.join(self._local_dir, "local-cluster"),
+                                           workers, cores, f"{memory_mb}m", conf)
+        self._local_cluster.start(timeout=60)
+        return self._local_cluster.url
 
     def _start_ui_and_event_log(self) -> None:
         """Before the scheduler: the UI's URL goes into the app's registration with a master,
@@ -461,6 +496,8 @@ class SparkContext:
             backend.stop()
         elif getattr(self, "_fork_client", None) is not None:
             self._fork_client.stop()        # init failed after the fork server started
+        if getattr(self, "_local_cluster", None) is not None:
+            self._local_cluster.stop()      # after the backend: executors end first
         loop = getattr(self, "_loop", None)
         if loop is not None:
             loop.stop()

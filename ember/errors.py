@@ -95,6 +95,40 @@ def make_python_exception(message: str, exc_type: str, exc_message: str,
     return err
 
 
+class BarrierJobAllocationFailed(SparkException):
+    """A job with a barrier stage failed one of Spark's checks at submission."""
+
+
+class BarrierJobUnsupportedRDDChainException(BarrierJobAllocationFailed):
+    def __init__(self) -> None:
+        super().__init__(
+            "[SPARK-24820][SPARK-24821]: Barrier execution mode does not allow the following "
+            "pattern of RDD chain within a barrier stage:\n1. Ancestor RDDs that have different "
+            "number of partitions from the resulting RDD (e.g. union()/coalesce()/first()/"
+            "take()/PartitionPruningRDD). A workaround for first()/take() can be "
+            "barrierRdd.collect().head (scala) or barrierRdd.collect()[0] (python).\n2. An RDD "
+            "that depends on multiple barrier RDDs (e.g. barrierRdd1.zip(barrierRdd2)).")
+
+
+class BarrierJobRunWithDynamicAllocationException(BarrierJobAllocationFailed):
+    def __init__(self) -> None:
+        super().__init__(
+            "[SPARK-24942]: Barrier execution mode does not support dynamic resource "
+            "allocation for now. You can disable dynamic resource allocation by setting Spark "
+            'conf "spark.dynamicAllocation.enabled" to "false".')
+
+
+class BarrierJobSlotsNumberCheckFailed(BarrierJobAllocationFailed):
+    def __init__(self, required_concurrent_tasks: int, max_concurrent_tasks: int) -> None:
+        super().__init__(
+            "[SPARK-24819]: Barrier execution mode does not allow run a barrier stage that "
+            "requires more slots than the total number of slots in the cluster currently. "
+            "Please init a new cluster with more resources(e.g. CPU, GPU) or repartition the "
+            "input RDD(s) to reduce the number of slots required to run this barrier stage.")
+        self.required_concurrent_tasks = required_concurrent_tasks
+        self.max_concurrent_tasks = max_concurrent_tasks
+
+
 class _PySparkErrorClass(SparkException):
     """A PySpark error with an error class, printed as "[CLASS] message"."""
 

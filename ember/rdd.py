@@ -178,6 +178,21 @@ class RDD:
             return int(dp)
         return self.getNumPartitions()
 
+    def _is_barrier(self) -> bool:
+        """Whether this RDD's stage is a barrier stage: it or a narrow ancestor (within the
+        stage) came from RDD.barrier() (Spark's RDD.isBarrier)."""
+        seen: set[int] = set()
+        stack: list[RDD] = [self]
+        while stack:
+            r = stack.pop()
+            if r._id in seen:
+                continue
+            seen.add(r._id)
+            if getattr(r, "_from_barrier", False):
+                return True
+            stack.extend(d.rdd for d in r.dependencies() if not isinstance(d, ShuffleDependency))
+        return False
+
     def _is_pipelinable(self) -> bool:
         return not (self.is_cached or self._checkpoint_requested or self._local_checkpointed
                     or self._checkpoint_dir is not None)
@@ -481,8 +496,10 @@ class RDD:
                 yield v, i * n + k
         return self.mapPartitionsWithIndex(func)
 
-    def barrier(self) -> Any:
-        raise NotImplementedError("Barrier execution mode is not supported by Ember")
+    def barrier(self) -> "RDDBarrier":
+        """Mark the current stage as a barrier stage: all its tasks are launched together
+        and may sync with BarrierTaskContext.barrier() / allGather()."""
+        return RDDBarrier(self)
 
     # --- shuffles -----------------------------------------------------------------------
     def partitionBy(self, numPartitions: int | None,
@@ -1323,7 +1340,8 @@ class MapPartitionsRDD(RDD):
     _lineage_attrs = ("prev",)
 
     def __init__(self, prev: RDD, f: Callable[[int, Iterable], Iterable],
-                 preservesPartitioning: bool = False) -> None:
+                 preservesPartitioning: bool = False, isFromBarrier: bool = False) -> None:
+        self._from_barrier = isFromBarrier or getattr(prev, "_from_barrier", False)
         if isinstance(prev, MapPartitionsRDD) and prev._is_pipelinable():
             prev_func = prev.func
 
@@ -1353,6 +1371,27 @@ class MapPartitionsRDD(RDD):
 
     def compute(self, split: Partition, context: Any) -> Iterator:
         return self.func(split.index, self.prev.iterator(split, context))
+
+
+class RDDBarrier:
+    """Wraps an RDD in a barrier stage, whose tasks are launched together
+    (PySpark's pyspark.RDDBarrier, made by RDD.barrier())."""
+
+    def __init__(self, rdd: RDD) -> None:
+        self.rdd = rdd
+
+    def mapPartitions(self, f: Callable[[Iterable], Iterable],
+                      preservesPartitioning: bool = False) -> RDD:
+        def func(_: int, iterator: Iterable) -> Iterable:
+            return f(iterator)
+        return MapPartitionsRDD(self.rdd, func, preservesPartitioning, isFromBarrier=True)
+
+    def mapPartitionsWithIndex(self, f: Callable[[int, Iterable], Iterable],
+                               preservesPartitioning: bool = False) -> RDD:
+        return MapPartitionsRDD(self.rdd, f, preservesPartitioning, isFromBarrier=True)
+
+    def __repr__(self) -> str:
+        return f"<RDDBarrier of {self.rdd!r}>"
 
 
 class ShuffledRDD(RDD):

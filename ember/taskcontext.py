@@ -8,14 +8,38 @@ from __future__ import annotations
 
 from typing import Any
 
+from ember.errors import PySparkRuntimeError
+
 
 class TaskContext:
     _taskContext: "TaskContext | None" = None
 
-    def __init__(self, stage_id: int = 0, stage_attempt: int = 0, partition_id: int = 0,
-                 attempt_number: int = 0, task_attempt_id: int = 0,
-                 local_properties: dict[str, str] | None = None, cpus: int = 1,
-                 env: Any = None, map_locations: dict | None = None) -> None:
+    # PySpark's defaults for a context built by user code outside any task
+    _stageId: int | None = None
+    _stageAttemptNumber: int | None = None
+    _partitionId: int | None = None
+    _attemptNumber: int | None = None
+    _taskAttemptId: int | None = None
+    _localProperties: dict[str, str] | None = None
+    _cpus: int | None = None
+    _resources: dict | None = None
+
+    def __new__(cls) -> "TaskContext":
+        """Even if users construct TaskContext instead of calling get(), they get the running
+        task's context (PySpark's singleton)."""
+        ctx = TaskContext._taskContext
+        if ctx is not None:
+            return ctx
+        TaskContext._taskContext = ctx = object.__new__(cls)
+        return ctx
+
+    @classmethod
+    def _create(cls, stage_id: int = 0, stage_attempt: int = 0, partition_id: int = 0,
+                attempt_number: int = 0, task_attempt_id: int = 0,
+                local_properties: dict[str, str] | None = None, cpus: int = 1,
+                env: Any = None, map_locations: dict | None = None) -> "TaskContext":
+        """The engine's constructor: one fresh context per task attempt."""
+        self = object.__new__(cls)
         self._stageId = stage_id
         self._stageAttemptNumber = stage_attempt
         self._partitionId = partition_id
@@ -23,56 +47,131 @@ class TaskContext:
         self._taskAttemptId = task_attempt_id
         self._localProperties = local_properties or {}
         self._cpus = cpus
-        self._resources: dict = {}
+        self._resources = {}
         # engine internals
         self.env = env
         self.map_locations = map_locations or {}
         self.metrics: dict[str, int] = {}
         self.block_updates: list = []
+        return self
 
     @classmethod
     def _getOrCreate(cls) -> "TaskContext":
-        if cls._taskContext is None:
-            cls._taskContext = TaskContext()
-        return cls._taskContext
+        if TaskContext._taskContext is None:
+            TaskContext._taskContext = cls._create()
+        return TaskContext._taskContext
 
     @classmethod
     def _setTaskContext(cls, ctx: "TaskContext | None") -> None:
-        cls._taskContext = ctx
+        TaskContext._taskContext = ctx
 
     @classmethod
     def get(cls) -> "TaskContext | None":
         """The running task's context, or None outside a task (e.g. on the driver)."""
-        return cls._taskContext
+        return TaskContext._taskContext
 
     def stageId(self) -> int:
-        return self._stageId
+        return self._stageId  # type: ignore[return-value]
+
+    def stageAttemptNumber(self) -> int:
+        return self._stageAttemptNumber  # type: ignore[return-value]
 
     def partitionId(self) -> int:
-        return self._partitionId
+        return self._partitionId  # type: ignore[return-value]
 
     def attemptNumber(self) -> int:
-        return self._attemptNumber
+        return self._attemptNumber  # type: ignore[return-value]
 
     def taskAttemptId(self) -> int:
-        return self._taskAttemptId
+        return self._taskAttemptId  # type: ignore[return-value]
 
     def getLocalProperty(self, key: str) -> str | None:
-        return self._localProperties.get(key)
+        return (self._localProperties or {}).get(key)
 
     def cpus(self) -> int:
-        return self._cpus
+        return self._cpus  # type: ignore[return-value]
 
     def resources(self) -> dict:
-        return self._resources
+        return self._resources  # type: ignore[return-value]
 
     def add_metric(self, name: str, value: int) -> None:
         self.metrics[name] = self.metrics.get(name, 0) + value
 
 
+BARRIER, ALL_GATHER = "BARRIER", "ALL_GATHER"   # Spark's RequestMethod names
+
+
 class BarrierTaskContext(TaskContext):
-    """Present for API compatibility; barrier execution mode is not supported by Ember."""
+    """A TaskContext with the tools of a barrier stage's task: a global barrier() and
+    allGather() coordinated by the driver's BarrierCoordinator, and the stage's task infos.
+
+    The engine gives it `_sync(request) -> list[str]`, which carries a RequestToSync to the
+    coordinator (through the task process pool and, on a cluster, the executor) and blocks
+    until every task of the stage attempt has made the same call.
+    """
+
+    _sync: Any = None
+    _barrier_epoch = 0
+
+    @classmethod
+    def _getOrCreate(cls) -> "BarrierTaskContext":
+        if not isinstance(TaskContext._taskContext, BarrierTaskContext):
+            TaskContext._taskContext = cls._create()
+        return TaskContext._taskContext
 
     @classmethod
     def get(cls) -> "BarrierTaskContext":
-        raise RuntimeError("Barrier execution mode is not supported by Ember")
+        """The running barrier task's context; an error outside a barrier stage."""
+        ctx = TaskContext._taskContext
+        if not isinstance(ctx, BarrierTaskContext):
+            raise PySparkRuntimeError("NOT_IN_BARRIER_STAGE", "It is not in a barrier stage.")
+        return ctx
+
+    def _not_initialized(self, func_name: str) -> PySparkRuntimeError:
+        return PySparkRuntimeError(
+            "CALL_BEFORE_INITIALIZE",
+            f"Not supported to call `{func_name}` before initialize BarrierTaskContext.")
+
+    def _run_barrier(self, method: str, message: str) -> list[str]:
+        from ember.deploy.messages import RequestToSync
+        request = RequestToSync(len(self._addresses()), self._stageId, self._stageAttemptNumber,
+                                self._taskAttemptId, self._barrier_epoch, self._partitionId,
+                                message, method)
+        messages = self._sync(request)
+        self._barrier_epoch += 1
+        return messages
+
+    def barrier(self) -> None:
+        """Block until every task of this stage attempt has reached this barrier (each task
+        must call barrier() the same number of times, or the sync fails or times out)."""
+        if self._sync is None:
+            raise self._not_initialized("barrier")
+        self._run_barrier(BARRIER, "")
+
+    def allGather(self, message: str = "") -> list[str]:
+        """A barrier that also returns every task's message, ordered by partition id."""
+        if not isinstance(message, str):
+            raise TypeError("Argument `message` must be of type `str`")
+        if self._sync is None:
+            raise self._not_initialized("allGather")
+        return self._run_barrier(ALL_GATHER, message)
+
+    def _addresses(self) -> list[str]:
+        addresses = (self._localProperties or {}).get("addresses", "")
+        return [h.strip() for h in addresses.split(",")]
+
+    def getTaskInfos(self) -> list["BarrierTaskInfo"]:
+        """BarrierTaskInfo of every task of this barrier stage, ordered by partition id."""
+        if self._sync is None:
+            raise self._not_initialized("getTaskInfos")
+        return [BarrierTaskInfo(h) for h in self._addresses()]
+
+
+class BarrierTaskInfo:
+    """Where a barrier task runs: `address` is the host:port of its executor."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def __repr__(self) -> str:
+        return f"BarrierTaskInfo(address={self.address!r})"

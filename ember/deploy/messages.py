@@ -981,6 +981,22 @@ class StatusUpdate:
 
 @message
 @dataclass(frozen=True)
+class RequestToSync:
+    """Barrier task (through its executor) -> driver's BarrierCoordinator ask: one task's
+    barrier() or allGather() call of a barrier stage attempt; the reply, once all `numTasks`
+    tasks made the call of epoch `barrierEpoch`, is every task's message by partition id."""
+    numTasks: int
+    stageId: int
+    stageAttemptId: int
+    taskAttemptId: int
+    barrierEpoch: int
+    partitionId: int
+    message: str
+    requestMethod: str          # RequestMethod: BARRIER or ALL_GATHER
+
+
+@message
+@dataclass(frozen=True)
 class StopExecutor:
     pass
 

@@ -25,12 +25,15 @@ from ember.deploy.messages import (KillTask, LaunchTask, RegisteredExecutor,
                                    StatusUpdate, StopExecutor)
 from ember.executor.process_pool import TaskProcessPool
 from ember.scheduler.event_loop import RpcLoop
-from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv
+from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv, RpcRemoteError
 from ember.shuffle.writer import read_index
 
 log = logging.getLogger("ember.executor")
 
 ENDPOINT_NAME = "Executor"
+# Spark's BarrierTaskContext asks with a one-year timeout: spark.barrier.sync.timeout, enforced
+# by the driver's coordinator, is what bounds a barrier call
+BARRIER_ASK_TIMEOUT = 366 * 24 * 3600.0
 
 
 def read_shuffle_segment(map_path: str, reduce_id: int) -> bytes:
@@ -179,7 +182,7 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
                  if k.startswith("spark.executorEnv.")}
         pool = TaskProcessPool(self.cores, env_conf, self._on_task_end, extra,
                                float(conf.get("spark.python.task.killTimeout", "2")),
-                               loop=RpcLoop(self.rpc_env))
+                               loop=RpcLoop(self.rpc_env), on_barrier=self._on_barrier)
         pool.start()
         self.pool = pool                  # published only once its slots exist
 
@@ -196,6 +199,22 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
             return
         self.task_slots[tid] = slot
         self.pool.launch(slot, tid, stage_key, blob, meta, task_bytes)
+
+    def _on_barrier(self, slot: int, tid: int, request: Any, respond: Any) -> None:
+        """Forward a barrier task's RequestToSync to the driver's coordinator; it answers
+        when every task of the stage made the call (the coordinator owns the timeout)."""
+        if self.task_slots.get(tid) != slot:
+            respond(False, f"Task {tid} is not running on executor {self.executor_id}")
+            return
+
+        def answered(f: Any) -> None:
+            try:
+                respond(True, list(f.result()))
+            except RpcRemoteError as e:
+                respond(False, e.remote_message)
+            except Exception as e:
+                respond(False, f"{type(e).__name__}: {e}")
+        self.driver.ask(request, timeout=BARRIER_ASK_TIMEOUT).add_done_callback(answered)
 
     def _on_task_end(self, slot: int, tid: int, state: str, payload: Any, accum: dict,
                      metrics: dict, blocks: list) -> None:

@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 
 # on_task_end(slot, tid, state, payload, accum_updates, metrics, block_updates)
 TaskEndCallback = Callable[[int, int, str, Any, dict, dict, list], None]
+# on_barrier(slot, tid, RequestToSync, respond(ok, messages or error text)): a barrier task's
+# barrier()/allGather() call, to be answered exactly once, maybe later and from any thread
+BarrierCallback = Callable[[int, int, Any, Callable[[bool, Any], None]], None]
 
 
 class _Slot:
@@ -50,8 +53,10 @@ class TaskProcessPool:
                  extra_env: dict[str, str] | None = None, kill_timeout: float = 2.0,
                  on_slot_restarted: Callable[[int], None] | None = None,
                  loop: EventLoop | None = None,
-                 forks: ForkServerClient | None = None) -> None:
+                 forks: ForkServerClient | None = None,
+                 on_barrier: BarrierCallback | None = None) -> None:
         self.num_slots = num_slots
+        self.on_barrier = on_barrier
         self.env_conf = env_conf
         self.on_task_end = on_task_end
         self.on_slot_restarted = on_slot_restarted
@@ -199,6 +204,29 @@ class TaskProcessPool:
         for msg in slot.buf.feed(data):
             if msg[0] == "done":
                 self._on_done(slot, msg)
+            elif msg[0] == "barrier":
+                self._on_barrier(slot, msg[1], msg[2])
+
+    def _on_barrier(self, slot: _Slot, tid: int, request: Any) -> None:
+        sock = slot.sock
+
+        def respond(ok: bool, value: Any) -> None:
+            with self._lock:
+                if slot.sock is sock and slot.tid == tid:
+                    try:
+                        send_msg(sock, ("barrier_reply", tid, ok, value))
+                    except OSError:
+                        pass
+        if slot.tid != tid or getattr(request, "taskAttemptId", None) != tid:
+            respond(False, f"Task {tid} is not the task running in this task process")
+        elif self.on_barrier is None:
+            respond(False, "Barrier execution is not available here")
+        else:
+            try:
+                self.on_barrier(slot.index, tid, request, respond)
+            except Exception as e:
+                log.exception("barrier request of task %d failed", tid)
+                respond(False, f"{type(e).__name__}: {e}")
 
     def _on_done(self, slot: _Slot, msg: tuple) -> None:
         _, tid, state, payload, updates, metrics, blocks = msg

@@ -22,7 +22,7 @@ from ember.executor.wire import read_msg, send_msg
 from ember.files import SparkFiles
 from ember.shuffle.base import FetchFailedError
 from ember.storage.block_manager import BlockManager
-from ember.taskcontext import TaskContext
+from ember.taskcontext import BarrierTaskContext, TaskContext
 
 RESULT, MAP = "result", "map"
 
@@ -80,8 +80,12 @@ def run_task(env: TaskEnv, stage: _Stage, task: tuple, tid: int) -> tuple:
     files = props.get("spark.ember.files")
     if files and env.remote is not None and env.remote.ensure_files(files.split(",")):
         _add_py_files(env.remote.files_dir)
-    ctx = TaskContext(stage_id, stage_attempt, partition_id, attempt, tid, props, env.cpus,
-                      env, stage.map_locations)
+    # a barrier stage's tasks are told where all of them run (Spark's "addresses" property)
+    ctx_class = BarrierTaskContext if "addresses" in props else TaskContext
+    ctx = ctx_class._create(stage_id, stage_attempt, partition_id, attempt, tid, props,
+                            env.cpus, env, stage.map_locations)
+    if isinstance(ctx, BarrierTaskContext) and _channel[0] is not None:
+        ctx._sync = _channel[0].request_to_sync
     TaskContext._setTaskContext(ctx)
     for acc in stage.accumulators:
         acc._value = acc.accum_param.zero(acc._value)
@@ -157,12 +161,60 @@ def _add_py_files(files_dir: str) -> None:
     importlib.invalidate_caches()
 
 
+class _PoolChannel:
+    """The running task's line to the driver's BarrierCoordinator: a ("barrier", tid,
+    RequestToSync) message to the pool, which forwards it (to the coordinator in local mode,
+    through the executor to the driver on a cluster) and answers ("barrier_reply", tid, ok,
+    messages or error). Pool messages arriving meanwhile are handled as usual."""
+
+    def __init__(self, sock: socket.socket, rfile: Any, control: Any) -> None:
+        self.sock = sock
+        self.rfile = rfile
+        self.control = control
+        self.stopped = False
+
+    def request_to_sync(self, request: Any) -> list[str]:
+        from ember.errors import SparkException
+        tid = request.taskAttemptId
+        send_msg(self.sock, ("barrier", tid, request))
+        while True:
+            msg = read_msg(self.rfile)
+            if msg[0] == "barrier_reply":
+                if msg[1] != tid:
+                    continue        # the answer to a killed earlier task's call
+                if msg[2]:
+                    return list(msg[3])
+                raise SparkException(msg[3])
+            if not self.control(msg):
+                self.stopped = True
+                raise TaskKilledException()
+
+
+_channel: list[_PoolChannel | None] = [None]
+
+
 def serve(sock: socket.socket, env: TaskEnv) -> None:
     rfile = sock.makefile("rb", buffering=1 << 16)
     stages: dict[Any, _Stage] = {}
     files_dir = SparkFiles._root_directory
     files_mtime = 0
-    while True:
+
+    def control(msg: tuple) -> bool:
+        """A message other than a task; False when told to stop."""
+        op = msg[0]
+        if op == "unpersist_rdd":
+            env.block_manager.remove_rdd(msg[1])
+        elif op == "unpersist_broadcast":
+            broadcast._broadcastRegistry.pop(msg[1], None)
+        elif op == "forget_stage":
+            for k in [k for k in stages if k[0] == msg[1]]:
+                del stages[k]
+        elif op == "stop":
+            return False
+        return True     # also a late "barrier_reply" for a task that was killed meanwhile
+
+    channel = _channel[0] = _PoolChannel(sock, rfile, control)
+    while not channel.stopped:
         try:
             msg = read_msg(rfile)
         except (EOFError, OSError):
@@ -190,14 +242,7 @@ def serve(sock: socket.socket, env: TaskEnv) -> None:
                 reply = ("done", tid, "FAILED",
                          (type(e).__name__, str(e), traceback.format_exc(), True), {}, {}, [])
             send_msg(sock, reply)
-        elif op == "unpersist_rdd":
-            env.block_manager.remove_rdd(msg[1])
-        elif op == "unpersist_broadcast":
-            broadcast._broadcastRegistry.pop(msg[1], None)
-        elif op == "forget_stage":
-            for k in [k for k in stages if k[0] == msg[1]]:
-                del stages[k]
-        elif op == "stop":
+        elif not control(msg):
             return
 
 

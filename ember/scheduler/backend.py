@@ -15,6 +15,7 @@ class WorkerOffer:
     executor_id: str
     host: str
     slot: int
+    address: str | None = None    # the executor's host:port (BarrierTaskInfo.address)
 
 
 class SchedulerBackend(ABC):
@@ -48,3 +49,8 @@ class SchedulerBackend(ABC):
 
     def is_executor_alive(self, executor_id: str) -> bool:
         return True
+
+    def max_num_concurrent_tasks(self) -> int:
+        """Task slots of the whole application right now (a barrier stage needs one per
+        task, all at once)."""
+        return self.default_parallelism()

@@ -14,8 +14,10 @@ import time
 from typing import Any, Callable
 
 from ember.dependency import NarrowDependency, ShuffleDependency
-from ember.errors import (JobCancelledException, PicklingError, SparkException,
-                          make_python_exception)
+from ember.errors import (BarrierJobRunWithDynamicAllocationException,
+                          BarrierJobSlotsNumberCheckFailed,
+                          BarrierJobUnsupportedRDDChainException, JobCancelledException,
+                          PicklingError, SparkException, make_python_exception)
 from ember.scheduler import listener as L
 from ember.scheduler.map_output_tracker import MapOutputTracker
 from ember.scheduler.task import (ExceptionFailure, FetchFailed, Success, Task, TaskLocation,
@@ -55,6 +57,7 @@ class Stage:
         self.first_job_id = first_job_id
         self.job_ids: set[int] = {first_job_id}
         self.call_site = call_site
+        self.is_barrier = rdd._is_barrier()
         self.next_attempt_id = 0
         self.failed_attempt_ids: set[int] = set()
         self.pending_partitions: set[int] = set()
@@ -168,7 +171,9 @@ class DAGScheduler:
                  map_writer: Callable[[ShuffleDependency], Any],
                  max_consecutive_attempts: int = 4,
                  timer: Callable[[float, Callable[[], None]], None] | None = None,
-                 loop: Any = None) -> None:
+                 loop: Any = None, barrier_check_interval: float = 15.0,
+                 barrier_check_max_failures: int = 40,
+                 dynamic_allocation: bool = False) -> None:
         self.task_scheduler = task_scheduler
         self.bus = bus
         self.tracker = tracker
@@ -189,6 +194,10 @@ class DAGScheduler:
         self.running_stages: set[Stage] = set()
         self.failed_stages: set[Stage] = set()
         self.cancelled_job_groups: set[str] = set()
+        self.barrier_check_interval = barrier_check_interval
+        self.barrier_check_max_failures = barrier_check_max_failures
+        self.dynamic_allocation = dynamic_allocation
+        self.barrier_job_id_to_num_tasks_check_failures: dict[int, int] = {}
         self._lock = threading.Lock()
         self.loop = loop      # None: handle events synchronously (unit tests)
 
@@ -292,8 +301,33 @@ class DAGScheduler:
                     stack.append(dep.rdd)
         return ancestors
 
+    # --- barrier stage checks (Spark's checkBarrierStageWith*) ---------------------------
+    def _check_barrier_stage(self, rdd: Any, num_tasks_in_stage: int) -> None:
+        if not rdd._is_barrier():
+            return
+        if self.dynamic_allocation:
+            raise BarrierJobRunWithDynamicAllocationException()
+        num_partitions = rdd.getNumPartitions()
+        max_concurrent = self.task_scheduler.backend.max_num_concurrent_tasks()
+        if num_partitions > max_concurrent:
+            raise BarrierJobSlotsNumberCheckFailed(num_partitions, max_concurrent)
+        # no ancestor within the stage may change the partition count or join barrier RDDs
+        visited: set[int] = set()
+        stack = [rdd]
+        while stack:
+            r = stack.pop()
+            if r.id() in visited:
+                continue
+            visited.add(r.id())
+            deps = r.dependencies()
+            if r.getNumPartitions() != num_tasks_in_stage or \
+                    sum(1 for d in deps if d.rdd._is_barrier()) > 1:
+                raise BarrierJobUnsupportedRDDChainException()
+            stack.extend(d.rdd for d in deps if isinstance(d, NarrowDependency))
+
     def _create_map_stage(self, dep: ShuffleDependency, job_id: int) -> ShuffleMapStage:
         rdd = dep.rdd
+        self._check_barrier_stage(rdd, rdd.getNumPartitions())
         num_tasks = len(rdd.partitions())
         parents = self._parent_stages(rdd, job_id)
         sid = self.next_stage_id
@@ -359,16 +393,33 @@ class DAGScheduler:
                 f"Job {job_id} cancelled part of cancelled job group {group}"))
             return
         try:
+            self._check_barrier_stage(rdd, len(set(partitions)))
             parents = self._parent_stages(rdd, job_id)
             sid = self.next_stage_id
             self.next_stage_id += 1
             final = ResultStage(sid, rdd, func, partitions, parents, job_id, call_site)
             self.stage_id_to_stage[sid] = final
             self._update_job_id_stage_id_maps(job_id, final)
+        except BarrierJobSlotsNumberCheckFailed as e:
+            # the cluster may still be starting: check again later, up to maxFailures times
+            failures = self.barrier_job_id_to_num_tasks_check_failures.get(job_id, 0) + 1
+            self.barrier_job_id_to_num_tasks_check_failures[job_id] = failures
+            log.warning("Barrier stage in job %d requires %d slots, but only %d are available. "
+                        "Will retry up to %d more times", job_id, e.required_concurrent_tasks,
+                        e.max_concurrent_tasks, self.barrier_check_max_failures - failures + 1)
+            if failures <= self.barrier_check_max_failures:
+                self.timer(self.barrier_check_interval, lambda: self.handle_job_submitted(
+                    job_id, rdd, func, partitions, call_site, waiter, properties))
+            else:
+                del self.barrier_job_id_to_num_tasks_check_failures[job_id]
+                waiter.job_failed(e)
+            return
         except Exception as e:
             log.warning("Creating new stage failed due to exception - job: %d", job_id)
+            self.barrier_job_id_to_num_tasks_check_failures.pop(job_id, None)
             waiter.job_failed(e)
             return
+        self.barrier_job_id_to_num_tasks_check_failures.pop(job_id, None)
         job = ActiveJob(job_id, final, waiter, properties, call_site)
         final.active_job = job
         self.job_id_to_active_job[job_id] = job
@@ -476,7 +527,7 @@ class DAGScheduler:
                                   self._preferred_locations(stage.rdd, p)))
         if tasks:
             self.task_scheduler.submit_tasks(TaskSet(tasks, stage.id, attempt, job_id,
-                                                     properties, blob, meta))
+                                                     properties, blob, meta, stage.is_barrier))
         else:
             self.mark_stage_finished(stage)
             self.submit_waiting_child_stages(stage)
@@ -525,6 +576,9 @@ class DAGScheduler:
                     job.listener.job_failed(e)
             else:
                 assert isinstance(result, MapStatus)
+                if stage.is_barrier and (stage not in self.running_stages or
+                                         stage.latest_info.attempt_id != task.stage_attempt):
+                    return      # a task of a failed barrier attempt: the stage reruns whole
                 self.tracker.register_map_output(stage.shuffle_dep.shuffle_id,
                                                  task.partition_id, result)
                 stage.pending_partitions.discard(task.partition_id)
@@ -555,6 +609,8 @@ class DAGScheduler:
                         self.tracker.unregister_map_output(reason.shuffle_id, i)
             if reason.executor_id and not self.task_scheduler.is_executor_alive(reason.executor_id):
                 self.tracker.remove_outputs_on_executor(reason.executor_id)
+            if stage.is_barrier:
+                self._fail_barrier_stage_outputs(stage, reason.to_error_string())
             if should_abort:
                 self.abort_stage(
                     stage, f"{stage} ({stage.name}) has failed the maximum allowable number of "
@@ -566,6 +622,48 @@ class DAGScheduler:
                 self.failed_stages.add(stage)
                 if map_stage is not None:
                     self.failed_stages.add(map_stage)
+
+        elif stage.is_barrier:
+            self._handle_barrier_task_failure(stage, task, reason)
+
+    def _handle_barrier_task_failure(self, stage: Stage, task: Task, reason: Any) -> None:
+        """Any failed task of a barrier stage fails its whole attempt: the sibling tasks are
+        killed and the stage is retried as a whole (a ResultStage cannot be: it aborts)."""
+        if stage.latest_info.attempt_id != task.stage_attempt or stage not in self.running_stages:
+            log.info("Ignoring task failure from %s as it's from %s attempt %d and there is a "
+                     "more recent attempt for that stage (attempt %d) running", task.type_name,
+                     stage, task.stage_attempt, stage.latest_info.attempt_id)
+            return
+        log.info("Marking %s (%s) as failed due to a barrier task failed.", stage, stage.name)
+        task_name = f"{task.type_name}({task.stage_id}, {task.partition_id})"
+        message = (f"Stage failed because barrier task {task_name} finished unsuccessfully.\n"
+                   f"{reason.to_error_string()}")
+        self.task_scheduler.cancel_tasks(
+            stage.id, f"Task {task_name} from barrier stage {stage} ({stage.name}) failed.")
+        self.mark_stage_finished(stage, message)
+        stage.failed_attempt_ids.add(task.stage_attempt)
+        if len(stage.failed_attempt_ids) >= self.max_consecutive_attempts:
+            self.abort_stage(stage, f"{stage} ({stage.name}) has failed the maximum allowable "
+                             f"number of times: {self.max_consecutive_attempts}. Most recent "
+                             f"failure reason: {message}", None)
+            return
+        if self._fail_barrier_stage_outputs(stage, message):
+            if not self.failed_stages:
+                log.info("Resubmitting %s (%s) due to barrier stage failure.", stage, stage.name)
+                self.timer(RESUBMIT_TIMEOUT, self.handle_resubmit_failed_stages)
+            self.failed_stages.add(stage)
+
+    def _fail_barrier_stage_outputs(self, stage: Stage, message: str) -> bool:
+        """A failed barrier attempt leaves nothing usable: every map output of the stage is
+        dropped so the retry runs all tasks together; a ResultStage may have committed output
+        already, so its job is aborted. True if the stage may be retried."""
+        if isinstance(stage, ShuffleMapStage):
+            for i in range(stage.num_tasks):
+                self.tracker.unregister_map_output(stage.shuffle_dep.shuffle_id, i)
+            return True
+        self.abort_stage(stage, "Could not recover from a failed barrier ResultStage. Most "
+                         f"recent failure reason: {message}", None)
+        return False
 
     def handle_resubmit_failed_stages(self) -> None:
         if not self.failed_stages:

@@ -32,7 +32,7 @@ class LocalSchedulerBackend(SchedulerBackend):
                     "cwd": os.getcwd()}
         self.pool = TaskProcessPool(num_slots, env_conf, self._on_task_end, extra_env,
                                     kill_timeout, on_slot_restarted=self._on_slot_restarted,
-                                    loop=loop, forks=forks)
+                                    loop=loop, forks=forks, on_barrier=self._on_barrier)
 
     def start(self) -> None:
         self.pool.start()
@@ -56,6 +56,10 @@ class LocalSchedulerBackend(SchedulerBackend):
         self.scheduler.status_update(tid, state, payload, accum, metrics, blocks)
         self.revive_offers()
 
+    def _on_barrier(self, slot: int, tid: int, request: Any, respond: Any) -> None:
+        self.scheduler.barrier_request(EXECUTOR_ID, request, lambda msgs: respond(True, msgs),
+                                       lambda error: respond(False, error))
+
     def _on_slot_restarted(self, slot: int) -> None:
         self.revive_offers()
 
@@ -64,6 +68,9 @@ class LocalSchedulerBackend(SchedulerBackend):
 
     def default_parallelism(self) -> int:
         return self._default_parallelism
+
+    def max_num_concurrent_tasks(self) -> int:
+        return self.num_slots
 
     def unpersist_rdd(self, rdd_id: int) -> None:
         self.pool.broadcast(("unpersist_rdd", rdd_id))

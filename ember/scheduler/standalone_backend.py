@@ -20,7 +20,7 @@ from ember.deploy.app_client import parse_master_urls, start_app_client
 from ember.deploy.messages import (ApplicationDescription, Command, FetchBroadcast, FetchFile,
                                    KillTask, LaunchTask, RegisteredExecutor,
                                    RegisterExecutor, RegisterExecutorFailed, RemoveBroadcast,
-                                   RemoveExecutor, RemoveRdd, RemoveStage,
+                                   RemoveExecutor, RemoveRdd, RemoveStage, RequestToSync,
                                    ResourceProfile, RetrieveSparkAppConfig, SparkAppConfig,
                                    StatusUpdate, StopExecutor)
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv
@@ -61,6 +61,8 @@ class DriverEndpoint(RpcEndpoint):
         elif isinstance(msg, FetchFile):
             name = os.path.basename(msg.name)
             self._reply_file(context, os.path.join(b.sc._files_dir, name))
+        elif isinstance(msg, RequestToSync):
+            b.barrier_request(msg, context)
         else:
             context.send_failure(ValueError(f"Unsupported message {type(msg).__name__}"))
 
@@ -268,7 +270,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
     def revive_offers(self) -> None:
         sched = self.scheduler
         with sched.lock:
-            offers = [WorkerOffer(e.executor_id, e.host, s)
+            offers = [WorkerOffer(e.executor_id, e.host, s, e.address.hostPort)
                       for e in self.executors.values() for s in sorted(e.free_slots)]
             if not offers:
                 return
@@ -282,6 +284,22 @@ class StandaloneSchedulerBackend(SchedulerBackend):
                 ex.ref.send(LaunchTask(pickle.dumps(
                     (td.task_id, td.slot, td.stage_key, td.blob if first else None,
                      td.meta if first else None, td.task_bytes), protocol=5)))
+
+    def barrier_request(self, msg: RequestToSync, context: RpcCallContext) -> None:
+        """A barrier task's RequestToSync, believed only from the executor it runs on."""
+        from ember.errors import SparkException
+        eid = next((e.executor_id for e in self.executors.values()
+                    if e.address == context.sender_address), None)
+        if eid is None:
+            context.send_failure(SparkException(
+                f"RequestToSync from {context.sender_address}, which is not a registered "
+                "executor"))
+            return
+        self.scheduler.barrier_request(
+            eid, msg, context.reply, lambda error: context.send_failure(SparkException(error)))
+
+    def max_num_concurrent_tasks(self) -> int:
+        return sum(e.cores for e in list(self.executors.values()))
 
     def kill_task(self, task_id: int, executor_id: str, slot: int, reason: str) -> None:
         data = self.executors.get(executor_id)

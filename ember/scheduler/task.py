@@ -45,6 +45,7 @@ class TaskSet:
     properties: dict[str, str]
     blob: bytes               # the stage's closure (cloudpickled), sent once per slot
     meta: bytes               # shuffle map locations the stage reads (pickled)
+    barrier: bool = False     # a barrier stage: all tasks launch together or not at all
 
     @property
     def id(self) -> str:

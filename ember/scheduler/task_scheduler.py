@@ -13,6 +13,7 @@ import threading
 from typing import Any
 
 from ember.scheduler.backend import SchedulerBackend, WorkerOffer
+from ember.scheduler.barrier_coordinator import BarrierCoordinator
 from ember.scheduler.pool import SchedulableBuilder
 from ember.scheduler.task import (ExceptionFailure, ExecutorLostFailure, FetchFailed,
                                   TaskDescription, TaskKilled, TaskProcessCrashed, TaskSet)
@@ -25,7 +26,7 @@ class TaskSchedulerImpl:
     def __init__(self, max_task_failures: int, scheduling_mode: str = "FIFO",
                  allocation_file: str | None = None, bus: Any = None,
                  block_master: Any = None, max_crashes: int = 4,
-                 locality_wait: float = 3.0) -> None:
+                 locality_wait: float = 3.0, barrier_sync_timeout: float = 31536000.0) -> None:
         self.lock = threading.RLock()
         self.max_task_failures = max_task_failures
         self.max_crashes = max_crashes
@@ -42,6 +43,8 @@ class TaskSchedulerImpl:
         self.stage_tsms: dict[int, dict[int, TaskSetManager]] = {}
         self.dead_executors: set[str] = set()
         self.has_launched_task = False
+        self.barrier_sync_timeout = barrier_sync_timeout
+        self.barrier_coordinator: BarrierCoordinator | None = None
 
     def initialize(self, backend: SchedulerBackend, dag: Any) -> None:
         self.backend = backend
@@ -57,6 +60,10 @@ class TaskSchedulerImpl:
     # --- from the DAG scheduler ---------------------------------------------------------
     def submit_tasks(self, task_set: TaskSet) -> None:
         with self.lock:
+            if task_set.barrier and self.barrier_coordinator is None:
+                self.barrier_coordinator = BarrierCoordinator(self.barrier_sync_timeout)
+                if self.bus is not None:
+                    self.bus.add_sync(self.barrier_coordinator)
             tsm = TaskSetManager(self, task_set, self.max_task_failures, self.max_crashes,
                                  self.locality_wait)
             attempts = self.stage_tsms.setdefault(task_set.stage_id, {})
@@ -117,6 +124,10 @@ class TaskSchedulerImpl:
             for tsm in self.root_pool.sorted_task_sets():
                 if not free:
                     break
+                if tsm.is_barrier:
+                    if tsm.can_launch_barrier(len(free)):
+                        free = self._launch_barrier(tsm, free, launched)
+                    continue
                 for level in list(tsm.levels):
                     while free:
                         progress = False
@@ -126,14 +137,7 @@ class TaskSchedulerImpl:
                             if td is None:
                                 rest.append(o)
                             else:
-                                launched.append(td)
-                                self.task_id_to_tsm[td.task_id] = tsm
-                                self.task_id_to_location[td.task_id] = (o.executor_id, o.slot)
-                                if self.bus is not None:
-                                    from ember.scheduler.listener import TaskStart
-                                    self.bus.post(TaskStart(tsm.stage_id,
-                                                            tsm.task_set.stage_attempt,
-                                                            tsm.task_infos[td.task_id]))
+                                self._launched(tsm, td, o, launched)
                                 progress = True
                         free = rest
                         if not progress:
@@ -141,6 +145,50 @@ class TaskSchedulerImpl:
             if launched:
                 self.has_launched_task = True
             return launched
+
+    def _launched(self, tsm: TaskSetManager, td: TaskDescription, o: WorkerOffer,
+                  launched: list[TaskDescription]) -> None:
+        launched.append(td)
+        self.task_id_to_tsm[td.task_id] = tsm
+        self.task_id_to_location[td.task_id] = (o.executor_id, o.slot)
+        if self.bus is not None:
+            from ember.scheduler.listener import TaskStart
+            self.bus.post(TaskStart(tsm.stage_id, tsm.task_set.stage_attempt,
+                                    tsm.task_infos[td.task_id]))
+
+    def _launch_barrier(self, tsm: TaskSetManager, free: list[WorkerOffer],
+                        launched: list[TaskDescription]) -> list[WorkerOffer]:
+        """Every task of a barrier task set on its own offer (the caller checked there are
+        enough); the offers left over."""
+        from ember.scheduler.task_set_manager import ANY
+        tds: list[TaskDescription] = []
+        addresses: dict[int, str] = {}
+        for o in free[:tsm.num_tasks]:
+            td = tsm.resource_offer(o.executor_id, o.host, o.slot, ANY)
+            assert td is not None, "a barrier task set got an offer it could not use"
+            addresses[td.task_id] = o.address or f"{o.host}:0"
+            tds.append(td)
+            self._launched(tsm, td, o, launched)
+        tsm.set_barrier_addresses(tds, addresses)
+        return free[tsm.num_tasks:]
+
+    def barrier_request(self, executor_id: str, request: Any, reply: Any, fail: Any) -> None:
+        """A RequestToSync from a task process, believed only if its task runs on that
+        executor in a barrier stage attempt of the stage it names."""
+        with self.lock:
+            tid = request.taskAttemptId
+            tsm = self.task_id_to_tsm.get(tid)
+            loc = self.task_id_to_location.get(tid)
+            valid = (tsm is not None and tsm.is_barrier and loc is not None
+                     and loc[0] == executor_id and tsm.stage_id == request.stageId
+                     and tsm.task_set.stage_attempt == request.stageAttemptId
+                     and tsm.num_tasks == request.numTasks)
+            coordinator = self.barrier_coordinator
+        if not valid or coordinator is None:
+            fail(f"Task {tid} is not a running task of barrier stage {request.stageId} "
+                 f"(Attempt {request.stageAttemptId}) on executor {executor_id}")
+            return
+        coordinator.handle_request(request, reply, fail)
 
     def status_update(self, tid: int, state: str, payload: Any, accum: dict, metrics: dict,
                       blocks: list) -> None:

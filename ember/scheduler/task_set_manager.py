@@ -38,6 +38,7 @@ class TaskSetManager:
         self.max_task_failures = max_task_failures
         self.max_crashes = max(max_crashes, max_task_failures)
         self.stage_id = task_set.stage_id
+        self.is_barrier = task_set.barrier
         self.priority = task_set.priority
         self.name = f"TaskSet_{task_set.id}"
         self.weight = 1
@@ -166,7 +167,10 @@ class TaskSetManager:
             return None
         now = time.monotonic()
         allowed = max_level
-        if max_level != NO_PREF:
+        if self.is_barrier:
+            # all tasks launch in one offer round or none do: no delay scheduling
+            allowed = ANY
+        elif max_level != NO_PREF:
             level = self.levels[self.allowed_level(now)]
             if LEVELS.index(level) < LEVELS.index(max_level):
                 allowed = level
@@ -187,11 +191,30 @@ class TaskSetManager:
             self.current_level_index = self.levels.index(level)
             self.last_reset = now
         ts = self.task_set
-        task_bytes = _dumps((task.partition, task.partition_id, attempt, ts.properties,
-                             ts.stage_id, ts.stage_attempt))
         return TaskDescription(tid, attempt, executor_id, slot,
                                f"task {index}.{attempt} in stage {ts.id}", index,
-                               self.stage_key, ts.blob, ts.meta, task_bytes)
+                               self.stage_key, ts.blob, ts.meta,
+                               self._task_bytes(index, attempt, ts.properties))
+
+    def _task_bytes(self, index: int, attempt: int, properties: dict[str, str]) -> bytes:
+        task, ts = self.tasks[index], self.task_set
+        return _dumps((task.partition, task.partition_id, attempt, properties, ts.stage_id,
+                       ts.stage_attempt))
+
+    def can_launch_barrier(self, free_offers: int) -> bool:
+        """A barrier task set launches once, all of its tasks in one round of offers."""
+        return (not self.is_zombie and not any(self.attempts)
+                and free_offers >= self.num_tasks)
+
+    def set_barrier_addresses(self, launched: list[TaskDescription],
+                              addresses: dict[int, str]) -> None:
+        """Tell every task of the barrier stage where all of them run (the local property
+        "addresses", ordered by partition id, which BarrierTaskContext.getTaskInfos reads)."""
+        by_partition = sorted(launched, key=lambda td: self.tasks[td.index].partition_id)
+        props = dict(self.task_set.properties)
+        props["addresses"] = ",".join(addresses[td.task_id] for td in by_partition)
+        for td in launched:
+            td.task_bytes = self._task_bytes(td.index, td.attempt_number, props)
 
     # --- results ------------------------------------------------------------------------
     def handle_success(self, tid: int, result: Any, accum: dict, metrics: dict) -> None:
@@ -237,8 +260,11 @@ class TaskSetManager:
             log.warning("Lost task %d.%d in stage %s (TID %d) (%s executor %s): %s", index,
                         info.attempt_number, self.task_set.id, tid, host, info.executor_id,
                         info.error_message)
+        if self.is_barrier:
+            # the DAG scheduler fails the whole stage attempt and retries it as one
+            self.is_zombie = True
         self.sched.dag.task_ended(task, reason, None, {}, metrics, info)
-        if self.successful[index] or isinstance(reason, FetchFailed):
+        if self.successful[index] or isinstance(reason, FetchFailed) or self.is_barrier:
             self._maybe_finish()
             return
         if isinstance(reason, ExceptionFailure) and not reason.retryable:
