@@ -18,7 +18,8 @@ from ember.storagelevel import StorageLevel
 class FakeRDD:
     _next = [0]
 
-    def __init__(self, n: int, deps: list | None = None) -> None:
+    def __init__(self, n: int, deps: list | None = None, barrier: bool = False) -> None:
+        self._barrier = barrier
         self._id = FakeRDD._next[0]
         FakeRDD._next[0] += 1
         self._n = n
@@ -31,6 +32,13 @@ class FakeRDD:
 
     def partitions(self) -> list:
         return list(range(self._n))
+
+    def getNumPartitions(self) -> int:
+        return self._n
+
+    def _is_barrier(self) -> bool:
+        return self._barrier or any(d.rdd._is_barrier() for d in self._deps
+                                    if not isinstance(d, ShuffleDependency))
 
     def dependencies(self) -> list:
         return self._deps
@@ -47,8 +55,17 @@ def shuffle(parent: FakeRDD, n: int, sid: list = [100]) -> FakeRDD:
     return FakeRDD(n, [ShuffleDependency(parent, sid[0], n, hash)])
 
 
+class FakeBackend:
+    def __init__(self) -> None:
+        self.slots = 8
+
+    def max_num_concurrent_tasks(self) -> int:
+        return self.slots
+
+
 class FakeTaskScheduler:
     def __init__(self) -> None:
+        self.backend = FakeBackend()
         self.task_sets: list[TaskSet] = []
         self.cancelled: list[int] = []
         self.zombies: list[tuple[int, int]] = []
@@ -249,3 +266,56 @@ def test_stage_serialization_failure_fails_the_job() -> None:
     waiter, _ = h.run_job(FakeRDD(1))
     with pytest.raises(SparkException, match="Task not serializable"):
         waiter.wait()
+
+
+# --- barrier stages ------------------------------------------------------------------------
+def test_failed_barrier_map_task_reruns_the_whole_stage_attempt() -> None:
+    h = Harness()
+    barrier_map = FakeRDD(3, barrier=True)
+    waiter, results = h.run_job(shuffle(barrier_map, 2))
+    ts0 = h.ts.task_sets[0]
+    assert ts0.barrier and len(ts0.tasks) == 3
+    t0, t1, _ = ts0.tasks
+    h.dag.handle_task_completion(t1, SUCCESS, MapStatus("e1", "h", "/tmp/1", 1, 1), {}, {}, None)
+    h.dag.handle_task_completion(t0, ExceptionFailure("ValueError", "boom", ""), None, {}, {},
+                                 None)
+    assert h.ts.cancelled == [ts0.stage_id], "the sibling tasks are killed"
+    # a sibling finishing after the failure, and the killed ones, change nothing
+    h.dag.handle_task_completion(ts0.tasks[2], SUCCESS, MapStatus("e2", "h", "/tmp/2", 1, 1),
+                                 {}, {}, None)
+    h.fire_timers()
+    ts1 = h.ts.task_sets[1]
+    assert (ts1.stage_id, ts1.stage_attempt) == (ts0.stage_id, 1)
+    assert [t.partition_id for t in ts1.tasks] == [0, 1, 2], "every task runs again"
+    h.complete(ts1)
+    h.complete(h.ts.task_sets[2])
+    assert waiter.completed and waiter.error is None and results == {0: "r0", 1: "r1"}
+
+
+def test_failed_barrier_result_task_aborts_the_job() -> None:
+    h = Harness()
+    waiter, _ = h.run_job(FakeRDD(2, barrier=True))
+    task = h.ts.task_sets[0].tasks[1]
+    h.dag.handle_task_completion(task, ExceptionFailure("ValueError", "boom", ""), None, {}, {},
+                                 None)
+    assert waiter.completed
+    assert str(waiter.error).startswith(
+        "Job aborted due to stage failure: Could not recover from a failed barrier "
+        "ResultStage. Most recent failure reason: Stage failed because barrier task "
+        f"ResultTask({task.stage_id}, 1) finished unsuccessfully.\nValueError: boom")
+
+
+def test_barrier_slot_check_retries_then_fails_with_sparks_error() -> None:
+    h = Harness()
+    h.dag.barrier_check_max_failures = 2
+    h.ts.backend.slots = 1
+    waiter, _ = h.run_job(FakeRDD(2, barrier=True))
+    for _ in range(2):
+        assert not waiter.completed and not h.ts.task_sets and len(h.timers) == 1
+        h.fire_timers()
+    assert waiter.completed and str(waiter.error).startswith("[SPARK-24819]: Barrier execution")
+    # slots that show up before a re-check let the job through
+    waiter, _ = h.run_job(FakeRDD(2, barrier=True))
+    h.ts.backend.slots = 2
+    h.fire_timers()
+    assert len(h.ts.task_sets) == 1 and h.ts.task_sets[0].barrier
