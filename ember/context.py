@@ -74,6 +74,10 @@ def parse_local_master(master: str) -> tuple[int, int] | None:
     return threads, failures
 
 
+_NOT_FOR_LOCAL_CLUSTER_DAEMONS = ("spark.master", "spark.app.", "spark.driver.", "spark.submit.",
+                                  "spark.authenticate.secret")
+
+
 def parse_local_cluster_master(master: str) -> tuple[int, int, int] | None:
     """(workers, cores per worker, MiB per worker) of local-cluster[N,C,M]; None otherwise."""
     m = _LOCAL_CLUSTER_RE.fullmatch(master)
@@ -278,9 +282,16 @@ class SparkContext:
             raise SparkException("Asked to launch cluster with %d MiB/worker but requested %d "
                                  "MiB/executor" % (memory_mb, executor_mb))
         from ember.deploy.local_cluster import LocalCluster
-        conf = {k: v for k, v in self._conf.getAll() if k.startswith("spark.authenticate")}
+        from ember.rpc.config import ENV_AUTH_SECRET
+        # the daemons get the application's configuration, as Spark's LocalSparkCluster
+        # does (so spark.worker.* and authentication apply to them); never the secret on a
+        # command line: it goes in their environment
+        conf = {k: v for k, v in self._conf.getAll()
+                if not k.startswith(_NOT_FOR_LOCAL_CLUSTER_DAEMONS)}
+        secret = self._conf.get("spark.authenticate.secret")
         self._local_cluster = LocalCluster(os.path.join(self._local_dir, "local-cluster"),
-                                           workers, cores, f"{memory_mb}m", conf)
+                                           workers, cores, f"{memory_mb}m", conf,
+                                           {ENV_AUTH_SECRET: secret} if secret else None)
         self._local_cluster.start(timeout=60)
         return self._local_cluster.url
 

@@ -96,3 +96,14 @@ def test_a_driver_exiting_without_stop_leaves_no_processes(tmp_path):
             pass
     _gone, alive = psutil.wait_procs(procs, timeout=30)
     assert not alive, f"leaked: {[p.cmdline() for p in alive]}"
+
+
+def test_local_cluster_daemons_share_the_applications_authentication(fresh_sc):
+    from ember import SparkConf
+    conf = SparkConf().set("spark.authenticate", "true") \
+        .set("spark.authenticate.secret", "local-cluster-test-secret-0123456789")
+    sc = fresh_sc("local-cluster[1,1,1024]", "authenticated", conf=conf)
+    assert sc.parallelize(range(10), 2).sum() == 45
+    daemons = [p for p in _children() if "ember.cli" in " ".join(p.cmdline())]
+    assert daemons and not any("local-cluster-test-secret" in " ".join(p.cmdline())
+                               for p in daemons), "the secret never goes on a command line"
