@@ -239,3 +239,27 @@ def test_standalone_refuses_too_many_tasks_and_dynamic_allocation(cluster):
         assert sc.parallelize(range(4), 2).sum() == 6        # other jobs are unaffected
     finally:
         sc.stop()
+
+
+def test_is_barrier_marks_the_barrier_stage_only(fresh_sc, tmp_path):
+    sc = fresh_sc("local[4]", conf=_conf(**{"spark.eventLog.enabled": "true",
+                                            "spark.eventLog.dir": str(tmp_path)}))
+    rdd = sc.parallelize(range(12), 4)
+    assert not rdd._is_barrier()
+    barrier = rdd.barrier().mapPartitions(lambda it: it)
+    assert barrier._is_barrier() and barrier.map(lambda x: x)._is_barrier()
+    assert not barrier.map(lambda x: (x, 1)).reduceByKey(add)._is_barrier(), \
+        "a shuffle ends the barrier stage"
+    assert sorted(barrier.map(lambda x: (x % 2, x)).reduceByKey(add).collect()) == \
+        [(0, 30), (1, 36)]
+    sc.stop()
+    import json
+    [log] = os.listdir(tmp_path)
+    stages = [json.loads(line) for line in open(tmp_path / log)
+              if '"SparkListenerStageCompleted"' in line]
+    flags = {s["Stage Info"]["Stage ID"]: {r["RDD ID"]: r["Barrier"]
+                                           for r in s["Stage Info"]["RDD Info"]}
+             for s in stages}
+    map_stage, result_stage = (flags[k] for k in sorted(flags))
+    assert any(map_stage.values()) and not map_stage[rdd.id()]
+    assert not any(result_stage.values())

@@ -42,7 +42,8 @@ def rdd_infos(rdd: Any) -> list[L.RDDInfo]:
         seen.add(r.id())
         deps = r.dependencies()
         out.append(L.RDDInfo(r.id(), r.name() or type(r).__name__, len(r.partitions()),
-                             r._storage_level, r._call_site, [d.rdd.id() for d in deps]))
+                             r._storage_level, r._call_site, [d.rdd.id() for d in deps],
+                             r._is_barrier()))
         stack.extend(d.rdd for d in deps if isinstance(d, NarrowDependency))
     return out
 

@@ -29,6 +29,7 @@ class RDDInfo:
     storage_level: Any          # ember.storagelevel.StorageLevel
     callsite: str = ""
     parent_ids: list[int] = field(default_factory=list)
+    barrier: bool = False
 
 
 @dataclass

@@ -89,7 +89,7 @@ def _stage_info_json(s: L.StageInfo, submitted_only: bool = False) -> dict[str, 
         "Number of Tasks": s.num_tasks,
         "RDD Info": [{"RDD ID": r.rdd_id, "Name": r.name, "Callsite": r.callsite,
                       "Parent IDs": r.parent_ids, "Storage Level": _level_json(r.storage_level),
-                      "Barrier": False, "DeterministicLevel": "DETERMINATE",
+                      "Barrier": r.barrier, "DeterministicLevel": "DETERMINATE",
                       "Number of Partitions": r.num_partitions,
                       "Number of Cached Partitions": 0, "Memory Size": 0, "Disk Size": 0}
                      for r in s.rdd_infos],
@@ -437,7 +437,7 @@ def _stage_info(d: Mapping[str, Any]) -> L.StageInfo:
         parent_ids=list(d.get("Parent IDs", [])),
         rdd_infos=[L.RDDInfo(r["RDD ID"], r.get("Name", ""), r.get("Number of Partitions", 0),
                              _level(r.get("Storage Level")), r.get("Callsite", ""),
-                             list(r.get("Parent IDs", [])))
+                             list(r.get("Parent IDs", [])), bool(r.get("Barrier", False)))
                    for r in d.get("RDD Info", [])])
 
 
