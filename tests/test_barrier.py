@@ -263,3 +263,34 @@ def test_is_barrier_marks_the_barrier_stage_only(fresh_sc, tmp_path):
     map_stage, result_stage = (flags[k] for k in sorted(flags))
     assert any(map_stage.values()) and not map_stage[rdd.id()]
     assert not any(result_stage.values())
+
+
+def test_the_coordinator_only_believes_tasks_of_a_running_barrier_stage(fresh_sc):
+    sc = fresh_sc("local[2]")
+    sc.setLocalProperty("addresses", "spoofed:1,spoofed:2")   # a non-barrier stage posing
+
+    def pose(_):
+        try:
+            BarrierTaskContext.get().barrier()
+        except SparkException as e:
+            return str(e)
+        return "synced"
+    [msg] = sc.parallelize([1], 1).map(pose).collect()
+    assert msg.startswith("Task ") and "is not a running task of barrier stage" in msg
+
+
+def test_driver_refuses_request_to_sync_from_a_non_executor(cluster):
+    from ember.deploy.messages import RequestToSync
+    from ember.rpc import RpcEnv, RpcRemoteError
+    sc = _cluster_context(cluster, "barrier-foreign-request")
+    env = RpcEnv.create("foreign", "127.0.0.1", 0, {}, client_mode=True)
+    try:
+        ref = env.endpoint_ref(sc._backend.rpc_env.address, "CoarseGrainedScheduler")
+        with pytest.raises(RpcRemoteError) as e:
+            ref.ask_sync(RequestToSync(2, 0, 0, 0, 0, 0, "", "BARRIER"), timeout=30)
+        assert "which is not a registered executor" in str(e.value)
+        assert sc.parallelize(range(4), 2).barrier().mapPartitions(
+            lambda it: [BarrierTaskContext.get().allGather("ok")]).collect() == [["ok", "ok"]] * 2
+    finally:
+        env.shutdown()
+        sc.stop()
