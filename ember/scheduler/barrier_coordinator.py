@@ -147,11 +147,6 @@ class BarrierCoordinator:
             for r in waiting:
                 r.fail(f"{barrier_id(*key)} has finished; its barrier sync was abandoned.")
 
-    def stop(self) -> None:
-        with self._lock:
-            for key in list(self._states):
-                self._cleanup(key)
-
 
 def _daemon_timer(delay: float, fn: Callable[[], None]) -> threading.Timer:
     t = threading.Timer(delay, fn)
