@@ -277,6 +277,11 @@ class SparkContext:
     def _start_local_cluster(self, workers: int, cores: int, memory_mb: int) -> str:
         """Spark's test master: a real master and `workers` workers on 127.0.0.1 as child
         processes of this driver, stopped with it; returns the master's spark:// URL."""
+        executor_cores = int(self._conf.get("spark.executor.cores") or cores)
+        task_cpus = int(self._conf.get("spark.task.cpus") or 1)
+        if executor_cores < task_cpus:
+            raise SparkException(f"The number of cores per executor (={executor_cores}) has to "
+                                 f"be >= the number of cpus per task = {task_cpus}.")
         executor_mb = config.read(self._conf, "spark.executor.memory")
         if executor_mb > memory_mb:
             raise SparkException("Asked to launch cluster with %d MiB/worker but requested %d "

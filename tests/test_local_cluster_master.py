@@ -43,6 +43,14 @@ def test_workers_smaller_than_an_executor_are_refused_before_starting_anything(f
     assert {p.pid for p in _children()} <= before
 
 
+def test_workers_with_fewer_cores_than_a_task_needs_are_refused(fresh_sc):
+    with pytest.raises(SparkException) as e:
+        fresh_sc("local-cluster[1,0,1024]")
+    assert str(e.value) == "The number of cores per executor (=0) has to be >= the number of " \
+                           "cpus per task = 1."
+    assert SparkContext._active_spark_context is None
+
+
 def test_local_cluster_runs_jobs_and_barrier_stages_on_real_daemons_and_stops_them(fresh_sc):
     sc = fresh_sc("local-cluster[ 2 , 1 , 1024 ]", "local-cluster-app")
     cluster = sc._local_cluster
