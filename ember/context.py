@@ -296,7 +296,8 @@ class SparkContext:
         secret = self._conf.get("spark.authenticate.secret")
         self._local_cluster = LocalCluster(os.path.join(self._local_dir, "local-cluster"),
                                            workers, cores, f"{memory_mb}m", conf,
-                                           {ENV_AUTH_SECRET: secret} if secret else None)
+                                           {ENV_AUTH_SECRET: secret} if secret else None,
+                                           die_with_parent=True)
         self._local_cluster.start(timeout=60)
         return self._local_cluster.url
 

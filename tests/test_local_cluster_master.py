@@ -115,3 +115,27 @@ def test_local_cluster_daemons_share_the_applications_authentication(fresh_sc):
     daemons = [p for p in _children() if "ember.cli" in " ".join(p.cmdline())]
     assert daemons and not any("local-cluster-test-secret" in " ".join(p.cmdline())
                                for p in daemons), "the secret never goes on a command line"
+
+
+def test_a_killed_driver_takes_its_local_cluster_down(tmp_path):
+    script = tmp_path / "driver.py"
+    script.write_text(textwrap.dedent("""
+        import json, os, psutil, signal
+        from ember import SparkContext
+        sc = SparkContext("local-cluster[1,1,1024]", "killed")
+        assert sc.parallelize(range(10), 2).sum() == 45
+        print(json.dumps([p.pid for p in psutil.Process().children(recursive=True)]),
+              flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)      # no atexit, no stop()
+    """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=180, cwd=ROOT, env=_env())
+    assert out.returncode == -9, out.stderr[-3000:]
+    procs = []
+    for pid in json.loads(out.stdout.strip().splitlines()[-1]):
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            pass
+    _gone, alive = psutil.wait_procs(procs, timeout=30)
+    assert not alive, f"leaked: {[p.cmdline() for p in alive]}"

@@ -36,11 +36,31 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def _parent_death_signal() -> Any:
+    """A preexec_fn asking Linux to SIGTERM the child when this thread's process dies
+    (prctl PR_SET_PDEATHSIG), resolved before the fork so the child only makes the call;
+    None where unavailable. Only from the main thread: the signal follows the forking
+    thread, and any other thread may end before the process does."""
+    import ctypes
+    import threading
+    if not sys.platform.startswith("linux") or \
+            threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return lambda: prctl(1, int(signal.SIGTERM))      # 1 = PR_SET_PDEATHSIG
+
+
 class LocalCluster:
     def __init__(self, workdir: str, workers: int = 2, cores: int = 2, memory: str = "1g",
                  conf: dict[str, str] | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, die_with_parent: bool = False) -> None:
+        """die_with_parent: the daemons get SIGTERM if this process dies without stop()
+        (killed, os._exit), as Spark's in-process local-cluster daemons would die with it."""
         self.workdir = workdir
+        self.die_with_parent = die_with_parent
         self.n_workers = workers
         self.cores = cores
         self.memory = memory
@@ -71,7 +91,9 @@ class LocalCluster:
         out = open(os.path.join(self.workdir, log), "ab")
         return subprocess.Popen([sys.executable, "-m", "ember.cli", *args], stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=_env(self.env), start_new_session=True)
+                                env=_env(self.env), start_new_session=True,
+                                preexec_fn=_parent_death_signal() if self.die_with_parent
+                                else None)
 
     def start(self, timeout: float = 30.0) -> "LocalCluster":
         os.makedirs(self.workdir, exist_ok=True)
