@@ -319,3 +319,17 @@ def test_barrier_slot_check_retries_then_fails_with_sparks_error() -> None:
     h.ts.backend.slots = 2
     h.fire_timers()
     assert len(h.ts.task_sets) == 1 and h.ts.task_sets[0].barrier
+
+
+def test_a_barrier_job_waiting_for_slots_can_be_cancelled_or_shut_down() -> None:
+    h = Harness()
+    h.ts.backend.slots = 1
+    cancelled, _ = h.run_job(FakeRDD(2, barrier=True))
+    h.dag.handle_job_cancellation(0, "")
+    assert isinstance(cancelled.error, JobCancelledException)
+    stopped, _ = h.run_job(FakeRDD(2, barrier=True))
+    h.dag.handle_shutdown()
+    assert str(stopped.error) == "Job 1 cancelled because SparkContext was shut down"
+    h.ts.backend.slots = 2
+    h.fire_timers()                   # the pending re-checks find nothing to do
+    assert not h.ts.task_sets

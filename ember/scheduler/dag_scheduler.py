@@ -199,6 +199,7 @@ class DAGScheduler:
         self.barrier_check_max_failures = barrier_check_max_failures
         self.dynamic_allocation = dynamic_allocation
         self.barrier_job_id_to_num_tasks_check_failures: dict[int, int] = {}
+        self.barrier_jobs_waiting_for_slots: dict[int, JobWaiter] = {}
         self._lock = threading.Lock()
         self.loop = loop      # None: handle events synchronously (unit tests)
 
@@ -409,7 +410,8 @@ class DAGScheduler:
                         "Will retry up to %d more times", job_id, e.required_concurrent_tasks,
                         e.max_concurrent_tasks, self.barrier_check_max_failures - failures + 1)
             if failures <= self.barrier_check_max_failures:
-                self.timer(self.barrier_check_interval, lambda: self.handle_job_submitted(
+                self.barrier_jobs_waiting_for_slots[job_id] = waiter
+                self.timer(self.barrier_check_interval, lambda: self._recheck_barrier_job(
                     job_id, rdd, func, partitions, call_site, waiter, properties))
             else:
                 del self.barrier_job_id_to_num_tasks_check_failures[job_id]
@@ -430,6 +432,11 @@ class DAGScheduler:
                        for s in sorted(self.job_id_to_stage_ids.get(job_id, ()))]
         self.bus.post(L.JobStart(job_id, time.time(), stage_infos, properties))
         self.submit_stage(final)
+
+    def _recheck_barrier_job(self, job_id: int, *submission: Any) -> None:
+        """The slot check again, unless the job was cancelled or the context stopped."""
+        if self.barrier_jobs_waiting_for_slots.pop(job_id, None) is not None:
+            self.handle_job_submitted(job_id, *submission)
 
     def submit_stage(self, stage: Stage) -> None:
         job_id = self._active_job_for_stage(stage)
@@ -688,6 +695,11 @@ class DAGScheduler:
 
     def handle_job_cancellation(self, job_id: int, reason: str) -> None:
         job = self.job_id_to_active_job.get(job_id)
+        waiting = self.barrier_jobs_waiting_for_slots.pop(job_id, None)
+        if waiting is not None:         # a barrier job between two slot checks
+            self.barrier_job_id_to_num_tasks_check_failures.pop(job_id, None)
+            waiting.job_failed(JobCancelledException(
+                f"Job {job_id} cancelled{' ' + reason if reason else ''}"))
         if job is None:
             return
         suffix = f" {reason}" if reason else ""
@@ -711,6 +723,10 @@ class DAGScheduler:
             self.handle_job_cancellation(job.job_id, "as part of cancellation of all jobs")
 
     def handle_shutdown(self) -> None:
+        for job_id, waiting in list(self.barrier_jobs_waiting_for_slots.items()):
+            waiting.job_failed(SparkException(
+                f"Job {job_id} cancelled because SparkContext was shut down"))
+        self.barrier_jobs_waiting_for_slots.clear()
         for job in list(self.active_jobs):
             self.fail_job_and_independent_stages(job, SparkException(
                 f"Job {job.job_id} cancelled because SparkContext was shut down"))
