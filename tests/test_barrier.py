@@ -294,3 +294,16 @@ def test_driver_refuses_request_to_sync_from_a_non_executor(cluster):
     finally:
         env.shutdown()
         sc.stop()
+
+
+def test_barrier_calls_outside_a_running_task_are_refused():
+    ctx = BarrierTaskContext._getOrCreate()
+    try:
+        for call, name in ((ctx.barrier, "barrier"), (lambda: ctx.allGather("x"), "allGather"),
+                           (ctx.getTaskInfos, "getTaskInfos")):
+            with pytest.raises(PySparkRuntimeError) as e:
+                call()
+            assert str(e.value) == (f"[CALL_BEFORE_INITIALIZE] Not supported to call "
+                                    f"`{name}` before initialize BarrierTaskContext.")
+    finally:
+        TaskContext._setTaskContext(None)

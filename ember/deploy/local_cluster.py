@@ -1,8 +1,9 @@
 """A real standalone cluster on this machine: a master and N workers as subprocesses.
 
-For tests and benchmarks (like Spark's local-cluster mode, but with real daemons): free
-ports on 127.0.0.1 are picked per process, and stop() kills every process tree it started,
-so a failing test never leaves daemons or executors behind.
+Behind the `local-cluster[N,C,M]` master (Spark's test master, here with real daemons) and
+used by tests and benchmarks: free ports on 127.0.0.1 are picked per process, and stop()
+kills every process tree it started, so a failing test never leaves daemons or executors
+behind.
 """
 from __future__ import annotations
 
