@@ -191,10 +191,11 @@ class TaskSetManager:
             self.current_level_index = self.levels.index(level)
             self.last_reset = now
         ts = self.task_set
+        # a barrier task's bytes wait for the addresses of all its siblings
+        task_bytes = b"" if self.is_barrier else self._task_bytes(index, attempt, ts.properties)
         return TaskDescription(tid, attempt, executor_id, slot,
                                f"task {index}.{attempt} in stage {ts.id}", index,
-                               self.stage_key, ts.blob, ts.meta,
-                               self._task_bytes(index, attempt, ts.properties))
+                               self.stage_key, ts.blob, ts.meta, task_bytes)
 
     def _task_bytes(self, index: int, attempt: int, properties: dict[str, str]) -> bytes:
         task, ts = self.tasks[index], self.task_set
