@@ -1,8 +1,9 @@
 """TaskContext: what a running task may ask about itself (PySpark's pyspark.TaskContext).
 
-One instance per running task inside a task process; `TaskContext.get()` returns it to user
-code and None on the driver. The engine also hangs the task's environment (block manager,
-shuffle locations, metrics) on it so RDD compute code needs no globals.
+One instance per running task inside a task process; `TaskContext.get()` (and, as in
+PySpark, `TaskContext()`) returns it to user code, and get() is None on the driver. Tasks of a
+barrier stage get a BarrierTaskContext. The engine also hangs the task's environment (block
+manager, shuffle locations, metrics) on it so RDD compute code needs no globals.
 """
 from __future__ import annotations
 
