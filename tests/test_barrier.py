@@ -307,3 +307,20 @@ def test_barrier_calls_outside_a_running_task_are_refused():
                                     f"`{name}` before initialize BarrierTaskContext.")
     finally:
         TaskContext._setTaskContext(None)
+
+
+def test_barrier_timeout_reaches_tasks_through_their_executors(cluster):
+    sc = _cluster_context(cluster, "barrier-timeout", **{"spark.barrier.sync.timeout": "2s"})
+
+    def only_first_syncs(it):
+        ctx = BarrierTaskContext.get()
+        if ctx.partitionId() == 0:
+            ctx.barrier()
+        return it
+    try:
+        with pytest.raises(Exception) as e:
+            sc.parallelize(range(2), 2).barrier().mapPartitions(only_first_syncs).collect()
+        assert "The coordinator didn't get all barrier sync requests for barrier epoch 0 " \
+               "from Stage " in str(e.value) and "within 2 second(s)." in str(e.value)
+    finally:
+        sc.stop()
