@@ -97,11 +97,12 @@ class Harness:
                                 max_consecutive_attempts=4,
                                 timer=lambda d, fn: self.timers.append(fn))
 
-    def run_job(self, rdd: FakeRDD, partitions: list[int] | None = None) -> tuple[Any, dict]:
+    def run_job(self, rdd: FakeRDD, partitions: list[int] | None = None,
+                properties: dict | None = None) -> tuple[Any, dict]:
         results: dict = {}
         parts = partitions if partitions is not None else list(range(rdd._n))
         waiter = self.dag.submit_job(rdd, lambda c, it: None, parts, "job at test.py:1",
-                                     lambda i, r: results.__setitem__(i, r), {})
+                                     lambda i, r: results.__setitem__(i, r), properties or {})
         return waiter, results
 
     def complete(self, ts: TaskSet, results: list[Any] | None = None) -> None:
@@ -327,9 +328,15 @@ def test_a_barrier_job_waiting_for_slots_can_be_cancelled_or_shut_down() -> None
     cancelled, _ = h.run_job(FakeRDD(2, barrier=True))
     h.dag.handle_job_cancellation(0, "")
     assert isinstance(cancelled.error, JobCancelledException)
+    grouped, _ = h.run_job(FakeRDD(2, barrier=True), properties={"spark.jobGroup.id": "g"})
+    h.dag.handle_job_group_cancelled("g", False)
+    assert str(grouped.error) == "Job 1 cancelled part of cancelled job group g"
+    tagged, _ = h.run_job(FakeRDD(2, barrier=True), properties={"spark.job.tags": "a,t"})
+    h.dag.handle_job_tag_cancelled("t")
+    assert isinstance(tagged.error, JobCancelledException)
     stopped, _ = h.run_job(FakeRDD(2, barrier=True))
     h.dag.handle_shutdown()
-    assert str(stopped.error) == "Job 1 cancelled because SparkContext was shut down"
+    assert str(stopped.error) == "Job 3 cancelled because SparkContext was shut down"
     h.ts.backend.slots = 2
     h.fire_timers()                   # the pending re-checks find nothing to do
     assert not h.ts.task_sets

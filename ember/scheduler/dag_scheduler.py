@@ -199,7 +199,8 @@ class DAGScheduler:
         self.barrier_check_max_failures = barrier_check_max_failures
         self.dynamic_allocation = dynamic_allocation
         self.barrier_job_id_to_num_tasks_check_failures: dict[int, int] = {}
-        self.barrier_jobs_waiting_for_slots: dict[int, JobWaiter] = {}
+        # barrier jobs between two slot checks: job id -> (waiter, properties)
+        self.barrier_jobs_waiting_for_slots: dict[int, tuple[JobWaiter, dict]] = {}
         self._lock = threading.Lock()
         self.loop = loop      # None: handle events synchronously (unit tests)
 
@@ -410,7 +411,7 @@ class DAGScheduler:
                         "Will retry up to %d more times", job_id, e.required_concurrent_tasks,
                         e.max_concurrent_tasks, self.barrier_check_max_failures - failures + 1)
             if failures <= self.barrier_check_max_failures:
-                self.barrier_jobs_waiting_for_slots[job_id] = waiter
+                self.barrier_jobs_waiting_for_slots[job_id] = (waiter, properties)
                 self.timer(self.barrier_check_interval, lambda: self._recheck_barrier_job(
                     job_id, rdd, func, partitions, call_site, waiter, properties))
             else:
@@ -698,7 +699,7 @@ class DAGScheduler:
         waiting = self.barrier_jobs_waiting_for_slots.pop(job_id, None)
         if waiting is not None:         # a barrier job between two slot checks
             self.barrier_job_id_to_num_tasks_check_failures.pop(job_id, None)
-            waiting.job_failed(JobCancelledException(
+            waiting[0].job_failed(JobCancelledException(
                 f"Job {job_id} cancelled{' ' + reason if reason else ''}"))
         if job is None:
             return
@@ -709,21 +710,26 @@ class DAGScheduler:
     def handle_job_group_cancelled(self, group_id: str, cancel_future_jobs: bool) -> None:
         if cancel_future_jobs:
             self.cancelled_job_groups.add(group_id)
-        for job in [j for j in self.active_jobs
-                    if j.properties.get("spark.jobGroup.id") == group_id]:
-            self.handle_job_cancellation(job.job_id, f"part of cancelled job group {group_id}")
+        for job_id in self._jobs_where(lambda p: p.get("spark.jobGroup.id") == group_id):
+            self.handle_job_cancellation(job_id, f"part of cancelled job group {group_id}")
 
     def handle_job_tag_cancelled(self, tag: str) -> None:
-        for job in [j for j in self.active_jobs
-                    if tag in (j.properties.get("spark.job.tags") or "").split(",")]:
-            self.handle_job_cancellation(job.job_id, f"part of cancelled job tags {tag}")
+        for job_id in self._jobs_where(
+                lambda p: tag in (p.get("spark.job.tags") or "").split(",")):
+            self.handle_job_cancellation(job_id, f"part of cancelled job tags {tag}")
+
+    def _jobs_where(self, matches: Callable[[dict], bool]) -> list[int]:
+        """Active jobs, and barrier jobs waiting for slots, whose properties match."""
+        return [j.job_id for j in self.active_jobs if matches(j.properties)] + \
+            [jid for jid, (_, props) in self.barrier_jobs_waiting_for_slots.items()
+             if matches(props)]
 
     def handle_all_jobs_cancelled(self) -> None:
-        for job in list(self.active_jobs):
-            self.handle_job_cancellation(job.job_id, "as part of cancellation of all jobs")
+        for job_id in self._jobs_where(lambda p: True):
+            self.handle_job_cancellation(job_id, "as part of cancellation of all jobs")
 
     def handle_shutdown(self) -> None:
-        for job_id, waiting in list(self.barrier_jobs_waiting_for_slots.items()):
+        for job_id, (waiting, _) in list(self.barrier_jobs_waiting_for_slots.items()):
             waiting.job_failed(SparkException(
                 f"Job {job_id} cancelled because SparkContext was shut down"))
         self.barrier_jobs_waiting_for_slots.clear()
