@@ -140,6 +140,9 @@ class TaskResourceRequest:
     resourceName: str
     amount: float
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "amount", float(self.amount))   # PySpark stores a float
+
 
 @message
 @dataclass(frozen=True)

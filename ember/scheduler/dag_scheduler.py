@@ -441,6 +441,15 @@ class DAGScheduler:
                     stack.append(dep.rdd)
         return meta
 
+    def _stage_resource_profile(self, rdd: Any) -> int:
+        """The ResourceProfile id the stage's tasks run with (0 without withResources)."""
+        manager = getattr(self.task_scheduler, "rp_manager", None)
+        if manager is None:
+            return 0
+        from ember.scheduler.resource_profiles import profiles_of_stage
+        return manager.stage_profile(profiles_of_stage(
+            rdd, lambda dep: isinstance(dep, ShuffleDependency)))
+
     def submit_missing_tasks(self, stage: Stage, job_id: int) -> None:
         import pickle
         parts = stage.find_missing_partitions()
@@ -460,6 +469,12 @@ class DAGScheduler:
             self.abort_stage(stage, f"Task not serializable: {e}", e)
             self.running_stages.discard(stage)
             return
+        try:
+            rp_id = self._stage_resource_profile(stage.rdd)
+        except Exception as e:   # conflicting profiles: Spark fails the job
+            self.abort_stage(stage, str(e), e)
+            self.running_stages.discard(stage)
+            return
         attempt = stage.latest_info.attempt_id
         tasks = []
         if isinstance(stage, ShuffleMapStage):
@@ -476,7 +491,7 @@ class DAGScheduler:
                                   self._preferred_locations(stage.rdd, p)))
         if tasks:
             self.task_scheduler.submit_tasks(TaskSet(tasks, stage.id, attempt, job_id,
-                                                     properties, blob, meta))
+                                                     properties, blob, meta, rp_id))
         else:
             self.mark_stage_finished(stage)
             self.submit_waiting_child_stages(stage)

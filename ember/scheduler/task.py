@@ -45,6 +45,7 @@ class TaskSet:
     properties: dict[str, str]
     blob: bytes               # the stage's closure (cloudpickled), sent once per slot
     meta: bytes               # shuffle map locations the stage reads (pickled)
+    resource_profile_id: int = 0   # the stage's ResourceProfile (withResources)
 
     @property
     def id(self) -> str:

@@ -160,8 +160,10 @@ class TaskSetManager:
                 return i, ANY
         return None
 
-    def resource_offer(self, executor_id: str, host: str, slot: int, max_level: str
-                       ) -> TaskDescription | None:
+    def resource_offer(self, executor_id: str, host: str, slot: int, max_level: str,
+                       task_resources: tuple | None = None) -> TaskDescription | None:
+        """A task for this slot, or None. `task_resources` = (cpus, {name: addresses}) the
+        task is given (TaskContext.cpus() / resources())."""
         if self.is_zombie:
             return None
         now = time.monotonic()
@@ -188,7 +190,7 @@ class TaskSetManager:
             self.last_reset = now
         ts = self.task_set
         task_bytes = _dumps((task.partition, task.partition_id, attempt, ts.properties,
-                             ts.stage_id, ts.stage_attempt))
+                             ts.stage_id, ts.stage_attempt, task_resources))
         return TaskDescription(tid, attempt, executor_id, slot,
                                f"task {index}.{attempt} in stage {ts.id}", index,
                                self.stage_key, ts.blob, ts.meta, task_bytes)
