@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ember.deploy.app_client import parse_master_urls, start_app_client
-from ember.deploy.messages import (ApplicationDescription, Command, FetchBroadcast, FetchFile,
+from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, ApplicationDescription,
+                                   Command, FetchBroadcast, FetchFile,
                                    KillTask, LaunchTask, RegisteredExecutor,
                                    RegisterExecutor, RegisterExecutorFailed, RemoveBroadcast,
                                    RemoveExecutor, RemoveRdd, RemoveStage,
@@ -55,7 +56,8 @@ class DriverEndpoint(RpcEndpoint):
         if isinstance(msg, RegisterExecutor):
             b.register_executor(msg, context)
         elif isinstance(msg, RetrieveSparkAppConfig):
-            context.reply(SparkAppConfig(sorted(b.app_conf().items())))
+            context.reply(SparkAppConfig(sorted(b.app_conf().items()),
+                                         resourceProfile=b.profile_message(msg.resourceProfileId)))
         elif isinstance(msg, FetchBroadcast):
             self._reply_file(context, os.path.join(b.sc._broadcast_dir, f"broadcast_{msg.id}"))
         elif isinstance(msg, FetchFile):
@@ -121,7 +123,6 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         return conf
 
     def _app_description(self) -> ApplicationDescription:
-        from ember.config import parse_memory_mb
         addr = self.rpc_env.address
         driver_url = f"spark://{ENDPOINT_NAME}@{addr.host}:{addr.port}"
         args = ["--driver-url", driver_url, "--executor-id", "{{EXECUTOR_ID}}",
@@ -135,17 +136,23 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(
             path + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
         command = Command("ember.executor.backend", args, env, [], [], [])
-        cores = self.conf.get("spark.executor.cores")
-        memory = parse_memory_mb(self.conf.get("spark.executor.memory") or "1g")
         max_cores = self.conf.get("spark.cores.max")
         initial = self.conf.get("spark.dynamicAllocation.initialExecutors")
         event_log = self.sc._event_log
         return ApplicationDescription(
             self.sc.appName, int(max_cores) if max_cores else None, command,
             self.sc.uiWebUrl or "",
-            ResourceProfile.of(cores=int(cores) if cores else None, memoryMb=memory),
+            self.profile_message(DEFAULT_RESOURCE_PROFILE_ID),
             "file:" + event_log.log_dir if event_log is not None else None, None,
             int(initial) if initial else None, self.sc.sparkUser())
+
+    def profile_message(self, rp_id: int) -> ResourceProfile:
+        """A resource profile as the master and executors see it (an unknown id: the default)."""
+        manager = self.scheduler.rp_manager
+        try:
+            return manager.profile_message(rp_id)
+        except Exception:
+            return manager.profile_message(DEFAULT_RESOURCE_PROFILE_ID)
 
     # --- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
@@ -228,6 +235,9 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             self._registered.notify_all()
         log.info("Registered executor %s (%s) with ID %s, ResourceProfileId %d",
                  msg.executorRef, addr.hostPort, eid, msg.resourceProfileId)
+        self.scheduler.register_executor_resources(
+            eid, msg.cores, {n: list(i.addresses) for n, i in msg.resources.items()},
+            msg.resourceProfileId)
         self.scheduler.executor_added(eid)
         self.sc._bus.post(ExecutorAdded(eid, msg.hostname, msg.cores,
                                         log_urls=dict(msg.logUrls)))
