@@ -13,7 +13,8 @@ from typing import Any, Protocol
 from ember.deploy.messages import (ApplicationDescription, ApplicationRemoved,
                                    ExecutorAdded, ExecutorState, ExecutorUpdated,
                                    MasterChangeAcknowledged, MasterChanged, RegisterApplication,
-                                   RegisteredApplication, UnregisterApplication, WorkerRemoved)
+                                   RegisteredApplication, RequestExecutors,
+                                   UnregisterApplication, WorkerRemoved)
 from ember.rpc import RpcAddress, RpcAuthenticationError, RpcEndpoint, RpcEnv
 
 log = logging.getLogger("ember.deploy.client")
@@ -135,6 +136,20 @@ class StandaloneAppClient(RpcEndpoint):
             log.warning("Connection to %s failed; waiting for master to reconnect...",
                         remote.hostPort)
             self.listener.disconnected()
+
+    def request_total_executors(self, totals: list[tuple[Any, int]]) -> bool:
+        """Ask the master for these executor totals per profile (RequestExecutors); False
+        while not connected. The answer only says whether the master knew the app."""
+        if self.master_ref is None or self.app_id is None:
+            return False
+        fut = self.master_ref.ask(RequestExecutors(self.app_id, list(totals)))
+
+        def done(f: Any) -> None:
+            exc = f.exception()
+            if exc is not None:
+                log.warning("Failed to request executors from the master: %s", exc)
+        fut.add_done_callback(done)
+        return True
 
     def stop(self) -> None:
         if self.master_ref is not None and self.app_id is not None:

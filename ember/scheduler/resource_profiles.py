@@ -16,6 +16,7 @@ which GPU addresses a task gets is scheduling. The rules are Spark 4.1's:
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from dataclasses import dataclass
 from fractions import Fraction
@@ -289,8 +290,23 @@ class ResourceProfileManager:
         return ResourceProfileMessage(rp_id, dict(rp._executor_resource_requests),
                                       dict(rp._task_resource_requests))
 
-    def executor_resource_names(self, rp_id: int) -> list[str]:
-        return sorted(self._executor_resources_of(self.from_id(rp_id)))
+    def max_tasks_per_executor(self, rp_id: int) -> int:
+        """Spark's maxTasksPerExecutor: the tightest of cores / cpus (when the executor's
+        cores are known) and each custom resource's amount / task amount; else 1."""
+        rp = self.from_id(rp_id)
+        req = self.task_requirements(rp_id)
+        execs = self.default if rp._is_task_profile() else rp
+        cores = execs._executor_resource_requests.get("cores")
+        limits = []
+        if cores is not None:
+            limits.append(cores.amount // req.cpus)
+        elif self.conf.get("spark.executor.cores") is not None:
+            limits.append(int(self.conf["spark.executor.cores"]) // req.cpus)
+        custom = self._executor_resources_of(rp)
+        for name, amount in req.resources:
+            have = custom[name].amount
+            limits.append(have * math.floor(1 / amount) if amount < 1 else int(have // amount))
+        return max(1, min(limits)) if limits else 1
 
 
 def profiles_of_stage(rdd: Any, is_shuffle_dependency: Any) -> list[ResourceProfile]:

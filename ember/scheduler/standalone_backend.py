@@ -27,6 +27,7 @@ from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, ApplicationDescr
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv
 from ember.scheduler.backend import SchedulerBackend, WorkerOffer
 from ember.scheduler.event_loop import RpcLoop
+from ember.scheduler.executor_allocation import ExecutorAllocationManager
 from ember.scheduler.listener import ExecutorAdded, ExecutorRemoved
 
 log = logging.getLogger("ember.scheduler.standalone")
@@ -114,6 +115,10 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self.driver_endpoint = DriverEndpoint(self)
         self.rpc_env.setup_endpoint(ENDPOINT_NAME, self.driver_endpoint)
         self.client: Any = None
+        self._allocation: ExecutorAllocationManager | None = None
+        if scheduler.rp_manager is not None and scheduler.rp_manager.dynamic_enabled:
+            self._allocation = ExecutorAllocationManager(
+                dict(self.conf.getAll()), scheduler.rp_manager, self._request_totals)
 
     # --- configuration shared with executors --------------------------------------------
     def app_conf(self) -> dict[str, str]:
@@ -138,6 +143,14 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         command = Command("ember.executor.backend", args, env, [], [], [])
         max_cores = self.conf.get("spark.cores.max")
         initial = self.conf.get("spark.dynamicAllocation.initialExecutors")
+        if self._allocation is not None:
+            # Spark: start with none, the allocation manager asks per profile
+            if self.conf.get("spark.executor.cores") is None:
+                log.warning("Dynamic allocation enabled without spark.executor.cores "
+                            "explicitly set, you may get more executors allocated than "
+                            "expected. It's recommended to set spark.executor.cores "
+                            "explicitly. Please check SPARK-30299 for more details.")
+            initial = "0"
         event_log = self.sc._event_log
         return ApplicationDescription(
             self.sc.appName, int(max_cores) if max_cores else None, command,
@@ -165,6 +178,8 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             raise SparkException(f"Cannot register application with master "
                                  f"{','.join(m.to_spark_url() for m in self.masters)}: "
                                  f"{self.client.failed}")
+        if self._allocation is not None:
+            self.loop.post(self._update_allocation)
         ratio = float(self.conf.get("spark.scheduler.minRegisteredResourcesRatio") or 0.0)
         wait = float((self.conf.get("spark.scheduler.maxRegisteredResourcesWaitingTime")
                       or "30s").rstrip("s"))
@@ -275,8 +290,17 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             data.free_slots.add(slot)
         self.revive_offers()
 
+    def _request_totals(self, totals: list[tuple[int, int]]) -> bool:
+        return self.client is not None and self.client.request_total_executors(
+            [(self.profile_message(rp), n) for rp, n in totals])
+
+    def _update_allocation(self) -> None:
+        if self._allocation is not None and not self._stopping:
+            self._allocation.update(self.scheduler.tasks_needed_by_profile())
+
     def revive_offers(self) -> None:
         sched = self.scheduler
+        self._update_allocation()
         with sched.lock:
             offers = [WorkerOffer(e.executor_id, e.host, s)
                       for e in self.executors.values() for s in sorted(e.free_slots)]

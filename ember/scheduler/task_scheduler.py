@@ -114,6 +114,18 @@ class TaskSchedulerImpl:
                 tsm.parent.remove(tsm)
 
     # --- from the backend ---------------------------------------------------------------
+    def tasks_needed_by_profile(self) -> dict[int, int]:
+        """Unfinished tasks of active task sets per resource profile (the demand dynamic
+        allocation turns into executor targets)."""
+        with self.lock:
+            out: dict[int, int] = {}
+            for attempts in self.stage_tsms.values():
+                for tsm in attempts.values():
+                    if not tsm.is_zombie:
+                        rp = tsm.task_set.resource_profile_id
+                        out[rp] = out.get(rp, 0) + tsm.num_tasks - tsm.tasks_successful
+            return out
+
     def register_executor_resources(self, executor_id: str, cores: int,
                                     resources: dict[str, list[str]], rp_id: int = 0) -> None:
         """An executor's cores and custom resource addresses: from now on its tasks take

@@ -1,0 +1,87 @@
+"""Executor targets per resource profile under dynamic allocation (Spark's
+ExecutorAllocationManager, reduced to its target arithmetic).
+
+Why: with spark.dynamicAllocation.enabled a standalone application registers asking for no
+executors (Spark's initialExecutorLimit = 0) and then tells the master, per resource
+profile, how many executors it wants (RequestExecutors). That is how a stage whose RDD
+carries a ResourceProfile with executor requirements gets executors of that profile: its
+tasks create demand for that profile only. Targets follow Spark's formula,
+ceil(tasks * spark.dynamicAllocation.executorAllocationRatio / tasks per executor), within
+[minExecutors, maxExecutors]; the default profile starts at max(minExecutors,
+initialExecutors, spark.executor.instances).
+
+Not here (yet): Spark's gradual ramp-up (schedulerBacklogTimeout) - targets move to the
+demand at once - and releasing idle executors (executorIdleTimeout).
+"""
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Callable, Mapping
+
+from ember.deploy.messages import DEFAULT_RESOURCE_PROFILE_ID
+
+log = logging.getLogger("ember.ExecutorAllocationManager")
+
+INT_MAX = 2147483647
+
+__all__ = ["ExecutorAllocationManager", "executor_targets"]
+
+
+def _int(conf: Mapping[str, Any], key: str, default: int) -> int:
+    raw = conf.get(key)
+    return default if raw in (None, "") else int(str(raw).strip())
+
+
+def executor_targets(demand: Mapping[int, int], tasks_per_executor: Mapping[int, int],
+                     known: Mapping[int, int], min_executors: int, max_executors: int,
+                     ratio: float) -> dict[int, int]:
+    """Executors wanted per profile: `demand` = unfinished tasks of active stages per
+    profile, `known` = each profile's floor (the initial target, or 0)."""
+    out: dict[int, int] = {}
+    for rp_id in set(demand) | set(known):
+        tasks = demand.get(rp_id, 0)
+        per = max(1, tasks_per_executor.get(rp_id, 1))
+        needed = math.ceil(tasks * ratio / per)
+        out[rp_id] = min(max_executors, max(needed, min_executors, known.get(rp_id, 0)))
+    return out
+
+
+class ExecutorAllocationManager:
+    """Keeps the master's per-profile targets in line with the scheduler's demand."""
+
+    def __init__(self, conf: Mapping[str, Any], rp_manager: Any,
+                 request_totals: Callable[[list[tuple[int, int]]], bool]) -> None:
+        self.rp_manager = rp_manager
+        self.request_totals = request_totals
+        self.min_executors = _int(conf, "spark.dynamicAllocation.minExecutors", 0)
+        self.max_executors = _int(conf, "spark.dynamicAllocation.maxExecutors", INT_MAX)
+        initial = max(self.min_executors,
+                      _int(conf, "spark.dynamicAllocation.initialExecutors", 0),
+                      _int(conf, "spark.executor.instances", 0))
+        self.ratio = float(conf.get("spark.dynamicAllocation.executorAllocationRatio") or 1.0)
+        if self.min_executors < 0 or self.max_executors < self.min_executors:
+            raise ValueError("spark.dynamicAllocation.minExecutors must be non-negative and "
+                             "not greater than spark.dynamicAllocation.maxExecutors")
+        if not 0.0 < self.ratio <= 1.0:
+            raise ValueError("spark.dynamicAllocation.executorAllocationRatio must be > 0 "
+                             "and <= 1.0")
+        self.initial = {DEFAULT_RESOURCE_PROFILE_ID: initial}
+        self.seen_stage = False
+        self.sent: dict[int, int] = {}
+
+    def update(self, demand: Mapping[int, int]) -> None:
+        """Send new targets when they changed (demand: unfinished tasks per profile)."""
+        if demand:
+            self.seen_stage = True
+        floors = {} if self.seen_stage else self.initial
+        floors = {**{rp: 0 for rp in self.sent}, **floors}
+        per = {rp: self.rp_manager.max_tasks_per_executor(rp)
+               for rp in set(demand) | set(floors)}
+        targets = executor_targets(demand, per, floors, self.min_executors,
+                                   self.max_executors, self.ratio)
+        changed = sorted((rp, n) for rp, n in targets.items() if self.sent.get(rp) != n)
+        if changed and self.request_totals(changed):
+            self.sent.update(changed)
+            log.info("Requesting executors per resource profile: %s",
+                     ", ".join(f"{rp} -> {n}" for rp, n in changed))
