@@ -1,0 +1,178 @@
+"""Custom resources on a real standalone cluster: two workers advertising fake GPUs (one
+through a discovery script, one through spark.worker.resourcesFile), the master placing
+executors by resource requests, tasks receiving addresses, stage-level profiles, and a worker
+refusing to start when its discovery script fails."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ember import SparkConf, TaskContext
+from ember.deploy.local_cluster import LocalCluster, _env
+from ember.resource import ExecutorResourceRequests, ResourceProfileBuilder, TaskResourceRequests
+
+BASE_CONF = {"spark.worker.timeout": "10"}
+
+
+def write_script(directory: str, name: str, body: str) -> str:
+    path = os.path.join(directory, name)
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\n" + body + "\n")
+    os.chmod(path, 0o755)
+    return path
+
+
+@pytest.fixture(scope="module")
+def gpu_cluster(tmp_path_factory):
+    """Worker 0 discovers GPUs 0 and 1 with a script; worker 1 reads GPUs 2 and 3 from a
+    resources file. 2 cores and 2 GiB each."""
+    d = str(tmp_path_factory.mktemp("gpu-cluster"))
+    discover = write_script(d, "gpus.sh",
+                            "echo '{\"name\": \"gpu\", \"addresses\": [\"0\", \"1\"]}'")
+    alloc = os.path.join(d, "worker-resources.json")
+    with open(alloc, "w") as f:
+        json.dump([{"id": {"componentName": "spark.worker", "resourceName": "gpu"},
+                    "addresses": ["2", "3"]}], f)
+    c = LocalCluster(os.path.join(d, "cluster"), workers=0, cores=2, memory="2g",
+                     conf=dict(BASE_CONF))
+    c.start()
+    try:
+        c.conf = dict(BASE_CONF, **{"spark.worker.resource.gpu.amount": "2",
+                                    "spark.worker.resource.gpu.discoveryScript": discover})
+        c.add_worker()
+        c.conf = dict(BASE_CONF, **{"spark.worker.resource.gpu.amount": "2",
+                                    "spark.worker.resourcesFile": alloc})
+        c.add_worker()
+        c.n_workers = 2
+        c.wait_for(lambda j: j.get("aliveworkers") == 2, 60)
+        c.tmp = d
+        yield c
+    finally:
+        c.stop()
+
+
+def gpu_conf(cluster: LocalCluster, **extra: str) -> SparkConf:
+    conf = (SparkConf().set("spark.executor.memory", "512m")
+            .set("spark.executor.resource.gpu.amount", "2")
+            .set("spark.task.resource.gpu.amount", "1"))
+    for k, v in extra.items():
+        conf.set(k.replace("_", "."), v)
+    return conf
+
+
+def timed_task(i: int) -> tuple:
+    ctx = TaskContext.get()
+    start = time.time()
+    time.sleep(0.4)
+    gpus = ctx.resources().get("gpu")
+    return i, os.getppid(), gpus.addresses if gpus else [], start, time.time()
+
+
+def assert_overlapping_tasks_hold_distinct_addresses(results: list) -> None:
+    for n, (_, pid1, a1, s1, e1) in enumerate(results):
+        for _, pid2, a2, s2, e2 in results[n + 1:]:
+            if pid1 == pid2 and s1 < e2 and s2 < e1:
+                assert not set(a1) & set(a2), (a1, a2)
+
+
+def test_workers_advertise_their_resources(gpu_cluster):
+    j = gpu_cluster.json()
+    found = sorted(tuple(w["resources"]["gpu"]["addresses"]) for w in j["workers"])
+    assert found == [("0", "1"), ("2", "3")]
+    assert all(w["resourcesused"] == {"gpu": {"name": "gpu", "addresses": []}}
+               for w in j["workers"])
+    assert sorted(tuple(r["gpu"]["addresses"]) for r in gpu_cluster.json("/json/resources")[
+        "resources"]) == [("0", "1"), ("2", "3")]
+
+
+def test_tasks_receive_distinct_addresses(gpu_cluster, fresh_sc):
+    sc = fresh_sc(gpu_cluster.url, "gpu-tasks", gpu_conf(gpu_cluster))
+    results = sc.parallelize(range(8), 8).map(timed_task).collect()
+    assert all(len(addrs) == 1 for _, _, addrs, _, _ in results)
+    assert {a for _, _, addrs, _, _ in results for a in addrs} <= {"0", "1", "2", "3"}
+    assert_overlapping_tasks_hold_distinct_addresses(results)
+    j = gpu_cluster.json()
+    app = j["activeapps"][0]
+    assert app["resourcesperexecutor"] == [{"name": "gpu", "amount": 2}]
+    used = sorted(a for w in j["workers"] for a in w["resourcesused"]["gpu"]["addresses"])
+    assert used == ["0", "1", "2", "3"]       # each executor holds its worker's two GPUs
+    sc.stop()
+    gpu_cluster.wait_for(lambda j: all(not w["resourcesused"]["gpu"]["addresses"]
+                                       for w in j["workers"]), 60)
+
+
+def test_task_profile_runs_on_default_executors(gpu_cluster, fresh_sc):
+    """Dynamic allocation off: a profile with task requests only (Spark's
+    TaskResourceProfile) reuses the default executors, each task now taking both GPUs."""
+    sc = fresh_sc(gpu_cluster.url, "gpu-task-profile", gpu_conf(gpu_cluster))
+    plain = sc.parallelize(range(4), 4).map(timed_task).collect()
+    rp = ResourceProfileBuilder().require(TaskResourceRequests().resource("gpu", 2)).build
+    rdd = sc.parallelize(range(4), 4).withResources(rp)
+    assert rdd.getResourceProfile() is rp and rp.id > 0
+    results = rdd.map(timed_task).collect()
+    assert {frozenset(a) for _, _, a, _, _ in results} <= {frozenset("01"), frozenset("23")}
+    assert {pid for _, pid, _, _, _ in results} <= {pid for _, pid, _, _, _ in plain}
+    assert_overlapping_tasks_hold_distinct_addresses(results)
+
+
+def test_executor_profile_gets_its_own_executors(gpu_cluster, fresh_sc):
+    """Dynamic allocation on: the default stage runs on GPU-less executors; the stage whose
+    RDD carries a profile asking 1 core + 1 GPU per executor makes the backend request
+    executors of that profile, and its tasks run only there."""
+    conf = (SparkConf().set("spark.executor.memory", "512m").set("spark.executor.cores", "1")
+            .set("spark.dynamicAllocation.enabled", "true")
+            .set("spark.dynamicAllocation.maxExecutors", "2"))
+    sc = fresh_sc(gpu_cluster.url, "gpu-stage-level", conf)
+    plain = sc.parallelize(range(4), 4).map(timed_task).collect()
+    assert all(addrs == [] for _, _, addrs, _, _ in plain)
+    rp = (ResourceProfileBuilder()
+          .require(ExecutorResourceRequests().cores(1).memory("512m").resource("gpu", 1))
+          .require(TaskResourceRequests().resource("gpu", 1)).build)
+    results = sc.parallelize(range(4), 4).withResources(rp).map(timed_task).collect()
+    assert all(len(addrs) == 1 for _, _, addrs, _, _ in results)
+    assert not {pid for _, pid, _, _, _ in results} & {pid for _, pid, _, _, _ in plain}
+    app = gpu_cluster.json()["activeapps"][0]
+    assert app["state"] == "RUNNING"
+
+
+def test_request_beyond_any_worker_waits_and_master_lives(gpu_cluster, fresh_sc):
+    sc = fresh_sc(gpu_cluster.url, "gpu-too-big",
+                  gpu_conf(gpu_cluster, spark_executor_resource_gpu_amount="3"))
+    app_id = sc.applicationId
+    gpu_cluster.wait_for(lambda j: any(a["id"] == app_id for a in j["activeapps"]), 30)
+    deadline = time.time() + 30
+    while ("App %s requires more resource than any of Workers could have." % app_id
+           not in gpu_cluster.log("master.log")):
+        assert time.time() < deadline, gpu_cluster.log("master.log")[-2000:]
+        time.sleep(0.2)
+    app = next(a for a in gpu_cluster.json()["activeapps"] if a["id"] == app_id)
+    assert (app["state"], app["cores"]) == ("WAITING", 0)
+    sc.stop()
+    j = gpu_cluster.wait_for(lambda j: not j["activeapps"], 30)
+    assert j["status"] == "ALIVE" and j["aliveworkers"] == 2
+
+
+@pytest.mark.parametrize("body,expected", [
+    ("echo 'garbage'", "Error parsing JSON into ResourceInformation: garbage"),
+    ("exit 3", "exited with code 3"),
+])
+def test_worker_with_bad_discovery_script_refuses_to_start(gpu_cluster, body, expected):
+    script = write_script(gpu_cluster.tmp, f"bad-{expected[:5].strip()}.sh", body)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ember.cli", "worker", "--host", "127.0.0.1", "-c", "1",
+         "-m", "512m", "-d", os.path.join(gpu_cluster.tmp, "bad-work"),
+         "--conf", "spark.worker.resource.gpu.amount=1",
+         "--conf", f"spark.worker.resource.gpu.discoveryScript={script}", gpu_cluster.url],
+        capture_output=True, text=True, timeout=120, env=_env())
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, proc.stderr
+    assert errors[0].startswith("Error: Failed to setup worker resources: ")
+    assert script in errors[0] and expected in errors[0]
+    assert "Traceback" not in proc.stderr
+    assert gpu_cluster.json()["aliveworkers"] == 2
