@@ -176,3 +176,31 @@ def test_worker_with_bad_discovery_script_refuses_to_start(gpu_cluster, body, ex
     assert script in errors[0] and expected in errors[0]
     assert "Traceback" not in proc.stderr
     assert gpu_cluster.json()["aliveworkers"] == 2
+
+
+def test_cluster_mode_driver_gets_its_gpu(gpu_cluster, tmp_path):
+    """spark.driver.resource.gpu.amount=1 in cluster mode: the master places the driver
+    where a GPU is free, the worker hands its address to the driver (Spark's
+    spark.driver.resourcesFile), and sc.resources shows it."""
+    app = tmp_path / "driver_gpu.py"
+    app.write_text("from ember import SparkContext\n"
+                   "sc = SparkContext(appName='driver-gpu')\n"
+                   "print('DRIVER GPUS', sc.resources['gpu'].addresses)\n"
+                   "sc.stop()\n")
+    r = subprocess.run(
+        [sys.executable, "-m", "ember.cli", "submit", "--master", gpu_cluster.url,
+         "--deploy-mode", "cluster", "--conf", "spark.driver.resource.gpu.amount=1",
+         "--conf", "spark.executor.memory=512m", "--driver-memory", "512m", str(app)],
+        capture_output=True, text=True, timeout=120, env=_env())
+    assert r.returncode == 0, r.stderr
+    driver_id = r.stdout.split()[0]
+    j = gpu_cluster.wait_for(lambda j: any(
+        d["id"] == driver_id and d["state"] in ("FINISHED", "FAILED", "ERROR")
+        for d in j["completeddrivers"]), 120)
+    d = next(d for d in j["completeddrivers"] if d["id"] == driver_id)
+    assert d["state"] == "FINISHED"
+    assert len(d["resources"]["gpu"]["addresses"]) == 1
+    logs = subprocess.run([sys.executable, "-m", "ember.cli", "logs", driver_id, "--master",
+                           gpu_cluster.url], capture_output=True, text=True, timeout=60,
+                          env=_env())
+    assert f"DRIVER GPUS {d['resources']['gpu']['addresses']}" in logs.stdout

@@ -19,7 +19,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from ember.deploy.messages import ResourceInformation
+from ember.deploy.messages import ResourceInformation, ResourceRequirement
 
 RESOURCE_PREFIX = "resource"
 EXAMPLE_JSON = '{"name":"gpu","addresses":["0","1"]}'
@@ -27,7 +27,8 @@ DISCOVERY_TIMEOUT_S = 120.0   # Spark waits forever; a hung script must not hang
 
 __all__ = ["ResourceError", "ResourceRequest", "list_resource_names", "parse_resource_requests",
            "parse_resource_information", "discover_resource", "parse_allocated",
-           "get_or_discover_all_resources", "write_resources_file", "RESOURCE_PREFIX"]
+           "get_or_discover_all_resources", "write_resources_file", "RESOURCE_PREFIX",
+           "driver_resource_requirements"]
 
 
 class ResourceError(ValueError):
@@ -173,6 +174,13 @@ def get_or_discover_all_resources(conf: Mapping[str, Any], component: str,
             raise ResourceError(f"Resource: {req.name}, with addresses: {','.join(addresses)} "
                                 f"is less than what the user requested: {req.amount})")
     return found
+
+
+def driver_resource_requirements(conf: Mapping[str, Any]) -> list[ResourceRequirement]:
+    """What a cluster-mode driver asks its worker for (Spark's parseResourceRequirements
+    over spark.driver.resource.*): the master places the driver where these are free."""
+    return [ResourceRequirement(r.name, r.amount)
+            for r in parse_resource_requests(conf, "spark.driver")]
 
 
 def write_resources_file(directory: str, component: str,

@@ -37,10 +37,10 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import psutil
 
-from ember.deploy.resources import write_resources_file
 from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, ApplicationDescription,
                                    Command, ExecutorDescription, ExecutorRunnerSummary,
                                    ExecutorState, ExecutorStateChanged, ResourceInformation)
+from ember.deploy.resources import write_resources_file
 
 log = logging.getLogger("ember.deploy.worker.ExecutorRunner")
 
