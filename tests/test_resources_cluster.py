@@ -123,9 +123,11 @@ def test_task_profile_runs_on_default_executors(gpu_cluster, fresh_sc):
 def test_executor_profile_gets_its_own_executors(gpu_cluster, fresh_sc):
     """Dynamic allocation on: the default stage runs on GPU-less executors; the stage whose
     RDD carries a profile asking 1 core + 1 GPU per executor makes the backend request
-    executors of that profile, and its tasks run only there."""
+    executors of that profile, and its tasks run only there. Once idle past
+    executorIdleTimeout they are released (and their GPUs with them)."""
     conf = (SparkConf().set("spark.executor.memory", "512m").set("spark.executor.cores", "1")
             .set("spark.dynamicAllocation.enabled", "true")
+            .set("spark.dynamicAllocation.executorIdleTimeout", "2s")
             .set("spark.dynamicAllocation.maxExecutors", "2"))
     sc = fresh_sc(gpu_cluster.url, "gpu-stage-level", conf)
     plain = sc.parallelize(range(4), 4).map(timed_task).collect()
@@ -136,8 +138,12 @@ def test_executor_profile_gets_its_own_executors(gpu_cluster, fresh_sc):
     results = sc.parallelize(range(4), 4).withResources(rp).map(timed_task).collect()
     assert all(len(addrs) == 1 for _, _, addrs, _, _ in results)
     assert not {pid for _, pid, _, _, _ in results} & {pid for _, pid, _, _, _ in plain}
-    app = gpu_cluster.json()["activeapps"][0]
-    assert app["state"] == "RUNNING"
+    j = gpu_cluster.wait_for(lambda j: all(not w["resourcesused"]["gpu"]["addresses"]
+                                           for w in j["workers"]), 60)
+    assert j["activeapps"][0]["state"] == "RUNNING"
+    # a later stage of the same profile gets executors again
+    again = sc.parallelize(range(2), 2).withResources(rp).map(timed_task).collect()
+    assert all(len(addrs) == 1 for _, _, addrs, _, _ in again)
 
 
 def test_request_beyond_any_worker_waits_and_master_lives(gpu_cluster, fresh_sc):

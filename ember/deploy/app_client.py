@@ -11,7 +11,7 @@ import threading
 from typing import Any, Protocol
 
 from ember.deploy.messages import (ApplicationDescription, ApplicationRemoved,
-                                   ExecutorAdded, ExecutorState, ExecutorUpdated,
+                                   ExecutorAdded, ExecutorState, ExecutorUpdated, KillExecutors,
                                    MasterChangeAcknowledged, MasterChanged, RegisterApplication,
                                    RegisteredApplication, RequestExecutors,
                                    UnregisterApplication, WorkerRemoved)
@@ -149,6 +149,15 @@ class StandaloneAppClient(RpcEndpoint):
             if exc is not None:
                 log.warning("Failed to request executors from the master: %s", exc)
         fut.add_done_callback(done)
+        return True
+
+    def kill_executors(self, executor_ids: list[str]) -> bool:
+        """Ask the master to kill these executors of ours (KillExecutors)."""
+        if self.master_ref is None or self.app_id is None:
+            return False
+        fut = self.master_ref.ask(KillExecutors(self.app_id, list(executor_ids)))
+        fut.add_done_callback(lambda f: f.exception() is not None and log.warning(
+            "Failed to kill executors %s: %s", executor_ids, f.exception()))
         return True
 
     def stop(self) -> None:

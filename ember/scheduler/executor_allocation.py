@@ -10,22 +10,54 @@ ceil(tasks * spark.dynamicAllocation.executorAllocationRatio / tasks per executo
 [minExecutors, maxExecutors]; the default profile starts at max(minExecutors,
 initialExecutors, spark.executor.instances).
 
-Not here (yet): Spark's gradual ramp-up (schedulerBacklogTimeout) - targets move to the
-demand at once - and releasing idle executors (executorIdleTimeout).
+Executors idle for spark.dynamicAllocation.executorIdleTimeout (60s) are released while
+their profile has more than its target, except those holding shuffle output or cached
+blocks (Spark's shuffle tracking and cachedExecutorIdleTimeout, both unlimited by default).
+Not here: Spark's gradual ramp-up (schedulerBacklogTimeout) - targets move to the demand at
+once.
 """
 from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional
 
+from ember.config import parse_time_seconds
 from ember.deploy.messages import DEFAULT_RESOURCE_PROFILE_ID
 
 log = logging.getLogger("ember.ExecutorAllocationManager")
 
 INT_MAX = 2147483647
 
-__all__ = ["ExecutorAllocationManager", "executor_targets"]
+__all__ = ["ExecutorAllocationManager", "executor_targets", "IdleExecutor",
+           "executors_to_release"]
+
+
+@dataclass(frozen=True)
+class IdleExecutor:
+    """What release decisions read about one executor."""
+    executor_id: str
+    rp_id: int
+    idle_since: Optional[float]   # None while it runs tasks
+    keeps_data: bool              # shuffle output or cached blocks live there
+
+
+def executors_to_release(executors: list[IdleExecutor], targets: Mapping[int, int],
+                         now: float, idle_timeout: float) -> list[str]:
+    """Executors idle for `idle_timeout` seconds, oldest idle first, while their profile
+    keeps more executors than its target; executors keeping data are never chosen."""
+    out: list[str] = []
+    by_rp: dict[int, list[IdleExecutor]] = {}
+    for e in executors:
+        by_rp.setdefault(e.rp_id, []).append(e)
+    for rp_id, execs in by_rp.items():
+        surplus = len(execs) - targets.get(rp_id, len(execs))
+        idle = sorted((e for e in execs if e.idle_since is not None and not e.keeps_data
+                       and now - e.idle_since >= idle_timeout),
+                      key=lambda e: (e.idle_since, e.executor_id))
+        out += [e.executor_id for e in idle[:max(0, surplus)]]
+    return out
 
 
 def _int(conf: Mapping[str, Any], key: str, default: int) -> int:
@@ -66,6 +98,8 @@ class ExecutorAllocationManager:
         if not 0.0 < self.ratio <= 1.0:
             raise ValueError("spark.dynamicAllocation.executorAllocationRatio must be > 0 "
                              "and <= 1.0")
+        self.idle_timeout = parse_time_seconds(
+            conf.get("spark.dynamicAllocation.executorIdleTimeout") or "60s")
         self.initial = {DEFAULT_RESOURCE_PROFILE_ID: initial}
         self.seen_stage = False
         self.sent: dict[int, int] = {}

@@ -27,7 +27,8 @@ from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, ApplicationDescr
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv
 from ember.scheduler.backend import SchedulerBackend, WorkerOffer
 from ember.scheduler.event_loop import RpcLoop
-from ember.scheduler.executor_allocation import ExecutorAllocationManager
+from ember.scheduler.executor_allocation import (ExecutorAllocationManager, IdleExecutor,
+                                                 executors_to_release)
 from ember.scheduler.listener import ExecutorAdded, ExecutorRemoved
 
 log = logging.getLogger("ember.scheduler.standalone")
@@ -44,6 +45,8 @@ class ExecutorData:
     cores: int
     free_slots: set[int] = field(default_factory=set)
     seen_stages: set = field(default_factory=set)
+    rp_id: int = DEFAULT_RESOURCE_PROFILE_ID
+    idle_since: float | None = None      # monotonic time it became idle; None while busy
 
 
 class DriverEndpoint(RpcEndpoint):
@@ -116,6 +119,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self.rpc_env.setup_endpoint(ENDPOINT_NAME, self.driver_endpoint)
         self.client: Any = None
         self._allocation: ExecutorAllocationManager | None = None
+        self._releasing: set[str] = set()
         if scheduler.rp_manager is not None and scheduler.rp_manager.dynamic_enabled:
             self._allocation = ExecutorAllocationManager(
                 dict(self.conf.getAll()), scheduler.rp_manager, self._request_totals)
@@ -180,6 +184,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
                                  f"{self.client.failed}")
         if self._allocation is not None:
             self.loop.post(self._update_allocation)
+            self.rpc_env.schedule_periodic(1.0, 1.0, self._release_idle_executors)
         ratio = float(self.conf.get("spark.scheduler.minRegisteredResourcesRatio") or 0.0)
         wait = float((self.conf.get("spark.scheduler.maxRegisteredResourcesWaitingTime")
                       or "30s").rstrip("s"))
@@ -243,7 +248,8 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             return
         addr = msg.executorRef.address
         data = ExecutorData(eid, msg.executorRef, addr, msg.hostname, msg.cores,
-                            set(range(msg.cores)))
+                            set(range(msg.cores)), rp_id=msg.resourceProfileId,
+                            idle_since=time.monotonic())
         self.executors[eid] = data
         with self._registered:
             self.total_cores += msg.cores
@@ -262,6 +268,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
 
     def remove_executor(self, exec_id: str, reason: str, caused_by_app: bool) -> None:
         data = self.executors.pop(exec_id, None)
+        self._releasing.discard(exec_id)
         if data is None:
             return
         with self._registered:
@@ -288,6 +295,8 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self.scheduler.status_update(msg.taskId, msg.state, payload, accum, metrics, blocks)
         if data is not None and slot is not None:
             data.free_slots.add(slot)
+            if len(data.free_slots) >= data.cores:
+                data.idle_since = time.monotonic()
         self.revive_offers()
 
     def _request_totals(self, totals: list[tuple[int, int]]) -> bool:
@@ -297,6 +306,22 @@ class StandaloneSchedulerBackend(SchedulerBackend):
     def _update_allocation(self) -> None:
         if self._allocation is not None and not self._stopping:
             self._allocation.update(self.scheduler.tasks_needed_by_profile())
+
+    def _release_idle_executors(self) -> None:
+        """Every second under dynamic allocation: kill executors idle past
+        executorIdleTimeout that their profile's target no longer needs."""
+        if self._allocation is None or self._stopping:
+            return
+        keeps = (self.sc._tracker.executors_with_outputs()
+                 | self.sc._block_master.executors_with_blocks())
+        execs = [IdleExecutor(e.executor_id, e.rp_id, e.idle_since, e.executor_id in keeps)
+                 for e in self.executors.values() if e.executor_id not in self._releasing]
+        ids = executors_to_release(execs, self._allocation.sent, time.monotonic(),
+                                   self._allocation.idle_timeout)
+        if ids and self.client is not None and self.client.kill_executors(ids):
+            self._releasing.update(ids)
+            log.info("Removing executors %s because they have been idle for %g seconds",
+                     ", ".join(ids), self._allocation.idle_timeout)
 
     def revive_offers(self) -> None:
         sched = self.scheduler
@@ -309,6 +334,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             for td in sched.resource_offers(offers):
                 ex = self.executors[td.executor_id]
                 ex.free_slots.discard(td.slot)
+                ex.idle_since = None
                 self._slot_of[td.task_id] = td.slot
                 first = td.stage_key not in ex.seen_stages
                 if first:
