@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -146,10 +147,13 @@ def test_executor_profile_gets_its_own_executors(gpu_cluster, fresh_sc):
     assert all(len(addrs) == 1 for _, _, addrs, _, _ in again)
 
 
-def test_request_beyond_any_worker_waits_and_master_lives(gpu_cluster, fresh_sc):
+def test_request_beyond_any_worker_waits_and_master_lives(gpu_cluster, fresh_sc, caplog):
     sc = fresh_sc(gpu_cluster.url, "gpu-too-big",
-                  gpu_conf(gpu_cluster, spark_executor_resource_gpu_amount="3"))
+                  gpu_conf(gpu_cluster, spark_executor_resource_gpu_amount="3",
+                           spark_starvation_timeout="1s"))
     app_id = sc.applicationId
+    job = threading.Thread(target=lambda: pytest.raises(Exception, sc.parallelize([1]).count))
+    job.start()
     gpu_cluster.wait_for(lambda j: any(a["id"] == app_id for a in j["activeapps"]), 30)
     deadline = time.time() + 30
     while ("App %s requires more resource than any of Workers could have." % app_id
@@ -158,6 +162,13 @@ def test_request_beyond_any_worker_waits_and_master_lives(gpu_cluster, fresh_sc)
         time.sleep(0.2)
     app = next(a for a in gpu_cluster.json()["activeapps"] if a["id"] == app_id)
     assert (app["state"], app["cores"]) == ("WAITING", 0)
+    deadline = time.time() + 30      # the driver warns like Spark's starvation timer
+    while "Initial job has not accepted any resources" not in caplog.text:
+        assert time.time() < deadline
+        time.sleep(0.2)
+    sc.cancelAllJobs()
+    job.join(60)
+    assert not job.is_alive()
     sc.stop()
     j = gpu_cluster.wait_for(lambda j: not j["activeapps"], 30)
     assert j["status"] == "ALIVE" and j["aliveworkers"] == 2

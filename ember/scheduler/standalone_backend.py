@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ember.config import parse_time_seconds
 from ember.deploy.app_client import parse_master_urls, start_app_client
 from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, ApplicationDescription,
                                    Command, FetchBroadcast, FetchFile,
@@ -185,6 +186,9 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         if self._allocation is not None:
             self.loop.post(self._update_allocation)
             self.rpc_env.schedule_periodic(1.0, 1.0, self._release_idle_executors)
+        starvation = parse_time_seconds(self.conf.get("spark.starvation.timeout") or "15s")
+        self._starvation = self.rpc_env.schedule_periodic(starvation, starvation,
+                                                          self._warn_if_starved)
         ratio = float(self.conf.get("spark.scheduler.minRegisteredResourcesRatio") or 0.0)
         wait = float((self.conf.get("spark.scheduler.maxRegisteredResourcesWaitingTime")
                       or "30s").rstrip("s"))
@@ -306,6 +310,15 @@ class StandaloneSchedulerBackend(SchedulerBackend):
     def _update_allocation(self) -> None:
         if self._allocation is not None and not self._stopping:
             self._allocation.update(self.scheduler.tasks_needed_by_profile())
+
+    def _warn_if_starved(self) -> None:
+        """Spark's starvation timer: until the first task launches, warn every
+        spark.starvation.timeout that submitted work finds no executor to run on."""
+        if self.scheduler.has_launched_task or self._stopping:
+            self._starvation.cancel()
+        elif self.scheduler.stage_tsms:
+            log.warning("Initial job has not accepted any resources; check your cluster UI "
+                        "to ensure that workers are registered and have sufficient resources")
 
     def _release_idle_executors(self) -> None:
         """Every second under dynamic allocation: kill executors idle past
