@@ -221,3 +221,28 @@ def test_cluster_mode_driver_gets_its_gpu(gpu_cluster, tmp_path):
                            gpu_cluster.url], capture_output=True, text=True, timeout=60,
                           env=_env())
     assert f"DRIVER GPUS {d['resources']['gpu']['addresses']}" in logs.stdout
+
+
+def test_application_ui_shows_profiles_and_executor_resources(gpu_cluster, fresh_sc):
+    """The driver's /api/v1 reports each stage's resource profile and each executor's
+    addresses, as Spark's does."""
+    import urllib.request
+    sc = fresh_sc(gpu_cluster.url, "gpu-ui", gpu_conf(gpu_cluster))
+    rp = ResourceProfileBuilder().require(TaskResourceRequests().resource("gpu", 2)).build
+    sc.parallelize(range(2), 2).withResources(rp).map(timed_task).collect()
+    base = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}"
+
+    def get(path: str):
+        with urllib.request.urlopen(base + path, timeout=10) as r:
+            return json.loads(r.read())
+    deadline = time.time() + 30
+    while True:
+        stages = get("/stages")
+        executors = [e for e in get("/executors") if e["id"] != "driver"]
+        if stages and len(executors) == 2 or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    assert [s["resourceProfileId"] for s in stages] == [rp.id]
+    assert sorted(tuple(e["resources"]["gpu"]["addresses"]) for e in executors) == \
+        [("0", "1"), ("2", "3")]
+    assert all(e["resourceProfileId"] == 0 for e in executors)

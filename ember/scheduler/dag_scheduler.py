@@ -455,8 +455,14 @@ class DAGScheduler:
         parts = stage.find_missing_partitions()
         job = self.job_id_to_active_job[job_id]
         properties = job.properties
+        try:
+            rp_id = self._stage_resource_profile(stage.rdd)
+        except Exception as e:   # conflicting profiles: Spark fails the job
+            self.abort_stage(stage, str(e), e)
+            return
         self.running_stages.add(stage)
         stage.make_new_attempt(len(parts))
+        stage.latest_info.resource_profile_id = rp_id
         stage.latest_info.submission_time = time.time()
         self.bus.post(L.StageSubmitted(stage.latest_info, properties))
         try:
@@ -467,12 +473,6 @@ class DAGScheduler:
             meta = pickle.dumps(self._stage_meta(stage.rdd), protocol=5)
         except Exception as e:
             self.abort_stage(stage, f"Task not serializable: {e}", e)
-            self.running_stages.discard(stage)
-            return
-        try:
-            rp_id = self._stage_resource_profile(stage.rdd)
-        except Exception as e:   # conflicting profiles: Spark fails the job
-            self.abort_stage(stage, str(e), e)
             self.running_stages.discard(stage)
             return
         attempt = stage.latest_info.attempt_id

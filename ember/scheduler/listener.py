@@ -44,6 +44,7 @@ class StageInfo:
     failure_reason: str | None = None
     parent_ids: list[int] = field(default_factory=list)
     rdd_infos: list[RDDInfo] = field(default_factory=list)
+    resource_profile_id: int = 0
 
 
 @dataclass
@@ -97,6 +98,8 @@ class ExecutorAdded:
     cores: int
     time: float = field(default_factory=time.time)
     log_urls: dict[str, str] = field(default_factory=dict)
+    resources: dict[str, list[str]] = field(default_factory=dict)   # name -> addresses
+    resource_profile_id: int = 0
 
 
 @dataclass

@@ -264,8 +264,10 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             eid, msg.cores, {n: list(i.addresses) for n, i in msg.resources.items()},
             msg.resourceProfileId)
         self.scheduler.executor_added(eid)
-        self.sc._bus.post(ExecutorAdded(eid, msg.hostname, msg.cores,
-                                        log_urls=dict(msg.logUrls)))
+        self.sc._bus.post(ExecutorAdded(
+            eid, msg.hostname, msg.cores, log_urls=dict(msg.logUrls),
+            resources={n: list(i.addresses) for n, i in msg.resources.items()},
+            resource_profile_id=msg.resourceProfileId))
         self.rpc_env.call_soon(context.reply, True)
         msg.executorRef.send(RegisteredExecutor())
         self.revive_offers()

@@ -101,7 +101,8 @@ def _stage_info_json(s: L.StageInfo, submitted_only: bool = False) -> dict[str, 
             d["Completion Time"] = _ms(s.completion_time)
         if s.failure_reason is not None:
             d["Failure Reason"] = s.failure_reason
-    d.update({"Accumulables": [], "Resource Profile Id": 0, "Shuffle Push Enabled": False,
+    d.update({"Accumulables": [], "Resource Profile Id": s.resource_profile_id,
+              "Shuffle Push Enabled": False,
               "Shuffle Push Mergers Count": 0})
     return d
 
@@ -203,7 +204,9 @@ def event_to_json(e: Any) -> dict[str, Any] | None:
                 "Executor ID": e.executor_id,
                 "Executor Info": {"Host": e.host, "Total Cores": e.cores,
                                   "Log Urls": dict(e.log_urls), "Attributes": {},
-                                  "Resources": {}, "Resource Profile Id": 0}}
+                                  "Resources": {n: {"name": n, "addresses": list(a)}
+                                                for n, a in e.resources.items()},
+                                  "Resource Profile Id": e.resource_profile_id}}
     if t is L.ExecutorRemoved:
         return {"Event": "SparkListenerExecutorRemoved", "Timestamp": _ms(e.time),
                 "Executor ID": e.executor_id, "Removed Reason": e.reason}
@@ -435,6 +438,7 @@ def _stage_info(d: Mapping[str, Any]) -> L.StageInfo:
         submission_time=_s(d.get("Submission Time")),
         completion_time=_s(d.get("Completion Time")), failure_reason=d.get("Failure Reason"),
         parent_ids=list(d.get("Parent IDs", [])),
+        resource_profile_id=d.get("Resource Profile Id", 0),
         rdd_infos=[L.RDDInfo(r["RDD ID"], r.get("Name", ""), r.get("Number of Partitions", 0),
                              _level(r.get("Storage Level")), r.get("Callsite", ""),
                              list(r.get("Parent IDs", [])))
@@ -538,7 +542,10 @@ def json_to_event(d: Mapping[str, Any]) -> Any:
         info = d.get("Executor Info") or {}
         return L.ExecutorAdded(d["Executor ID"], info.get("Host", ""),
                                info.get("Total Cores", 0), _s(d.get("Timestamp", 0)) or 0.0,
-                               dict(info.get("Log Urls") or {}))
+                               dict(info.get("Log Urls") or {}),
+                               {n: list(r.get("addresses", [])) for n, r in
+                                (info.get("Resources") or {}).items()},
+                               info.get("Resource Profile Id", 0))
     if kind == "SparkListenerExecutorRemoved":
         return L.ExecutorRemoved(d["Executor ID"], d.get("Removed Reason", ""),
                                  _s(d.get("Timestamp", 0)) or 0.0)

@@ -123,10 +123,11 @@ class _Stage:
     __slots__ = ("stage_id", "attempt_id", "name", "num_tasks", "details", "status",
                  "submission_time", "first_launch", "completion_time", "failure_reason",
                  "description", "pool", "rdd_ids", "job_ids", "indices", "killed_summary",
-                 "tasks", "task_metrics", "executors")
+                 "tasks", "task_metrics", "executors", "resource_profile_id")
 
     def __init__(self, info: L.StageInfo, props: Mapping[str, str]) -> None:
         self.stage_id = info.stage_id
+        self.resource_profile_id = info.resource_profile_id
         self.attempt_id = info.attempt_id
         self.name = info.name
         self.num_tasks = info.num_tasks
@@ -185,7 +186,7 @@ class _Job:
 
 class _Executor:
     __slots__ = ("executor_id", "host", "cores", "add_time", "remove_time", "remove_reason",
-                 "log_urls")
+                 "log_urls", "resources", "resource_profile_id")
 
     def __init__(self, executor_id: str, host: str, cores: int, add_time: int | None,
                  log_urls: Mapping[str, str]) -> None:
@@ -196,6 +197,8 @@ class _Executor:
         self.remove_time: int | None = None
         self.remove_reason: str | None = None
         self.log_urls = dict(log_urls)
+        self.resources: dict[str, list[str]] = {}
+        self.resource_profile_id = 0
 
 
 class _RDD:
@@ -317,6 +320,7 @@ class AppStatusStore:
             st = self._stages[key] = _Stage(info, e.properties)
         st.name, st.num_tasks, st.details = info.name, info.num_tasks, info.details
         st.rdd_ids = [r.rdd_id for r in info.rdd_infos]
+        st.resource_profile_id = info.resource_profile_id
         st.status = ACTIVE
         st.submission_time = ms(info.submission_time)
         if e.properties:
@@ -417,6 +421,9 @@ class AppStatusStore:
         else:       # tasks were seen before the registration event
             ex.host, ex.cores, ex.add_time = e.host, e.cores, ms(e.time)
             ex.log_urls = dict(e.log_urls)
+        ex = self._executors[e.executor_id]
+        ex.resources = dict(e.resources)
+        ex.resource_profile_id = e.resource_profile_id
 
     def _executor_removed(self, e: L.ExecutorRemoved) -> None:
         ex = self._executors.get(e.executor_id)
@@ -596,7 +603,8 @@ class AppStatusStore:
             "shuffleWriteRecords": g("shuffleRecordsWritten", 0), "name": st.name,
             "description": st.description, "details": st.details,
             "schedulingPool": st.pool, "rddIds": list(st.rdd_ids), "accumulatorUpdates": [],
-            "killedTasksSummary": dict(st.killed_summary), "resourceProfileId": 0,
+            "killedTasksSummary": dict(st.killed_summary),
+            "resourceProfileId": st.resource_profile_id,
             "isShufflePushEnabled": False, "shuffleMergersCount": 0}
         if details:
             d["tasks"] = {str(t[0]): self._task_dict(st, _Task._make(t))
@@ -791,7 +799,10 @@ class AppStatusStore:
                     "isBlacklisted": False, "maxMemory": 0, "addTime": ex.add_time,
                     "removeTime": ex.remove_time, "removeReason": ex.remove_reason,
                     "executorLogs": dict(ex.log_urls), "blacklistedInStages": [],
-                    "attributes": {}, "resources": {}, "resourceProfileId": 0,
+                    "attributes": {},
+                    "resources": {n: {"name": n, "addresses": list(a)}
+                                  for n, a in ex.resources.items()},
+                    "resourceProfileId": ex.resource_profile_id,
                     "isExcluded": False, "excludedInStages": []})
             return out
 
