@@ -208,7 +208,7 @@ class SparkContext:
                 conf, "spark.driver", conf.get("spark.driver.resourcesFile"))
         except ResourceError as e:
             raise SparkException(str(e)) from None
-        self._resource_profile_manager = ResourceProfileManager(conf, self.master)
+        self._resource_profile_manager = ResourceProfileManager(conf, self.master, self._bus)
 
     def _create_scheduler(self) -> None:
         local = parse_local_master(self.master)

@@ -309,3 +309,23 @@ def test_bad_driver_discovery_script_fails_the_context(fresh_sc, tmp_path):
     with pytest.raises(SparkException, match="exited with code 2"):
         SparkContext(conf=conf)
     assert SparkContext._active_spark_context is None
+
+
+def test_event_log_records_resource_profiles(fresh_sc, tmp_path):
+    from ember.scheduler import listener as L
+    from ember.ui.event_log import replay
+    logs = tmp_path / "events"
+    logs.mkdir()
+    conf = (SparkConf().set("spark.eventLog.enabled", "true")
+            .set("spark.eventLog.dir", str(logs)).set("spark.task.cpus", "1"))
+    sc = fresh_sc("local[2]", conf=conf)
+    sc.parallelize(range(4), 2).count()
+    sc.stop()
+    (path,) = [str(p) for p in logs.iterdir()]
+    added = [e for e in replay(path) if isinstance(e, L.ResourceProfileAdded)]
+    assert [e.resource_profile_id for e in added] == [0]
+    assert added[0].executor_resources["memory"] == (1024, "", "")
+    assert added[0].task_resources == {"cpus": 1.0}
+    with open(path) as f:
+        assert any('"Event": "SparkListenerResourceProfileAdded"' in line or
+                   '"Event":"SparkListenerResourceProfileAdded"' in line for line in f)

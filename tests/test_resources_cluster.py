@@ -246,3 +246,8 @@ def test_application_ui_shows_profiles_and_executor_resources(gpu_cluster, fresh
     assert sorted(tuple(e["resources"]["gpu"]["addresses"]) for e in executors) == \
         [("0", "1"), ("2", "3")]
     assert all(e["resourceProfileId"] == 0 for e in executors)
+    env = get("/environment")["resourceProfiles"]
+    assert [p["id"] for p in env] == [0, rp.id]
+    assert env[0]["executorResources"]["gpu"] == {"resourceName": "gpu", "amount": 2,
+                                                  "discoveryScript": "", "vendor": ""}
+    assert env[1]["taskResources"]["gpu"] == {"resourceName": "gpu", "amount": 2.0}

@@ -124,6 +124,16 @@ class ApplicationEnd:
 
 
 @dataclass
+class ResourceProfileAdded:
+    """A resource profile the application registered (Spark's
+    SparkListenerResourceProfileAdded). executor_resources: name -> (amount, discovery
+    script, vendor); task_resources: name -> amount."""
+    resource_profile_id: int
+    executor_resources: dict[str, tuple[int, str, str]]
+    task_resources: dict[str, float]
+
+
+@dataclass
 class EnvironmentUpdate:
     """details: section ("JVM Information", "Spark Properties", "System Properties",
     "Classpath Entries", ...) -> [(key, value)], secrets already redacted."""

@@ -149,8 +149,9 @@ def custom_executor_resources(rp: ResourceProfile) -> dict[str, ExecutorResource
 class ResourceProfileManager:
     """Every profile the application used, by id; Spark's support rules and validation."""
 
-    def __init__(self, conf: Mapping[str, Any], master: str) -> None:
+    def __init__(self, conf: Mapping[str, Any], master: str, bus: Any = None) -> None:
         self.conf = dict(conf)
+        self.bus = bus
         self.master = master
         self.dynamic_enabled = parse_bool(
             self.conf.get("spark.dynamicAllocation.enabled") or "false")
@@ -197,6 +198,12 @@ class ResourceProfileManager:
             self._profiles.setdefault(rp_id, rp)
             self._requirements.setdefault(rp_id, req)
         log.info("Added ResourceProfile id: %d", rp_id)
+        if self.bus is not None:
+            from ember.scheduler.listener import ResourceProfileAdded
+            self.bus.post(ResourceProfileAdded(
+                rp_id, {n: (r.amount, r.discoveryScript, r.vendor)
+                        for n, r in rp._executor_resource_requests.items()},
+                {n: r.amount for n, r in rp._task_resource_requests.items()}))
         return rp
 
     def _executor_resources_of(self, rp: ResourceProfile) -> dict[str, ExecutorResourceRequest]:

@@ -218,6 +218,14 @@ def event_to_json(e: Any) -> dict[str, Any] | None:
             "Memory Size": e.mem_size, "Disk Size": e.disk_size}}
     if t is L.UnpersistRDD:
         return {"Event": "SparkListenerUnpersistRDD", "RDD ID": e.rdd_id}
+    if t is L.ResourceProfileAdded:
+        return {"Event": "SparkListenerResourceProfileAdded",
+                "Resource Profile Id": e.resource_profile_id,
+                "Executor Resource Requests": {
+                    n: {"Resource Name": n, "Amount": a, "Discovery Script": s, "Vendor": v}
+                    for n, (a, s, v) in e.executor_resources.items()},
+                "Task Resource Requests": {n: {"Resource Name": n, "Amount": a}
+                                           for n, a in e.task_resources.items()}}
     if t is L.EnvironmentUpdate:
         d = {"Event": "SparkListenerEnvironmentUpdate"}
         for section in ("JVM Information", "Spark Properties", "Hadoop Properties",
@@ -557,6 +565,12 @@ def json_to_event(d: Mapping[str, Any]) -> Any:
                               b.get("Memory Size", 0), b.get("Disk Size", 0))
     if kind == "SparkListenerUnpersistRDD":
         return L.UnpersistRDD(d["RDD ID"])
+    if kind == "SparkListenerResourceProfileAdded":
+        return L.ResourceProfileAdded(
+            d.get("Resource Profile Id", 0),
+            {n: (r.get("Amount", 0), r.get("Discovery Script", ""), r.get("Vendor", ""))
+             for n, r in (d.get("Executor Resource Requests") or {}).items()},
+            {n: r.get("Amount", 0.0) for n, r in (d.get("Task Resource Requests") or {}).items()})
     if kind == "SparkListenerEnvironmentUpdate":
         return L.EnvironmentUpdate({k: [(str(a), str(b)) for a, b in v.items()]
                                     for k, v in d.items() if isinstance(v, dict)})

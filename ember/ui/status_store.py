@@ -227,6 +227,7 @@ class AppStatusStore:
                                     "start": None, "end": None, "version": SPARK_VERSION}
         self.last_updated = int(time.time() * 1000)
         self.environment: dict[str, list[tuple[str, str]]] = {}
+        self.resource_profiles: dict[int, dict[str, Any]] = {}   # id -> ResourceProfileInfo
         self._jobs: dict[int, _Job] = {}
         self._stages: dict[tuple[int, int], _Stage] = {}
         self._stage_jobs: dict[int, set[int]] = {}       # stage id -> running jobs with it
@@ -243,7 +244,8 @@ class AppStatusStore:
             L.ExecutorAdded: self._executor_added, L.ExecutorRemoved: self._executor_removed,
             L.ApplicationStart: self._app_start, L.ApplicationEnd: self._app_end,
             L.EnvironmentUpdate: self._environment, L.BlockUpdated: self._block_updated,
-            L.UnpersistRDD: self._unpersist, L.LogStart: self._log_start}
+            L.UnpersistRDD: self._unpersist, L.LogStart: self._log_start,
+            L.ResourceProfileAdded: self._resource_profile_added}
 
     # --- writing (bus thread or replay) -------------------------------------------------
     def on_event(self, e: Any) -> None:
@@ -274,6 +276,16 @@ class AppStatusStore:
 
     def _log_start(self, e: L.LogStart) -> None:
         self.app["version"] = e.spark_version
+
+    def _resource_profile_added(self, e: L.ResourceProfileAdded) -> None:
+        """Spark's ResourceProfileInfo, as the environment API lists it."""
+        self.resource_profiles[e.resource_profile_id] = {
+            "id": e.resource_profile_id,
+            "executorResources": {n: {"resourceName": n, "amount": a, "discoveryScript": s,
+                                      "vendor": v}
+                                  for n, (a, s, v) in e.executor_resources.items()},
+            "taskResources": {n: {"resourceName": n, "amount": a}
+                              for n, a in e.task_resources.items()}}
 
     def _environment(self, e: L.EnvironmentUpdate) -> None:
         self.environment = {k: list(v) for k, v in e.details.items()}
@@ -850,6 +862,7 @@ class AppStatusStore:
         pythonVersion/pythonExecutable beside Spark's (empty) JVM keys."""
         with self.lock:
             env = {k: list(v) for k, v in self.environment.items()}
+            profiles = [p for _, p in sorted(self.resource_profiles.items())]
         runtime = dict(env.get("JVM Information", []))
         return {"runtime": {"javaVersion": runtime.get("Java Version", ""),
                             "javaHome": runtime.get("Java Home", ""),
@@ -862,7 +875,7 @@ class AppStatusStore:
                     ("systemProperties", "System Properties"),
                     ("metricsProperties", "Metrics Properties"),
                     ("classpathEntries", "Classpath Entries"))},
-                "resourceProfiles": []}
+                "resourceProfiles": profiles}
 
     def summary(self) -> dict[str, Any]:
         """What runs now and totals since the start (for /metrics/prometheus)."""
