@@ -23,7 +23,7 @@ from fractions import Fraction
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from ember.config import parse_bool, parse_memory_mb
-from ember.deploy.messages import DEFAULT_RESOURCE_PROFILE_ID
+from ember.deploy.messages import BUILTIN_EXECUTOR_RESOURCES, DEFAULT_RESOURCE_PROFILE_ID
 from ember.deploy.messages import ResourceProfile as ResourceProfileMessage
 from ember.deploy.resources import parse_resource_requests
 from ember.errors import SparkException
@@ -34,7 +34,6 @@ from ember.resource.requests import (ExecutorResourceRequest, TaskResourceReques
 log = logging.getLogger("ember.resource.ResourceProfileManager")
 
 CPUS = "cpus"
-_BUILTIN_EXECUTOR = ("cores", "memory", "memoryOverhead", "pyspark.memory", "offHeap")
 MERGE_CONFLICTS_KEY = "spark.scheduler.resource.profileMergeConflicts"
 MULTIPLE_PROFILES_ERROR = (
     "Multiple ResourceProfiles specified in the RDDs for this stage, either resolve the "
@@ -143,7 +142,7 @@ def default_profile(conf: Mapping[str, Any]) -> ResourceProfile:
 
 def custom_executor_resources(rp: ResourceProfile) -> dict[str, ExecutorResourceRequest]:
     return {k: v for k, v in rp._executor_resource_requests.items()
-            if k not in _BUILTIN_EXECUTOR}
+            if k not in BUILTIN_EXECUTOR_RESOURCES}
 
 
 class ResourceProfileManager:
