@@ -23,12 +23,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
-from ember.config import parse_time_seconds
+from ember import config
 from ember.deploy.messages import DEFAULT_RESOURCE_PROFILE_ID
 
 log = logging.getLogger("ember.ExecutorAllocationManager")
-
-INT_MAX = 2147483647
 
 __all__ = ["ExecutorAllocationManager", "executor_targets", "IdleExecutor",
            "executors_to_release"]
@@ -60,11 +58,6 @@ def executors_to_release(executors: list[IdleExecutor], targets: Mapping[int, in
     return out
 
 
-def _int(conf: Mapping[str, Any], key: str, default: int) -> int:
-    raw = conf.get(key)
-    return default if raw in (None, "") else int(str(raw).strip())
-
-
 def executor_targets(demand: Mapping[int, int], tasks_per_executor: Mapping[int, int],
                      known: Mapping[int, int], min_executors: int, max_executors: int,
                      ratio: float) -> dict[int, int]:
@@ -86,20 +79,19 @@ class ExecutorAllocationManager:
                  request_totals: Callable[[list[tuple[int, int]]], bool]) -> None:
         self.rp_manager = rp_manager
         self.request_totals = request_totals
-        self.min_executors = _int(conf, "spark.dynamicAllocation.minExecutors", 0)
-        self.max_executors = _int(conf, "spark.dynamicAllocation.maxExecutors", INT_MAX)
+        self.min_executors = config.read(conf, "spark.dynamicAllocation.minExecutors")
+        self.max_executors = config.read(conf, "spark.dynamicAllocation.maxExecutors")
         initial = max(self.min_executors,
-                      _int(conf, "spark.dynamicAllocation.initialExecutors", 0),
-                      _int(conf, "spark.executor.instances", 0))
-        self.ratio = float(conf.get("spark.dynamicAllocation.executorAllocationRatio") or 1.0)
+                      config.read(conf, "spark.dynamicAllocation.initialExecutors", 0),
+                      config.read(conf, "spark.executor.instances", 0))
+        self.ratio = config.read(conf, "spark.dynamicAllocation.executorAllocationRatio")
         if self.min_executors < 0 or self.max_executors < self.min_executors:
             raise ValueError("spark.dynamicAllocation.minExecutors must be non-negative and "
                              "not greater than spark.dynamicAllocation.maxExecutors")
         if not 0.0 < self.ratio <= 1.0:
             raise ValueError("spark.dynamicAllocation.executorAllocationRatio must be > 0 "
                              "and <= 1.0")
-        self.idle_timeout = parse_time_seconds(
-            conf.get("spark.dynamicAllocation.executorIdleTimeout") or "60s")
+        self.idle_timeout = config.read(conf, "spark.dynamicAllocation.executorIdleTimeout")
         self.initial = {DEFAULT_RESOURCE_PROFILE_ID: initial}
         self.seen_stage = False
         self.sent: dict[int, int] = {}

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
+from ember import config
 from ember.config import parse_bool, parse_memory_mb
 from ember.deploy.messages import BUILTIN_EXECUTOR_RESOURCES, DEFAULT_RESOURCE_PROFILE_ID
 from ember.deploy.messages import ResourceProfile as ResourceProfileMessage
@@ -111,11 +112,11 @@ def _is_standalone_or_local_cluster(master: str) -> bool:
 def default_profile(conf: Mapping[str, Any]) -> ResourceProfile:
     """Spark's getOrCreateDefaultProfile: the application's executor and task settings."""
     execs: dict[str, ExecutorResourceRequest] = {}
-    cores = conf.get("spark.executor.cores")
+    cores = config.read(conf, "spark.executor.cores")
     if cores is not None:   # standalone: unset means one executor takes all free cores
-        execs["cores"] = ExecutorResourceRequest("cores", int(cores))
+        execs["cores"] = ExecutorResourceRequest("cores", cores)
     execs["memory"] = ExecutorResourceRequest(
-        "memory", parse_memory_mb(str(conf.get("spark.executor.memory") or "1g")))
+        "memory", config.read(conf, "spark.executor.memory"))
     for key, name in (("spark.executor.memoryOverhead", "memoryOverhead"),
                       ("spark.executor.pyspark.memory", "pyspark.memory")):
         if conf.get(key) is not None:
@@ -127,7 +128,7 @@ def default_profile(conf: Mapping[str, Any]) -> ResourceProfile:
     for req in parse_resource_requests(conf, "spark.executor"):
         execs[req.name] = ExecutorResourceRequest(req.name, req.amount, req.discovery_script,
                                                   req.vendor)
-    tasks = {CPUS: TaskResourceRequest(CPUS, int(conf.get("spark.task.cpus") or 1))}
+    tasks = {CPUS: TaskResourceRequest(CPUS, config.read(conf, "spark.task.cpus"))}
     prefix = "spark.task.resource."
     for key in conf:
         if key.startswith(prefix) and key.endswith(".amount"):
@@ -152,9 +153,8 @@ class ResourceProfileManager:
         self.conf = dict(conf)
         self.bus = bus
         self.master = master
-        self.dynamic_enabled = parse_bool(
-            self.conf.get("spark.dynamicAllocation.enabled") or "false")
-        self.merge_conflicts = parse_bool(self.conf.get(MERGE_CONFLICTS_KEY) or "false")
+        self.dynamic_enabled = config.read(self.conf, "spark.dynamicAllocation.enabled")
+        self.merge_conflicts = config.read(self.conf, MERGE_CONFLICTS_KEY)
         self._lock = threading.Lock()
         self.default = default_profile(self.conf)
         self._profiles: dict[int, ResourceProfile] = {}
@@ -216,7 +216,7 @@ class ResourceProfileManager:
         tasks = rp._task_resource_requests
         cpus_req = tasks.get(CPUS)
         cpus = int(cpus_req.amount) if cpus_req is not None else \
-            int(self.conf.get("spark.task.cpus") or 1)
+            config.read(self.conf, "spark.task.cpus")
         if cpus <= 0:
             raise SparkException("CPUs per task configuration has to be > 0")
         executor = rp._executor_resource_requests if not rp._is_task_profile() \
@@ -306,8 +306,8 @@ class ResourceProfileManager:
         limits = []
         if cores is not None:
             limits.append(cores.amount // req.cpus)
-        elif self.conf.get("spark.executor.cores") is not None:
-            limits.append(int(self.conf["spark.executor.cores"]) // req.cpus)
+        elif config.read(self.conf, "spark.executor.cores") is not None:
+            limits.append(config.read(self.conf, "spark.executor.cores") // req.cpus)
         custom = self._executor_resources_of(rp)
         for name, amount in req.resources:
             have = custom[name].amount

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ember.config import parse_time_seconds
+from ember import config
 from ember.deploy.app_client import parse_master_urls, start_app_client
 from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, ApplicationDescription,
                                    Command, FetchBroadcast, FetchFile,
@@ -186,7 +186,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         if self._allocation is not None:
             self.loop.post(self._update_allocation)
             self.rpc_env.schedule_periodic(1.0, 1.0, self._release_idle_executors)
-        starvation = parse_time_seconds(self.conf.get("spark.starvation.timeout") or "15s")
+        starvation = config.read(self.conf, "spark.starvation.timeout")
         self._starvation = self.rpc_env.schedule_periodic(starvation, starvation,
                                                           self._warn_if_starved)
         ratio = float(self.conf.get("spark.scheduler.minRegisteredResourcesRatio") or 0.0)
