@@ -167,9 +167,10 @@ class StandaloneSchedulerBackend(SchedulerBackend):
     def profile_message(self, rp_id: int) -> ResourceProfile:
         """A resource profile as the master and executors see it (an unknown id: the default)."""
         manager = self.scheduler.rp_manager
+        from ember.errors import SparkException
         try:
             return manager.profile_message(rp_id)
-        except Exception:
+        except SparkException:   # "ResourceProfileId N not found!"
             return manager.profile_message(DEFAULT_RESOURCE_PROFILE_ID)
 
     # --- lifecycle ----------------------------------------------------------------------
