@@ -277,6 +277,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     conf = {k: v for k, v in cfg.sparkProperties}
     conf.update(boot_conf)
+    profile_memory = cfg.resourceProfile.getExecutorMemory()
+    if profile_memory:   # an executor of a stage-level profile sizes itself by the profile
+        conf["spark.executor.memory"] = f"{profile_memory}m"
     try:
         resources = executor_resources(args.resourcesFile, cfg.resourceProfile)
     except ResourceError as e:
