@@ -27,7 +27,13 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
+# subpackages PySpark programs reach as attributes (`pyspark.resource.ResourceProfileBuilder`)
+_SUBMODULES = frozenset({"resource"})
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"ember.{name}")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'ember' has no attribute {name!r}")

@@ -144,6 +144,31 @@ _entry("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", 40, _int,
 _entry("spark.dynamicAllocation.enabled", False, parse_bool,
        "Dynamic executor allocation (barrier stages refuse to run with it, as in Spark).")
 
+# --- custom resources, resource profiles, dynamic allocation -----------------------------
+_entry("spark.task.cpus", 1, _int, "Cores each task takes from its executor.")
+_entry("spark.executor.cores", None, _int,
+       "Cores per executor; unset on a standalone cluster: one executor per worker taking "
+       "all its free cores.")
+_entry("spark.scheduler.resource.profileMergeConflicts", False, parse_bool,
+       "Merge (maximum of each request) the different ResourceProfiles of one stage's RDDs "
+       "instead of failing the job.")
+_entry("spark.starvation.timeout", 15.0, parse_time_seconds,
+       "How often a cluster driver warns that submitted tasks found no executor yet.")
+_entry("spark.dynamicAllocation.enabled", False, parse_bool,
+       "Request executors per resource profile from the standalone master as tasks need them "
+       "(required for stage-level profiles with executor requests).")
+_entry("spark.dynamicAllocation.minExecutors", 0, _int, "Lower bound of each profile's target.")
+_entry("spark.dynamicAllocation.maxExecutors", 2147483647, _int,
+       "Upper bound of each profile's executor target.")
+_entry("spark.dynamicAllocation.initialExecutors", None, _int,
+       "Executors of the default profile asked for before the first stage.")
+_entry("spark.executor.instances", None, _int,
+       "With dynamic allocation: also a floor of the initial executor target.")
+_entry("spark.dynamicAllocation.executorAllocationRatio", 1.0, _float,
+       "Fraction of the executors full parallelism would need that is asked for.")
+_entry("spark.dynamicAllocation.executorIdleTimeout", 60.0, parse_time_seconds,
+       "Idle time after which an executor beyond its profile's target is released.")
+
 
 def get_entry(key: str) -> ConfigEntry | None:
     return REGISTRY.get(key)

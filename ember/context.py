@@ -190,6 +190,7 @@ class SparkContext:
         self._start_ui_and_event_log()
         self._block_master = BlockManagerMaster(self._bus)
         self._tracker = MapOutputTracker()
+        self._setup_resources()
         self._create_scheduler()
         self._post_application_start()
         self._stopped = False
@@ -207,6 +208,19 @@ class SparkContext:
             if path:
                 self.addFile(path)
         atexit.register(self._atexit_stop)
+
+    def _setup_resources(self) -> None:
+        """The driver's own custom resources (spark.driver.resource.*, Spark's
+        spark.driver.resourcesFile) and the application's resource profiles."""
+        from ember.deploy.resources import ResourceError, get_or_discover_all_resources
+        from ember.scheduler.resource_profiles import ResourceProfileManager
+        conf = dict(self._conf.getAll())
+        try:
+            self._driver_resources = get_or_discover_all_resources(
+                conf, "spark.driver", conf.get("spark.driver.resourcesFile"))
+        except ResourceError as e:
+            raise SparkException(str(e)) from None
+        self._resource_profile_manager = ResourceProfileManager(conf, self.master, self._bus)
 
     def _create_scheduler(self) -> None:
         local = parse_local_master(self.master)
@@ -227,6 +241,7 @@ class SparkContext:
             config.read(self._conf, "spark.ember.worker.maxCrashes"),
             config.read(self._conf, "spark.locality.wait"),
             config.read(self._conf, "spark.barrier.sync.timeout"))
+        sched.rp_manager = self._resource_profile_manager
         backend: Any
         if local is not None:
             from ember.scheduler.local_backend import LocalSchedulerBackend
@@ -243,6 +258,10 @@ class SparkContext:
                 self._files_dir, dict(self.environment),
                 config.read(self._conf, "spark.python.task.killTimeout"),
                 int(dp) if dp else None, self._loop, self._fork_client)
+            from ember.scheduler.local_backend import EXECUTOR_ID
+            # Spark's local mode: tasks take their cores and the driver's resources
+            sched.register_executor_resources(EXECUTOR_ID, threads, {
+                n: list(i.addresses) for n, i in self._driver_resources.items()})
         else:
             from ember.scheduler.standalone_backend import StandaloneSchedulerBackend
             master_url = self.master
@@ -567,7 +586,8 @@ class SparkContext:
 
     @property
     def resources(self) -> dict:
-        return {}
+        """The driver's custom resources: name -> ResourceInformation (PySpark's)."""
+        return dict(self._driver_resources)
 
     @property
     def listFiles(self) -> list[str]:

@@ -103,6 +103,8 @@ class RDD:
         self._checkpoint_dir: str | None = None      # set once written (reliable)
         self._local_checkpointed = False
         self._truncated = False
+        self.has_resource_profile = False
+        self._resource_profile: Any = None   # ember.resource.ResourceProfile (withResources)
 
     # --- engine interface ---------------------------------------------------------------
     def id(self) -> int:
@@ -159,6 +161,7 @@ class RDD:
         state["ctx"] = None
         state["_partitions_cache"] = None
         state.pop("_mapped_from", None)      # a driver-side optimizer hint
+        state["_resource_profile"] = None    # scheduling only: stays on the driver
         if self._truncated or self._checkpoint_dir is not None:
             for attr in self._lineage_attrs:
                 state[attr] = None
@@ -195,7 +198,7 @@ class RDD:
 
     def _is_pipelinable(self) -> bool:
         return not (self.is_cached or self._checkpoint_requested or self._local_checkpointed
-                    or self._checkpoint_dir is not None)
+                    or self._checkpoint_dir is not None or self.has_resource_profile)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}[{self._id}] at {self._call_site}"
@@ -495,6 +498,18 @@ class RDD:
             for i, v in enumerate(it):
                 yield v, i * n + k
         return self.mapPartitionsWithIndex(func)
+
+    def withResources(self, profile: Any) -> "RDD":
+        """Compute this RDD's stage with `profile`'s executor and task requirements
+        (PySpark's RDD.withResources; Spark checks here that the master supports it)."""
+        self.ctx._resource_profile_manager.add(profile)
+        self.has_resource_profile = True
+        self._resource_profile = profile
+        return self
+
+    def getResourceProfile(self) -> Any:
+        """The profile given to withResources, or None."""
+        return self._resource_profile
 
     def barrier(self) -> "RDDBarrier":
         """Mark the current stage as a barrier stage: all its tasks are launched together

@@ -20,8 +20,9 @@ from ember.deploy.master.scheduling import (
     parse_worker_selection_policy, schedule_drivers, schedule_executors_on_workers,
     usable_workers,
 )
-from ember.deploy.master.state import Log, MasterState, Send
-from ember.deploy.messages import ElectedLeader, LaunchExecutor
+from ember.deploy.master.state import Ask, Log, MasterState, Send
+from ember.deploy.messages import (ElectedLeader, ExecutorState, ExecutorStateChanged,
+                                   LaunchExecutor, RequestExecutors, ResourceInformation)
 
 _counter = [0]
 
@@ -378,3 +379,97 @@ def test_thousand_workers_thousand_apps(capsys):
     with capsys.disabled():
         print(f"[benchmark] {n} RegisterWorker events with {n} apps waiting: "
               f"{elapsed2 * 1000:.1f} ms total")
+
+
+# -- custom resources and resource profiles -----------------------------------------------------
+
+def test_resources_cap_executors_per_worker():
+    """Cores would allow four 2-core executors; three GPUs allow three (one GPU each)."""
+    w = make_worker(4096, 8, resources={"gpu": ["0", "1", "2"]})
+    app = make_app(256, 2, custom={"gpu": 1})
+    assert sched(app, usable_workers(app, [w]), True) == [6]
+    assert sched(app, usable_workers(app, [w]), False) == [6]
+
+
+def test_one_executor_per_worker_needs_all_its_resources_on_one_worker():
+    """coresPerExecutor unset: one executor per worker, which must hold every GPU it asks."""
+    two = make_worker(4096, 4, resources={"gpu": ["0", "1"]})
+    one = make_worker(4096, 4, resources={"gpu": ["0"]})
+    app = make_app(256, None, custom={"gpu": 2})
+    usable = usable_workers(app, [two, one])
+    assert usable == [two]
+    assert sched(app, usable, True) == [4]
+
+
+def test_spread_out_with_resources_uses_every_gpu_worker():
+    ws = [make_worker(4096, 4, resources={"gpu": ["0", "1"]}) for _ in range(3)]
+    app = make_app(256, 1, custom={"gpu": 1}, max_cores=3)
+    assert sched(app, usable_workers(app, ws), True) == [1, 1, 1]
+    app = make_app(256, 1, custom={"gpu": 1}, max_cores=3)
+    assert sorted(sched(app, usable_workers(app, ws), False)) == [0, 1, 2]
+
+
+def _gpu_master(*workers: list[str]) -> MasterState:
+    state = MasterState({}, host="m", port=7077, self_ref="master", rng=random.Random(1))
+    state.handle(ElectedLeader(), 0)
+    for i, addrs in enumerate(workers):
+        state.handle(RegisterWorker(f"worker-{i}", "h", 7000 + i, f"w{i}", 4, 4096, "",
+                                    "m:7077", {"gpu": ResourceInformation("gpu", addrs)}), 0)
+    return state
+
+
+def _launches(out) -> list[LaunchExecutor]:
+    return [i.message for i in out if isinstance(i, Send) and isinstance(i.message,
+                                                                           LaunchExecutor)]
+
+
+def test_master_assigns_distinct_addresses_and_releases_them():
+    state = _gpu_master(["0", "1"])
+    desc = ApplicationDescription("gpu", None, Command("Main"), "",
+                                  ResourceProfile.of(cores=1, memoryMb=256, custom={"gpu": 1}))
+    out = state.handle(RegisterApplication(desc, "driver"), 0)
+    launches = _launches(out)
+    assert len(launches) == 2            # 4 cores, but only 2 GPUs of one each
+    assert sorted(a for l in launches for a in l.resources["gpu"].addresses) == ["0", "1"]
+    worker = state.idToWorker["worker-0"]
+    assert sorted(worker.resourcesUsed["gpu"]) == ["0", "1"]
+    app_id = launches[0].appId
+    gone = launches[0]
+    out = state.handle(Ask("r", ExecutorStateChanged(app_id, gone.execId,
+                                                     ExecutorState.EXITED, "done", 0)), 0)
+    relaunched = _launches(out)          # the freed GPU goes to a replacement executor
+    assert [l.resources["gpu"].addresses for l in relaunched] == \
+        [gone.resources["gpu"].addresses]
+    assert sorted(worker.resourcesUsed["gpu"]) == ["0", "1"]
+
+
+def test_request_executors_per_profile_places_by_the_profile():
+    """RequestExecutors for profile 1 (1 core + 1 GPU) launches rpId-1 executors only where
+    GPUs are, leaving the default profile's target untouched."""
+    state = _gpu_master([], ["7"])
+    desc = ApplicationDescription("p", None, Command("Main"), "",
+                                  ResourceProfile.of(cores=1, memoryMb=256),
+                                  initialExecutorLimit=0)
+    out = state.handle(RegisterApplication(desc, "driver"), 0)
+    assert _launches(out) == []
+    app_id = next(iter(state.apps)).id
+    gpu_rp = ResourceProfile.of(id=1, cores=1, memoryMb=256, custom={"gpu": 1})
+    out = state.handle(Ask("r", RequestExecutors(app_id, [(gpu_rp, 3)])), 0)
+    launches = _launches(out)
+    assert [(l.rpId, l.resources["gpu"].addresses) for l in launches] == [(1, ["7"])]
+    assert launches[0] in [i.message for i in out if isinstance(i, Send) and i.target == "w1"]
+
+
+def test_request_larger_than_any_worker_waits_with_sparks_warning():
+    state = _gpu_master(["0"])
+    desc = ApplicationDescription("big", None, Command("Main"), "",
+                                  ResourceProfile.of(memoryMb=256, custom={"gpu": 4}))
+    out = state.handle(RegisterApplication(desc, "driver"), 0)
+    assert _launches(out) == []
+    app = next(iter(state.apps))
+    assert Log("WARN", app_warning(app.id)) in out
+    assert app.state.name == "WAITING"
+    # a worker with enough GPUs joining later gets the executor
+    out = state.handle(RegisterWorker("worker-big", "h", 7100, "wbig", 4, 4096, "", "m:7077",
+                                      {"gpu": ResourceInformation("gpu", list("0123"))}), 0)
+    assert [l.resources["gpu"].addresses for l in _launches(out)] == [["0", "1", "2", "3"]]

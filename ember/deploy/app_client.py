@@ -11,9 +11,10 @@ import threading
 from typing import Any, Protocol
 
 from ember.deploy.messages import (ApplicationDescription, ApplicationRemoved,
-                                   ExecutorAdded, ExecutorState, ExecutorUpdated,
+                                   ExecutorAdded, ExecutorState, ExecutorUpdated, KillExecutors,
                                    MasterChangeAcknowledged, MasterChanged, RegisterApplication,
-                                   RegisteredApplication, UnregisterApplication, WorkerRemoved)
+                                   RegisteredApplication, RequestExecutors,
+                                   UnregisterApplication, WorkerRemoved)
 from ember.rpc import RpcAddress, RpcAuthenticationError, RpcEndpoint, RpcEnv
 
 log = logging.getLogger("ember.deploy.client")
@@ -135,6 +136,29 @@ class StandaloneAppClient(RpcEndpoint):
             log.warning("Connection to %s failed; waiting for master to reconnect...",
                         remote.hostPort)
             self.listener.disconnected()
+
+    def request_total_executors(self, totals: list[tuple[Any, int]]) -> bool:
+        """Ask the master for these executor totals per profile (RequestExecutors); False
+        while not connected. The answer only says whether the master knew the app."""
+        if self.master_ref is None or self.app_id is None:
+            return False
+        fut = self.master_ref.ask(RequestExecutors(self.app_id, list(totals)))
+
+        def done(f: Any) -> None:
+            exc = f.exception()
+            if exc is not None:
+                log.warning("Failed to request executors from the master: %s", exc)
+        fut.add_done_callback(done)
+        return True
+
+    def kill_executors(self, executor_ids: list[str]) -> bool:
+        """Ask the master to kill these executors of ours (KillExecutors)."""
+        if self.master_ref is None or self.app_id is None:
+            return False
+        fut = self.master_ref.ask(KillExecutors(self.app_id, list(executor_ids)))
+        fut.add_done_callback(lambda f: f.exception() is not None and log.warning(
+            "Failed to kill executors %s: %s", executor_ids, f.exception()))
+        return True
 
     def stop(self) -> None:
         if self.master_ref is not None and self.app_id is not None:

@@ -29,7 +29,7 @@ from ember.rpc.messages import message
 
 DEFAULT_RESOURCE_PROFILE_ID = 0
 # Spark's ResourceProfile keys that are not "custom" resources (ResourceProfile.allSupported...)
-_BUILTIN_EXECUTOR_RESOURCES = ("cores", "memory", "memoryOverhead", "pyspark.memory", "offHeap")
+BUILTIN_EXECUTOR_RESOURCES = ("cores", "memory", "memoryOverhead", "pyspark.memory", "offHeap")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,6 +140,9 @@ class TaskResourceRequest:
     resourceName: str
     amount: float
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "amount", float(self.amount))   # PySpark stores a float
+
 
 @message
 @dataclass(frozen=True)
@@ -163,7 +166,7 @@ class ResourceProfile:
 
     def getCustomExecutorResources(self) -> dict[str, ExecutorResourceRequest]:
         return {k: v for k, v in self.executorResources.items()
-                if k not in _BUILTIN_EXECUTOR_RESOURCES}
+                if k not in BUILTIN_EXECUTOR_RESOURCES}
 
     @staticmethod
     def of(id: int = DEFAULT_RESOURCE_PROFILE_ID, cores: Optional[int] = None,

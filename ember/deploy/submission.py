@@ -138,6 +138,7 @@ def driver_description(conf: Mapping[str, str], app: AppSpec, resource_url: str,
     """Spark's ClientApp DriverDescription: memory/cores/supervise from the conf, every
     property as `-Dk=v`, the DriverWrapper command with the placeholders the worker fills."""
     from ember.config import parse_memory_mb
+    from ember.deploy.resources import driver_resource_requirements
     mem = parse_memory_mb(conf.get("spark.driver.memory", "1024m"))
     cores = int(conf.get("spark.driver.cores", "1"))
     supervise = str(conf.get("spark.driver.supervise", "false")).strip().lower() == "true"
@@ -145,4 +146,5 @@ def driver_description(conf: Mapping[str, str], app: AppSpec, resource_url: str,
                       ["{{WORKER_URL}}", "{{USER_JAR}}", app.main, *app.args],
                       dict(environment), [], [],
                       [f"-D{k}={v}" for k, v in conf.items()])
-    return DriverDescription(resource_url, mem, cores, supervise, command)
+    return DriverDescription(resource_url, mem, cores, supervise, command,
+                             driver_resource_requirements(conf))

@@ -18,11 +18,13 @@ import threading
 from typing import Any
 
 from ember.config import parse_memory_mb
-from ember.deploy.messages import (KillTask, LaunchTask, RegisteredExecutor,
-                                   RegisterExecutor, RegisterExecutorFailed, RemoveBroadcast,
-                                   RemoveRdd, RemoveStage,
-                                   RetrieveSparkAppConfig, Shutdown, ShuffleBlockRequest,
+from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, KillTask, LaunchTask,
+                                   RegisteredExecutor, RegisterExecutor, RegisterExecutorFailed,
+                                   RemoveBroadcast, RemoveRdd, RemoveStage, ResourceInformation,
+                                   ResourceProfile, RetrieveSparkAppConfig, Shutdown, ShuffleBlockRequest,
                                    StatusUpdate, StopExecutor)
+from ember.deploy.resources import (ResourceError, ResourceRequest, discover_resource,
+                                    parse_allocated)
 from ember.executor.process_pool import TaskProcessPool
 from ember.scheduler.event_loop import RpcLoop
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv, RpcRemoteError
@@ -49,8 +51,12 @@ def read_shuffle_segment(map_path: str, reduce_id: int) -> bytes:
 class CoarseGrainedExecutorBackend(RpcEndpoint):
     def __init__(self, executor_id: str, hostname: str, cores: int, app_id: str,
                  driver_address: RpcAddress, worker_address: RpcAddress | None,
-                 spark_conf: dict[str, str], work_dir: str) -> None:
+                 spark_conf: dict[str, str], work_dir: str,
+                 resources: dict[str, ResourceInformation] | None = None,
+                 rp_id: int = DEFAULT_RESOURCE_PROFILE_ID) -> None:
         self.executor_id = executor_id
+        self.resources = dict(resources or {})
+        self.rp_id = rp_id
         self.hostname = hostname
         self.cores = cores
         self.app_id = app_id
@@ -70,7 +76,8 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
         log_urls = {k: v for k, v in (("stdout", os.environ.get("SPARK_LOG_URL_STDOUT")),
                                       ("stderr", os.environ.get("SPARK_LOG_URL_STDERR"))) if v}
         fut = self.driver.ask(RegisterExecutor(self.executor_id, self.self_ref, self.hostname,
-                                               self.cores, log_urls))
+                                               self.cores, log_urls, {}, self.resources,
+                                               self.rp_id))
 
         def registered(f: Any) -> None:
             try:
@@ -240,7 +247,25 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--app-id", required=True)
     p.add_argument("--worker-url")
     p.add_argument("--resourceProfileId", type=int, default=0)
+    p.add_argument("--resourcesFile")
     return p.parse_args(argv)
+
+
+def executor_resources(resources_file: str | None, profile: ResourceProfile
+                       ) -> dict[str, ResourceInformation]:
+    """Spark's getOrDiscoverAllResourcesForResourceProfile: the addresses the worker
+    assigned (the resources file), then the profile's discovery scripts for the rest; each
+    must cover the profile's amount."""
+    found = parse_allocated(resources_file, "spark.executor")
+    for name, req in profile.getCustomExecutorResources().items():
+        if name not in found:
+            found[name] = discover_resource(ResourceRequest(
+                "spark.executor", name, int(req.amount), req.discoveryScript, req.vendor))
+        addresses = found[name].addresses
+        if len(addresses) < req.amount:
+            raise ResourceError(f"Resource: {name}, with addresses: {','.join(addresses)} "
+                                f"is less than what the user requested: {req.amount})")
+    return found
 
 
 def _endpoint_address(url: str) -> RpcAddress:
@@ -271,12 +296,21 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     conf = {k: v for k, v in cfg.sparkProperties}
     conf.update(boot_conf)
+    profile_memory = cfg.resourceProfile.getExecutorMemory()
+    if profile_memory:   # an executor of a stage-level profile sizes itself by the profile
+        conf["spark.executor.memory"] = f"{profile_memory}m"
+    try:
+        resources = executor_resources(args.resourcesFile, cfg.resourceProfile)
+    except ResourceError as e:
+        log.error("Failed to setup executor resources: %s", e)
+        env.shutdown()
+        return 1
     dirs = [d for d in os.environ.get("SPARK_EXECUTOR_DIRS", "").split(os.pathsep) if d]
     root = dirs[0] if dirs else tempfile.gettempdir()
     work_dir = tempfile.mkdtemp(prefix=f"executor-{args.executor_id}-", dir=root)
     backend = CoarseGrainedExecutorBackend(args.executor_id, args.hostname, args.cores,
                                            args.app_id, driver_addr, worker_addr, conf,
-                                           work_dir)
+                                           work_dir, resources, args.resourceProfileId)
     env.setup_endpoint(ENDPOINT_NAME, backend)
     if worker_addr is not None:
         try:    # WorkerWatcher: a connection to the worker whose loss ends this executor

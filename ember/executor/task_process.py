@@ -17,6 +17,7 @@ import traceback
 from typing import Any
 
 from ember import accumulators, broadcast
+from ember.deploy.messages import ResourceInformation
 from ember.errors import TaskKilledException
 from ember.executor.wire import read_msg, send_msg
 from ember.files import SparkFiles
@@ -76,16 +77,19 @@ def _load_stage(blob: bytes, meta: bytes) -> _Stage:
 
 def run_task(env: TaskEnv, stage: _Stage, task: tuple, tid: int) -> tuple:
     """Run one task; returns the ("done", tid, state, payload) message to send back."""
-    partition, partition_id, attempt, props, stage_id, stage_attempt = task
+    partition, partition_id, attempt, props, stage_id, stage_attempt, task_resources = task
+    cpus, assigned = task_resources if task_resources is not None else (env.cpus, {})
     files = props.get("spark.ember.files")
     if files and env.remote is not None and env.remote.ensure_files(files.split(",")):
         _add_py_files(env.remote.files_dir)
     # a barrier stage's tasks are told where all of them run (Spark's "addresses" property)
     ctx_class = BarrierTaskContext if "addresses" in props else TaskContext
     ctx = ctx_class._create(stage_id, stage_attempt, partition_id, attempt, tid, props,
-                            env.cpus, env, stage.map_locations)
+                            cpus, env, stage.map_locations)
     if isinstance(ctx, BarrierTaskContext) and _channel[0] is not None:
         ctx._sync = _channel[0].request_to_sync
+    if assigned:
+        ctx._resources = {n: ResourceInformation(n, list(a)) for n, a in assigned.items()}
     TaskContext._setTaskContext(ctx)
     for acc in stage.accumulators:
         acc._value = acc.accum_param.zero(acc._value)

@@ -501,13 +501,28 @@ class DAGScheduler:
                     stack.append(dep.rdd)
         return meta
 
+    def _stage_resource_profile(self, rdd: Any) -> int:
+        """The ResourceProfile id the stage's tasks run with (0 without withResources)."""
+        manager = getattr(self.task_scheduler, "rp_manager", None)
+        if manager is None:
+            return 0
+        from ember.scheduler.resource_profiles import profiles_of_stage
+        return manager.stage_profile(profiles_of_stage(
+            rdd, lambda dep: isinstance(dep, ShuffleDependency)))
+
     def submit_missing_tasks(self, stage: Stage, job_id: int) -> None:
         import pickle
         parts = stage.find_missing_partitions()
         job = self.job_id_to_active_job[job_id]
         properties = job.properties
+        try:
+            rp_id = self._stage_resource_profile(stage.rdd)
+        except Exception as e:   # conflicting profiles: Spark fails the job
+            self.abort_stage(stage, str(e), e)
+            return
         self.running_stages.add(stage)
         stage.make_new_attempt(len(parts))
+        stage.latest_info.resource_profile_id = rp_id
         stage.latest_info.submission_time = time.time()
         self.bus.post(L.StageSubmitted(stage.latest_info, properties))
         try:
@@ -536,7 +551,8 @@ class DAGScheduler:
                                   self._preferred_locations(stage.rdd, p)))
         if tasks:
             self.task_scheduler.submit_tasks(TaskSet(tasks, stage.id, attempt, job_id,
-                                                     properties, blob, meta, stage.is_barrier))
+                                                     properties, blob, meta, stage.is_barrier,
+                                                     rp_id))
         else:
             self.mark_stage_finished(stage)
             self.submit_waiting_child_stages(stage)

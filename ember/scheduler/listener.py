@@ -45,6 +45,7 @@ class StageInfo:
     failure_reason: str | None = None
     parent_ids: list[int] = field(default_factory=list)
     rdd_infos: list[RDDInfo] = field(default_factory=list)
+    resource_profile_id: int = 0
 
 
 @dataclass
@@ -98,6 +99,8 @@ class ExecutorAdded:
     cores: int
     time: float = field(default_factory=time.time)
     log_urls: dict[str, str] = field(default_factory=dict)
+    resources: dict[str, list[str]] = field(default_factory=dict)   # name -> addresses
+    resource_profile_id: int = 0
 
 
 @dataclass
@@ -119,6 +122,16 @@ class ApplicationStart:
 @dataclass
 class ApplicationEnd:
     time: float
+
+
+@dataclass
+class ResourceProfileAdded:
+    """A resource profile the application registered (Spark's
+    SparkListenerResourceProfileAdded). executor_resources: name -> (amount, discovery
+    script, vendor); task_resources: name -> amount."""
+    resource_profile_id: int
+    executor_resources: dict[str, tuple[int, str, str]]
+    task_resources: dict[str, float]
 
 
 @dataclass

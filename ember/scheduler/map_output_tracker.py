@@ -55,5 +55,11 @@ class MapOutputTracker:
         with self._lock:
             return list(self._outputs.get(shuffle_id, []))
 
+    def executors_with_outputs(self) -> set[str]:
+        """Executors holding map output of a registered shuffle."""
+        with self._lock:
+            return {st.executor_id for outs in self._outputs.values() for st in outs
+                    if st is not None}
+
     def shuffle_ids(self) -> list[int]:
         return list(self._outputs)

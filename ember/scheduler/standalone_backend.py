@@ -16,8 +16,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ember import config
 from ember.deploy.app_client import parse_master_urls, start_app_client
-from ember.deploy.messages import (ApplicationDescription, Command, FetchBroadcast, FetchFile,
+from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, ApplicationDescription,
+                                   Command, FetchBroadcast, FetchFile,
                                    KillTask, LaunchTask, RegisteredExecutor,
                                    RegisterExecutor, RegisterExecutorFailed, RemoveBroadcast,
                                    RemoveExecutor, RemoveRdd, RemoveStage, RequestToSync,
@@ -26,6 +28,8 @@ from ember.deploy.messages import (ApplicationDescription, Command, FetchBroadca
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv
 from ember.scheduler.backend import SchedulerBackend, WorkerOffer
 from ember.scheduler.event_loop import RpcLoop
+from ember.scheduler.executor_allocation import (ExecutorAllocationManager, IdleExecutor,
+                                                 executors_to_release)
 from ember.scheduler.listener import ExecutorAdded, ExecutorRemoved
 
 log = logging.getLogger("ember.scheduler.standalone")
@@ -42,6 +46,8 @@ class ExecutorData:
     cores: int
     free_slots: set[int] = field(default_factory=set)
     seen_stages: set = field(default_factory=set)
+    rp_id: int = DEFAULT_RESOURCE_PROFILE_ID
+    idle_since: float | None = None      # monotonic time it became idle; None while busy
 
 
 class DriverEndpoint(RpcEndpoint):
@@ -55,7 +61,8 @@ class DriverEndpoint(RpcEndpoint):
         if isinstance(msg, RegisterExecutor):
             b.register_executor(msg, context)
         elif isinstance(msg, RetrieveSparkAppConfig):
-            context.reply(SparkAppConfig(sorted(b.app_conf().items())))
+            context.reply(SparkAppConfig(sorted(b.app_conf().items()),
+                                         resourceProfile=b.profile_message(msg.resourceProfileId)))
         elif isinstance(msg, FetchBroadcast):
             self._reply_file(context, os.path.join(b.sc._broadcast_dir, f"broadcast_{msg.id}"))
         elif isinstance(msg, FetchFile):
@@ -114,6 +121,11 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self.driver_endpoint = DriverEndpoint(self)
         self.rpc_env.setup_endpoint(ENDPOINT_NAME, self.driver_endpoint)
         self.client: Any = None
+        self._allocation: ExecutorAllocationManager | None = None
+        self._releasing: set[str] = set()
+        if scheduler.rp_manager is not None and scheduler.rp_manager.dynamic_enabled:
+            self._allocation = ExecutorAllocationManager(
+                dict(self.conf.getAll()), scheduler.rp_manager, self._request_totals)
 
     # --- configuration shared with executors --------------------------------------------
     def app_conf(self) -> dict[str, str]:
@@ -123,7 +135,6 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         return conf
 
     def _app_description(self) -> ApplicationDescription:
-        from ember.config import parse_memory_mb
         addr = self.rpc_env.address
         driver_url = f"spark://{ENDPOINT_NAME}@{addr.host}:{addr.port}"
         args = ["--driver-url", driver_url, "--executor-id", "{{EXECUTOR_ID}}",
@@ -137,17 +148,32 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(
             path + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
         command = Command("ember.executor.backend", args, env, [], [], [])
-        cores = self.conf.get("spark.executor.cores")
-        memory = parse_memory_mb(self.conf.get("spark.executor.memory") or "1g")
         max_cores = self.conf.get("spark.cores.max")
         initial = self.conf.get("spark.dynamicAllocation.initialExecutors")
+        if self._allocation is not None:
+            # Spark: start with none, the allocation manager asks per profile
+            if self.conf.get("spark.executor.cores") is None:
+                log.warning("Dynamic allocation enabled without spark.executor.cores "
+                            "explicitly set, you may get more executors allocated than "
+                            "expected. It's recommended to set spark.executor.cores "
+                            "explicitly. Please check SPARK-30299 for more details.")
+            initial = "0"
         event_log = self.sc._event_log
         return ApplicationDescription(
             self.sc.appName, int(max_cores) if max_cores else None, command,
             self.sc.uiWebUrl or "",
-            ResourceProfile.of(cores=int(cores) if cores else None, memoryMb=memory),
+            self.profile_message(DEFAULT_RESOURCE_PROFILE_ID),
             "file:" + event_log.log_dir if event_log is not None else None, None,
             int(initial) if initial else None, self.sc.sparkUser())
+
+    def profile_message(self, rp_id: int) -> ResourceProfile:
+        """A resource profile as the master and executors see it (an unknown id: the default)."""
+        manager = self.scheduler.rp_manager
+        from ember.errors import SparkException
+        try:
+            return manager.profile_message(rp_id)
+        except SparkException:   # "ResourceProfileId N not found!"
+            return manager.profile_message(DEFAULT_RESOURCE_PROFILE_ID)
 
     # --- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
@@ -160,6 +186,12 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             raise SparkException(f"Cannot register application with master "
                                  f"{','.join(m.to_spark_url() for m in self.masters)}: "
                                  f"{self.client.failed}")
+        if self._allocation is not None:
+            self.loop.post(self._update_allocation)
+            self.rpc_env.schedule_periodic(1.0, 1.0, self._release_idle_executors)
+        starvation = config.read(self.conf, "spark.starvation.timeout")
+        self._starvation = self.rpc_env.schedule_periodic(starvation, starvation,
+                                                          self._warn_if_starved)
         ratio = float(self.conf.get("spark.scheduler.minRegisteredResourcesRatio") or 0.0)
         wait = float((self.conf.get("spark.scheduler.maxRegisteredResourcesWaitingTime")
                       or "30s").rstrip("s"))
@@ -223,22 +255,29 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             return
         addr = msg.executorRef.address
         data = ExecutorData(eid, msg.executorRef, addr, msg.hostname, msg.cores,
-                            set(range(msg.cores)))
+                            set(range(msg.cores)), rp_id=msg.resourceProfileId,
+                            idle_since=time.monotonic())
         self.executors[eid] = data
         with self._registered:
             self.total_cores += msg.cores
             self._registered.notify_all()
         log.info("Registered executor %s (%s) with ID %s, ResourceProfileId %d",
                  msg.executorRef, addr.hostPort, eid, msg.resourceProfileId)
+        self.scheduler.register_executor_resources(
+            eid, msg.cores, {n: list(i.addresses) for n, i in msg.resources.items()},
+            msg.resourceProfileId)
         self.scheduler.executor_added(eid)
-        self.sc._bus.post(ExecutorAdded(eid, msg.hostname, msg.cores,
-                                        log_urls=dict(msg.logUrls)))
+        self.sc._bus.post(ExecutorAdded(
+            eid, msg.hostname, msg.cores, log_urls=dict(msg.logUrls),
+            resources={n: list(i.addresses) for n, i in msg.resources.items()},
+            resource_profile_id=msg.resourceProfileId))
         self.rpc_env.call_soon(context.reply, True)
         msg.executorRef.send(RegisteredExecutor())
         self.revive_offers()
 
     def remove_executor(self, exec_id: str, reason: str, caused_by_app: bool) -> None:
         data = self.executors.pop(exec_id, None)
+        self._releasing.discard(exec_id)
         if data is None:
             return
         with self._registered:
@@ -265,10 +304,46 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self.scheduler.status_update(msg.taskId, msg.state, payload, accum, metrics, blocks)
         if data is not None and slot is not None:
             data.free_slots.add(slot)
+            if len(data.free_slots) >= data.cores:
+                data.idle_since = time.monotonic()
         self.revive_offers()
+
+    def _request_totals(self, totals: list[tuple[int, int]]) -> bool:
+        return self.client is not None and self.client.request_total_executors(
+            [(self.profile_message(rp), n) for rp, n in totals])
+
+    def _update_allocation(self) -> None:
+        if self._allocation is not None and not self._stopping:
+            self._allocation.update(self.scheduler.tasks_needed_by_profile())
+
+    def _warn_if_starved(self) -> None:
+        """Spark's starvation timer: until the first task launches, warn every
+        spark.starvation.timeout that submitted work finds no executor to run on."""
+        if self.scheduler.has_launched_task or self._stopping:
+            self._starvation.cancel()
+        elif self.scheduler.stage_tsms:
+            log.warning("Initial job has not accepted any resources; check your cluster UI "
+                        "to ensure that workers are registered and have sufficient resources")
+
+    def _release_idle_executors(self) -> None:
+        """Every second under dynamic allocation: kill executors idle past
+        executorIdleTimeout that their profile's target no longer needs."""
+        if self._allocation is None or self._stopping:
+            return
+        keeps = (self.sc._tracker.executors_with_outputs()
+                 | self.sc._block_master.executors_with_blocks())
+        execs = [IdleExecutor(e.executor_id, e.rp_id, e.idle_since, e.executor_id in keeps)
+                 for e in self.executors.values() if e.executor_id not in self._releasing]
+        ids = executors_to_release(execs, self._allocation.sent, time.monotonic(),
+                                   self._allocation.idle_timeout)
+        if ids and self.client is not None and self.client.kill_executors(ids):
+            self._releasing.update(ids)
+            log.info("Removing executors %s because they have been idle for %g seconds",
+                     ", ".join(ids), self._allocation.idle_timeout)
 
     def revive_offers(self) -> None:
         sched = self.scheduler
+        self._update_allocation()
         with sched.lock:
             offers = [WorkerOffer(e.executor_id, e.host, s, e.address.hostPort)
                       for e in self.executors.values() for s in sorted(e.free_slots)]
@@ -277,6 +352,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             for td in sched.resource_offers(offers):
                 ex = self.executors[td.executor_id]
                 ex.free_slots.discard(td.slot)
+                ex.idle_since = None
                 self._slot_of[td.task_id] = td.slot
                 first = td.stage_key not in ex.seen_stages
                 if first:

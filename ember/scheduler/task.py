@@ -46,6 +46,7 @@ class TaskSet:
     blob: bytes               # the stage's closure (cloudpickled), sent once per slot
     meta: bytes               # shuffle map locations the stage reads (pickled)
     barrier: bool = False     # a barrier stage: all tasks launch together or not at all
+    resource_profile_id: int = 0   # the stage's ResourceProfile (withResources)
 
     @property
     def id(self) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 from ember.scheduler.backend import SchedulerBackend, WorkerOffer
 from ember.scheduler.barrier_coordinator import BarrierCoordinator
 from ember.scheduler.pool import SchedulableBuilder
+from ember.scheduler.resource_profiles import ExecutorResources, TaskRequirements
 from ember.scheduler.task import (ExceptionFailure, ExecutorLostFailure, FetchFailed,
                                   TaskDescription, TaskKilled, TaskProcessCrashed, TaskSet)
 from ember.scheduler.task_set_manager import TaskSetManager
@@ -45,6 +46,12 @@ class TaskSchedulerImpl:
         self.has_launched_task = False
         self.barrier_sync_timeout = barrier_sync_timeout
         self.barrier_coordinator: BarrierCoordinator | None = None
+        # custom resources: the profiles (set by the SparkContext), each executor's free
+        # cores and addresses, its profile, and what each running task holds
+        self.rp_manager: Any = None
+        self.executor_resources: dict[str, ExecutorResources] = {}
+        self.executor_rp_ids: dict[str, int] = {}
+        self.task_id_to_resources: dict[int, tuple[str, TaskRequirements, dict]] = {}
 
     def initialize(self, backend: SchedulerBackend, dag: Any) -> None:
         self.backend = backend
@@ -114,6 +121,54 @@ class TaskSchedulerImpl:
                 tsm.parent.remove(tsm)
 
     # --- from the backend ---------------------------------------------------------------
+    def tasks_needed_by_profile(self) -> dict[int, int]:
+        """Unfinished tasks of active task sets per resource profile (the demand dynamic
+        allocation turns into executor targets)."""
+        with self.lock:
+            out: dict[int, int] = {}
+            for attempts in self.stage_tsms.values():
+                for tsm in attempts.values():
+                    if not tsm.is_zombie:
+                        rp = tsm.task_set.resource_profile_id
+                        out[rp] = out.get(rp, 0) + tsm.num_tasks - tsm.tasks_successful
+            return out
+
+    def register_executor_resources(self, executor_id: str, cores: int,
+                                    resources: dict[str, list[str]], rp_id: int = 0) -> None:
+        """An executor's cores and custom resource addresses: from now on its tasks take
+        `spark.task.cpus` cores and their task resources from these (Spark's ExecutorData)."""
+        with self.lock:
+            self.executor_resources[executor_id] = ExecutorResources(cores, resources)
+            self.executor_rp_ids[executor_id] = rp_id
+
+    def _task_requirements(self, tsm: TaskSetManager) -> TaskRequirements:
+        if self.rp_manager is None:
+            return TaskRequirements()
+        return self.rp_manager.task_requirements(tsm.task_set.resource_profile_id)
+
+    def _can_run_on(self, tsm: TaskSetManager, executor_id: str) -> bool:
+        if self.rp_manager is None:
+            return True
+        return self.rp_manager.can_be_scheduled(tsm.task_set.resource_profile_id,
+                                                self.executor_rp_ids.get(executor_id, 0))
+
+    def _offer(self, tsm: TaskSetManager, o: WorkerOffer, level: str,
+               req: TaskRequirements) -> TaskDescription | None:
+        """One slot offer to one task set, taking the task's cores and addresses from the
+        executor when it has them (and refusing the offer when it has not)."""
+        pool = self.executor_resources.get(o.executor_id)
+        if pool is None:
+            return tsm.resource_offer(o.executor_id, o.host, o.slot, level)
+        if not pool.fits(req) or not self._can_run_on(tsm, o.executor_id):
+            return None
+        assigned = pool.acquire(req)
+        td = tsm.resource_offer(o.executor_id, o.host, o.slot, level, (req.cpus, assigned))
+        if td is None:
+            pool.release(req, assigned)
+        else:
+            self.task_id_to_resources[td.task_id] = (o.executor_id, req, assigned)
+        return td
+
     def resource_offers(self, offers: list[WorkerOffer]) -> list[TaskDescription]:
         with self.lock:
             offers = [o for o in offers if o.executor_id not in self.dead_executors]
@@ -124,16 +179,17 @@ class TaskSchedulerImpl:
             for tsm in self.root_pool.sorted_task_sets():
                 if not free:
                     break
+                req = self._task_requirements(tsm)
                 if tsm.is_barrier:
                     if tsm.can_launch_barrier(len(free)):
-                        free = self._launch_barrier(tsm, free, launched)
+                        free = self._launch_barrier(tsm, free, launched, req)
                     continue
                 for level in list(tsm.levels):
                     while free:
                         progress = False
                         rest = []
                         for o in free:
-                            td = tsm.resource_offer(o.executor_id, o.host, o.slot, level)
+                            td = self._offer(tsm, o, level, req)
                             if td is None:
                                 rest.append(o)
                             else:
@@ -157,14 +213,15 @@ class TaskSchedulerImpl:
                                     tsm.task_infos[td.task_id]))
 
     def _launch_barrier(self, tsm: TaskSetManager, free: list[WorkerOffer],
-                        launched: list[TaskDescription]) -> list[WorkerOffer]:
+                        launched: list[TaskDescription],
+                        req: TaskRequirements) -> list[WorkerOffer]:
         """Every task of a barrier task set on its own offer (the caller checked there are
         enough); the offers left over."""
         from ember.scheduler.task_set_manager import ANY
         tds: list[TaskDescription] = []
         addresses: dict[int, str] = {}
         for o in free[:tsm.num_tasks]:
-            td = tsm.resource_offer(o.executor_id, o.host, o.slot, ANY)
+            td = self._offer(tsm, o, ANY, req)
             assert td is not None, "a barrier task set got an offer it could not use"
             addresses[td.task_id] = o.address or f"{o.host}:0"
             tds.append(td)
@@ -195,6 +252,9 @@ class TaskSchedulerImpl:
         with self.lock:
             tsm = self.task_id_to_tsm.pop(tid, None)
             loc = self.task_id_to_location.pop(tid, None)
+            held = self.task_id_to_resources.pop(tid, None)
+            if held is not None and held[0] in self.executor_resources:
+                self.executor_resources[held[0]].release(held[1], held[2])
             if blocks and self.block_master is not None and loc is not None:
                 info = tsm.task_infos.get(tid) if tsm else None
                 self.block_master.update(loc[0], loc[1], info.host if info else "", blocks)
@@ -226,6 +286,8 @@ class TaskSchedulerImpl:
     def executor_lost(self, executor_id: str, reason: str, exit_caused_by_app: bool = False) -> None:
         with self.lock:
             self.dead_executors.add(executor_id)
+            self.executor_resources.pop(executor_id, None)
+            self.executor_rp_ids.pop(executor_id, None)
             lost = [tid for tid, loc in self.task_id_to_location.items() if loc[0] == executor_id]
         for tid in lost:
             self.status_update(tid, "EXECUTOR_LOST",

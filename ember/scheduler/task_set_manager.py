@@ -39,6 +39,7 @@ class TaskSetManager:
         self.max_crashes = max(max_crashes, max_task_failures)
         self.stage_id = task_set.stage_id
         self.is_barrier = task_set.barrier
+        self.barrier_resources: dict[int, tuple | None] = {}   # tid -> resources until launch
         self.priority = task_set.priority
         self.name = f"TaskSet_{task_set.id}"
         self.weight = 1
@@ -161,8 +162,10 @@ class TaskSetManager:
                 return i, ANY
         return None
 
-    def resource_offer(self, executor_id: str, host: str, slot: int, max_level: str
-                       ) -> TaskDescription | None:
+    def resource_offer(self, executor_id: str, host: str, slot: int, max_level: str,
+                       task_resources: tuple | None = None) -> TaskDescription | None:
+        """A task for this slot, or None. `task_resources` = (cpus, {name: addresses}) the
+        task is given (TaskContext.cpus() / resources())."""
         if self.is_zombie:
             return None
         now = time.monotonic()
@@ -191,16 +194,21 @@ class TaskSetManager:
             self.current_level_index = self.levels.index(level)
             self.last_reset = now
         ts = self.task_set
-        # a barrier task's bytes wait for the addresses of all its siblings
-        task_bytes = b"" if self.is_barrier else self._task_bytes(index, attempt, ts.properties)
+        if self.is_barrier:
+            # a barrier task's bytes wait for the addresses of all its siblings
+            self.barrier_resources[tid] = task_resources
+            task_bytes = b""
+        else:
+            task_bytes = self._task_bytes(index, attempt, ts.properties, task_resources)
         return TaskDescription(tid, attempt, executor_id, slot,
                                f"task {index}.{attempt} in stage {ts.id}", index,
                                self.stage_key, ts.blob, ts.meta, task_bytes)
 
-    def _task_bytes(self, index: int, attempt: int, properties: dict[str, str]) -> bytes:
+    def _task_bytes(self, index: int, attempt: int, properties: dict[str, str],
+                    task_resources: tuple | None) -> bytes:
         task, ts = self.tasks[index], self.task_set
         return _dumps((task.partition, task.partition_id, attempt, properties, ts.stage_id,
-                       ts.stage_attempt))
+                       ts.stage_attempt, task_resources))
 
     def can_launch_barrier(self, free_offers: int) -> bool:
         """A barrier task set launches once, all of its tasks in one round of offers."""
@@ -215,7 +223,8 @@ class TaskSetManager:
         props = dict(self.task_set.properties)
         props["addresses"] = ",".join(addresses[td.task_id] for td in by_partition)
         for td in launched:
-            td.task_bytes = self._task_bytes(td.index, td.attempt_number, props)
+            td.task_bytes = self._task_bytes(td.index, td.attempt_number, props,
+                                             self.barrier_resources.pop(td.task_id, None))
 
     # --- results ------------------------------------------------------------------------
     def handle_success(self, tid: int, result: Any, accum: dict, metrics: dict) -> None:

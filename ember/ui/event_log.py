@@ -101,7 +101,8 @@ def _stage_info_json(s: L.StageInfo, submitted_only: bool = False) -> dict[str, 
             d["Completion Time"] = _ms(s.completion_time)
         if s.failure_reason is not None:
             d["Failure Reason"] = s.failure_reason
-    d.update({"Accumulables": [], "Resource Profile Id": 0, "Shuffle Push Enabled": False,
+    d.update({"Accumulables": [], "Resource Profile Id": s.resource_profile_id,
+              "Shuffle Push Enabled": False,
               "Shuffle Push Mergers Count": 0})
     return d
 
@@ -203,7 +204,9 @@ def event_to_json(e: Any) -> dict[str, Any] | None:
                 "Executor ID": e.executor_id,
                 "Executor Info": {"Host": e.host, "Total Cores": e.cores,
                                   "Log Urls": dict(e.log_urls), "Attributes": {},
-                                  "Resources": {}, "Resource Profile Id": 0}}
+                                  "Resources": {n: {"name": n, "addresses": list(a)}
+                                                for n, a in e.resources.items()},
+                                  "Resource Profile Id": e.resource_profile_id}}
     if t is L.ExecutorRemoved:
         return {"Event": "SparkListenerExecutorRemoved", "Timestamp": _ms(e.time),
                 "Executor ID": e.executor_id, "Removed Reason": e.reason}
@@ -215,6 +218,14 @@ def event_to_json(e: Any) -> dict[str, Any] | None:
             "Memory Size": e.mem_size, "Disk Size": e.disk_size}}
     if t is L.UnpersistRDD:
         return {"Event": "SparkListenerUnpersistRDD", "RDD ID": e.rdd_id}
+    if t is L.ResourceProfileAdded:
+        return {"Event": "SparkListenerResourceProfileAdded",
+                "Resource Profile Id": e.resource_profile_id,
+                "Executor Resource Requests": {
+                    n: {"Resource Name": n, "Amount": a, "Discovery Script": s, "Vendor": v}
+                    for n, (a, s, v) in e.executor_resources.items()},
+                "Task Resource Requests": {n: {"Resource Name": n, "Amount": a}
+                                           for n, a in e.task_resources.items()}}
     if t is L.EnvironmentUpdate:
         d = {"Event": "SparkListenerEnvironmentUpdate"}
         for section in ("JVM Information", "Spark Properties", "Hadoop Properties",
@@ -435,6 +446,7 @@ def _stage_info(d: Mapping[str, Any]) -> L.StageInfo:
         submission_time=_s(d.get("Submission Time")),
         completion_time=_s(d.get("Completion Time")), failure_reason=d.get("Failure Reason"),
         parent_ids=list(d.get("Parent IDs", [])),
+        resource_profile_id=d.get("Resource Profile Id", 0),
         rdd_infos=[L.RDDInfo(r["RDD ID"], r.get("Name", ""), r.get("Number of Partitions", 0),
                              _level(r.get("Storage Level")), r.get("Callsite", ""),
                              list(r.get("Parent IDs", [])), bool(r.get("Barrier", False)))
@@ -538,7 +550,10 @@ def json_to_event(d: Mapping[str, Any]) -> Any:
         info = d.get("Executor Info") or {}
         return L.ExecutorAdded(d["Executor ID"], info.get("Host", ""),
                                info.get("Total Cores", 0), _s(d.get("Timestamp", 0)) or 0.0,
-                               dict(info.get("Log Urls") or {}))
+                               dict(info.get("Log Urls") or {}),
+                               {n: list(r.get("addresses", [])) for n, r in
+                                (info.get("Resources") or {}).items()},
+                               info.get("Resource Profile Id", 0))
     if kind == "SparkListenerExecutorRemoved":
         return L.ExecutorRemoved(d["Executor ID"], d.get("Removed Reason", ""),
                                  _s(d.get("Timestamp", 0)) or 0.0)
@@ -550,6 +565,12 @@ def json_to_event(d: Mapping[str, Any]) -> Any:
                               b.get("Memory Size", 0), b.get("Disk Size", 0))
     if kind == "SparkListenerUnpersistRDD":
         return L.UnpersistRDD(d["RDD ID"])
+    if kind == "SparkListenerResourceProfileAdded":
+        return L.ResourceProfileAdded(
+            d.get("Resource Profile Id", 0),
+            {n: (r.get("Amount", 0), r.get("Discovery Script", ""), r.get("Vendor", ""))
+             for n, r in (d.get("Executor Resource Requests") or {}).items()},
+            {n: r.get("Amount", 0.0) for n, r in (d.get("Task Resource Requests") or {}).items()})
     if kind == "SparkListenerEnvironmentUpdate":
         return L.EnvironmentUpdate({k: [(str(a), str(b)) for a, b in v.items()]
                                     for k, v in d.items() if isinstance(v, dict)})

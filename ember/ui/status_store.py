@@ -123,10 +123,11 @@ class _Stage:
     __slots__ = ("stage_id", "attempt_id", "name", "num_tasks", "details", "status",
                  "submission_time", "first_launch", "completion_time", "failure_reason",
                  "description", "pool", "rdd_ids", "job_ids", "indices", "killed_summary",
-                 "tasks", "task_metrics", "executors")
+                 "tasks", "task_metrics", "executors", "resource_profile_id")
 
     def __init__(self, info: L.StageInfo, props: Mapping[str, str]) -> None:
         self.stage_id = info.stage_id
+        self.resource_profile_id = info.resource_profile_id
         self.attempt_id = info.attempt_id
         self.name = info.name
         self.num_tasks = info.num_tasks
@@ -185,7 +186,7 @@ class _Job:
 
 class _Executor:
     __slots__ = ("executor_id", "host", "cores", "add_time", "remove_time", "remove_reason",
-                 "log_urls")
+                 "log_urls", "resources", "resource_profile_id")
 
     def __init__(self, executor_id: str, host: str, cores: int, add_time: int | None,
                  log_urls: Mapping[str, str]) -> None:
@@ -196,6 +197,8 @@ class _Executor:
         self.remove_time: int | None = None
         self.remove_reason: str | None = None
         self.log_urls = dict(log_urls)
+        self.resources: dict[str, list[str]] = {}
+        self.resource_profile_id = 0
 
 
 class _RDD:
@@ -224,6 +227,7 @@ class AppStatusStore:
                                     "start": None, "end": None, "version": SPARK_VERSION}
         self.last_updated = int(time.time() * 1000)
         self.environment: dict[str, list[tuple[str, str]]] = {}
+        self.resource_profiles: dict[int, dict[str, Any]] = {}   # id -> ResourceProfileInfo
         self._jobs: dict[int, _Job] = {}
         self._stages: dict[tuple[int, int], _Stage] = {}
         self._stage_jobs: dict[int, set[int]] = {}       # stage id -> running jobs with it
@@ -240,7 +244,8 @@ class AppStatusStore:
             L.ExecutorAdded: self._executor_added, L.ExecutorRemoved: self._executor_removed,
             L.ApplicationStart: self._app_start, L.ApplicationEnd: self._app_end,
             L.EnvironmentUpdate: self._environment, L.BlockUpdated: self._block_updated,
-            L.UnpersistRDD: self._unpersist, L.LogStart: self._log_start}
+            L.UnpersistRDD: self._unpersist, L.LogStart: self._log_start,
+            L.ResourceProfileAdded: self._resource_profile_added}
 
     # --- writing (bus thread or replay) -------------------------------------------------
     def on_event(self, e: Any) -> None:
@@ -271,6 +276,16 @@ class AppStatusStore:
 
     def _log_start(self, e: L.LogStart) -> None:
         self.app["version"] = e.spark_version
+
+    def _resource_profile_added(self, e: L.ResourceProfileAdded) -> None:
+        """Spark's ResourceProfileInfo, as the environment API lists it."""
+        self.resource_profiles[e.resource_profile_id] = {
+            "id": e.resource_profile_id,
+            "executorResources": {n: {"resourceName": n, "amount": a, "discoveryScript": s,
+                                      "vendor": v}
+                                  for n, (a, s, v) in e.executor_resources.items()},
+            "taskResources": {n: {"resourceName": n, "amount": a}
+                              for n, a in e.task_resources.items()}}
 
     def _environment(self, e: L.EnvironmentUpdate) -> None:
         self.environment = {k: list(v) for k, v in e.details.items()}
@@ -317,6 +332,7 @@ class AppStatusStore:
             st = self._stages[key] = _Stage(info, e.properties)
         st.name, st.num_tasks, st.details = info.name, info.num_tasks, info.details
         st.rdd_ids = [r.rdd_id for r in info.rdd_infos]
+        st.resource_profile_id = info.resource_profile_id
         st.status = ACTIVE
         st.submission_time = ms(info.submission_time)
         if e.properties:
@@ -417,6 +433,9 @@ class AppStatusStore:
         else:       # tasks were seen before the registration event
             ex.host, ex.cores, ex.add_time = e.host, e.cores, ms(e.time)
             ex.log_urls = dict(e.log_urls)
+        ex = self._executors[e.executor_id]
+        ex.resources = dict(e.resources)
+        ex.resource_profile_id = e.resource_profile_id
 
     def _executor_removed(self, e: L.ExecutorRemoved) -> None:
         ex = self._executors.get(e.executor_id)
@@ -596,7 +615,8 @@ class AppStatusStore:
             "shuffleWriteRecords": g("shuffleRecordsWritten", 0), "name": st.name,
             "description": st.description, "details": st.details,
             "schedulingPool": st.pool, "rddIds": list(st.rdd_ids), "accumulatorUpdates": [],
-            "killedTasksSummary": dict(st.killed_summary), "resourceProfileId": 0,
+            "killedTasksSummary": dict(st.killed_summary),
+            "resourceProfileId": st.resource_profile_id,
             "isShufflePushEnabled": False, "shuffleMergersCount": 0}
         if details:
             d["tasks"] = {str(t[0]): self._task_dict(st, _Task._make(t))
@@ -791,7 +811,10 @@ class AppStatusStore:
                     "isBlacklisted": False, "maxMemory": 0, "addTime": ex.add_time,
                     "removeTime": ex.remove_time, "removeReason": ex.remove_reason,
                     "executorLogs": dict(ex.log_urls), "blacklistedInStages": [],
-                    "attributes": {}, "resources": {}, "resourceProfileId": 0,
+                    "attributes": {},
+                    "resources": {n: {"name": n, "addresses": list(a)}
+                                  for n, a in ex.resources.items()},
+                    "resourceProfileId": ex.resource_profile_id,
                     "isExcluded": False, "excludedInStages": []})
             return out
 
@@ -839,6 +862,7 @@ class AppStatusStore:
         pythonVersion/pythonExecutable beside Spark's (empty) JVM keys."""
         with self.lock:
             env = {k: list(v) for k, v in self.environment.items()}
+            profiles = [p for _, p in sorted(self.resource_profiles.items())]
         runtime = dict(env.get("JVM Information", []))
         return {"runtime": {"javaVersion": runtime.get("Java Version", ""),
                             "javaHome": runtime.get("Java Home", ""),
@@ -851,7 +875,7 @@ class AppStatusStore:
                     ("systemProperties", "System Properties"),
                     ("metricsProperties", "Metrics Properties"),
                     ("classpathEntries", "Classpath Entries"))},
-                "resourceProfiles": []}
+                "resourceProfiles": profiles}
 
     def summary(self) -> dict[str, Any]:
         """What runs now and totals since the start (for /metrics/prometheus)."""

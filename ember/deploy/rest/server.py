@@ -33,6 +33,7 @@ from ember.deploy.messages import (
     RequestDriverLog, RequestDriverStatus, RequestKillAllDrivers, RequestKillDriver,
     RequestReadyz, RequestSubmitDriver, SubmitDriverResponse,
 )
+from ember.deploy.resources import ResourceError, driver_resource_requirements
 from ember.deploy.rest import jws
 from ember.deploy.rest.protocol import (
     BASE_CONTEXT, ClearResponse, CreateSubmissionResponse, KillAllSubmissionResponse,
@@ -357,6 +358,10 @@ class StandaloneRestServer:
             req, unknown = parse_request(text)
             f = build_driver_description_fields(req, self.master_rpc_url, self.port,
                                                 os.environ)
+            resource_reqs = driver_resource_requirements(
+                {k: v for k, v in (req.sparkProperties or {}).items() if v is not None})
+        except ResourceError as e:
+            return self._error(400, str(e))
         except SubmitRestProtocolException as e:   # includes Jackson-style JSON errors
             return self._error(400, malformed_request_message(e))
         except UnexpectedMessageTypeException as e:
@@ -366,7 +371,7 @@ class StandaloneRestServer:
             return self._error(500, "Internal server error: "
                                + format_exception(e).splitlines()[0])
         desc = DriverDescription(f["jarUrl"], f["mem"], f["cores"], f["supervise"],
-                                 Command(**f["command"]))
+                                 Command(**f["command"]), resource_reqs)
         resp = await self._ask(RequestSubmitDriver(desc), SubmitDriverResponse)
         return self._json(CreateSubmissionResponse(
             message=resp.message, serverSparkVersion=self.server_version,

@@ -51,6 +51,7 @@ from ember.deploy.master.uploads import UploadError, check_name, parse_upload_ur
 from ember.deploy.messages import (AppResourceData, DriverDescription, DriverRunnerSummary,
                                    DriverState, DriverStateChanged, ResourceInformation)
 from ember.deploy.properties import parse_java_opts
+from ember.deploy.resources import write_resources_file
 from ember.deploy.worker.executor_runner import HEADER_RULE, GroupKiller
 
 log = logging.getLogger("ember.deploy.worker.DriverRunner")
@@ -534,6 +535,9 @@ class DriverRunner:
                     fetch_resource(e, self.driver_dir, self._fetch_upload) for e in entries)
         props["spark.submit.deployMode"] = "cluster"
         props["spark.driver.host"] = self.host
+        if self.resources:   # Spark: -Dspark.driver.resourcesFile=<the assigned addresses>
+            props["spark.driver.resourcesFile"] = write_resources_file(
+                self.driver_dir, "spark.driver", self.resources)
         if self._auth_secret:   # the worker's secret reaches the driver via the environment
             props.pop("spark.authenticate.secret", None)
         cmd = driver_command(desc, substitute_driver_variables(

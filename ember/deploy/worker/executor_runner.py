@@ -40,6 +40,7 @@ import psutil
 from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, ApplicationDescription,
                                    Command, ExecutorDescription, ExecutorRunnerSummary,
                                    ExecutorState, ExecutorStateChanged, ResourceInformation)
+from ember.deploy.resources import write_resources_file
 
 log = logging.getLogger("ember.deploy.worker.ExecutorRunner")
 
@@ -404,9 +405,14 @@ class ExecutorRunner:
             log.exception("Cannot report %s of executor %s", state, self.fullId)
 
     def _build(self) -> tuple[list[str], dict[str, str]]:
-        cmd = build_command(self.appDesc.command, substitute_variables(
+        args = substitute_variables(
             self.appDesc.command.arguments, worker_url=self.worker_url, exec_id=self.execId,
-            host=self.host, cores=self.cores, app_id=self.appId, rp_id=self.rpId))
+            host=self.host, cores=self.cores, app_id=self.appId, rp_id=self.rpId)
+        if self.resources:   # Spark: the assigned addresses reach the executor in a file
+            os.makedirs(self.executor_dir, exist_ok=True)
+            args += ["--resourcesFile", write_resources_file(
+                self.executor_dir, "spark.executor", self.resources)]
+        cmd = build_command(self.appDesc.command, args)
         env = build_environment(
             os.environ if self._base_env is None else self._base_env,
             self.appDesc.command.environment, executor_dirs=self.app_local_dirs,

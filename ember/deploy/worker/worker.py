@@ -48,10 +48,11 @@ from ember.deploy.messages import (
     DriverStateChanged, ExecutorState, ExecutorStateChanged, FetchAppResource, Heartbeat,
     KillDriver, KillExecutor, LaunchDriver, LaunchExecutor, MasterChanged, MasterInStandby,
     ReconnectWorker, RegisteredWorker, RegisterWorker, RegisterWorkerFailed, RequestDriverLog,
-    RequestWorkerState, WorkerDecommissioning, WorkerDecommissionSigReceived,
+    RequestWorkerState, ResourceInformation, WorkerDecommissioning, WorkerDecommissionSigReceived,
     WorkerDriverStateResponse, WorkerExecutorStateResponse, WorkerLatestState,
     WorkerSchedulerStateResponse, WorkerStateResponse,
 )
+from ember.deploy.resources import ResourceError, get_or_discover_all_resources
 from ember.deploy.worker.config import WorkerConf, local_root_dirs
 from ember.deploy.worker.driver_runner import DriverRunner
 from ember.deploy.worker.executor_runner import ExecutorRunner
@@ -254,7 +255,8 @@ class Worker(RpcEndpoint):
                  conf: Mapping[str, str], worker_conf: Optional[WorkerConf] = None,
                  on_exit: Optional[Callable[[int], None]] = None,
                  fuzz: Optional[float] = None, auth_secret: Optional[str] = None,
-                 worker_id: Optional[str] = None) -> None:
+                 worker_id: Optional[str] = None,
+                 resources: Optional[Mapping[str, ResourceInformation]] = None) -> None:
         self.host = host
         self.port = port
         self.cores = cores
@@ -291,6 +293,9 @@ class Worker(RpcEndpoint):
         self.app_directories: dict[str, list[str]] = {}
         self.cores_used = 0
         self.memory_used = 0
+        # custom resources (spark.worker.resource.*): all addresses, and those in use
+        self.resources: dict[str, ResourceInformation] = dict(resources or {})
+        self.resources_used: dict[str, list[str]] = {n: [] for n in self.resources}
 
         self._connection_attempt_count = 0
         self._registration_generation = 0   # bumping it cancels in-flight attempts
@@ -380,7 +385,8 @@ class Worker(RpcEndpoint):
             return
         master: RpcEndpointRef = f.result()
         master.send(RegisterWorker(self.worker_id, self.host, self.port, self.self_ref,
-                                   self.cores, self.memory, self.web_ui_url, address, {}))
+                                   self.cores, self.memory, self.web_ui_url, address,
+                                   dict(self.resources)))
 
     def _cancel_last_registration_retry(self) -> None:
         self._registration_generation += 1
@@ -524,7 +530,24 @@ class Worker(RpcEndpoint):
             [r.summary() for r in self.drivers.values()],
             [r.summary() for r in self.finished_drivers.values()], self.active_master_url,
             self.cores, self.memory, self.cores_used, self.memory_used,
-            self.active_master_web_ui_url, {}, {}, self.registered, self.last_heartbeat_ms)
+            self.active_master_web_ui_url, dict(self.resources), self._resources_used_info(),
+            self.registered, self.last_heartbeat_ms)
+
+    def _resources_used_info(self) -> dict[str, ResourceInformation]:
+        return {n: ResourceInformation(n, list(a)) for n, a in self.resources_used.items()}
+
+    def _acquire_resources(self, allocated: Mapping[str, ResourceInformation]) -> None:
+        """Mark the addresses the master assigned to an executor or driver as in use."""
+        for name, info in (allocated or {}).items():
+            used = self.resources_used.setdefault(name, [])
+            used.extend(a for a in info.addresses if a not in used)
+
+    def _release_resources(self, allocated: Mapping[str, ResourceInformation]) -> None:
+        for name, info in (allocated or {}).items():
+            used = self.resources_used.get(name, [])
+            for a in info.addresses:
+                if a in used:
+                    used.remove(a)
 
     def _on_master_changed(self, m: MasterChanged) -> None:
         log.info("Master has changed, new master is at %s", m.master.address.to_spark_url())
@@ -608,6 +631,7 @@ class Worker(RpcEndpoint):
             runner.start()
             self.cores_used += m.cores
             self.memory_used += m.memory
+            self._acquire_resources(m.resources)
         except Exception as e:
             log.error("Failed to launch executor %s for %s: %s", full_id, m.appDesc.name, e)
             runner_ = self.executors.pop(full_id, None)
@@ -634,6 +658,7 @@ class Worker(RpcEndpoint):
             trim_finished(self.finished_executors, self.wconf.retained_executors)
             self.cores_used -= runner.cores
             self.memory_used -= runner.memory
+            self._release_resources(runner.resources)
         else:
             log.info("Unknown Executor %s finished with state %s%s", full_id, m.state, extra)
         self._maybe_cleanup_application(m.appId)
@@ -736,6 +761,7 @@ class Worker(RpcEndpoint):
             runner.start()
             self.cores_used += desc.cores
             self.memory_used += desc.mem
+            self._acquire_resources(m.resources)
         except Exception as e:
             log.error("Failed to launch driver %s: %s", m.driverId, e)
             self.drivers.pop(m.driverId, None)
@@ -775,6 +801,7 @@ class Worker(RpcEndpoint):
             trim_finished(self.finished_drivers, self.wconf.retained_drivers)
             self.cores_used -= runner.cores
             self.memory_used -= runner.memory
+            self._release_resources(runner.resources)
 
     def _on_kill_driver(self, driver_id: str) -> None:
         runner = self.drivers.get(driver_id)
@@ -885,6 +912,16 @@ class WorkerDaemon:
         except OSError as e:
             raise WorkerStartError(f"Failed to create work directory {work_dir}: "
                                    f"{e.strerror or e}") from None
+        try:
+            resources = get_or_discover_all_resources(
+                s.conf, "spark.worker", s.conf.get("spark.worker.resourcesFile"))
+        except ResourceError as e:
+            raise WorkerStartError(f"Failed to setup worker resources: {e}") from None
+        if resources:
+            log.info("Custom resources for spark.worker: %s", ", ".join(
+                f"{n}: [{', '.join(i.addresses)}]" for n, i in resources.items()))
+        else:
+            log.info("No custom resources configured for spark.worker.")
         auth_secret: Optional[str] = None
         try:
             from ember.rpc.config import RpcConf
@@ -909,7 +946,7 @@ class WorkerDaemon:
                 host=address.host, port=address.port, cores=s.cores, memory=s.memory,
                 master_addresses=s.masters, work_dir=work_dir, web_ui_url=self.ui.url,
                 conf=s.conf, worker_conf=self.wconf, on_exit=self._on_worker_exit,
-                auth_secret=auth_secret)
+                auth_secret=auth_secret, resources=resources)
             self.env.setup_endpoint(ENDPOINT_NAME, self.worker)
         except Exception as e:
             if self.ui is not None:
