@@ -9,12 +9,14 @@ path is missing — raised when the job computes partitions, not when the RDD is
 from __future__ import annotations
 
 import bz2
+import contextlib
 import glob
 import gzip
 import os
 import re
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, NamedTuple
 
+from ember import fs
 from ember.errors import InvalidInputException
 
 LOCAL_BLOCK_SIZE = 32 * 1024 * 1024
@@ -90,57 +92,98 @@ def _uri(path: str) -> str:
 
 
 def _strip_scheme(path: str) -> str:
-    if path.startswith("file://"):
-        return path[len("file://"):]
-    if path.startswith("file:"):
-        return path[len("file:"):]
-    if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", path):
-        scheme = path.split(":", 1)[0]
-        raise ValueError(f"No FileSystem for scheme \"{scheme}\" (Ember reads local files only)")
-    return path
+    """A local path or file: URL as a path; ValueError for another scheme."""
+    if not fs.is_local(path):
+        raise ValueError(f"{path} is not a local path")
+    return fs.local_path(path) if path.startswith("file:") else path
 
 
 def _hidden(name: str) -> bool:
     return name.startswith("_") or name.startswith(".")
 
 
-def list_input_files(paths: str, recursive: bool = False) -> list[str]:
+class InputFile(NamedTuple):
+    """A file to read (an absolute local path or a URL) and its size (Hadoop's FileStatus)."""
+    path: str
+    size: int
+
+
+def list_input_files(paths: str, recursive: bool = False) -> list[InputFile]:
     """Resolve Hadoop-style comma-separated paths, globs and directories to sorted files."""
-    files: list[str] = []
+    files: list[InputFile] = []
     errors: list[str] = []
-    for raw in [p for p in paths.split(",") if p.strip()]:
-        p = os.path.expanduser(_strip_scheme(raw.strip()))
-        if glob.has_magic(p):
-            matches = sorted(m for m in glob.glob(p) if not _hidden(os.path.basename(m)))
-            if not matches:
-                errors.append(f"Input Pattern {_uri(p)} matches 0 files")
-                continue
-        elif not os.path.exists(p):
-            errors.append(f"Input path does not exist: {_uri(p)}")
-            continue
+    for raw in [p.strip() for p in paths.split(",") if p.strip()]:
+        if fs.is_local(raw):
+            _list_local(os.path.expanduser(_strip_scheme(raw)), recursive, files, errors)
         else:
-            matches = [p]
-        for m in matches:
-            if os.path.isdir(m):
-                for root, dirs, names in os.walk(m):
-                    dirs[:] = sorted(d for d in dirs if not _hidden(d)) if recursive else []
-                    files.extend(os.path.join(root, n) for n in sorted(names) if not _hidden(n))
-            else:
-                files.append(m)
+            _list_remote(raw, recursive, files, errors)
     if errors:
         raise InvalidInputException("\n".join(errors))
-    return [os.path.abspath(f) for f in files]
+    return files
+
+
+def _list_local(p: str, recursive: bool, files: list, errors: list) -> None:
+    if glob.has_magic(p):
+        matches = sorted(m for m in glob.glob(p) if not _hidden(os.path.basename(m)))
+        if not matches:
+            errors.append(f"Input Pattern {_uri(p)} matches 0 files")
+            return
+    elif not os.path.exists(p):
+        errors.append(f"Input path does not exist: {_uri(p)}")
+        return
+    else:
+        matches = [p]
+    found = []
+    for m in matches:
+        if os.path.isdir(m):
+            for root, dirs, names in os.walk(m):
+                dirs[:] = sorted(d for d in dirs if not _hidden(d)) if recursive else []
+                found.extend(os.path.join(root, n) for n in sorted(names) if not _hidden(n))
+        else:
+            found.append(m)
+    files.extend(InputFile(os.path.abspath(f), os.path.getsize(f)) for f in found)
+
+
+def _list_remote(url: str, recursive: bool, files: list, errors: list) -> None:
+    """The same rules through fsspec; one listing call per directory, sizes included."""
+    filesystem, path = fs.filesystem(url)
+    if glob.has_magic(path):
+        matches = sorted(filesystem.glob(path, detail=True).items())
+        matches = [(p, info) for p, info in matches if not _hidden(_basename(p))]
+        if not matches:
+            errors.append(f"Input Pattern {url} matches 0 files")
+            return
+    else:
+        try:
+            matches = [(path, filesystem.info(path))]
+        except FileNotFoundError:
+            errors.append(f"Input path does not exist: {url}")
+            return
+    for p, info in matches:
+        if info.get("type") == "directory":
+            listing = (filesystem.find(p, detail=True, withdirs=False) if recursive
+                       else {e["name"]: e for e in filesystem.ls(p, detail=True)})
+            for name in sorted(listing):
+                e = listing[name]
+                rel = name[len(p.rstrip("/")):].strip("/").split("/")
+                if e.get("type") == "file" and not any(_hidden(part) for part in rel):
+                    files.append(InputFile(fs.url_of(url, filesystem, name), int(e["size"])))
+        else:
+            files.append(InputFile(fs.url_of(url, filesystem, p), int(info.get("size") or 0)))
+
+
+def _basename(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1]
 
 
 def _splittable(path: str) -> bool:
     return not path.endswith((".gz", ".bz2", ".zst", ".xz"))
 
 
-def compute_file_splits(files: list[str], min_partitions: int) -> list[FileSplit]:
-    sizes = [os.path.getsize(f) for f in files]
-    goal = sum(sizes) // max(min_partitions, 1)
+def compute_file_splits(files: list[InputFile], min_partitions: int) -> list[FileSplit]:
+    goal = sum(f.size for f in files) // max(min_partitions, 1)
     splits: list[FileSplit] = []
-    for path, size in zip(files, sizes):
+    for path, size in files:
         if size == 0:
             splits.append(FileSplit(len(splits), path, 0, 0))
             continue
@@ -157,12 +200,20 @@ def compute_file_splits(files: list[str], min_partitions: int) -> list[FileSplit
     return splits
 
 
-def open_input(path: str):
-    if path.endswith(".gz"):
-        return gzip.open(path, "rb")
-    if path.endswith(".bz2"):
-        return bz2.open(path, "rb")
-    return open(path, "rb")
+@contextlib.contextmanager
+def open_input(path: str) -> Iterator[Any]:
+    """A binary stream of the file's (decompressed) bytes; a URL opens through fsspec, with
+    read-ahead of one chunk so that sequential reads are a few large range requests."""
+    remote = {} if fs.is_local(path) else {"block_size": _CHUNK, "cache_type": "readahead"}
+    with fs.open_file(path, "rb", **remote) as raw:
+        if path.endswith(".gz"):
+            with gzip.GzipFile(fileobj=raw, mode="rb") as f:
+                yield f
+        elif path.endswith(".bz2"):
+            with bz2.BZ2File(raw, "rb") as f:
+                yield f
+        else:
+            yield raw
 
 
 def _decode_lines(data: bytes, use_unicode: bool) -> list:
