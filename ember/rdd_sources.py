@@ -177,7 +177,10 @@ def _basename(path: str) -> str:
 
 
 def _splittable(path: str) -> bool:
-    return not path.endswith((".gz", ".bz2", ".zst", ".xz"))
+    """Compressed files are read whole; so are http(s) files, as Hadoop's HttpFileSystem
+    reads them (no seek; many servers ignore range requests)."""
+    return not path.endswith((".gz", ".bz2", ".zst", ".xz")) and \
+        fs.scheme(path) not in ("http", "https")
 
 
 def compute_file_splits(files: list[InputFile], min_partitions: int) -> list[FileSplit]:
@@ -205,6 +208,8 @@ def open_input(path: str) -> Iterator[Any]:
     """A binary stream of the file's (decompressed) bytes; a URL opens through fsspec, with
     read-ahead of one chunk so that sequential reads are a few large range requests."""
     remote = {} if fs.is_local(path) else {"block_size": _CHUNK, "cache_type": "readahead"}
+    if fs.scheme(path) in ("http", "https"):
+        remote = {"block_size": 0}        # a stream from the start (see _splittable)
     with fs.open_file(path, "rb", **remote) as raw:
         if path.endswith(".gz"):
             with gzip.GzipFile(fileobj=raw, mode="rb") as f:
