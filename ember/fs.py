@@ -30,7 +30,7 @@ _S3A = "spark.hadoop.fs.s3a."
 _HADOOP = "spark.hadoop."
 # the extra that installs each scheme's backend (pip install 'ember[s3]')
 _EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "abfs": "azure", "abfss": "azure",
-           "http": "http", "https": "http", "hdfs": "http", "webhdfs": "http"}
+           "webhdfs": "hdfs"}
 WEBHDFS_PORT = 9870     # dfs.namenode.http-address's default port
 
 _process_conf: dict[str, str] = {}
@@ -219,4 +219,5 @@ def _webhdfs(parsed: Any, conf: Mapping[str, str]) -> Any:
         return fsspec.filesystem("webhdfs", host=host, port=port, user=user)
     except ImportError:
         raise UnsupportedFileSystemException(
-            'No FileSystem for scheme "hdfs" (WebHDFS needs the requests package)') from None
+            'No FileSystem for scheme "hdfs" (WebHDFS needs the requests package: '
+            "pip install 'ember[hdfs]')") from None

@@ -24,7 +24,6 @@ from ember import SparkConf, SparkContext
 from ember.errors import FileAlreadyExistsException, InvalidInputException
 from tests.cluster import _env
 
-pytest.importorskip("s3fs", reason="the s3 tests need the test extra (s3fs, moto[server])")
 pytestmark = pytest.mark.timeout(300)
 
 SECRET = "s3cr3t-Value-7f3a"     # moto accepts any key pair; this one must never leak
@@ -218,7 +217,7 @@ def _history_apps(log_dir: str, keys: dict) -> list:
         server.stop()
 
 
-def test_http_source_and_memory_filesystem(sc, tmp_path):
+def test_http_source_and_an_unknown_scheme(sc, tmp_path):
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "a.txt").write_bytes(_text(300, 3))
     handler = functools.partial(http.server.SimpleHTTPRequestHandler,
@@ -235,6 +234,56 @@ def test_http_source_and_memory_filesystem(sc, tmp_path):
         server.server_close()
     with pytest.raises(Exception, match='No FileSystem for scheme "nosuch"'):
         sc.textFile("nosuch://x/y").count()
+
+
+def test_spark_keys_map_to_fsspec_options():
+    from ember import fs
+    keys = {"spark.hadoop.fs.s3a.endpoint": "minio:9000",
+            "spark.hadoop.fs.s3a.access.key": "A", "spark.hadoop.fs.s3a.secret.key": "S",
+            "spark.hadoop.fs.s3a.session.token": "T",
+            "spark.hadoop.fs.s3a.path.style.access": "true",
+            "spark.hadoop.fs.s3a.bucket.other.endpoint": "http://other:1",
+            "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+            "spark.hadoop.fs.s3a.endpoint.region": "eu-west-1", "spark.app.name": "x"}
+    assert fs.hadoop_conf(keys) == {k: v for k, v in keys.items() if k != "spark.app.name"}
+    assert fs._s3_options(keys, "logs") == {
+        "key": "A", "secret": "S", "token": "T",
+        "client_kwargs": {"endpoint_url": "http://minio:9000", "region_name": "eu-west-1"},
+        "config_kwargs": {"s3": {"addressing_style": "path"}}}
+    assert fs._s3_options(keys, "other")["client_kwargs"]["endpoint_url"] == "http://other:1"
+    assert fs._s3_options({"spark.hadoop.fs.s3a.endpoint": "h:1"}, "b") == {
+        "client_kwargs": {"endpoint_url": "https://h:1"}}      # S3A's default: TLS
+    anon = {"spark.hadoop.fs.s3a.aws.credentials.provider":
+            "org.apache.hadoop.fs.s3a.AnonymousAWSCredentialsProvider"}
+    assert fs._s3_options(anon, "b") == {"anon": True}
+    assert [fs.scheme(p) for p in ("/a", "a:b", "file:/a", "file:///a", "S3A://b/k")] == \
+        [None, None, "file", "file", "s3a"]
+    assert fs.is_local("file:/x") and not fs.is_local("gs://b/x")
+    assert fs.local_path("file://localhost/tmp/x") == "/tmp/x"
+
+
+def test_listing_rules_through_fsspec_on_the_memory_filesystem():
+    """memory:// lives in one process (tasks cannot see it): the listing, glob and hidden-
+    file rules, checked on the driver side alone."""
+    import fsspec
+
+    from ember import fs
+    from ember.rdd_sources import compute_file_splits, list_input_files
+    mem = fsspec.filesystem("memory")
+    root = "/ember-list-" + uuid.uuid4().hex[:8]
+    for name, body in {"a.txt": b"x\n" * 10, "b.txt": b"y\n", "_SUCCESS": b"",
+                       ".crc": b"z", "sub/c.txt": b"deep\n", "sub/_tmp/d.txt": b"no\n"}.items():
+        mem.pipe_file(f"{root}/{name}", body)
+    url = f"memory://{root}"
+    assert list_input_files(url) == [(f"{url}/a.txt", 20), (f"{url}/b.txt", 2)]
+    assert [f.path for f in list_input_files(url, recursive=True)] == [
+        f"{url}/a.txt", f"{url}/b.txt", f"{url}/sub/c.txt"]
+    assert [f.path for f in list_input_files(f"{url}/*.txt,{url}/sub")] == [
+        f"{url}/a.txt", f"{url}/b.txt", f"{url}/sub/c.txt"]
+    splits = compute_file_splits(list_input_files(url), 4)
+    assert [(s.start, s.length) for s in splits] == [(0, 5), (5, 5), (10, 5), (15, 5), (0, 2)]
+    assert fs.listdir(url) == [".crc", "_SUCCESS", "a.txt", "b.txt", "sub"]
+    assert fs.join(url, "x") == f"{url}/x" and fs.display(url) == url
 
 
 # --- a 2-worker cluster ------------------------------------------------------------------------
