@@ -14,6 +14,8 @@ import glob
 import gzip
 import os
 import re
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable, Iterator, NamedTuple
 
 from ember import fs
@@ -22,6 +24,9 @@ from ember.errors import InvalidInputException
 LOCAL_BLOCK_SIZE = 32 * 1024 * 1024
 SPLIT_SLOP = 1.1
 _CHUNK = 4 * 1024 * 1024
+_REMOTE_CHUNK = 32 * 1024 * 1024   # about one range request (S3A's block size)
+_PREFETCH = 2                       # range requests in flight ahead of the reader
+_TAIL = 64 * 1024                   # read past a split's end for its last line
 _LINE_END = re.compile(r"\r\n|\r|\n")
 
 
@@ -263,9 +268,74 @@ def _split_chunks(f: Any, start: int, end: int) -> Iterator[bytes]:
             yield line
 
 
+def _remote_split_chunks(url: str, start: int, end: int) -> Iterator[bytes]:
+    """`_split_chunks` for a URL, in as few range requests as possible (object stores
+    charge per request, and some servers read the whole object for each): [start, end +
+    _TAIL) - the split and, almost always, the rest of its last line - is fetched in
+    requests of about _REMOTE_CHUNK, a thread staying _PREFETCH requests ahead of the
+    decoding; a last line longer than that is finished with more requests."""
+    filesystem, path = fs.filesystem(url)
+    size = filesystem.size(path)
+    pos = start                       # absolute offset of the chunk below
+    lo = 0
+    found_start = start == 0          # the first (partial) line belongs to the previous split
+    for chunk in _ranges(filesystem, path, start, min(end + _TAIL, size), size):
+        lo = 0
+        if not found_start:
+            cut = chunk.find(b"\n")
+            if cut < 0:
+                pos += len(chunk)
+                continue
+            found_start, lo = True, cut + 1
+            if pos + lo > end:
+                return
+        own = min(len(chunk), end - pos)         # chunk[:own] lies before `end`
+        for i in range(lo, own, _CHUNK):          # decode in cache-sized pieces
+            yield chunk[i:min(i + _CHUNK, own)]
+        if pos + len(chunk) > end:               # then the line that started at <= end
+            lo = max(lo, own)
+            cut = chunk.find(b"\n", lo)
+            yield chunk[lo:] if cut < 0 else chunk[lo:cut + 1]
+            if cut >= 0:
+                return
+        pos += len(chunk)
+
+
+def _ranges(filesystem: Any, path: str, start: int, stop: int, size: int) -> Iterator[bytes]:
+    """[start, stop) in about-equal requests of at most ~_REMOTE_CHUNK, prefetched; then,
+    only as far as the reader asks, [stop, size) in growing requests."""
+    n = max(1, round((stop - start) / _REMOTE_CHUNK))
+    bounds = [start + (stop - start) * i // n for i in range(n + 1)]
+    with ThreadPoolExecutor(1, thread_name_prefix="prefetch") as pool:
+        pending: deque = deque()
+        nxt = 0
+        try:
+            while nxt < n or pending:
+                while nxt < n and len(pending) < _PREFETCH:
+                    pending.append(pool.submit(filesystem.cat_file, path,
+                                               start=bounds[nxt], end=bounds[nxt + 1]))
+                    nxt += 1
+                yield pending.popleft().result()
+        finally:
+            for f in pending:
+                f.cancel()
+    step = _TAIL
+    while stop < size:
+        step = min(step * 4, _REMOTE_CHUNK)
+        data = filesystem.cat_file(path, start=stop, end=min(stop + step, size))
+        if not data:
+            return
+        stop += len(data)
+        yield data
+
+
 def read_lines(split: FileSplit, use_unicode: bool = True) -> Iterator:
     """Lines of one split, Hadoop LineRecordReader ownership: lines starting in (start, end]."""
     if split.length == 0 and split.start == 0 and _splittable(split.path):
+        return
+    if _splittable(split.path) and not fs.is_local(split.path):
+        yield from _lines(_remote_split_chunks(split.path, split.start,
+                                               split.start + split.length), use_unicode)
         return
     with open_input(split.path) as f:
         if not _splittable(split.path):

@@ -78,6 +78,7 @@ def _text(n_lines: int, seed: int) -> bytes:
     lines = []
     for i in range(n_lines):
         lines.append(("" if rnd.random() < 0.05 else f"line {i} " + "x" * rnd.randint(0, 300)))
+    lines[n_lines // 3] = "long " * 60000       # longer than a split and the read-ahead
     return ("\n".join(lines[: n_lines // 2]) + "\r\n" + "\n".join(lines[n_lines // 2:]) +
             "\n").encode()
 
@@ -364,3 +365,31 @@ def test_client_mode_app_from_s3_with_credentials_from_the_aws_environment(bucke
 def _ember(*args: str, env: dict | None = None, timeout: float = 180):
     return subprocess.run([sys.executable, "-m", "ember.cli", *args], capture_output=True,
                           text=True, timeout=timeout, env=_env(env))
+
+
+@pytest.mark.parametrize("chunk,tail", [(32 << 20, 64 << 10), (7, 3), (1, 1), (50, 5)])
+def test_range_reads_own_the_same_lines_as_local_reads(tmp_path, monkeypatch, chunk, tail):
+    """Hadoop's rule - a line belongs to the split where it starts - holds for range
+    requests of any size (memory:// runs them in this process), including lines longer
+    than a request and split ends right after a newline."""
+    import fsspec
+
+    from ember import rdd_sources
+    from ember.rdd_sources import FileSplit, read_lines
+    monkeypatch.setattr(rdd_sources, "_REMOTE_CHUNK", chunk)
+    monkeypatch.setattr(rdd_sources, "_TAIL", tail)
+    rnd = random.Random(chunk)
+    data = b"".join(b"x" * rnd.choice([0, 1, 2, 5, 40]) + rnd.choice([b"\n", b"\r\n"])
+                    for _ in range(120)) + b"no newline at the end"
+    local = tmp_path / "f.txt"
+    local.write_bytes(data)
+    url = f"memory://ember-ranges-{uuid.uuid4().hex[:8]}/f.txt"
+    fsspec.filesystem("memory").pipe_file(url, data)
+    for split_size in (1, 2, 3, 7, 33, 200, len(data)):
+        starts = range(0, len(data), split_size)
+        remote = [list(read_lines(FileSplit(i, url, s, min(split_size, len(data) - s))))
+                  for i, s in enumerate(starts)]
+        disk = [list(read_lines(FileSplit(i, str(local), s, min(split_size, len(data) - s))))
+                for i, s in enumerate(starts)]
+        assert remote == disk, split_size
+        assert [x for part in remote for x in part] == data.decode().splitlines()
