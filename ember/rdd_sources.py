@@ -5,6 +5,10 @@ globs and directories (hidden `_`/`.` files skipped), splits of at most 32 MB
 (fs.local.block.size) from a goal of totalSize/minPartitions, a line belonging to the split
 in which it starts, gzip/bz2 files unsplit, and "Input path does not exist: file:..." when a
 path is missing — raised when the job computes partitions, not when the RDD is defined.
+
+A URL (`s3a://bucket/logs/*.gz`, `https://...`; see ember.fs) follows the same rules: one
+listing per directory gives the sizes, and a split is read with range requests - one per
+split where possible, prefetched - instead of seek and read. http(s) files are read whole.
 """
 from __future__ import annotations
 
@@ -96,13 +100,6 @@ def _uri(path: str) -> str:
     return "file:" + os.path.abspath(path)
 
 
-def _strip_scheme(path: str) -> str:
-    """A local path or file: URL as a path; ValueError for another scheme."""
-    if not fs.is_local(path):
-        raise ValueError(f"{path} is not a local path")
-    return fs.local_path(path) if path.startswith("file:") else path
-
-
 def _hidden(name: str) -> bool:
     return name.startswith("_") or name.startswith(".")
 
@@ -119,7 +116,7 @@ def list_input_files(paths: str, recursive: bool = False) -> list[InputFile]:
     errors: list[str] = []
     for raw in [p.strip() for p in paths.split(",") if p.strip()]:
         if fs.is_local(raw):
-            _list_local(os.path.expanduser(_strip_scheme(raw)), recursive, files, errors)
+            _list_local(fs.local_path(raw), recursive, files, errors)
         else:
             _list_remote(raw, recursive, files, errors)
     if errors:
