@@ -285,19 +285,15 @@ class SparkContext:
     def _environment_details(self) -> dict[str, list[tuple[str, str]]]:
         """The Environment tab's sections; values of keys matching spark.redaction.regex are
         hidden, as Spark's Utils.redact does."""
-        secret = re.compile(config.read(self._conf, "spark.redaction.regex"))
-
-        def redact(items: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-            return sorted((k, "*********(redacted)" if secret.search(k) or secret.search(v)
-                           else v) for k, v in items)
         props = dict(self._conf.getAll())
         props["spark.app.id"] = self._app_id
         props["spark.app.startTime"] = str(self._start_time)
         return {"JVM Information": [("Python Version", sys.version.split()[0]),
                                     ("Python Executable", sys.executable)],
-                "Spark Properties": redact(props.items()),
+                "Spark Properties": config.redact(self._conf, props.items()),
                 "Hadoop Properties": [],
-                "System Properties": redact(
+                "System Properties": config.redact(
+                    self._conf,
                     [("user.name", self.sparkUser()), ("user.dir", os.getcwd()),
                      ("os.name", sys.platform), ("ember.home", os.path.dirname(__file__))] +
                     list(self._system_properties.items())),

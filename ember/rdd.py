@@ -30,7 +30,6 @@ from ember import fs
 from ember import rdd_sources as src
 from ember.dependency import (Dependency, ManyToOneDependency, OneToOneDependency,
                               RangeDependency, ShuffleDependency)
-from ember import fs
 from ember.errors import PySparkRuntimeError, SparkException
 from ember.output_commit import OutputCommitter, open_output
 from ember.partitioner import Partitioner, portable_hash

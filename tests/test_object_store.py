@@ -9,7 +9,6 @@ import functools
 import gzip
 import http.server
 import json
-import os
 import random
 import subprocess
 import sys
@@ -169,7 +168,8 @@ def test_binary_inputs_checkpoints_and_added_files_on_s3(s3_sc, bucket):
     assert rdd.isCheckpointed() and rdd.getCheckpointFile().startswith(f"s3a://{name}/ck/")
     assert any(k.endswith("part-00001") for k in keys_of(client, name, "ck/"))
     assert rdd.sum() == 3 * sum(range(20))
-    client.put_object(Bucket=name, Key="deps/helper_mod_s3.py", Body=b"def f(x):\n    return x + 1\n")
+    client.put_object(Bucket=name, Key="deps/helper_mod_s3.py",
+                      Body=b"def f(x):\n    return x + 1\n")
     client.put_object(Bucket=name, Key="deps/data.txt", Body=b"hello from s3")
     s3_sc.addPyFile(f"s3a://{name}/deps/helper_mod_s3.py")
     s3_sc.addFile(f"s3a://{name}/deps/data.txt")
