@@ -19,7 +19,7 @@ import uuid
 
 import pytest
 
-from ember import SparkConf, SparkContext
+from ember import SparkConf
 from ember.errors import FileAlreadyExistsException, InvalidInputException
 from tests.cluster import _env
 
@@ -288,26 +288,23 @@ def test_listing_rules_through_fsspec_on_the_memory_filesystem():
 
 
 # --- a 2-worker cluster ------------------------------------------------------------------------
-def test_cluster_executors_read_and_write_s3_with_the_apps_conf(cluster, s3_keys, bucket):
+def test_cluster_executors_read_and_write_s3_with_the_apps_conf(cluster, fresh_sc, s3_keys,
+                                                                bucket):
     name, client = bucket
     client.put_object(Bucket=name, Key="in/a.txt", Body=b"a b\nc\n" * 500)
     client.put_object(Bucket=name, Key="in/b.gz", Body=gzip.compress(b"d e f\n" * 300))
-    conf = SparkConf().setMaster(cluster.url).setAppName("s3-cluster") \
-        .set("spark.ui.enabled", "false").set("spark.executor.cores", "1")
+    conf = SparkConf().set("spark.ui.enabled", "false").set("spark.executor.cores", "1")
     for k, v in s3_keys.items():
         conf.set(k, v)
-    sc = SparkContext(conf=conf)
-    try:
-        words = sc.textFile(f"s3a://{name}/in", 4).flatMap(str.split)
-        assert words.count() == 3 * 500 + 3 * 300
-        counts = words.map(lambda w: (w, 1)).reduceByKey(lambda a, b: a + b)
-        counts.map(lambda kv: f"{kv[0]}\t{kv[1]}").saveAsTextFile(f"s3a://{name}/wc")
-        back = dict(line.split("\t") for line in sc.textFile(f"s3a://{name}/wc").collect())
-        assert back == {"a": "500", "b": "500", "c": "500", "d": "300", "e": "300", "f": "300"}
-        assert keys_of(client, name, "wc/")[0] == "wc/_SUCCESS"
-        assert not [k for k in keys_of(client, name, "wc/") if "_temporary" in k]
-    finally:
-        sc.stop()
+    sc = fresh_sc(cluster.url, "s3-cluster", conf)
+    words = sc.textFile(f"s3a://{name}/in", 4).flatMap(str.split)
+    assert words.count() == 3 * 500 + 3 * 300
+    counts = words.map(lambda w: (w, 1)).reduceByKey(lambda a, b: a + b)
+    counts.map(lambda kv: f"{kv[0]}\t{kv[1]}").saveAsTextFile(f"s3a://{name}/wc")
+    back = dict(line.split("\t") for line in sc.textFile(f"s3a://{name}/wc").collect())
+    assert back == {"a": "500", "b": "500", "c": "500", "d": "300", "e": "300", "f": "300"}
+    assert keys_of(client, name, "wc/")[0] == "wc/_SUCCESS"
+    assert not [k for k in keys_of(client, name, "wc/") if "_temporary" in k]
 
 
 def test_cluster_mode_app_and_py_files_from_s3_with_event_log(cluster, s3_keys, bucket):

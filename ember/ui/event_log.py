@@ -407,7 +407,12 @@ class EventLog:
             if self.remote:
                 final = os.path.basename(os.path.dirname(self._done[1]) if self.rolling
                                          else self._done[1])
-                self._upload(final, in_progress=False)
+                try:
+                    self._upload(final, in_progress=False)
+                except Exception as e:     # stopping the app must not fail on it
+                    log.error("Cannot upload the event log to %s (%s: %s); it is kept in %s",
+                              fs.join(self.log_dir, final), type(e).__name__, e, self._spool)
+                    return
                 shutil.rmtree(self._spool, ignore_errors=True)
 
     def _upload(self, final: str, in_progress: bool) -> None:
