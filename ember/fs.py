@@ -91,7 +91,10 @@ def filesystem(url: str, conf: Mapping[str, str] | None = None) -> tuple[Any, st
     if target not in known_implementations and target not in fsspec.available_protocols():
         raise UnsupportedFileSystemException(f'No FileSystem for scheme "{proto}"')
     try:
-        fs = fsspec.filesystem(target, **_options(target, parsed, conf))
+        # no listings cache: files appear from other processes (tasks, other jobs), and
+        # Hadoop lists afresh every time
+        fs = fsspec.filesystem(target, use_listings_cache=False,
+                               **_options(target, parsed, conf))
     except ImportError:
         extra = _EXTRAS.get(proto)
         hint = f": pip install 'ember[{extra}]'" if extra else ""
@@ -216,7 +219,8 @@ def _webhdfs(parsed: Any, conf: Mapping[str, str]) -> Any:
         host, port = (h or host), int(p)
     user = conf.get(_HADOOP + "hadoop.user.name") or os.environ.get("HADOOP_USER_NAME")
     try:
-        return fsspec.filesystem("webhdfs", host=host, port=port, user=user)
+        return fsspec.filesystem("webhdfs", host=host, port=port, user=user,
+                                 use_listings_cache=False)
     except ImportError:
         raise UnsupportedFileSystemException(
             'No FileSystem for scheme "hdfs" (WebHDFS needs the requests package: '

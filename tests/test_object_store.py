@@ -107,6 +107,8 @@ def test_reads_a_directory_of_gzipped_and_plain_text_like_local_disk(s3_sc, buck
         s3_sc.textFile(f"s3a://{name}/logs/*.csv").count()
     pairs = s3_sc.wholeTextFiles(f"s3a://{name}/logs/sub").collect()
     assert pairs == [(f"s3a://{name}/logs/sub/c.txt", "deep\n")]
+    client.put_object(Bucket=name, Key="logs/sub/late.txt", Body=b"late\n")  # listed afresh
+    assert s3_sc.textFile(f"s3a://{name}/logs/sub").collect() == ["deep", "late"]
 
 
 def test_save_as_text_file_commits_and_reads_back(s3_sc, bucket):
@@ -326,8 +328,8 @@ def test_cluster_mode_app_and_py_files_from_s3_with_event_log(cluster, s3_keys, 
     r = _ember("submit", "--master", cluster.url, "--deploy-mode", "cluster", "--follow",
                *conf_args, "--conf", "spark.eventLog.enabled=true",
                "--conf", f"spark.eventLog.dir=s3a://{name}/events",
-               "--py-files", f"s3a://{name}/jobs/helper_s3_job.py",
-               f"s3a://{name}/jobs/app.py", f"s3a://{name}/out")
+               "--py-files", f"s3://{name}/jobs/helper_s3_job.py",
+               f"s3://{name}/jobs/app.py", f"s3a://{name}/out")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "TOTAL 12" in r.stdout
     assert SECRET not in r.stdout + r.stderr
