@@ -6,7 +6,7 @@ must be able to tell a finished output from a partial one. So:
 
 - the job refuses an existing output path (Hadoop's FileAlreadyExistsException text) and
   creates `<out>/_temporary/0`;
-- each task attempt writes `<out>/_temporary/0/_temporary/attempt_<stage>_<partition>_<n>/
+- each task attempt writes `<out>/_temporary/0/_temporary/attempt_<stage>_<partition>_<tid>/
   part-NNNNN` and returns that path with its result;
 - the driver gets exactly one result per partition (the attempt the scheduler counted), moves
   those files to `<out>/part-NNNNN`, deletes `_temporary` (every other attempt's file with
@@ -59,7 +59,9 @@ class OutputCommitter:
 
     def attempt_file(self, ctx: Any, name: str) -> str:
         """The file this task attempt writes `name` to (its directory is created)."""
-        attempt = f"attempt_{ctx.stageId()}_{ctx.partitionId():05d}_{ctx.attemptNumber()}"
+        # the task attempt id is unique in the app, also across stage attempts (a zombie
+        # task of an earlier stage attempt never shares a file with its successor)
+        attempt = f"attempt_{ctx.stageId()}_{ctx.partitionId():05d}_{ctx.taskAttemptId()}"
         path = self._join(PENDING_DIR, _JOB_ATTEMPT, PENDING_DIR, attempt, name)
         if self.local:
             os.makedirs(os.path.dirname(path), exist_ok=True)
