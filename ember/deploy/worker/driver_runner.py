@@ -9,8 +9,9 @@ What a run looks like:
 1. driver dir ``<workDir>/<driverId>/``;
 2. the app resource (``jarUrl``) and every URL in ``spark.submit.pyFiles`` / ``spark.files``
    are fetched into it (``fetch_resource``: ``ember-upload://`` from the master through the
-   worker's ``fetch_upload`` callable, ``http(s)://``, ``file:`` or an absolute path), and
-   those two properties are rewritten to the local copies;
+   worker's ``fetch_upload`` callable, ``http(s)://``, ``file:`` or an absolute path, any
+   other URL - ``s3a://`` ... - through fsspec with the driver's ``spark.hadoop.*`` keys),
+   and those two properties are rewritten to the local copies;
 3. ``[python, "-m", "ember.deploy.driver_wrapper", WORKER_URL, USER_JAR, MAIN, *args]`` runs
    in the driver dir with the Spark properties (the ``-Dk=v`` java opts) in
    ``EMBER_SPARK_CONF``; stdout is appended to ``<driverDir>/stdout``, stderr to
