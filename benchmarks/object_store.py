@@ -84,6 +84,21 @@ def timed_count(sc, path: str) -> tuple[float, int]:
     return time.perf_counter() - t0, n
 
 
+def tree_cpu(proc, exclude: int = 0) -> float:
+    """CPU seconds of a process and its live descendants but `exclude` (the driver and its
+    task processes, not the S3 server it started; or the S3 server)."""
+    total = 0.0
+    for p in [proc] + proc.children(recursive=True):
+        if p.pid == exclude:
+            continue
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except Exception:        # a process that just ended
+            pass
+    return total
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.object_store")
     p.add_argument("--size-mb", type=int, default=1024)
@@ -112,28 +127,32 @@ def main(argv: list[str] | None = None) -> int:
         sc = SparkContext(conf=conf)
         try:
             import psutil
-            server = psutil.Process(proc.pid)
+            server, me = psutil.Process(proc.pid), psutil.Process()
             times: dict[str, list[float]] = {"local disk": [], "S3 (moto)": []}
             server_cpu: dict[str, list[float]] = {"local disk": [], "S3 (moto)": []}
+            ember_cpu: dict[str, list[float]] = {"local disk": [], "S3 (moto)": []}
             counts = set()
             for _ in range(args.runs):
                 for label, path in (("local disk", data_dir), ("S3 (moto)",
                                                                f"s3a://{BUCKET}/data")):
-                    cpu0 = server.cpu_times()
+                    cpu0, own0 = tree_cpu(server), tree_cpu(me, proc.pid)
                     seconds, n = timed_count(sc, path)
-                    cpu1 = server.cpu_times()
-                    server_cpu[label].append(cpu1.user + cpu1.system - cpu0.user - cpu0.system)
+                    server_cpu[label].append(tree_cpu(server) - cpu0)
+                    ember_cpu[label].append(tree_cpu(me, proc.pid) - own0)
                     times[label].append(seconds)
                     counts.add(n)
-                    print(f"  {label}: {seconds:.2f} s, {total / 1e6 / seconds:.0f} MB/s "
-                          f"(S3 server CPU {server_cpu[label][-1]:.2f} s)", flush=True)
+                    print(f"  {label}: {seconds:.2f} s, {total / 1e6 / seconds:.0f} MB/s; CPU: "
+                          f"Ember {ember_cpu[label][-1]:.2f} s, S3 server "
+                          f"{server_cpu[label][-1]:.2f} s", flush=True)
             if len(counts) != 1:
                 raise RuntimeError(f"line counts differ: {counts}")
         finally:
             sc.stop()
         med = {k: statistics.median(v) for k, v in times.items()}
         for label, seconds in med.items():
-            print(f"{label}: median {seconds:.2f} s = {total / 1e6 / seconds:.0f} MB/s")
+            print(f"{label}: median {seconds:.2f} s = {total / 1e6 / seconds:.0f} MB/s, "
+                  f"CPU {statistics.median(ember_cpu[label]):.2f} s Ember + "
+                  f"{statistics.median(server_cpu[label]):.2f} s server")
         print(f"S3 / local disk time: {med['S3 (moto)'] / med['local disk']:.2f}x "
               "(target <= 1.5x)")
     finally:

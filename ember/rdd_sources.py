@@ -287,8 +287,9 @@ def _remote_split_chunks(url: str, start: int, end: int) -> Iterator[bytes]:
             if pos + lo > end:
                 return
         own = min(len(chunk), end - pos)         # chunk[:own] lies before `end`
-        for i in range(lo, own, _CHUNK):          # decode in cache-sized pieces
-            yield chunk[i:min(i + _CHUNK, own)]
+        view = memoryview(chunk)                  # pieces without copies: `_lines` copies
+        for i in range(lo, own, _CHUNK):          # each one once, cache-sized
+            yield view[i:min(i + _CHUNK, own)]
         if pos + len(chunk) > end:               # then the line that started at <= end
             lo = max(lo, own)
             cut = chunk.find(b"\n", lo)
