@@ -208,8 +208,9 @@ def compute_file_splits(files: list[InputFile], min_partitions: int) -> list[Fil
 @contextlib.contextmanager
 def open_input(path: str) -> Iterator[Any]:
     """A binary stream of the file's (decompressed) bytes; a URL opens through fsspec, with
-    read-ahead of one chunk so that sequential reads are a few large range requests."""
-    remote = {} if fs.is_local(path) else {"block_size": _CHUNK, "cache_type": "readahead"}
+    read-ahead of _REMOTE_CHUNK so that a sequential read is a few large range requests."""
+    remote = {} if fs.is_local(path) else {"block_size": _REMOTE_CHUNK,
+                                            "cache_type": "readahead"}
     if fs.scheme(path) in ("http", "https"):
         remote = {"block_size": 0}        # a stream from the start (see _splittable)
     with fs.open_file(path, "rb", **remote) as raw:
