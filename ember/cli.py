@@ -233,14 +233,39 @@ def cmd_submit(argv: Sequence[str]) -> int:
         return submit_cluster(args, conf)
     if not args.app:
         raise CliError("Must specify a primary resource (JAR or Python or R file)")
-    app = os.path.abspath(args.app)
+    app = os.path.abspath(download_remote_resources(args.app, conf))
     if not os.path.isfile(app):
         raise CliError(f"File {args.app} does not exist")
     if args.verbose:
         print(f"Main class:\n{app}\nArguments:\n" + "\n".join(args.app_args), file=sys.stderr)
-        print("Spark config:\n" + "\n".join(f"({k},{v})" for k, v in sorted(conf.items())),
-              file=sys.stderr)
+        from ember.config import redact
+        print("Spark config:\n" + "\n".join(f"({k},{v})" for k, v in redact(conf, conf.items())),
+              file=sys.stderr)       # secrets (S3A keys too) hidden, as spark-submit does
     return run_app(app, args.app_args, conf)
+
+
+def download_remote_resources(app: str, conf: dict[str, str]) -> str:
+    """Client mode, as spark-submit: a URL primary resource and URL --py-files (s3a://,
+    http(s)://, ...) are downloaded to a temporary dir first, with the endpoint and keys of
+    the conf; returns the app's local path and rewrites spark.submit.pyFiles to the copies.
+    (--files stay URLs: SparkContext.addFile fetches them.)"""
+    from ember import fs
+    py_files = [f for f in (conf.get("spark.submit.pyFiles") or "").split(",") if f]
+    if fs.is_local(app) and all(fs.is_local(f) for f in py_files):
+        return app
+    import tempfile
+    from ember.deploy.worker.driver_runner import DriverLaunchError, fetch_resource
+    staging = tempfile.mkdtemp(prefix="ember-submit-")
+    try:
+        if not fs.is_local(app):
+            app = fetch_resource(app, staging, conf=conf)
+        if py_files:
+            conf["spark.submit.pyFiles"] = ",".join(
+                f if fs.is_local(f) else fetch_resource(f, staging, conf=conf)
+                for f in py_files)
+    except DriverLaunchError as e:
+        raise CliError(str(e)) from None
+    return app
 
 
 def run_app(app: str, app_args: list[str], conf: dict[str, str]) -> int:

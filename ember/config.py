@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 _MEM_UNITS = {"b": 1 / (1024 * 1024), "k": 1 / 1024, "kb": 1 / 1024, "m": 1, "mb": 1,
               "g": 1024, "gb": 1024, "t": 1024 * 1024, "tb": 1024 * 1024,
@@ -188,3 +188,14 @@ def read(conf: Any, key: str, default: Any = None) -> Any:
         return entry.parse(raw)
     except (ValueError, TypeError) as e:
         raise ValueError(f"Invalid value for {key}: {raw!r} ({e})") from None
+
+
+REDACTED = "*********(redacted)"
+
+
+def redact(conf: Any, items: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Spark's Utils.redact, sorted: the value of every entry whose key or value matches
+    spark.redaction.regex (secrets, tokens, S3A access and secret keys) is hidden."""
+    secret = re.compile(read(conf, "spark.redaction.regex"))
+    return sorted((k, REDACTED if secret.search(k) or secret.search(v) else v)
+                  for k, v in items)

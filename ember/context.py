@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable
 
 from typing import TYPE_CHECKING
 
-from ember import config
+from ember import config, fs
 from ember.accumulators import (COMPLEX_ACCUMULATOR_PARAM, FLOAT_ACCUMULATOR_PARAM,
                                 INT_ACCUMULATOR_PARAM, Accumulator, AccumulatorParam,
                                 new_accumulator_id)
@@ -162,6 +162,7 @@ class SparkContext:
         self._next_bid = 0
         self._id_lock = threading.Lock()
         self._checkpoint_dir: str | None = None
+        fs.configure(self._conf)          # s3a endpoint and keys for this driver's paths
         self._python_worker_memory_mb: int = config.read(self._conf, "spark.python.worker.memory")
 
         root = self._conf.get("spark.local.dir") or os.environ.get("SPARK_LOCAL_DIRS") \
@@ -257,7 +258,8 @@ class SparkContext:
                 sched, threads, self._local_dir, self._python_worker_memory_mb, storage << 20,
                 self._files_dir, dict(self.environment),
                 config.read(self._conf, "spark.python.task.killTimeout"),
-                int(dp) if dp else None, self._loop, self._fork_client)
+                int(dp) if dp else None, self._loop, self._fork_client,
+                fs_conf=fs.hadoop_conf(self._conf))
             from ember.scheduler.local_backend import EXECUTOR_ID
             # Spark's local mode: tasks take their cores and the driver's resources
             sched.register_executor_resources(EXECUTOR_ID, threads, {
@@ -354,19 +356,15 @@ class SparkContext:
     def _environment_details(self) -> dict[str, list[tuple[str, str]]]:
         """The Environment tab's sections; values of keys matching spark.redaction.regex are
         hidden, as Spark's Utils.redact does."""
-        secret = re.compile(config.read(self._conf, "spark.redaction.regex"))
-
-        def redact(items: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-            return sorted((k, "*********(redacted)" if secret.search(k) or secret.search(v)
-                           else v) for k, v in items)
         props = dict(self._conf.getAll())
         props["spark.app.id"] = self._app_id
         props["spark.app.startTime"] = str(self._start_time)
         return {"JVM Information": [("Python Version", sys.version.split()[0]),
                                     ("Python Executable", sys.executable)],
-                "Spark Properties": redact(props.items()),
+                "Spark Properties": config.redact(self._conf, props.items()),
                 "Hadoop Properties": [],
-                "System Properties": redact(
+                "System Properties": config.redact(
+                    self._conf,
                     [("user.name", self.sparkUser()), ("user.dir", os.getcwd()),
                      ("os.name", sys.platform), ("ember.home", os.path.dirname(__file__))] +
                     list(self._system_properties.items())),
@@ -701,8 +699,10 @@ class SparkContext:
     # --- files --------------------------------------------------------------------------
     def addFile(self, path: str, recursive: bool = False) -> None:
         self._check_running()
-        from ember.rdd_sources import _strip_scheme
-        local = os.path.abspath(_strip_scheme(path))
+        if not fs.is_local(path):
+            self._add_remote_file(path, recursive)
+            return
+        local = fs.local_path(path)
         if not os.path.exists(local):
             raise FileNotFoundError(f"File {path} does not exist")
         name = os.path.basename(local.rstrip("/"))
@@ -722,9 +722,34 @@ class SparkContext:
             os.replace(tmp, dest)
         self._added_files[name] = "file:" + local
 
+    def _add_remote_file(self, url: str, recursive: bool) -> None:
+        """addFile of a URL: the driver downloads it once into its files dir, from where
+        executors fetch it as they fetch local files."""
+        filesystem, path = fs.filesystem(url)
+        try:
+            is_dir = filesystem.info(path).get("type") == "directory"
+        except FileNotFoundError:
+            raise FileNotFoundError(f"File {url} does not exist") from None
+        if is_dir and not recursive:
+            raise SparkException(f"Added file {url} is a directory and recursive is not "
+                                 "turned on.")
+        name = path.rstrip("/").rsplit("/", 1)[-1]
+        prev = self._added_files.get(name)
+        if prev is not None and prev != url:
+            raise SparkException(f"File {name} was already registered with a different path "
+                                 f"(old path = {prev}, new path = {url}")
+        dest = os.path.join(self._files_dir, name)
+        if is_dir:
+            filesystem.get(path.rstrip("/") + "/", dest, recursive=True)
+        else:
+            tmp = dest + ".tmp"
+            filesystem.get_file(path, tmp)
+            os.replace(tmp, dest)
+        self._added_files[name] = url
+
     def addPyFile(self, path: str) -> None:
         self.addFile(path)
-        name = os.path.basename(path)
+        name = path.rstrip("/").rsplit("/", 1)[-1]
         dest = os.path.join(self._files_dir, name)
         if name.endswith((".zip", ".egg", ".jar", ".whl")):
             if dest not in sys.path:
@@ -738,13 +763,13 @@ class SparkContext:
         raise NotImplementedError("Archives are not supported by Ember; use addFile")
 
     def setCheckpointDir(self, dirName: str) -> None:
-        from ember.rdd_sources import _strip_scheme
-        d = os.path.join(os.path.abspath(_strip_scheme(dirName)), str(uuid.uuid4()))
-        os.makedirs(d, exist_ok=True)
+        base = fs.local_path(dirName) if fs.is_local(dirName) else dirName
+        d = fs.join(base, str(uuid.uuid4()))
+        fs.makedirs(d)
         self._checkpoint_dir = d
 
     def getCheckpointDir(self) -> str | None:
-        return ("file:" + self._checkpoint_dir) if self._checkpoint_dir else None
+        return fs.display(self._checkpoint_dir) if self._checkpoint_dir else None
 
     # --- jobs ---------------------------------------------------------------------------
     def _props(self) -> dict[str, str]:

@@ -26,10 +26,12 @@ from collections import _count_elements, defaultdict, deque  # type: ignore[attr
 from functools import reduce as _reduce
 from typing import Any, Callable, Iterable, Iterator
 
+from ember import fs
 from ember import rdd_sources as src
 from ember.dependency import (Dependency, ManyToOneDependency, OneToOneDependency,
                               RangeDependency, ShuffleDependency)
-from ember.errors import (FileAlreadyExistsException, PySparkRuntimeError, SparkException)
+from ember.errors import PySparkRuntimeError, SparkException
+from ember.output_commit import OutputCommitter, open_output
 from ember.partitioner import Partitioner, portable_hash
 from ember.rdd_sources import Partition
 from ember.resultiterable import ResultIterable
@@ -77,13 +79,6 @@ def call_site() -> str:
     return name
 
 
-def _ignore_errors_unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
 class RDD:
     """A lineage node and the PySpark RDD API on top of it."""
 
@@ -113,8 +108,7 @@ class RDD:
     def partitions(self) -> list[Partition]:
         if self._partitions_cache is None:
             if self._checkpoint_dir is not None:
-                files = sorted(f for f in os.listdir(self._checkpoint_dir)
-                               if f.startswith("part-"))
+                files = [f for f in fs.listdir(self._checkpoint_dir) if f.startswith("part-")]
                 self._partitions_cache = [Partition(i) for i in range(len(files))]
             else:
                 self._partitions_cache = self._get_partitions()
@@ -139,8 +133,7 @@ class RDD:
 
     def iterator(self, split: Partition, context: Any) -> Iterator:
         if self._checkpoint_dir is not None:
-            return read_batches(
-                os.path.join(self._checkpoint_dir, f"part-{split.index:05d}"))
+            return read_batches(fs.join(self._checkpoint_dir, f"part-{split.index:05d}"))
         if self._storage_level is not StorageLevel.NONE and \
                 (self._storage_level.useMemory or self._storage_level.useDisk):
             return context.env.block_manager.get_or_compute(self, split, context)
@@ -280,7 +273,7 @@ class RDD:
         return self._local_checkpointed
 
     def getCheckpointFile(self) -> str | None:
-        return ("file:" + self._checkpoint_dir) if self._checkpoint_dir else None
+        return fs.display(self._checkpoint_dir) if self._checkpoint_dir else None
 
     def cleanShuffleDependencies(self, blocking: bool = False) -> None:
         for dep in self.dependencies():
@@ -312,12 +305,17 @@ class RDD:
                 rdd._truncated = True
 
     def _write_checkpoint(self) -> None:
-        path = os.path.join(self.ctx._checkpoint_dir, f"rdd-{self._id}")
-        os.makedirs(path, exist_ok=True)
+        path = fs.join(self.ctx._checkpoint_dir, f"rdd-{self._id}")
+        fs.makedirs(path)
 
         def write(ctx: Any, it: Iterator) -> None:
-            from ember.storage.block_manager import write_batches
-            write_batches(os.path.join(path, f"part-{ctx.partitionId():05d}"), it)
+            from ember.storage.block_manager import dump_batches, write_batches
+            part = fs.join(path, f"part-{ctx.partitionId():05d}")
+            if fs.is_local(part):
+                write_batches(part, it)
+            else:
+                with fs.open_file(part, "wb") as f:
+                    dump_batches(f, it)
 
         self._checkpoint_requested = False   # the write job itself must not checkpoint again
         try:
@@ -1122,37 +1120,40 @@ class RDD:
                 return x
             return str(x).encode("utf-8")
 
-        def write(ctx: Any, it: Iterator, out_dir: str) -> None:
-            name = f"part-{ctx.partitionId():05d}{ext}"
-            tmp = os.path.join(out_dir, f".{name}.{ctx.taskAttemptId()}.tmp")
-            with _open_output(tmp, ext) as f:
+        def write(ctx: Any, it: Iterator, committer: OutputCommitter) -> str:
+            target = committer.attempt_file(ctx, f"part-{ctx.partitionId():05d}{ext}")
+            with open_output(target, ext) as f:
                 for x in it:
                     f.write(to_line(x))
                     f.write(b"\n")
-            os.replace(tmp, os.path.join(out_dir, name))
+            return target
         self._save(path, write)
 
     def saveAsPickleFile(self, path: str, batchSize: int = 10) -> None:
-        from ember.storage.block_manager import write_batches
+        from ember.storage.block_manager import dump_batches
         size = max(batchSize, 1) if batchSize else 1024
 
-        def write(ctx: Any, it: Iterator, out_dir: str) -> None:
-            write_batches(os.path.join(out_dir, f"part-{ctx.partitionId():05d}"), it, size)
+        def write(ctx: Any, it: Iterator, committer: OutputCommitter) -> str:
+            target = committer.attempt_file(ctx, f"part-{ctx.partitionId():05d}")
+            with open_output(target) as f:
+                dump_batches(f, it, size)
+            return target
         self._save(path, write)
 
     def _save(self, path: str, write: Callable) -> None:
-        out_dir = os.path.abspath(src._strip_scheme(path))
-        if os.path.exists(out_dir):
-            raise FileAlreadyExistsException(f"Output directory file:{out_dir} already exists")
-        os.makedirs(out_dir)
+        """Through Hadoop's commit protocol (ember.output_commit): tasks write attempt
+        files, the job moves the counted ones into place and writes _SUCCESS last."""
+        committer = OutputCommitter(path)
+        committer.setup_job()
 
-        def run(ctx: Any, it: Iterator) -> None:
-            write(ctx, it, out_dir)
-        self.ctx._run_job(self, run, with_context=True)
-        for f in os.listdir(out_dir):
-            if f.endswith(".tmp"):
-                _ignore_errors_unlink(os.path.join(out_dir, f))
-        open(os.path.join(out_dir, "_SUCCESS"), "wb").close()
+        def run(ctx: Any, it: Iterator) -> str:
+            return write(ctx, it, committer)
+        try:
+            attempt_files = self.ctx._run_job(self, run, with_context=True)
+        except BaseException:
+            committer.abort_job()
+            raise
+        committer.commit_job(attempt_files)
 
     # --- not supported ------------------------------------------------------------------
     def toDF(self, schema: Any = None, sampleRatio: Any = None) -> Any:
@@ -1280,16 +1281,6 @@ def _codec_extension(codec: str | None) -> str:
     if name == "BZip2Codec":
         return ".bz2"
     raise ValueError(f"Compression codec {codec} not found.")
-
-
-def _open_output(path: str, ext: str) -> Any:
-    import bz2
-    import gzip
-    if ext == ".gz":
-        return gzip.open(path, "wb")
-    if ext == ".bz2":
-        return bz2.open(path, "wb")
-    return open(path, "wb", buffering=1 << 20)
 
 
 def _join(rdd: RDD, other: RDD, num_partitions: int | None, keep_right: bool,
@@ -1637,9 +1628,10 @@ class FileListRDD(RDD):
         self.record_length = record_length
 
     def _get_partitions(self) -> list[Partition]:
-        files = src.list_input_files(self.path, recursive=self.kind == "pickle")
+        files = [f.path for f in src.list_input_files(self.path,
+                                                       recursive=self.kind == "pickle")]
         if self.kind == "pickle":
-            files = [f for f in files if os.path.basename(f).startswith("part-")]
+            files = [f for f in files if f.rsplit("/", 1)[-1].startswith("part-")]
         k = max(1, min(self.min_partitions, len(files))) if files else 0
         if self.kind in ("pickle", "records"):
             k = len(files)
@@ -1648,11 +1640,12 @@ class FileListRDD(RDD):
 
     def compute(self, split: Partition, context: Any) -> Iterator:
         for path in split.paths:
+            name = ("file:" + path) if fs.is_local(path) else path
             if self.kind == "text":
                 data = src.read_whole_file(path)
-                yield "file:" + path, (data.decode("utf-8") if self.use_unicode else data)
+                yield name, (data.decode("utf-8") if self.use_unicode else data)
             elif self.kind == "binary":
-                yield "file:" + path, src.read_whole_file(path)
+                yield name, src.read_whole_file(path)
             elif self.kind == "records":
                 yield from src.read_records(path, self.record_length)
             else:

@@ -5,21 +5,32 @@ globs and directories (hidden `_`/`.` files skipped), splits of at most 32 MB
 (fs.local.block.size) from a goal of totalSize/minPartitions, a line belonging to the split
 in which it starts, gzip/bz2 files unsplit, and "Input path does not exist: file:..." when a
 path is missing — raised when the job computes partitions, not when the RDD is defined.
+
+A URL (`s3a://bucket/logs/*.gz`, `https://...`; see ember.fs) follows the same rules: one
+listing per directory gives the sizes, and a split is read with range requests - one per
+split where possible, prefetched - instead of seek and read. http(s) files are read whole.
 """
 from __future__ import annotations
 
 import bz2
+import contextlib
 import glob
 import gzip
 import os
 import re
-from typing import Any, Iterable, Iterator
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Iterable, Iterator, NamedTuple
 
+from ember import fs
 from ember.errors import InvalidInputException
 
 LOCAL_BLOCK_SIZE = 32 * 1024 * 1024
 SPLIT_SLOP = 1.1
 _CHUNK = 4 * 1024 * 1024
+_REMOTE_CHUNK = 32 * 1024 * 1024   # about one range request (S3A's block size)
+_PREFETCH = 2                       # range requests in flight ahead of the reader
+_TAIL = 64 * 1024                   # read past a split's end for its last line
 _LINE_END = re.compile(r"\r\n|\r|\n")
 
 
@@ -89,58 +100,95 @@ def _uri(path: str) -> str:
     return "file:" + os.path.abspath(path)
 
 
-def _strip_scheme(path: str) -> str:
-    if path.startswith("file://"):
-        return path[len("file://"):]
-    if path.startswith("file:"):
-        return path[len("file:"):]
-    if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", path):
-        scheme = path.split(":", 1)[0]
-        raise ValueError(f"No FileSystem for scheme \"{scheme}\" (Ember reads local files only)")
-    return path
-
-
 def _hidden(name: str) -> bool:
     return name.startswith("_") or name.startswith(".")
 
 
-def list_input_files(paths: str, recursive: bool = False) -> list[str]:
+class InputFile(NamedTuple):
+    """A file to read (an absolute local path or a URL) and its size (Hadoop's FileStatus)."""
+    path: str
+    size: int
+
+
+def list_input_files(paths: str, recursive: bool = False) -> list[InputFile]:
     """Resolve Hadoop-style comma-separated paths, globs and directories to sorted files."""
-    files: list[str] = []
+    files: list[InputFile] = []
     errors: list[str] = []
-    for raw in [p for p in paths.split(",") if p.strip()]:
-        p = os.path.expanduser(_strip_scheme(raw.strip()))
-        if glob.has_magic(p):
-            matches = sorted(m for m in glob.glob(p) if not _hidden(os.path.basename(m)))
-            if not matches:
-                errors.append(f"Input Pattern {_uri(p)} matches 0 files")
-                continue
-        elif not os.path.exists(p):
-            errors.append(f"Input path does not exist: {_uri(p)}")
-            continue
+    for raw in [p.strip() for p in paths.split(",") if p.strip()]:
+        if fs.is_local(raw):
+            _list_local(fs.local_path(raw), recursive, files, errors)
         else:
-            matches = [p]
-        for m in matches:
-            if os.path.isdir(m):
-                for root, dirs, names in os.walk(m):
-                    dirs[:] = sorted(d for d in dirs if not _hidden(d)) if recursive else []
-                    files.extend(os.path.join(root, n) for n in sorted(names) if not _hidden(n))
-            else:
-                files.append(m)
+            _list_remote(raw, recursive, files, errors)
     if errors:
         raise InvalidInputException("\n".join(errors))
-    return [os.path.abspath(f) for f in files]
+    return files
+
+
+def _list_local(p: str, recursive: bool, files: list, errors: list) -> None:
+    if glob.has_magic(p):
+        matches = sorted(m for m in glob.glob(p) if not _hidden(os.path.basename(m)))
+        if not matches:
+            errors.append(f"Input Pattern {_uri(p)} matches 0 files")
+            return
+    elif not os.path.exists(p):
+        errors.append(f"Input path does not exist: {_uri(p)}")
+        return
+    else:
+        matches = [p]
+    found = []
+    for m in matches:
+        if os.path.isdir(m):
+            for root, dirs, names in os.walk(m):
+                dirs[:] = sorted(d for d in dirs if not _hidden(d)) if recursive else []
+                found.extend(os.path.join(root, n) for n in sorted(names) if not _hidden(n))
+        else:
+            found.append(m)
+    files.extend(InputFile(os.path.abspath(f), os.path.getsize(f)) for f in found)
+
+
+def _list_remote(url: str, recursive: bool, files: list, errors: list) -> None:
+    """The same rules through fsspec; one listing call per directory, sizes included."""
+    filesystem, path = fs.filesystem(url)
+    if glob.has_magic(path):
+        matches = sorted(filesystem.glob(path, detail=True).items())
+        matches = [(p, info) for p, info in matches if not _hidden(_basename(p))]
+        if not matches:
+            errors.append(f"Input Pattern {url} matches 0 files")
+            return
+    else:
+        try:
+            matches = [(path, filesystem.info(path))]
+        except FileNotFoundError:
+            errors.append(f"Input path does not exist: {url}")
+            return
+    for p, info in matches:
+        if info.get("type") == "directory":
+            listing = (filesystem.find(p, detail=True, withdirs=False) if recursive
+                       else {e["name"]: e for e in filesystem.ls(p, detail=True)})
+            for name in sorted(listing):
+                e = listing[name]
+                rel = name[len(p.rstrip("/")):].strip("/").split("/")
+                if e.get("type") == "file" and not any(_hidden(part) for part in rel):
+                    files.append(InputFile(fs.url_of(url, filesystem, name), int(e["size"])))
+        else:
+            files.append(InputFile(fs.url_of(url, filesystem, p), int(info.get("size") or 0)))
+
+
+def _basename(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1]
 
 
 def _splittable(path: str) -> bool:
-    return not path.endswith((".gz", ".bz2", ".zst", ".xz"))
+    """Compressed files are read whole; so are http(s) files, as Hadoop's HttpFileSystem
+    reads them (no seek; many servers ignore range requests)."""
+    return not path.endswith((".gz", ".bz2", ".zst", ".xz")) and \
+        fs.scheme(path) not in ("http", "https")
 
 
-def compute_file_splits(files: list[str], min_partitions: int) -> list[FileSplit]:
-    sizes = [os.path.getsize(f) for f in files]
-    goal = sum(sizes) // max(min_partitions, 1)
+def compute_file_splits(files: list[InputFile], min_partitions: int) -> list[FileSplit]:
+    goal = sum(f.size for f in files) // max(min_partitions, 1)
     splits: list[FileSplit] = []
-    for path, size in zip(files, sizes):
+    for path, size in files:
         if size == 0:
             splits.append(FileSplit(len(splits), path, 0, 0))
             continue
@@ -157,12 +205,23 @@ def compute_file_splits(files: list[str], min_partitions: int) -> list[FileSplit
     return splits
 
 
-def open_input(path: str):
-    if path.endswith(".gz"):
-        return gzip.open(path, "rb")
-    if path.endswith(".bz2"):
-        return bz2.open(path, "rb")
-    return open(path, "rb")
+@contextlib.contextmanager
+def open_input(path: str) -> Iterator[Any]:
+    """A binary stream of the file's (decompressed) bytes; a URL opens through fsspec, with
+    read-ahead of _REMOTE_CHUNK so that a sequential read is a few large range requests."""
+    remote = {} if fs.is_local(path) else {"block_size": _REMOTE_CHUNK,
+                                            "cache_type": "readahead"}
+    if fs.scheme(path) in ("http", "https"):
+        remote = {"block_size": 0}        # a stream from the start (see _splittable)
+    with fs.open_file(path, "rb", **remote) as raw:
+        if path.endswith(".gz"):
+            with gzip.GzipFile(fileobj=raw, mode="rb") as f:
+                yield f
+        elif path.endswith(".bz2"):
+            with bz2.BZ2File(raw, "rb") as f:
+                yield f
+        else:
+            yield raw
 
 
 def _decode_lines(data: bytes, use_unicode: bool) -> list:
@@ -207,9 +266,75 @@ def _split_chunks(f: Any, start: int, end: int) -> Iterator[bytes]:
             yield line
 
 
+def _remote_split_chunks(url: str, start: int, end: int) -> Iterator[bytes]:
+    """`_split_chunks` for a URL, in as few range requests as possible (object stores
+    charge per request, and some servers read the whole object for each): [start, end +
+    _TAIL) - the split and, almost always, the rest of its last line - is fetched in
+    requests of about _REMOTE_CHUNK, a thread staying _PREFETCH requests ahead of the
+    decoding; a last line longer than that is finished with more requests."""
+    filesystem, path = fs.filesystem(url)
+    size = filesystem.size(path)
+    pos = start                       # absolute offset of the chunk below
+    lo = 0
+    found_start = start == 0          # the first (partial) line belongs to the previous split
+    for chunk in _ranges(filesystem, path, start, min(end + _TAIL, size), size):
+        lo = 0
+        if not found_start:
+            cut = chunk.find(b"\n")
+            if cut < 0:
+                pos += len(chunk)
+                continue
+            found_start, lo = True, cut + 1
+            if pos + lo > end:
+                return
+        own = min(len(chunk), end - pos)         # chunk[:own] lies before `end`
+        view = memoryview(chunk)                  # pieces without copies: `_lines` copies
+        for i in range(lo, own, _CHUNK):          # each one once, cache-sized
+            yield view[i:min(i + _CHUNK, own)]
+        if pos + len(chunk) > end:               # then the line that started at <= end
+            lo = max(lo, own)
+            cut = chunk.find(b"\n", lo)
+            yield chunk[lo:] if cut < 0 else chunk[lo:cut + 1]
+            if cut >= 0:
+                return
+        pos += len(chunk)
+
+
+def _ranges(filesystem: Any, path: str, start: int, stop: int, size: int) -> Iterator[bytes]:
+    """[start, stop) in about-equal requests of at most ~_REMOTE_CHUNK, prefetched; then,
+    only as far as the reader asks, [stop, size) in growing requests."""
+    n = max(1, round((stop - start) / _REMOTE_CHUNK))
+    bounds = [start + (stop - start) * i // n for i in range(n + 1)]
+    with ThreadPoolExecutor(1, thread_name_prefix="prefetch") as pool:
+        pending: deque = deque()
+        nxt = 0
+        try:
+            while nxt < n or pending:
+                while nxt < n and len(pending) < _PREFETCH:
+                    pending.append(pool.submit(filesystem.cat_file, path,
+                                               start=bounds[nxt], end=bounds[nxt + 1]))
+                    nxt += 1
+                yield pending.popleft().result()
+        finally:
+            for f in pending:
+                f.cancel()
+    step = _TAIL
+    while stop < size:
+        step = min(step * 4, _REMOTE_CHUNK)
+        data = filesystem.cat_file(path, start=stop, end=min(stop + step, size))
+        if not data:
+            return
+        stop += len(data)
+        yield data
+
+
 def read_lines(split: FileSplit, use_unicode: bool = True) -> Iterator:
     """Lines of one split, Hadoop LineRecordReader ownership: lines starting in (start, end]."""
     if split.length == 0 and split.start == 0 and _splittable(split.path):
+        return
+    if _splittable(split.path) and not fs.is_local(split.path):
+        yield from _lines(_remote_split_chunks(split.path, split.start,
+                                               split.start + split.length), use_unicode)
         return
     with open_input(split.path) as f:
         if not _splittable(split.path):

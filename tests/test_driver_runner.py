@@ -202,7 +202,8 @@ def test_fetch_local_files(tmp_path):
     with pytest.raises(DriverLaunchError, match=r"Can not find expected jar x.py which should "
                                                 f"have been loaded in {dest}"):
         fetch_resource("file:/nonexistent/x.py", str(dest), what="jar")
-    for bad, why in (("relative.py", "unsupported URL"), ("hdfs://nn/x.py", "unsupported URL"),
+    for bad, why in (("relative.py", "unsupported URL"),
+                     ("foo://nn/x.py", 'No FileSystem for scheme "foo"'),
                      ("file://otherhost/x.py", "must name a local path"),
                      (f"file://{src}/app.py#sha256=abc", "Invalid sha256 fragment"),
                      ("/some/dir/stdout", "reserved")):

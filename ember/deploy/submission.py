@@ -19,6 +19,7 @@ import zipfile
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
+from ember import fs
 from ember.deploy.messages import Command, DriverDescription
 
 DRIVER_WRAPPER_CLASS = "org.apache.spark.deploy.worker.DriverWrapper"
@@ -26,7 +27,7 @@ SCRIPT_MAIN = "__main__"
 _SHELLS = {"pyspark-shell": "Spark shells", "spark-shell": "Spark shells",
            "sparkr-shell": "Spark shells", "spark-sql": "Spark SQL shell"}
 _ARCHIVES = (".zip", ".whl", ".egg")
-_REMOTE = ("http://", "https://", "file://", "ember-upload://")
+_REMOTE = ("file://", "ember-upload://")   # and every URL fsspec reads (ember.fs)
 # Environment a driver inherits from its submitter (Spark: SPARK_* minus these).
 _ENV_EXCLUDED = {"SPARK_ENV_LOADED", "SPARK_HOME", "SPARK_CONF_DIR"}
 
@@ -71,7 +72,7 @@ def resolve_app(app: Optional[str], main_class: Optional[str],
     - `app.py` -> run as a script; `dir`/`.zip`/`.whl` + `--class pkg.mod` -> that module;
     - `--class pkg.mod` with no resource (the first argument is not an existing path or a
       URL) -> the module is importable on the workers, every positional is an app argument;
-    - http(s):// and file:// URLs are fetched by the worker itself."""
+    - URLs (file://, http(s)://, s3a://, ...) are fetched by the worker itself."""
     args = list(app_args)
     if app in _SHELLS:
         raise SubmitError(f"Cluster deploy mode is not applicable to {_SHELLS[app]}.")
@@ -81,7 +82,7 @@ def resolve_app(app: Optional[str], main_class: Optional[str],
         if main_class:
             return AppSpec(main_class, args)
         raise SubmitError("Must specify a primary resource (JAR or Python or R file)")
-    if app.startswith(_REMOTE):
+    if is_remote(app):
         main = main_class or (SCRIPT_MAIN if app.split("#")[0].endswith(".py") else None)
         if main is None:
             raise SubmitError(f"No main module set for {app}; please specify one with --class.")
@@ -101,7 +102,7 @@ def resolve_app(app: Optional[str], main_class: Optional[str],
 
 
 def _looks_like_resource(text: str) -> bool:
-    return text.startswith(_REMOTE) or os.path.exists(text) or text.endswith(
+    return is_remote(text) or os.path.exists(text) or text.endswith(
         (".py",) + _ARCHIVES)
 
 
@@ -123,7 +124,13 @@ def resource_bytes(path: str) -> bytes:
 
 def local_list_entries(value: Optional[str]) -> list[str]:
     """Entries of a comma list (--py-files, --files) that name local files to upload."""
-    return [e for e in (value or "").split(",") if e and not e.startswith(_REMOTE)]
+    return [e for e in (value or "").split(",") if e and not is_remote(e)]
+
+
+def is_remote(text: str) -> bool:
+    """A URL the worker fetches itself (file://, s3a://, http(s)://, ...), not a local path
+    the submitter uploads."""
+    return text.startswith(_REMOTE) or not fs.is_local(text)
 
 
 def driver_environment(environ: Mapping[str, str]) -> dict[str, str]:

@@ -17,6 +17,7 @@ import tempfile
 import threading
 from typing import Any
 
+from ember import fs
 from ember.config import parse_memory_mb
 from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, KillTask, LaunchTask,
                                    RegisteredExecutor, RegisterExecutor, RegisterExecutorFailed,
@@ -184,7 +185,8 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
                     "files_dir": files_dir, "cwd": os.getcwd(),
                     "driver": [self.driver_address.host, self.driver_address.port],
                     "rpc_conf": {k: v for k, v in conf.items() if k.startswith("spark.authenticate")
-                                 or k.startswith("spark.rpc.")}}
+                                 or k.startswith("spark.rpc.")},
+                    "fs_conf": fs.hadoop_conf(conf)}
         extra = {k[len("spark.executorEnv."):]: v for k, v in conf.items()
                  if k.startswith("spark.executorEnv.")}
         pool = TaskProcessPool(self.cores, env_conf, self._on_task_end, extra,

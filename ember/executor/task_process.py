@@ -16,7 +16,7 @@ import time
 import traceback
 from typing import Any
 
-from ember import accumulators, broadcast
+from ember import accumulators, broadcast, fs
 from ember.deploy.messages import ResourceInformation
 from ember.errors import TaskKilledException
 from ember.executor.wire import read_msg, send_msg
@@ -40,6 +40,7 @@ class TaskEnv:
         self.memory_limit_mb: int = conf["memory_limit_mb"]
         self.cpus: int = conf.get("cpus", 1)
         self.block_manager = BlockManager(conf["block_dir"], conf["storage_budget"])
+        fs.configure(conf.get("fs_conf", {}))    # the app's s3a endpoint and keys
         self.remote = None
         self.fetch_remote = None
         if conf.get("driver"):        # an executor of a cluster application

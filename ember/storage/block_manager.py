@@ -15,6 +15,8 @@ import sys
 from collections import OrderedDict
 from typing import Any, Iterable, Iterator
 
+from ember import fs
+
 log = logging.getLogger(__name__)
 
 _BATCH = 1024
@@ -45,21 +47,27 @@ def write_batches(path: str, values: Iterable, batch_size: int = _BATCH) -> int:
     """Pickle values in batches to path (atomically: a temp file renamed); its size."""
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "wb") as f:
-        batch: list = []
-        for v in values:
-            batch.append(v)
-            if len(batch) >= batch_size:
-                pickle.dump(batch, f, protocol=5)
-                batch = []
-        if batch:
-            pickle.dump(batch, f, protocol=5)
+        dump_batches(f, values, batch_size)
     os.replace(tmp, path)
     return os.path.getsize(path)
 
 
+def dump_batches(f: Any, values: Iterable, batch_size: int = _BATCH) -> None:
+    """Pickle values to an open binary file, `batch_size` per pickle."""
+    batch: list = []
+    for v in values:
+        batch.append(v)
+        if len(batch) >= batch_size:
+            pickle.dump(batch, f, protocol=5)
+            batch = []
+    if batch:
+        pickle.dump(batch, f, protocol=5)
+
+
 def read_batches(path: str) -> Iterator:
-    """The values written by write_batches (also the format of saveAsPickleFile)."""
-    with open(path, "rb") as f:
+    """The values written by write_batches (also the format of saveAsPickleFile, which may
+    be a URL)."""
+    with fs.open_file(path, "rb") as f:
         load = pickle.load
         while True:
             try:

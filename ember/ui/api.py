@@ -16,6 +16,7 @@ import time
 import zipfile
 from typing import Any, Iterable, Mapping, Protocol
 
+from ember import fs
 from ember.context import SPARK_VERSION
 from ember.ui.status_store import AppStatusStore
 
@@ -259,8 +260,11 @@ def _event_logs(provider: Any, app_id: str, attempt_id: str | None
         for name, path in found:
             if path is None:
                 z.writestr(zipfile.ZipInfo(name), b"")      # a directory entry
-            else:
+            elif fs.is_local(path):
                 z.write(path, name)
+            else:
+                with fs.open_file(path, "rb") as f:
+                    z.writestr(name, f.read())
     name = f"eventLogs-{app_id}" + (f"-{attempt_id}" if attempt_id else "") + ".zip"
     return 200, {"Content-Type": "application/octet-stream",
                  "Content-Disposition": f"attachment; filename={name}"}, buf.getvalue()

@@ -17,15 +17,18 @@ against Spark's own history server).
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
 import os
 import re
+import shutil
+import tempfile
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
-from ember import config
+from ember import config, fs
 from ember.context import SPARK_VERSION
 from ember.scheduler import listener as L
 from ember.scheduler.task import (ExceptionFailure, ExecutorLostFailure, FetchFailed, Success,
@@ -46,14 +49,18 @@ _CODECS = ("zstd", "lz4", "lzf", "snappy")
 
 
 def resolve_log_dir(uri: str) -> str:
-    """spark.eventLog.dir (`file:/p`, `file:///p` or a plain path) -> an absolute local path.
-    Raises like Spark when it is not an existing directory (Spark never creates it)."""
+    """spark.eventLog.dir (`file:/p`, `file:///p` or a plain path) -> an absolute local path;
+    a URL (`s3a://bucket/events`, ...) is returned as it is. Raises like Spark when it is not
+    an existing directory (Spark never creates it); an object store's prefix with nothing
+    under it yet counts as one (object stores have no directories)."""
+    if not fs.is_local(uri):
+        filesystem, path = fs.filesystem(uri)
+        if not filesystem.isdir(path) and filesystem.exists(path):
+            raise NotADirectoryError(f"Log directory {uri} is not a directory.")
+        return uri.rstrip("/")
     path = uri
     if uri.startswith("file:"):
         path = re.sub(r"^file:(//(localhost)?)?", "", uri)
-    elif re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", uri):
-        raise ValueError(f"Unsupported event log directory {uri}: Ember writes event logs to "
-                         "local paths only (file: URIs or plain paths)")
     path = os.path.abspath(os.path.expanduser(path))
     if not os.path.exists(path):
         raise FileNotFoundError(
@@ -340,7 +347,8 @@ class EventLog:
 
     def __init__(self, conf: Any) -> None:
         self.log_dir = resolve_log_dir(config.read(conf, "spark.eventLog.dir"))
-        if not os.access(self.log_dir, os.W_OK | os.X_OK):
+        self.remote = not fs.is_local(self.log_dir)
+        if not self.remote and not os.access(self.log_dir, os.W_OK | os.X_OK):
             raise PermissionError(f"Cannot write event logs to {self.log_dir}: permission "
                                   "denied (spark.eventLog.dir)")
         self.codec: str | None = None
@@ -355,15 +363,30 @@ class EventLog:
             raise ValueError("Max file size of event log should be configured to be at least "
                              "10 MiB (spark.eventLog.rolling.maxFileSize)")
         self._done: tuple[str, str] | None = None     # (in-progress name, final name)
+        self._spool = ""                               # a remote log's local copy
 
     def start(self, app_id: str, attempt_id: str | None = None) -> dict[str, Any]:
         """Create the log with its LogStart line; returns what `EventLogWriter` needs to go
         on writing it. Raises if a log of this app already exists (Spark's 'Target log file
-        already exists')."""
+        already exists').
+
+        An object store has no append, so a log there is written to a local spool and
+        uploaded when the app stops (as Spark's S3A output stream does): meanwhile the store
+        holds the `.inprogress` object with the LogStart line, and a crashed driver leaves
+        just that, which the history server lists as incomplete."""
         name = log_name(app_id, attempt_id)
         suffix = f".{self.codec}" if self.codec else ""
-        target = os.path.join(self.log_dir, (_ROLLED_DIR if self.rolling else "") + name
-                              + ("" if self.rolling else suffix))
+        final = (_ROLLED_DIR if self.rolling else "") + name + ("" if self.rolling else suffix)
+        if self.remote:
+            target = fs.join(self.log_dir, final)
+            filesystem, path = fs.filesystem(target)
+            if filesystem.exists(path) or filesystem.exists(path + IN_PROGRESS):
+                raise FileExistsError(f"Target log file already exists ({target})")
+            self._spool = tempfile.mkdtemp(prefix="ember-eventlog-")
+            local_dir = self._spool
+        else:
+            local_dir = self.log_dir
+        target = os.path.join(local_dir, final)
         if os.path.exists(target) or os.path.exists(target + IN_PROGRESS):
             raise FileExistsError(f"Target log file already exists ({target})")
         spec: dict[str, Any] = {"codec": self.codec, "rolling": None}
@@ -380,13 +403,53 @@ class EventLog:
         writer = EventLogWriter(spec)
         writer.write(_dumps(L.LogStart(SPARK_VERSION)).encode())
         writer.close()
-        log.info("Logging events to file:%s", spec["path"])
+        if self.remote:
+            self._upload(final, in_progress=True)
+            log.info("Logging events to %s (uploaded when the application stops)",
+                     fs.join(self.log_dir, final))
+        else:
+            log.info("Logging events to file:%s", spec["path"])
         return spec
 
     def finish(self) -> None:
-        """Mark the log complete, once everything is written."""
+        """Mark the log complete, once everything is written (a remote log: upload it)."""
         if self._done is not None and os.path.exists(self._done[0]):
             os.replace(*self._done)
+            if self.remote:
+                final = os.path.basename(os.path.dirname(self._done[1]) if self.rolling
+                                         else self._done[1])
+                try:
+                    self._upload(final, in_progress=False)
+                except Exception as e:     # stopping the app must not fail on it
+                    log.error("Cannot upload the event log to %s (%s: %s); it is kept in %s",
+                              fs.join(self.log_dir, final), type(e).__name__, e, self._spool)
+                    return
+                shutil.rmtree(self._spool, ignore_errors=True)
+
+    def _upload(self, final: str, in_progress: bool) -> None:
+        """Copy the spool's log to the store: at start as `<final>.inprogress` (a rolling
+        log: its directory with the in-progress status file), at the end complete, then
+        drop the in-progress object."""
+        filesystem, path = fs.filesystem(fs.join(self.log_dir, final))
+        local = os.path.join(self._spool, final)
+        if not self.rolling:
+            if in_progress:
+                filesystem.put_file(local + IN_PROGRESS, path + IN_PROGRESS)
+            else:
+                filesystem.put_file(local, path)
+                filesystem.rm_file(path + IN_PROGRESS)
+            return
+        names = sorted(os.listdir(local))
+        for n in names:      # event files first, the status file that completes it last
+            if not n.startswith("appstatus_"):
+                filesystem.put_file(os.path.join(local, n), f"{path}/{n}")
+        for n in names:
+            if n.startswith("appstatus_"):
+                filesystem.put_file(os.path.join(local, n), f"{path}/{n}")
+        if not in_progress:
+            with contextlib.suppress(FileNotFoundError):
+                status = next(n for n in names if n.startswith("appstatus_"))
+                filesystem.rm_file(f"{path}/{status}{IN_PROGRESS}")
 
 
 class EventLogWriter:
@@ -591,7 +654,7 @@ def replay(path: str) -> Iterator[Any]:
     malformed line elsewhere raises ValueError naming it."""
     if path.startswith("file:"):
         path = re.sub(r"^file:(//(localhost)?)?", "", path)
-    files = _rolled_files(path) if os.path.isdir(path) else [path]
+    files = _rolled_files(path) if is_log_dir(path) else [path]
     prev: tuple[str, int, bytes] | None = None
     for name in files:
         with _open_log(name) as f:
@@ -603,20 +666,28 @@ def replay(path: str) -> Iterator[Any]:
         yield from _parse(*prev, last=True)
 
 
+def is_log_dir(path: str) -> bool:
+    """Is an event log (path or URL) Spark's rolling directory rather than one file?"""
+    if fs.is_local(path):
+        return os.path.isdir(path)
+    filesystem, p = fs.filesystem(path)
+    return filesystem.isdir(p)
+
+
 def _rolled_files(directory: str) -> list[str]:
     """The event files of a rolling log, by index (`events_<index>_<appId>[.<codec>]`)."""
     found = []
-    for name in os.listdir(directory):
+    for name in fs.listdir(directory):
         m = _ROLLED_EVENTS.match(name)
         if m:
-            found.append((int(m.group(1)), os.path.join(directory, name)))
+            found.append((int(m.group(1)), fs.join(directory, name)))
     return [p for _, p in sorted(found)]
 
 
 def _open_log(path: str) -> Any:
     """A binary stream of the log's text: plain, or zstd (Spark 4's default codec)."""
     codec = _codec(path)
-    f = open(path, "rb")
+    f = fs.open_file(path, "rb")
     if codec is None:
         return f
     if codec != "zstd":
@@ -677,6 +748,8 @@ def list_event_logs(log_dir: str) -> list[EventLogInfo]:
     complete once their `appstatus_<appId>` file has no `.inprogress`); hidden files are
     skipped."""
     root = resolve_log_dir(log_dir)
+    if not fs.is_local(root):
+        return _list_remote_logs(root)
     out = []
     with os.scandir(root) as it:
         for entry in it:
@@ -711,3 +784,46 @@ def _rolled_info(entry: os.DirEntry) -> EventLogInfo | None:
     done = any(n.startswith("appstatus_") and not n.endswith(IN_PROGRESS) for n in names)
     return EventLogInfo(entry.path, entry.name[len(_ROLLED_DIR):], not done,
                         sum(f.st_size for f in files), max(f.st_mtime for f in files))
+
+
+def _list_remote_logs(root: str) -> list[EventLogInfo]:
+    """list_event_logs for a URL: one listing of the directory (and one per rolling log)."""
+    filesystem, path = fs.filesystem(root)
+    out = []
+    for e in filesystem.ls(path, detail=True):
+        name = e["name"].rstrip("/").rsplit("/", 1)[-1]
+        if name.startswith(".") or not name:
+            continue
+        url = fs.join(root, name)
+        if e.get("type") == "directory":
+            if name.startswith(_ROLLED_DIR):
+                entries = {x["name"].rstrip("/").rsplit("/", 1)[-1]: x
+                           for x in filesystem.ls(e["name"], detail=True)}
+                events = [x for n, x in entries.items() if _ROLLED_EVENTS.match(n)]
+                if events:
+                    done = any(n.startswith("appstatus_") and not n.endswith(IN_PROGRESS)
+                               for n in entries)
+                    out.append(EventLogInfo(url, name[len(_ROLLED_DIR):], not done,
+                                            sum(int(x.get("size") or 0) for x in events),
+                                            max(_mtime(filesystem, x) for x in events)))
+            continue
+        done = not name.endswith(IN_PROGRESS)
+        app_id = name if done else name[:-len(IN_PROGRESS)]
+        if _codec(app_id):
+            app_id = app_id.rsplit(".", 1)[0]
+        out.append(EventLogInfo(url, app_id, not done, int(e.get("size") or 0),
+                                _mtime(filesystem, e)))
+    out.sort(key=lambda i: i.modified, reverse=True)
+    return out
+
+
+def _mtime(filesystem: Any, entry: Mapping[str, Any]) -> float:
+    """A listing entry's modification time in epoch seconds (S3's LastModified, else the
+    backend's `modified`)."""
+    stamp = entry.get("LastModified") or entry.get("mtime")
+    if stamp is None:
+        try:
+            stamp = filesystem.modified(entry["name"])
+        except (NotImplementedError, OSError):
+            return 0.0
+    return stamp if isinstance(stamp, (int, float)) else stamp.timestamp()

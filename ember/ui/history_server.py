@@ -24,7 +24,9 @@ import sys
 import threading
 from typing import Mapping, Optional, Sequence
 
-from ember.ui.event_log import EventLogInfo, list_event_logs, replay, resolve_log_dir
+from ember import fs
+from ember.ui.event_log import (EventLogInfo, is_log_dir, list_event_logs, replay,
+                             resolve_log_dir)
 from ember.ui.status_store import AppStatusStore
 
 log = logging.getLogger("ember.deploy.history.HistoryServer")
@@ -95,12 +97,11 @@ class HistoryProvider:
         if found is None:
             return None
         path = found[0].path
-        base = os.path.basename(path)
-        if not os.path.isdir(path):
-            return [(base, path)]
-        return [(base + "/", None)] + [(f"{base}/{n}", os.path.join(path, n))
-                                      for n in sorted(os.listdir(path))
-                                      if not n.startswith(".")]
+        base = path.rstrip("/").rsplit("/", 1)[-1]
+        if is_log_dir(path):
+            return [(base + "/", None)] + [(f"{base}/{n}", fs.join(path, n))
+                                          for n in fs.listdir(path) if not n.startswith(".")]
+        return [(base, path)]
 
     def store(self, app_id: Optional[str], attempt_id: Optional[str] = None
               ) -> Optional[AppStatusStore]:
@@ -141,6 +142,8 @@ class HistoryServer:
 
     def __init__(self, log_dir: str, conf: Optional[Mapping[str, str]] = None) -> None:
         from ember.deploy.web import WebServerThread
+        if fs.hadoop_conf(conf or {}):    # a URL log dir: its endpoint and keys
+            fs.configure(conf or {})
         resolve_log_dir(log_dir)          # a missing directory fails here, before binding
         self.provider = HistoryProvider(log_dir, conf)
         self.conf = dict(conf or {})
@@ -258,8 +261,9 @@ def start_main(argv: Optional[Sequence[str]] = None) -> int:
     from ember.deploy.daemon import start_daemon
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        log_dir, _, _, _ = resolve_history_conf(argv, os.environ,
-                                                prog="ember start-history-server")
+        log_dir, _, _, conf = resolve_history_conf(argv, os.environ,
+                                                   prog="ember start-history-server")
+        fs.configure(conf)
         resolve_log_dir(log_dir)
     except (OSError, ValueError) as e:
         print(f"Error: {e}", file=sys.stderr)

@@ -9,8 +9,9 @@ What a run looks like:
 1. driver dir ``<workDir>/<driverId>/``;
 2. the app resource (``jarUrl``) and every URL in ``spark.submit.pyFiles`` / ``spark.files``
    are fetched into it (``fetch_resource``: ``ember-upload://`` from the master through the
-   worker's ``fetch_upload`` callable, ``http(s)://``, ``file:`` or an absolute path), and
-   those two properties are rewritten to the local copies;
+   worker's ``fetch_upload`` callable, ``http(s)://``, ``file:`` or an absolute path, any
+   other URL - ``s3a://`` ... - through fsspec with the driver's ``spark.hadoop.*`` keys),
+   and those two properties are rewritten to the local copies;
 3. ``[python, "-m", "ember.deploy.driver_wrapper", WORKER_URL, USER_JAR, MAIN, *args]`` runs
    in the driver dir with the Spark properties (the ``-Dk=v`` java opts) in
    ``EMBER_SPARK_CONF``; stdout is appended to ``<driverDir>/stdout``, stderr to
@@ -42,9 +43,10 @@ import time
 import urllib.request
 import weakref
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 from urllib.parse import unquote, urlparse
 
+from ember import fs
 from ember.config import parse_time_seconds
 from ember.deploy.master.uploads import SCHEME as UPLOAD_SCHEME
 from ember.deploy.master.uploads import UploadError, check_name, parse_upload_url
@@ -227,13 +229,16 @@ def _write_verified(chunks: Iterable[bytes], dest: str, expected: Optional[str],
 
 def fetch_resource(url: str, dest_dir: str,
                    fetch_upload: Optional[Callable[[str], AppResourceData]] = None, *,
-                   what: str = "file", timeout: float = 60.0) -> str:
+                   what: str = "file", timeout: float = 60.0,
+                   conf: Optional[Mapping[str, str]] = None) -> str:
     """Fetch `url` into `dest_dir` and return the local absolute path.
 
     ``ember-upload://<sha256>/<name>`` is asked of the master through `fetch_upload` and
     must hash to the URL's digest; ``http(s)://`` is downloaded; ``file:`` URLs and
-    absolute paths are copied (directories too). A ``#sha256=<hex>`` fragment of an http or
-    file URL is verified. DriverLaunchError, in Spark's words where Spark has some."""
+    absolute paths are copied (directories too); any other URL (``s3a://``, ``gs://``, ...)
+    is read through fsspec with the endpoint and keys of `conf`'s ``spark.hadoop.*`` (the
+    driver's properties). A ``#sha256=<hex>`` fragment of a URL is verified.
+    DriverLaunchError, in Spark's words where Spark has some."""
     dest_dir = os.path.abspath(dest_dir)
     if url.startswith(UPLOAD_SCHEME + "://"):
         try:
@@ -273,6 +278,9 @@ def fetch_resource(url: str, dest_dir: str,
                 f"{dest_dir} (download of {url} failed: {e})") from None
         return dest
 
+    if not fs.is_local(url):
+        return _fetch_fsspec(parsed, url, dest_dir, what, conf or {})
+
     if parsed.scheme == "file":
         if parsed.netloc not in ("", "localhost"):
             raise DriverLaunchError(f"Cannot fetch {url}: a file URL must name a local path")
@@ -281,7 +289,8 @@ def fetch_resource(url: str, dest_dir: str,
         src, expected = url, None
     else:
         raise DriverLaunchError(f"Cannot fetch {what} {url}: unsupported URL (expected "
-                                f"{UPLOAD_SCHEME}://, http(s)://, file: or an absolute path)")
+                                f"{UPLOAD_SCHEME}://, http(s)://, file:, another URL such as "
+                                "s3a:// or an absolute path)")
     name = _local_name(os.path.basename(src.rstrip("/")), what, url)
     dest = os.path.join(dest_dir, name)
     if not os.path.exists(src):
@@ -297,6 +306,23 @@ def fetch_resource(url: str, dest_dir: str,
         return dest
     with open(src, "rb") as f:
         _write_verified(iter(lambda: f.read(1 << 20), b""), dest, expected, name, url)
+    return dest
+
+
+def _fetch_fsspec(parsed: Any, url: str, dest_dir: str, what: str,
+                  conf: Mapping[str, str]) -> str:
+    name = _local_name(os.path.basename(unquote(parsed.path).rstrip("/")), what, url)
+    expected = _expected_sha(parsed.fragment, url)
+    dest = os.path.join(dest_dir, name)
+    try:
+        with fs.open_file(parsed._replace(fragment="").geturl(), "rb", conf) as f:
+            _write_verified(iter(lambda: f.read(1 << 20), b""), dest, expected, name, url)
+    except DriverLaunchError:
+        raise
+    except Exception as e:
+        raise DriverLaunchError(
+            f"Can not find expected {what} {name} which should have been loaded in "
+            f"{dest_dir} (download of {url} failed: {type(e).__name__}: {e})") from None
     return dest
 
 
@@ -527,12 +553,13 @@ class DriverRunner:
         policy = supervise_policy(desc.supervise, props, self.worker_conf,
                                   self._initial_backoff)
         user_jar = (fetch_resource(desc.jarUrl, self.driver_dir, self._fetch_upload,
-                                   what="jar") if desc.jarUrl else "")
+                                   what="jar", conf=props) if desc.jarUrl else "")
         for key in _RESOURCE_KEYS:
             entries = [e.strip() for e in props.get(key, "").split(",") if e.strip()]
             if entries:
                 props[key] = ",".join(
-                    fetch_resource(e, self.driver_dir, self._fetch_upload) for e in entries)
+                    fetch_resource(e, self.driver_dir, self._fetch_upload, conf=props)
+                    for e in entries)
         props["spark.submit.deployMode"] = "cluster"
         props["spark.driver.host"] = self.host
         if self.resources:   # Spark: -Dspark.driver.resourcesFile=<the assigned addresses>
