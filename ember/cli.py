@@ -158,30 +158,38 @@ def submit_cluster(args: argparse.Namespace, conf: dict[str, str]) -> int:
 
 
 def kill_or_status(args: argparse.Namespace, conf: dict[str, str]) -> int:
-    """`--kill ID` / `--status ID` against a spark:// master (REST when enabled, else RPC)."""
+    """`--kill ID` / `--status ID` against a spark:// master: REST first, then RPC (see
+    client.ask_rest_then_rpc). Both print the block spark-submit logs (`Server responded
+    with ...:` and the v1 JSON) for tools that parse it, then the readable lines. A kill the
+    master refuses is reported as Spark's SparkSubmit.kill does (its message logged at
+    ERROR) and, like Spark, exits 0."""
     from ember.deploy import client, submission as sub
     driver_id = args.kill if args.kill is not None else args.status
     if not driver_id:
         raise CliError("Please specify a submission to kill." if args.kill is not None
                        else "Please specify a submission to request status for.")
     try:
-        gateway = client.open_gateway(sub.check_cluster_master(conf.get("spark.master")), conf)
-        try:
-            if args.kill is not None:
-                ok, message = gateway.kill(driver_id)
-                print(f"{driver_id} is killed successfully." if ok else message)
-                return 0 if ok else 1
-            st = gateway.status(driver_id)
-        finally:
-            gateway.close()
+        master = sub.check_cluster_master(conf.get("spark.master"))
+        if args.kill is not None:
+            ok, message = client.ask_rest_then_rpc(
+                master, conf, lambda g: g.kill(driver_id), lambda answer: answer[0])
+        else:
+            st = client.ask_rest_then_rpc(master, conf, lambda g: g.status(driver_id),
+                                          lambda answer: answer.found)
     except sub.SubmitError as e:
         raise CliError(str(e)) from None
+    if args.kill is not None:
+        print(client.kill_response_json(driver_id, ok, message), flush=True)
+        if ok:
+            print(f"{driver_id} is killed successfully.")
+        else:
+            print(f"ERROR SparkSubmit: {message}", file=sys.stderr)
+        return 0
+    print(client.status_response_json(driver_id, st), flush=True)
     if not st.found:
         print(f"ERROR: Cluster master did not recognize {driver_id}", file=sys.stderr)
         return client.EXIT_NOT_FOUND
-    print(f"State of {driver_id} is {st.state}")
-    if st.worker_id:
-        print(f"Driver running on {st.worker_host_port} ({st.worker_id})")
+    print("\n".join(client.status_lines(driver_id, st)))
     if st.exit_status is not None:
         print(f"Exit code: {st.exit_status}")
     if st.exception:
@@ -272,6 +280,12 @@ _DAEMON_COMMANDS = {
     "start-history-server": ("ember.ui.history_server", "start_main"),
     "stop-history-server": ("ember.ui.history_server", "stop_main"),
 }
+
+
+def submit_main() -> int:
+    """The `spark3-submit` console script: `ember submit` under one of the names Airflow's
+    SparkSubmitHook accepts (spark-submit itself stays PySpark's where both are installed)."""
+    return main(["submit", *sys.argv[1:]])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
