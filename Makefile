@@ -25,7 +25,11 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq chromium >/dev/null; fi; }
 
+# curl: the newest Airflow Spark provider polls and kills through it (tests/test_airflow.py).
 test: install-test browser
+	@command -v curl >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq curl >/dev/null; \
+	  else sudo apt-get update -qq && sudo apt-get install -y -qq curl >/dev/null; fi; }
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: install-test
