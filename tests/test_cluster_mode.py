@@ -374,7 +374,8 @@ def test_status_and_kill_print_spark_submits_block_over_rest_and_rpc(cluster, tm
     k = ember("submit", "--master", cluster.rest_url, "--kill", driver_id)
     assert k.returncode == 0
     assert k.stdout.startswith("Server responded with KillSubmissionResponse:\n{\n")
-    assert '  "success" : true\n' in k.stdout and f"{driver_id} is killed successfully." in k.stdout
+    assert '  "success" : true\n' in k.stdout
+    assert f"{driver_id} is killed successfully." in k.stdout
     assert wait_driver(cluster, driver_id)["state"] == "KILLED"
     st = ember("submit", "--master", cluster.url, "--status", driver_id)
     assert '  "driverState" : "KILLED",\n' in st.stdout
