@@ -60,8 +60,23 @@ def connection(host: str, port: int | None = None, **extra: str) -> dict:
     return conn
 
 
+SECRET = "airflow-check-secret-of-at-least-32-bytes"
+
+
 @pytest.fixture(scope="module")
-def airflow_runs(cluster, tmp_path_factory):
+def auth_cluster(tmp_path_factory):
+    """A 1-worker cluster with spark.authenticate: RPC and REST both need the secret. The
+    worker has room for a 1g driver and a 1g executor."""
+    from tests.cluster import LocalCluster
+    c = LocalCluster(str(tmp_path_factory.mktemp("auth-cluster")), workers=1, cores=2,
+                     memory="3g", conf={"spark.authenticate": "true", "spark.authenticate.secret": SECRET})
+    c.start()
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def airflow_runs(cluster, auth_cluster, tmp_path_factory):
     """Runs every scenario once per provider (lazily) and caches the results."""
     tmp = tmp_path_factory.mktemp("airflow")
     apps = {}
@@ -73,6 +88,19 @@ def airflow_runs(cluster, tmp_path_factory):
     conf_dir.mkdir()
     (conf_dir / "spark-defaults.conf").write_text(
         f"spark.master.rest.port {cluster.rest_port}\n")
+    # with authentication: the secret reaches spark3-submit (submit, --status, --kill) only
+    # through its configuration directory, never through Airflow's command lines
+    auth_conf_dir = tmp / "auth-conf"
+    auth_conf_dir.mkdir()
+    (auth_conf_dir / "spark-defaults.conf").write_text(
+        f"spark.authenticate true\nspark.authenticate.secret {SECRET}\n"
+        f"spark.master.rest.port {auth_cluster.rest_port}\n")
+    os.chmod(auth_conf_dir / "spark-defaults.conf", 0o600)
+    # the master listed twice: an HA list, so the newest provider polls and kills with
+    # spark3-submit (which authenticates) instead of curl (which cannot); Ember asks a master
+    # named twice once
+    authed = connection(f"spark://127.0.0.1:{auth_cluster.master_port},"
+                        f"127.0.0.1:{auth_cluster.master_port}")
     bin_dir = spark3_submit_dir(str(tmp / "bin"))
     rpc = connection("spark://127.0.0.1", cluster.master_port, **{
         "rest-port": str(cluster.rest_port)})
@@ -92,8 +120,16 @@ def airflow_runs(cluster, tmp_path_factory):
         # an HA list, the first master down; no REST port known, so status falls back to RPC
         {"name": "ha", "conn": ha, "application": apps["ok"]},
         {"name": "ha_kill", "conn": ha, "application": apps["forever"], "kill": True},
+        {"name": "auth_ok", "conn": authed, "application": apps["ok"],
+         "spark_conf_dir": str(auth_conf_dir)},
+        {"name": "auth_kill", "conn": authed, "application": apps["forever"], "kill": True,
+         "spark_conf_dir": str(auth_conf_dir)},
     ]
     cache: dict[str, dict] = {}
+
+    def auth_drivers() -> int:
+        j = auth_cluster.json()
+        return len(j["activedrivers"]) + len(j["completeddrivers"])
 
     def results(provider: str) -> dict:
         if provider not in cache:
@@ -107,6 +143,7 @@ def airflow_runs(cluster, tmp_path_factory):
                        AIRFLOW_HOME=str(tmp / f"home-{provider}"),
                        AIRFLOW__CORE__LOAD_EXAMPLES="False")
             started = time.monotonic()
+            before = auth_drivers()
             r = subprocess.run([python, os.path.join(ROOT, "tests", "helpers",
                                                      "airflow_tasks.py"),
                                 json.dumps(scenarios)], capture_output=True, text=True,
@@ -115,6 +152,7 @@ def airflow_runs(cluster, tmp_path_factory):
             cache[provider] = {x["name"]: x for x in lines}
             cache[provider]["_log"] = r.stderr[-8000:]
             cache[provider]["_seconds"] = time.monotonic() - started
+            cache[provider]["_auth_drivers_added"] = auth_drivers() - before
             assert r.returncode == 0, r.stderr[-8000:]
         return cache[provider]
 
@@ -122,6 +160,7 @@ def airflow_runs(cluster, tmp_path_factory):
 
 
 def final_state(cluster, driver_id: str, timeout: float = 60) -> str:
+    """The driver's end state on the master, asked without Airflow."""
     j = cluster.wait_for(lambda j: any(d["id"] == driver_id and d["state"] in FINAL
                                        for d in j["activedrivers"] + j["completeddrivers"]),
                          timeout)
@@ -132,7 +171,7 @@ def final_state(cluster, driver_id: str, timeout: float = 60) -> str:
 @pytest.mark.parametrize("provider", list(PROVIDERS))
 def test_a_succeeding_app_is_a_successful_task(airflow_runs, cluster, provider):
     r = airflow_runs(provider)["ok"]
-    assert r["ok"] and r["finished"], airflow_runs(provider)["_log"]
+    assert r["ok"] and r["finished"], (r, airflow_runs(provider)["_log"])
     assert r["status"] == "FINISHED"
     assert final_state(cluster, r["driver_id"]) == "FINISHED"
 
@@ -140,7 +179,7 @@ def test_a_succeeding_app_is_a_successful_task(airflow_runs, cluster, provider):
 @pytest.mark.parametrize("provider", list(PROVIDERS))
 def test_sys_exit_3_fails_the_task(airflow_runs, cluster, provider):
     r = airflow_runs(provider)["exit3"]
-    assert r["finished"] and not r["ok"], airflow_runs(provider)["_log"]
+    assert r["finished"] and not r["ok"], (r, airflow_runs(provider)["_log"])
     assert "FAILED" in r["error"]
     assert final_state(cluster, r["driver_id"]) == "FAILED"
 
@@ -158,5 +197,17 @@ def test_on_kill_kills_the_driver(airflow_runs, cluster, provider):
 @pytest.mark.parametrize("provider", list(PROVIDERS))
 def test_an_ha_master_list_works(airflow_runs, cluster, provider):
     r = airflow_runs(provider)["ha"]
-    assert r["ok"] and r["finished"], airflow_runs(provider)["_log"]
+    assert r["ok"] and r["finished"], (r, airflow_runs(provider)["_log"])
     assert final_state(cluster, r["driver_id"]) == "FINISHED"
+
+
+@pytest.mark.parametrize("provider", list(PROVIDERS))
+def test_with_authentication_on(airflow_runs, auth_cluster, provider):
+    runs = airflow_runs(provider)
+    ok, kill = runs["auth_ok"], runs["auth_kill"]
+    assert ok["ok"] and ok["finished"], (ok, runs["_log"])
+    assert final_state(auth_cluster, ok["driver_id"]) == "FINISHED"
+    assert kill["status_before_kill"] == "RUNNING", (kill, runs["_log"])
+    assert final_state(auth_cluster, kill["driver_id"]) == "KILLED"
+    assert kill["finished"] and not kill["ok"] and "KILLED" in kill["error"]
+    assert runs["_auth_drivers_added"] == 2      # the master listed twice ran each once

@@ -256,25 +256,27 @@ T = TypeVar("T")
 
 
 def rest_first_urls(master: str, conf: Mapping[str, str]) -> list[tuple[str, bool]]:
-    """Where `--status` / `--kill` look for the REST gateway before the RPC one, each with
-    whether its answer is final.
+    """Where `--status` / `--kill` look for the REST gateway before the RPC one, in order,
+    each with whether its answer is final.
 
     Spark's spark-submit sends both to the master URL as given (its REST port, e.g.
     `spark://h:6066`, the URL Airflow's connections carry). A URL naming the RPC port
-    (`spark://h:7077`) is then also tried on each host's REST port (spark.master.rest.port,
-    default 6066); such a derived address may be another process, so its "not found" or
-    failed kill is not believed and the RPC gateway is asked as well."""
+    (`spark://h:7077`) is first tried on each host's REST port (spark.master.rest.port,
+    default 6066), so that polling it does not knock on the RPC port (an authenticating
+    master logs every such HTTP request as a failed handshake); a derived address may be
+    another process, so its "not found" or failed kill is not believed and the URL as
+    given, then the RPC gateway, are asked as well."""
     from ember.deploy.rest.server import DEFAULT_REST_PORT, REST_PORT
     hosts = [hp.strip() for hp in master[len("spark://"):].split(",") if hp.strip()]
-    urls = [(master, True)]
+    given = [(master, True)]
     try:
         port = int(str(conf.get(REST_PORT, DEFAULT_REST_PORT)).strip())
     except ValueError:
-        return urls
+        return given
     derived = [f"{hp.rsplit(':', 1)[0]}:{port}" for hp in hosts]
-    if port > 0 and derived != hosts:
-        urls.append(("spark://" + ",".join(derived), False))
-    return urls
+    if port <= 0 or derived == hosts:
+        return given
+    return [("spark://" + ",".join(derived), False)] + given
 
 
 def ask_rest_then_rpc(master: str, conf: Mapping[str, str], ask: Callable[[Gateway], T],

@@ -39,7 +39,7 @@ def run(scenario: dict) -> dict:
     task = threading.Thread(target=execute, daemon=True)
     task.start()
     if scenario.get("kill"):
-        deadline = time.time() + 120
+        deadline = time.time() + 60
         while task.is_alive() and time.time() < deadline:
             hook = op._hook
             if hook is not None and hook._driver_id and hook._driver_status == "RUNNING":
@@ -47,7 +47,7 @@ def run(scenario: dict) -> dict:
             time.sleep(0.2)
         result["status_before_kill"] = op._hook._driver_status if op._hook else None
         op.on_kill()
-    task.join(180)
+    task.join(120)
     result["finished"] = not task.is_alive()
     hook = op._hook
     result["driver_id"] = hook._driver_id if hook else None
