@@ -406,3 +406,18 @@ def test_spark3_submit_is_ember_submit():
                         "sys.exit(submit_main())"], capture_output=True, text=True, env=_env(),
                        timeout=60)
     assert r.returncode == 1 and r.stderr.startswith("Error: ")
+
+
+def test_rest_first_urls_and_a_master_named_twice():
+    from ember.deploy.app_client import parse_master_urls
+    from ember.deploy.client import rest_first_urls
+    from ember.rpc import RpcAddress
+    assert rest_first_urls("spark://h:7077", {}) == [("spark://h:6066", False),
+                                                     ("spark://h:7077", True)]
+    assert rest_first_urls("spark://a:7077,b:7077", {"spark.master.rest.port": "6100"}) == [
+        ("spark://a:6100,b:6100", False), ("spark://a:7077,b:7077", True)]
+    assert rest_first_urls("spark://h:6066", {}) == [("spark://h:6066", True)]
+    assert rest_first_urls("spark://h:7077", {"spark.master.rest.port": "x"}) == [
+        ("spark://h:7077", True)]
+    assert parse_master_urls("spark://h:7077,h:7077,g:7077") == [RpcAddress("h", 7077),
+                                                                 RpcAddress("g", 7077)]
