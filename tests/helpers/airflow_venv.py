@@ -4,7 +4,7 @@ Why separate venvs: Airflow pins hundreds of packages that must not leak into Em
 environment, and the checks need two provider lines (the newest and a 4.x one, which poll
 and kill differently). The venvs live under `.venv-airflow/` (ignored by git; override with
 EMBER_AIRFLOW_VENVS) and are rebuilt only when the pinned versions change. uv builds them:
-from a warm cache a venv takes seconds, cold (downloads) well under a minute here.
+from a warm uv cache a venv takes 5-30 s, from an empty one (downloads) about 2 minutes.
 """
 from __future__ import annotations
 
