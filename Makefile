@@ -3,13 +3,17 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install browser demo test bench clean
+.PHONY: install install-test browser demo test bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
+# The product alone (what `make demo` needs); the tests add their extra on top.
 install: $(BIN)/python
 	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e . --config-settings editable_mode=compat
+
+install-test: install
 	$(BIN)/pip install -q -e '.[test]' --config-settings editable_mode=compat
 
 demo: install
@@ -21,10 +25,14 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq chromium >/dev/null; fi; }
 
-test: install browser
+# curl: the newest Airflow Spark provider polls and kills through it (tests/test_airflow.py).
+test: install-test browser
+	@command -v curl >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq curl >/dev/null; \
+	  else sudo apt-get update -qq && sudo apt-get install -y -qq curl >/dev/null; fi; }
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-bench: install
+bench: install-test
 	$(BIN)/python -m benchmarks
 
 clean:

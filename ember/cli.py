@@ -12,14 +12,9 @@ import sys
 from typing import Sequence
 
 from ember import __version__
+from ember.shell import LOGO
 
-BANNER = r"""Welcome to
-   ______           __
-  / ____/___ ___  / /_  ___  _____
- / __/ / __ `__ \/ __ \/ _ \/ ___/
-/ /___/ / / / / / /_/ /  __/ /
-\_____/_/ /_/ /_/_.___/\___/_/     version {version}
-
+BANNER = LOGO + r"""
 Ember {version}: Apache Spark {spark} standalone and RDD API, in Python {py}
 Type --help for more information."""
 
@@ -158,30 +153,38 @@ def submit_cluster(args: argparse.Namespace, conf: dict[str, str]) -> int:
 
 
 def kill_or_status(args: argparse.Namespace, conf: dict[str, str]) -> int:
-    """`--kill ID` / `--status ID` against a spark:// master (REST when enabled, else RPC)."""
+    """`--kill ID` / `--status ID` against a spark:// master: REST first, then RPC (see
+    client.ask_rest_then_rpc). Both print the block spark-submit logs (`Server responded
+    with ...:` and the v1 JSON) for tools that parse it, then the readable lines. A kill the
+    master refuses is reported as Spark's SparkSubmit.kill does (its message logged at
+    ERROR) and, like Spark, exits 0."""
     from ember.deploy import client, submission as sub
     driver_id = args.kill if args.kill is not None else args.status
     if not driver_id:
         raise CliError("Please specify a submission to kill." if args.kill is not None
                        else "Please specify a submission to request status for.")
     try:
-        gateway = client.open_gateway(sub.check_cluster_master(conf.get("spark.master")), conf)
-        try:
-            if args.kill is not None:
-                ok, message = gateway.kill(driver_id)
-                print(f"{driver_id} is killed successfully." if ok else message)
-                return 0 if ok else 1
-            st = gateway.status(driver_id)
-        finally:
-            gateway.close()
+        master = sub.check_cluster_master(conf.get("spark.master"))
+        if args.kill is not None:
+            ok, message = client.ask_rest_then_rpc(
+                master, conf, lambda g: g.kill(driver_id), lambda answer: answer[0])
+        else:
+            st = client.ask_rest_then_rpc(master, conf, lambda g: g.status(driver_id),
+                                          lambda answer: answer.found)
     except sub.SubmitError as e:
         raise CliError(str(e)) from None
+    if args.kill is not None:
+        print(client.kill_response_json(driver_id, ok, message), flush=True)
+        if ok:
+            print(f"{driver_id} is killed successfully.")
+        else:
+            print(f"ERROR SparkSubmit: {message}", file=sys.stderr)
+        return 0
+    print(client.status_response_json(driver_id, st), flush=True)
     if not st.found:
         print(f"ERROR: Cluster master did not recognize {driver_id}", file=sys.stderr)
         return client.EXIT_NOT_FOUND
-    print(f"State of {driver_id} is {st.state}")
-    if st.worker_id:
-        print(f"Driver running on {st.worker_host_port} ({st.worker_id})")
+    print("\n".join(client.status_lines(driver_id, st)))
     if st.exit_status is not None:
         print(f"Exit code: {st.exit_status}")
     if st.exception:
@@ -268,14 +271,19 @@ def download_remote_resources(app: str, conf: dict[str, str]) -> str:
     return app
 
 
-def run_app(app: str, app_args: list[str], conf: dict[str, str]) -> int:
-    """Client mode: run the user's file as __main__ in this process with the given conf."""
-    os.environ["EMBER_SPARK_CONF"] = "\n".join(f"{k}={v}" for k, v in conf.items())
-    os.environ.setdefault("PYTHONHASHSEED", "0")
+def add_py_files(conf: dict[str, str]) -> None:
+    """--py-files on this process's path, as spark-submit puts them on the driver's."""
     for f in (conf.get("spark.submit.pyFiles") or "").split(","):
         if f:
             sys.path.insert(0, os.path.abspath(f) if f.endswith((".zip", ".egg", ".whl"))
                             else os.path.dirname(os.path.abspath(f)))
+
+
+def run_app(app: str, app_args: list[str], conf: dict[str, str]) -> int:
+    """Client mode: run the user's file as __main__ in this process with the given conf."""
+    os.environ["EMBER_SPARK_CONF"] = "\n".join(f"{k}={v}" for k, v in conf.items())
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    add_py_files(conf)
     sys.path.insert(0, os.path.dirname(app))
     sys.argv = [app] + list(app_args)
     try:
@@ -299,6 +307,49 @@ _DAEMON_COMMANDS = {
 }
 
 
+def shell_parser() -> argparse.ArgumentParser:
+    """pyspark's options (spark-submit's, less what only applies to an app file); `-c` is
+    the code to run, as for `python -c`, so --conf has no short form here."""
+    p = argparse.ArgumentParser(prog="ember shell", usage="ember shell [options] [-c CODE]",
+                                description="An interactive Python with `sc` and `spark` "
+                                            "bound to the master given (pyspark's shell).")
+    p.add_argument("--master", help="spark://host:port, local, local[N], local[*] "
+                                    "(default: $MASTER, else local[*])")
+    p.add_argument("--deploy-mode", choices=["client", "cluster"], default=None)
+    p.add_argument("--name", help="application name (default EmberShell)")
+    p.add_argument("--conf", action="append", type=_conf_pair, default=[], metavar="K=V",
+                   help="arbitrary Spark configuration property")
+    p.add_argument("--properties-file", help="file with extra properties")
+    p.add_argument("--py-files", help="comma-separated .zip/.egg/.py files for PYTHONPATH")
+    p.add_argument("--files", help="comma-separated files shipped to each executor")
+    p.add_argument("--executor-memory", help="memory per executor (e.g. 1000M, 2G)")
+    p.add_argument("--executor-cores", type=int, help="cores per executor")
+    p.add_argument("--total-executor-cores", type=int, help="total cores for all executors")
+    p.add_argument("--driver-memory", help="memory for the driver (e.g. 1000M, 2G)")
+    p.add_argument("--no-ipython", action="store_true",
+                   help="the standard Python console even when IPython is installed")
+    p.add_argument("-c", dest="code", metavar="CODE",
+                   help="run CODE with sc and spark bound, then exit with its exit code")
+    p.set_defaults(driver_cores=None, supervise=False, app=None, main_class=None)
+    return p
+
+
+def cmd_shell(argv: Sequence[str]) -> int:
+    args = shell_parser().parse_args(argv)
+    conf = build_conf(args)
+    if (args.deploy_mode or conf.get("spark.submit.deployMode")) == "cluster":
+        raise CliError("Cluster deploy mode is not applicable to Spark shells.")
+    add_py_files(conf)
+    from ember import shell
+    return shell.main(conf, args.code, not args.no_ipython)
+
+
+def submit_main() -> int:
+    """The `spark3-submit` console script: `ember submit` under one of the names Airflow's
+    SparkSubmitHook accepts (spark-submit itself stays PySpark's where both are installed)."""
+    return main(["submit", *sys.argv[1:]])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="ember", description="Ember: Spark's standalone "
@@ -308,6 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         print("\ncommands:\n  submit         run an application (ember submit --help)\n"
               "  logs           a cluster-mode driver's output (ember logs --help)\n"
+              "  shell          interactive Python with sc and spark (ember shell --help)\n"
               "  master         run a standalone master in the foreground\n"
               "  worker         run a standalone worker in the foreground\n"
               "  history-server serve finished applications' UIs from event logs\n"
@@ -322,6 +374,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_submit(rest)
         if cmd == "logs":
             return cmd_logs(rest)
+        if cmd == "shell":
+            return cmd_shell(rest)
         if cmd in _DAEMON_COMMANDS:
             import importlib
             module, func = _DAEMON_COMMANDS[cmd]

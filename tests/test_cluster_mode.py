@@ -346,3 +346,78 @@ def test_oversized_upload_is_refused(tmp_path):
         assert "more than the 1024 bytes allowed" in r.stderr
         j = c.json()
         assert j["activedrivers"] == [] and j["completeddrivers"] == []
+
+
+def test_status_and_kill_print_spark_submits_block_over_rest_and_rpc(cluster, tmp_path):
+    """What tools that parse spark-submit read (Airflow's `"driverState" : "X",`), whichever
+    gateway answers: the REST URL, the RPC URL with the REST port configured (REST first),
+    and the RPC URL alone (no REST server on 6066 here: RPC fallback)."""
+    app = write_app(tmp_path, "forever.py", "import time\ntime.sleep(120)\n")
+    driver_id = submit(cluster, app).stdout.split()[0]
+    running = wait_driver(cluster, driver_id, {"RUNNING"})
+    rest_port = f"spark.master.rest.port={cluster.rest_port}"
+    for args in (["--master", cluster.rest_url], ["--master", cluster.url, "--conf", rest_port],
+                 ["--master", cluster.url]):
+        st = ember("submit", *args, "--status", driver_id)
+        assert st.returncode == 0, st.stderr
+        block = st.stdout.split("\n}\n", 1)[0] + "\n}"
+        assert block.startswith("Server responded with SubmissionStatusResponse:\n{\n")
+        body = json.loads(block.split("\n", 1)[1])
+        assert body == {"action": "SubmissionStatusResponse", "driverState": "RUNNING",
+                        "serverSparkVersion": "4.1.1", "submissionId": driver_id,
+                        "success": True, "workerHostPort": body["workerHostPort"],
+                        "workerId": running["worker"]}
+        assert '  "driverState" : "RUNNING",\n' in st.stdout      # Jackson's layout
+        assert f"State of {driver_id} is RUNNING" in st.stdout
+        assert f"Driver running on {body['workerHostPort']} ({running['worker']})" in st.stdout
+
+    k = ember("submit", "--master", cluster.rest_url, "--kill", driver_id)
+    assert k.returncode == 0
+    assert k.stdout.startswith("Server responded with KillSubmissionResponse:\n{\n")
+    assert '  "success" : true\n' in k.stdout
+    assert f"{driver_id} is killed successfully." in k.stdout
+    assert wait_driver(cluster, driver_id)["state"] == "KILLED"
+    st = ember("submit", "--master", cluster.url, "--status", driver_id)
+    assert '  "driverState" : "KILLED",\n' in st.stdout
+    assert f"State of {driver_id} is KILLED" in st.stdout
+    assert "Driver running on" not in st.stdout                    # it has left its worker
+    # a kill the master refuses: Spark logs the message at ERROR and exits 0
+    for master in (cluster.url, cluster.rest_url):
+        again = ember("submit", "--master", master, "--kill", driver_id)
+        assert again.returncode == 0
+        assert '  "success" : false\n' in again.stdout
+        assert (f"ERROR SparkSubmit: Driver {driver_id} has already finished or does not exist"
+                in again.stderr)
+
+
+def test_spark3_submit_is_ember_submit():
+    import tomllib
+    with open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "pyproject.toml"),
+              "rb") as f:
+        scripts = tomllib.load(f)["project"]["scripts"]
+    assert scripts["spark3-submit"] == "ember.cli:submit_main"
+    assert "spark-submit" not in scripts              # PySpark's name stays PySpark's
+    r = subprocess.run([sys.executable, "-c", "import sys; from ember.cli import submit_main; "
+                        "sys.argv = ['spark3-submit', '--version']; sys.exit(submit_main())"],
+                       capture_output=True, text=True, env=_env(), timeout=60)
+    assert r.returncode == 0 and "version" in r.stdout
+    r = subprocess.run([sys.executable, "-c", "import sys; from ember.cli import submit_main; "
+                        "sys.argv = ['spark3-submit', '--master', 'local', '--kill', 'x']; "
+                        "sys.exit(submit_main())"], capture_output=True, text=True, env=_env(),
+                       timeout=60)
+    assert r.returncode == 1 and r.stderr.startswith("Error: ")
+
+
+def test_rest_first_urls_and_a_master_named_twice():
+    from ember.deploy.app_client import parse_master_urls
+    from ember.deploy.client import rest_first_urls
+    from ember.rpc import RpcAddress
+    assert rest_first_urls("spark://h:7077", {}) == [("spark://h:6066", False),
+                                                     ("spark://h:7077", True)]
+    assert rest_first_urls("spark://a:7077,b:7077", {"spark.master.rest.port": "6100"}) == [
+        ("spark://a:6100,b:6100", False), ("spark://a:7077,b:7077", True)]
+    assert rest_first_urls("spark://h:6066", {}) == [("spark://h:6066", True)]
+    assert rest_first_urls("spark://h:7077", {"spark.master.rest.port": "x"}) == [
+        ("spark://h:7077", True)]
+    assert parse_master_urls("spark://h:7077,h:7077,g:7077") == [RpcAddress("h", 7077),
+                                                                 RpcAddress("g", 7077)]

@@ -36,11 +36,14 @@ class AppClientListener(Protocol):
 
 
 def parse_master_urls(master: str) -> list[RpcAddress]:
-    """spark://h1:p1,h2:p2 -> addresses (Utils.parseStandaloneMasterUrls)."""
+    """spark://h1:p1,h2:p2 -> addresses (Utils.parseStandaloneMasterUrls), each once: a
+    master named twice must not be asked twice (two RequestSubmitDrivers would run the
+    driver twice)."""
     if not master.startswith("spark://"):
         raise ValueError(f"Invalid master URL: {master}")
-    return [RpcAddress.from_spark_url("spark://" + hp.strip())
-            for hp in master[len("spark://"):].split(",") if hp.strip()]
+    addresses = [RpcAddress.from_spark_url("spark://" + hp.strip())
+                 for hp in master[len("spark://"):].split(",") if hp.strip()]
+    return list(dict.fromkeys(addresses))
 
 
 class StandaloneAppClient(RpcEndpoint):

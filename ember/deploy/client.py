@@ -18,7 +18,7 @@ import sys
 import time
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Protocol, TextIO
+from typing import Any, Callable, Mapping, Optional, Protocol, TextIO, TypeVar
 
 from ember.deploy.messages import (
     DriverDescription, DriverLogResponse, DriverStatusResponse, RequestDriverLog,
@@ -45,6 +45,42 @@ class DriverStatus:
     worker_host_port: Optional[str] = None
     exception: Optional[str] = None
     exit_status: Optional[int] = None
+    server_spark_version: Optional[str] = None
+
+
+def status_lines(driver_id: str, st: DriverStatus) -> list[str]:
+    """The readable report of a found driver (ClientApp's lines). A worker is named only
+    while the driver runs there: an ended driver has left its worker."""
+    lines = [f"State of {driver_id} is {st.state}"]
+    if st.state == "RUNNING" and st.worker_id and st.worker_host_port:
+        lines.append(f"Driver running on {st.worker_host_port} ({st.worker_id})")
+    return lines
+
+
+def status_response_json(driver_id: str, st: DriverStatus) -> str:
+    """The SubmissionStatusResponse block spark-submit --status logs (RestSubmissionClient's
+    handleRestResponse), in Spark's Jackson layout, whichever gateway answered: tools such as
+    Airflow's SparkSubmitHook read the `"driverState" : "X",` line of it."""
+    from ember.context import SPARK_VERSION
+    from ember.deploy.rest.protocol import SubmissionStatusResponse, to_json
+    return "Server responded with SubmissionStatusResponse:\n" + to_json(
+        SubmissionStatusResponse(
+            message=(f"Exception from the cluster:\n{st.exception}"
+                     if st.exception is not None else None),
+            serverSparkVersion=st.server_spark_version or SPARK_VERSION, success=st.found,
+            submissionId=driver_id, driverState=st.state, workerId=st.worker_id,
+            workerHostPort=st.worker_host_port))
+
+
+def kill_response_json(driver_id: str, ok: bool, message: str) -> str:
+    """The KillSubmissionResponse block spark-submit --kill logs, whichever gateway
+    answered."""
+    from ember.context import SPARK_VERSION
+    from ember.deploy.rest.protocol import KillSubmissionResponse, to_json
+    return "Server responded with KillSubmissionResponse:\n" + to_json(
+        KillSubmissionResponse(message=message,
+                               serverSparkVersion=SPARK_VERSION,
+                               success=ok, submissionId=driver_id))
 
 
 class Gateway(Protocol):
@@ -179,10 +215,12 @@ class RestGateway:
             exception = message.split("\n", 1)[1] if "\n" in message else message
         return DriverStatus(bool(body.get("success")), body.get("driverState"),
                             body.get("workerId"), body.get("workerHostPort"), exception,
-                            body.get("exitStatus"))
+                            body.get("exitStatus"), body.get("serverSparkVersion"))
 
     def kill(self, driver_id: str) -> tuple[bool, str]:
         body = self._call("kill_submission", driver_id)
+        if body.get("action") != "KillSubmissionResponse":
+            raise SubmitError(body.get("message", "Error response from the master"))
         return bool(body.get("success")), body.get("message", "")
 
     def log(self, driver_id: str, log_type: str, offset: int,
@@ -214,6 +252,52 @@ def open_gateway(master: str, conf: Mapping[str, str], out: TextIO = sys.stderr)
     return RpcGateway(master, conf)
 
 
+T = TypeVar("T")
+
+
+def rest_first_urls(master: str, conf: Mapping[str, str]) -> list[tuple[str, bool]]:
+    """Where `--status` / `--kill` look for the REST gateway before the RPC one, in order,
+    each with whether its answer is final.
+
+    Spark's spark-submit sends both to the master URL as given (its REST port, e.g.
+    `spark://h:6066`, the URL Airflow's connections carry). A URL naming the RPC port
+    (`spark://h:7077`) is first tried on each host's REST port (spark.master.rest.port,
+    default 6066), so that polling it does not knock on the RPC port (an authenticating
+    master logs every such HTTP request as a failed handshake); a derived address may be
+    another process, so its "not found" or failed kill is not believed and the URL as
+    given, then the RPC gateway, are asked as well."""
+    from ember.deploy.rest.server import DEFAULT_REST_PORT, REST_PORT
+    hosts = [hp.strip() for hp in master[len("spark://"):].split(",") if hp.strip()]
+    given = [(master, True)]
+    try:
+        port = int(str(conf.get(REST_PORT, DEFAULT_REST_PORT)).strip())
+    except ValueError:
+        return given
+    derived = [f"{hp.rsplit(':', 1)[0]}:{port}" for hp in hosts]
+    if port <= 0 or derived == hosts:
+        return given
+    return [("spark://" + ",".join(derived), False)] + given
+
+
+def ask_rest_then_rpc(master: str, conf: Mapping[str, str], ask: Callable[[Gateway], T],
+                      final: Callable[[T], bool]) -> T:
+    """SparkSubmit's kill/requestStatus (RestSubmissionClient for every spark:// master),
+    falling back to the RPC gateway when no REST server answers, as submissions do."""
+    for url, trusted in rest_first_urls(master, conf):
+        try:
+            answer = ask(RestGateway(url, conf))
+        except SubmitError as e:   # not a REST server, not reachable, or refused us
+            log.debug("REST gateway %s did not answer: %s", url, e)
+            continue
+        if trusted or final(answer):
+            return answer
+    gateway = RpcGateway(master, conf)
+    try:
+        return ask(gateway)
+    finally:
+        gateway.close()
+
+
 def report_driver_status(gateway: Gateway, driver_id: str, wait_app_completion: bool,
                          out: TextIO = sys.stderr,
                          sleep: Callable[[float], None] = time.sleep) -> int:
@@ -227,9 +311,8 @@ def report_driver_status(gateway: Gateway, driver_id: str, wait_app_completion: 
             return EXIT_NOT_FOUND
         if (st.state, st.worker_id) != last:
             last = (st.state, st.worker_id)
-            print(f"State of {driver_id} is {st.state}", file=out)
-            if st.worker_id and st.worker_host_port:
-                print(f"Driver running on {st.worker_host_port} ({st.worker_id})", file=out)
+            for line in status_lines(driver_id, st):
+                print(line, file=out)
         if st.exception:
             print(f"Exception from cluster was: {st.exception}", file=out)
             return EXIT_NOT_FOUND
