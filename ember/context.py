@@ -368,8 +368,10 @@ class SparkContext:
             def task_func(ctx: Any, it: Iterable) -> Any:
                 return func(it)
         props = dict(self._props())
-        if self._added_files:
-            props["spark.ember.files"] = ",".join(self._added_files)
+        if self._added_files:      # executors fetch what they lack; "name/" is a directory
+            props["spark.ember.files"] = ",".join(
+                n + "/" if os.path.isdir(os.path.join(self._files_dir, n)) else n
+                for n in self._added_files)
         waiter = self._dag.submit_job(rdd, task_func, partitions, call_site(), handler, props)
         try:
             waiter.wait()

@@ -36,6 +36,7 @@ from ember.resultiterable import ResultIterable
 from ember.statcounter import StatCounter
 from ember.storage.block_manager import read_batches
 from ember.storagelevel import StorageLevel
+from ember.util import fail_on_stopiteration, filter_checked, map_checked
 
 __all__ = ["RDD", "portable_hash", "Partitioner", "BoundedFloat"]
 
@@ -331,19 +332,19 @@ class RDD:
 
     def map(self, f: Callable[[Any], Any], preservesPartitioning: bool = False) -> "RDD":
         def func(_: int, iterator: Iterable) -> Iterable:
-            return map(f, iterator)
+            return map_checked(f, iterator)
         rdd = self.mapPartitionsWithIndex(func, preservesPartitioning)
         rdd._mapped_from = (self, f)       # lets combineByKey spot the counting idiom
         return rdd
 
     def flatMap(self, f: Callable[[Any], Iterable], preservesPartitioning: bool = False) -> "RDD":
         def func(_: int, iterator: Iterable) -> Iterable:
-            return itertools.chain.from_iterable(map(f, iterator))
+            return itertools.chain.from_iterable(map_checked(f, iterator))
         return self.mapPartitionsWithIndex(func, preservesPartitioning)
 
     def filter(self, f: Callable[[Any], bool]) -> "RDD":
         def func(_: int, iterator: Iterable) -> Iterable:
-            return filter(f, iterator)
+            return filter_checked(f, iterator)
         return self.mapPartitionsWithIndex(func, True)
 
     def glom(self) -> "RDD":
@@ -638,6 +639,8 @@ class RDD:
                   keyfunc: Callable[[Any], Any] = _identity) -> "RDD":
         if numPartitions is None:
             numPartitions = self._defaultReducePartitions()
+        if keyfunc is not _identity:
+            keyfunc = fail_on_stopiteration(keyfunc)
         sort_partition = _partition_sorter(self, ascending, keyfunc)
         if numPartitions == 1:
             rdd = self.coalesce(1) if self.getNumPartitions() > 1 else self
@@ -734,6 +737,8 @@ class RDD:
             yield from self.ctx._run_job(self, list, [p])[0]
 
     def foreach(self, f: Callable[[Any], None]) -> None:
+        f = fail_on_stopiteration(f)
+
         def process(iterator: Iterable) -> None:
             for x in iterator:
                 f(x)
@@ -756,6 +761,7 @@ class RDD:
     def reduce(self, f: Callable[[Any, Any], Any]) -> Any:
         from ember.shuffle.external import _is_add
         adding = _is_add(f)
+        f = fail_on_stopiteration(f)
 
         def func(iterator: Iterable) -> list:
             it = iter(iterator)
@@ -789,6 +795,8 @@ class RDD:
         return reduced[0]
 
     def fold(self, zeroValue: Any, op: Callable[[Any, Any], Any]) -> Any:
+        op = fail_on_stopiteration(op)
+
         def func(iterator: Iterable) -> Any:
             acc = copy.deepcopy(zeroValue)
             for obj in iterator:
@@ -798,6 +806,9 @@ class RDD:
         return _reduce(op, vals, zeroValue)
 
     def aggregate(self, zeroValue: Any, seqOp: Callable, combOp: Callable) -> Any:
+        seqOp = fail_on_stopiteration(seqOp)
+        combOp = fail_on_stopiteration(combOp)
+
         def func(iterator: Iterable) -> Any:
             acc = copy.deepcopy(zeroValue)
             for obj in iterator:
@@ -962,6 +973,8 @@ class RDD:
         return dict(self.collect())
 
     def reduceByKeyLocally(self, func: Callable[[Any, Any], Any]) -> dict:
+        func = fail_on_stopiteration(func)
+
         def reduce_partition(iterator: Iterable) -> dict:
             m: dict = {}
             for k, v in iterator:

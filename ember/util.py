@@ -1,0 +1,71 @@
+"""Guards around user functions (PySpark's pyspark.util counterparts).
+
+A StopIteration raised by a user function inside `map(f, it)`, `filter(f, it)` or any loop
+that consumes an iterator looks exactly like the end of the input: the partition would be cut
+short and the job would "succeed" with lost records. PySpark turns it into a task failure
+(STOP_ITERATION_OCCURRED); so does Ember, with generators instead of a wrapper call per
+record on the hot paths (a StopIteration from the loop body is not the end of the loop).
+"""
+from __future__ import annotations
+
+import os
+import sysconfig
+from typing import Any, Callable, Iterable, Iterator
+
+from ember.errors import PySparkRuntimeError
+
+_EMBER_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_STDLIB_DIR = os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep
+
+
+def stop_iteration_error(exc: StopIteration) -> PySparkRuntimeError:
+    """PySpark's error for a StopIteration that escaped user code."""
+    return PySparkRuntimeError(
+        "STOP_ITERATION_OCCURRED",
+        f"Caught StopIteration thrown from user's code; failing the task: {exc}")
+
+
+def fail_on_stopiteration(f: Callable) -> Callable:
+    """`f`, raising PySpark's RuntimeError instead of letting a StopIteration escape."""
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return f(*args, **kwargs)
+        except StopIteration as exc:
+            raise stop_iteration_error(exc)
+    return wrapper
+
+
+def map_checked(f: Callable[[Any], Any], iterator: Iterable) -> Iterator:
+    """`map(f, iterator)` that fails instead of ending early when f raises StopIteration."""
+    try:
+        for x in iterator:
+            yield f(x)
+    except StopIteration as exc:
+        raise stop_iteration_error(exc)
+
+
+def filter_checked(f: Callable[[Any], Any], iterator: Iterable) -> Iterator:
+    """`filter(f, iterator)` that fails instead of ending early when f raises StopIteration."""
+    try:
+        for x in iterator:
+            if f(x):
+                yield x
+    except StopIteration as exc:
+        raise stop_iteration_error(exc)
+
+
+def escaped_stop_iteration(e: BaseException) -> StopIteration | None:
+    """The user's StopIteration behind a task's failure, if that is what failed it: raised
+    straight out of the task, or turned into "generator raised StopIteration" (PEP 479) by
+    one of Ember's or the standard library's generators. A user's own generator keeps
+    Python's RuntimeError, as in PySpark."""
+    if isinstance(e, StopIteration):
+        return e
+    if not (isinstance(e, RuntimeError) and isinstance(e.__cause__, StopIteration)
+            and str(e) == "generator raised StopIteration"):
+        return None
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = os.path.abspath(tb.tb_frame.f_code.co_filename) if tb is not None else ""
+    return e.__cause__ if where.startswith((_EMBER_DIR, _STDLIB_DIR)) else None
