@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable
 
 from typing import TYPE_CHECKING
 
-from ember import config
+from ember import __version__, config
 from ember.accumulators import (COMPLEX_ACCUMULATOR_PARAM, FLOAT_ACCUMULATOR_PARAM,
                                 INT_ACCUMULATOR_PARAM, Accumulator, AccumulatorParam,
                                 new_accumulator_id)
@@ -42,7 +42,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ember")
 
-SPARK_VERSION = "4.1.1"
+SPARK_VERSION = __version__     # PySpark's sc.version and pyspark.__version__ agree too
+# PySpark's DEFAULT_CONFIGS, set on every context's conf when absent
+_DEFAULT_CONFIGS = {"spark.serializer.objectStreamReset": 100, "spark.rdd.compress": True,
+                    "spark.sql.artifact.isolation.enabled": "false"}
 _LOG_LEVELS = {"ALL": logging.NOTSET, "DEBUG": logging.DEBUG, "ERROR": logging.ERROR,
                "FATAL": logging.CRITICAL, "INFO": logging.INFO, "OFF": logging.CRITICAL + 10,
                "TRACE": logging.DEBUG, "WARN": logging.WARNING}
@@ -114,6 +117,13 @@ class SparkContext:
             self._conf.setSparkHome(sparkHome)
         for k, v in (environment or {}).items():
             self._conf.setExecutorEnv(k, v)
+        if conf is None or conf._load_defaults:
+            # what spark-submit hands PySpark as system properties, which "pyspark-shell"
+            # and `python app.py` get too
+            self._conf.setIfMissing("spark.master", "local[*]")
+            self._conf.setIfMissing("spark.app.name", "pyspark-shell")
+        for k, v in _DEFAULT_CONFIGS.items():
+            self._conf.setIfMissing(k, v)
         if not self._conf.contains("spark.master"):
             raise PySparkRuntimeError("MASTER_URL_NOT_SET",
                                       "A master URL must be set in your configuration.")

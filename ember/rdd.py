@@ -89,10 +89,11 @@ class RDD:
     """A lineage node and the PySpark RDD API on top of it."""
 
     _lineage_attrs: tuple[str, ...] = ()
+    _numbered_lazily = False       # True: the id is taken on first use (PipelinedRDD)
 
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
-        self._id = ctx._new_rdd_id()
+        self._id = None if self._numbered_lazily else ctx._new_rdd_id()
         self._storage_level = StorageLevel.NONE
         self.is_cached = False
         self.is_checkpointed = False
@@ -230,6 +231,7 @@ class RDD:
         if self._storage_level != StorageLevel.NONE and storageLevel != self._storage_level:
             raise SparkException(
                 "Cannot change storage level of an RDD after it was already assigned a level")
+        self.id()              # a PipelinedRDD takes its id when persisted, as in PySpark
         self.is_cached = True
         self._storage_level = storageLevel
         return self
@@ -733,8 +735,28 @@ class RDD:
         return self.collect()
 
     def toLocalIterator(self, prefetchPartitions: bool = False) -> Iterator:
-        for p in range(self.getNumPartitions()):
-            yield from self.ctx._run_job(self, list, [p])[0]
+        """One job per partition, run when the iterator reaches it; with prefetchPartitions
+        the job of the next partition runs (on a helper thread, with this thread's job
+        properties) while the caller consumes the current one."""
+        n = self.getNumPartitions()
+        if not prefetchPartitions:
+            for p in range(n):
+                yield from self.ctx._run_job(self, list, [p])[0]
+            return
+        from concurrent.futures import ThreadPoolExecutor
+        ctx = self.ctx
+        props = dict(ctx._props())
+
+        def fetch(p: int) -> list:
+            ctx._local.props = dict(props)
+            return ctx._run_job(self, list, [p])[0]
+
+        with ThreadPoolExecutor(1, thread_name_prefix="toLocalIterator-prefetch") as pool:
+            pending = pool.submit(fetch, 0) if n else None
+            for p in range(n):
+                part = pending.result()        # type: ignore[union-attr]
+                pending = pool.submit(fetch, p + 1) if p + 1 < n else None
+                yield from part
 
     def foreach(self, f: Callable[[Any], None]) -> None:
         f = fail_on_stopiteration(f)
@@ -1332,8 +1354,26 @@ class EmptyRDD(RDD):
 
 
 class MapPartitionsRDD(RDD):
-    """One or more narrow transformations over the parent's partitions, as one function."""
+    """One or more narrow transformations over the parent's partitions, as one function
+    (PySpark's PipelinedRDD). As there, it takes an RDD id only when something asks for it
+    (id(), a job, caching): `rdd.map(f).filter(g)` is one RDD with one id, and the map
+    step that was pipelined away never takes one."""
     _lineage_attrs = ("prev",)
+    _numbered_lazily = True
+
+    @property
+    def _id(self) -> int:
+        rid = self._rdd_id
+        if rid is None:
+            rid = self._rdd_id = self.ctx._new_rdd_id()
+        return rid
+
+    @_id.setter
+    def _id(self, value: int | None) -> None:
+        self._rdd_id = value
+
+    def __repr__(self) -> str:
+        return f"PythonRDD[{self._id}] at {self._call_site}"
 
     def __init__(self, prev: RDD, f: Callable[[int, Iterable], Iterable],
                  preservesPartitioning: bool = False) -> None:
@@ -1366,6 +1406,9 @@ class MapPartitionsRDD(RDD):
 
     def compute(self, split: Partition, context: Any) -> Iterator:
         return self.func(split.index, self.prev.iterator(split, context))
+
+
+PipelinedRDD = MapPartitionsRDD
 
 
 class ShuffledRDD(RDD):
