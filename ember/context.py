@@ -148,8 +148,17 @@ class SparkContext:
         self.master: str = self._conf.get("spark.master")  # type: ignore[assignment]
         self.appName: str = self._conf.get("spark.app.name")  # type: ignore[assignment]
         self.sparkHome = self._conf.get("spark.home")
-        from ember.serializers import CPickleSerializer
-        self.serializer = serializer or CPickleSerializer()
+        from ember.serializers import (AutoBatchedSerializer, BatchedSerializer,
+                                       CloudPickleSerializer, CPickleSerializer,
+                                       PickleSerializer)
+        self._unbatched_serializer = serializer or CPickleSerializer()
+        self.serializer = (AutoBatchedSerializer(self._unbatched_serializer) if batchSize == 0
+                           else BatchedSerializer(self._unbatched_serializer, batchSize))
+        # A serializer the engine's own pickling does not already match carries the data:
+        # parallelized collections and the results tasks return (PySpark ships every
+        # record through it; Ember keeps its pickle fast path when the choice is pickle).
+        self._data_serializer = None if type(self._unbatched_serializer) in (
+            PickleSerializer, CloudPickleSerializer) else self._unbatched_serializer
         self.batchSize = batchSize
         self.pythonExec = sys.executable
         self.pythonVer = "%d.%d" % sys.version_info[:2]
@@ -368,15 +377,22 @@ class SparkContext:
         if partitions is None:
             partitions = list(range(rdd.getNumPartitions()))
         results: list = [None] * len(partitions)
+        ser = self._data_serializer
 
         def handler(index: int, data: bytes) -> None:
-            results[index] = pickle.loads(data)
+            value = pickle.loads(data)
+            results[index] = value if ser is None else ser.loads(value)
 
         if with_context:
-            task_func = func
+            run = func
+        else:
+            def run(ctx: Any, it: Iterable) -> Any:
+                return func(it)
+        if ser is None:
+            task_func = run
         else:
             def task_func(ctx: Any, it: Iterable) -> Any:
-                return func(it)
+                return ser.dumps(run(ctx, it))
         props = dict(self._props())
         if self._added_files:      # executors fetch what they lack; "name/" is a directory
             props["spark.ember.files"] = ",".join(
@@ -575,7 +591,11 @@ class SparkContext:
         n = self.defaultParallelism if numSlices is None else numSlices
         if not isinstance(c, (list, range)):
             c = list(c)
-        return ParallelCollectionRDD(self, slice_collection(c, n))
+        slices = slice_collection(c, n)
+        ser = self._data_serializer
+        if ser is None or isinstance(c, range):
+            return ParallelCollectionRDD(self, slices)
+        return ParallelCollectionRDD(self, [ser.dumps(list(s)) for s in slices], ser)
 
     def textFile(self, name: str, minPartitions: int | None = None,
                  use_unicode: bool = True) -> RDD:

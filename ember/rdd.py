@@ -1329,14 +1329,17 @@ def _cogroup(rdds: list[RDD], num_partitions: int | None) -> RDD:
 
 # --- RDD kinds ---------------------------------------------------------------------------
 class ParallelCollectionRDD(RDD):
-    def __init__(self, ctx: Any, slices: list[Any]) -> None:
+    def __init__(self, ctx: Any, slices: list[Any], serializer: Any = None) -> None:
         super().__init__(ctx)
         self._slices = slices
+        self._serializer = serializer      # set: each slice is its bytes (SparkContext's)
 
     def _get_partitions(self) -> list[Partition]:
         return [src.ParallelCollectionPartition(i, s) for i, s in enumerate(self._slices)]
 
     def compute(self, split: Partition, context: Any) -> Iterator:
+        if self._serializer is not None:
+            return iter(self._serializer.loads(split.data))
         return iter(split.data)
 
     def __getstate__(self) -> dict:
