@@ -155,8 +155,8 @@ class SparkContext:
         self.serializer = (AutoBatchedSerializer(self._unbatched_serializer) if batchSize == 0
                            else BatchedSerializer(self._unbatched_serializer, batchSize))
         # A serializer the engine's own pickling does not already match carries the data:
-        # parallelized collections and the results tasks return (PySpark ships every
-        # record through it; Ember keeps its pickle fast path when the choice is pickle).
+        # parallelized collections, shuffle blocks and the results tasks return (PySpark
+        # ships every record through it; Ember keeps its pickle fast path for pickle).
         self._data_serializer = None if type(self._unbatched_serializer) in (
             PickleSerializer, CloudPickleSerializer) else self._unbatched_serializer
         self.batchSize = batchSize

@@ -1425,7 +1425,9 @@ class ShuffledRDD(RDD):
         self.num_partitions = num_partitions
         self.partition_func = partition_func
         self.shuffle_id = prev.ctx._new_shuffle_id()
-        self._dep = ShuffleDependency(prev, self.shuffle_id, num_partitions, partition_func)
+        self._serializer = prev.ctx._data_serializer
+        self._dep = ShuffleDependency(prev, self.shuffle_id, num_partitions, partition_func,
+                                      self._serializer)
 
     def _get_partitions(self) -> list[Partition]:
         return [Partition(i) for i in range(self.num_partitions)]
@@ -1435,7 +1437,7 @@ class ShuffledRDD(RDD):
 
     def compute(self, split: Partition, context: Any) -> Iterator:
         from ember.shuffle.reader import read_partition
-        return read_partition(self.shuffle_id, split.index, context)
+        return read_partition(self.shuffle_id, split.index, context, self._serializer)
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()

@@ -288,6 +288,9 @@ def test_spark_context_serializer_carries_the_data(fresh_sc):
             sc.parallelize([_Point(1)])                  # serialized on the driver, as PySpark
         with pytest.raises(ValueError, match="unmarshallable object"):
             sc.parallelize([1], 1).map(_Point).collect()      # results go through marshal
+        with pytest.raises(ValueError, match="unmarshallable object"):     # and shuffles
+            sc.parallelize([1, 2], 2).map(lambda x: (x, _Point(x))).groupByKey() \
+                .mapValues(len).collect()
     finally:
         sc.stop()
 
