@@ -16,6 +16,8 @@ from ember.errors import PySparkRuntimeError
 
 _EMBER_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _STDLIB_DIR = os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep
+_SITE_DIRS = tuple({os.path.abspath(sysconfig.get_paths()[k]) + os.sep
+                    for k in ("purelib", "platlib")})
 
 
 def stop_iteration_error(exc: StopIteration) -> PySparkRuntimeError:
@@ -68,4 +70,6 @@ def escaped_stop_iteration(e: BaseException) -> StopIteration | None:
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     where = os.path.abspath(tb.tb_frame.f_code.co_filename) if tb is not None else ""
-    return e.__cause__ if where.startswith((_EMBER_DIR, _STDLIB_DIR)) else None
+    ours = where.startswith(_EMBER_DIR) or (where.startswith(_STDLIB_DIR)
+                                            and not where.startswith(_SITE_DIRS))
+    return e.__cause__ if ours else None
