@@ -36,7 +36,8 @@ from ember.resultiterable import ResultIterable
 from ember.statcounter import StatCounter
 from ember.storage.block_manager import read_batches
 from ember.storagelevel import StorageLevel
-from ember.util import fail_on_stopiteration, filter_checked, map_checked
+from ember.util import (fail_on_stopiteration, filter_checked, flat_map_checked,
+                        map_checked)
 
 __all__ = ["RDD", "portable_hash", "Partitioner", "BoundedFloat"]
 
@@ -341,7 +342,7 @@ class RDD:
 
     def flatMap(self, f: Callable[[Any], Iterable], preservesPartitioning: bool = False) -> "RDD":
         def func(_: int, iterator: Iterable) -> Iterable:
-            return itertools.chain.from_iterable(map_checked(f, iterator))
+            return flat_map_checked(f, iterator)
         return self.mapPartitionsWithIndex(func, preservesPartitioning)
 
     def filter(self, f: Callable[[Any], bool]) -> "RDD":
