@@ -8,7 +8,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+# The PySpark version Ember implements: as for pip-installed PySpark, sc.version is the same.
+__version__ = "4.1.1"
 
 _EXPORTS = {
     "SparkConf": "ember.conf", "SparkContext": "ember.context",

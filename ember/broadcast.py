@@ -7,10 +7,15 @@ every later task of that process.
 """
 from __future__ import annotations
 
+import gc
 import os
 import pickle
+import sys
 import threading
+import traceback
 from typing import Any, Callable, Generic, TypeVar
+
+from ember.errors import PySparkRuntimeError
 
 T = TypeVar("T")
 
@@ -19,6 +24,13 @@ _broadcastRegistry: dict[int, Any] = {}
 # Set by an executor on another host: (bid, driver_path) -> local path to read.
 _fetcher: list[Callable[[int, str], str] | None] = [None]
 _lock = threading.Lock()
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def _from_id(bid: int, path: str) -> "Broadcast":
@@ -31,35 +43,76 @@ def _from_id(bid: int, path: str) -> "Broadcast":
 
 
 class Broadcast(Generic[T]):
+    """A broadcast variable; SparkContext.broadcast makes one.
+
+    PySpark's constructor forms: ``Broadcast(sc, value, pickle_registry)`` on the driver
+    (pickles the value to a file), ``Broadcast(path=...)`` for a value already pickled to a
+    file (loaded on first use) and ``Broadcast(sock_file=...)`` (loaded at once from an open
+    binary file). Tasks get theirs through pickling (`_from_id`), which ships only the id.
+    """
+
     def __init__(self, sc: Any = None, value: T | None = None, pickle_registry: Any = None,
                  path: str | None = None, sock_file: Any = None) -> None:
-        if sc is None:
-            raise ValueError("Broadcast can only be created through SparkContext.broadcast")
-        self._sc = sc
-        self._bid = sc._next_broadcast_id()
-        self._path = os.path.join(sc._broadcast_dir, f"broadcast_{self._bid}")
         self._destroyed = False
-        with open(self._path + ".tmp", "wb") as f:
-            self.dump(value, f)
-        os.replace(self._path + ".tmp", self._path)
+        self._bid: int | None = None
+        self._sc = sc
+        if sc is None:
+            if sock_file is not None:
+                self._value = self.load(sock_file)
+            elif path is None:
+                raise AssertionError("Broadcast(): pass sc and value (on the driver), "
+                                     "path= or sock_file=")
+            self._path = path
+            return
+        self._pickle_registry = pickle_registry
+        bid = sc._next_broadcast_id()
+        self._path = os.path.join(sc._broadcast_dir, f"broadcast_{bid}")
+        tmp = self._path + ".tmp"
+        try:
+            self.dump(value, open(tmp, "wb"))
+        except BaseException:
+            _unlink_quietly(tmp)
+            raise
+        os.replace(tmp, self._path)
+        self._bid = bid
         self._value = value
 
     def dump(self, value: T, f: Any) -> None:
-        from ember.serializers import dumps_closure
-        f.write(dumps_closure(value))
+        """Pickle `value` to the open binary file `f` and close it; a value that cannot be
+        pickled raises PicklingError("Could not serialize broadcast: ...") as in PySpark
+        (cloudpickle, so lambdas and local classes broadcast too)."""
+        import cloudpickle
+        try:
+            try:
+                cloudpickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
+            except pickle.PickleError:
+                raise
+            except Exception as e:
+                msg = "Could not serialize broadcast: %s: %s" % (e.__class__.__name__, str(e))
+                traceback.print_exc(file=sys.stderr)
+                raise pickle.PicklingError(msg) from None
+        finally:
+            f.close()
 
     def load_from_path(self, path: str) -> T:
-        with open(path, "rb") as f:
+        with open(path, "rb", 1 << 20) as f:
             return self.load(f)
 
     def load(self, file: Any) -> T:
-        return pickle.load(file)
+        gc.disable()           # unpickling a large value: no collections of the half-built graph
+        try:
+            return pickle.load(file)
+        finally:
+            gc.enable()
 
     @property
     def value(self) -> T:
         if self._destroyed:
             raise RuntimeError(f"Attempted to use broadcast variable {self._bid} after it was destroyed")
-        if self._sc is not None:
+        if hasattr(self, "_value"):
+            return self._value
+        if self._bid is None:                  # Broadcast(path=...): load on first use
+            self._value = self.load_from_path(self._path)
             return self._value
         v = _broadcastRegistry.get(self._bid, _broadcastRegistry)
         if v is _broadcastRegistry:
@@ -74,20 +127,22 @@ class Broadcast(Generic[T]):
     def unpersist(self, blocking: bool = False) -> None:
         """Drop cached copies in task processes; the next use reloads the value."""
         if self._sc is None:
-            raise RuntimeError("Broadcast can only be unpersisted in driver")
+            raise PySparkRuntimeError("INVALID_BROADCAST_OPERATION",
+                                      "Broadcast can only be unpersisted in driver.")
         self._sc._unpersist_broadcast(self._bid)
 
     def destroy(self, blocking: bool = False) -> None:
         if self._sc is None:
-            raise RuntimeError("Broadcast can only be destroyed in driver")
+            raise PySparkRuntimeError("INVALID_BROADCAST_OPERATION",
+                                      "Broadcast can only be destroyed in driver.")
         self.unpersist(blocking)
         self._destroyed = True
-        try:
-            os.unlink(self._path)
-        except OSError:
-            pass
+        _unlink_quietly(self._path)
 
     def __reduce__(self):
+        if self._bid is None:
+            raise PySparkRuntimeError("INVALID_BROADCAST_OPERATION",
+                                      "Broadcast can only be serialized in driver.")
         if self._destroyed:
             raise RuntimeError(f"Attempted to use broadcast variable {self._bid} after it was destroyed")
         return (_from_id, (self._bid, self._path))

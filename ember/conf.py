@@ -9,11 +9,14 @@ class SparkConf:
     """Configuration for an application. Values set here win over every other source.
 
     With loadDefaults, `spark.*` entries of the environment variable EMBER_SPARK_CONF (set by
-    `ember submit`, newline-separated k=v) are loaded, as PySpark loads Java system properties.
+    `ember submit`, newline-separated k=v) are loaded, as PySpark loads Java system properties;
+    a SparkContext built from such a conf (or from none) also gets what spark-submit gives
+    PySpark when they are absent: master local[*] and app name pyspark-shell.
     """
 
     def __init__(self, loadDefaults: bool = True, _jvm=None, _jconf=None) -> None:
         self._conf: dict[str, str] = {}
+        self._load_defaults = loadDefaults
         if loadDefaults:
             for line in os.environ.get("EMBER_SPARK_CONF", "").splitlines():
                 if "=" in line:
@@ -22,7 +25,7 @@ class SparkConf:
                         self._conf[k] = v
 
     def set(self, key: str, value: str) -> "SparkConf":
-        self._conf[key] = str(value) if not isinstance(value, bool) else str(value).lower()
+        self._conf[key] = str(value)        # as PySpark: set(k, True) stores "True"
         return self
 
     def setIfMissing(self, key: str, value: str) -> "SparkConf":
@@ -70,6 +73,7 @@ class SparkConf:
     def copy(self) -> "SparkConf":
         c = SparkConf(loadDefaults=False)
         c._conf = dict(self._conf)
+        c._load_defaults = self._load_defaults
         return c
 
     def __repr__(self) -> str:

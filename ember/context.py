@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable
 
 from typing import TYPE_CHECKING
 
-from ember import config, fs
+from ember import __version__, config, fs
 from ember.accumulators import (COMPLEX_ACCUMULATOR_PARAM, FLOAT_ACCUMULATOR_PARAM,
                                 INT_ACCUMULATOR_PARAM, Accumulator, AccumulatorParam,
                                 new_accumulator_id)
@@ -42,7 +42,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ember")
 
-SPARK_VERSION = "4.1.1"
+SPARK_VERSION = __version__     # PySpark's sc.version and pyspark.__version__ agree too
+# PySpark's DEFAULT_CONFIGS, set on every context's conf when absent
+_DEFAULT_CONFIGS = {"spark.serializer.objectStreamReset": 100, "spark.rdd.compress": True,
+                    "spark.sql.artifact.isolation.enabled": "false"}
 _LOG_LEVELS = {"ALL": logging.NOTSET, "DEBUG": logging.DEBUG, "ERROR": logging.ERROR,
                "FATAL": logging.CRITICAL, "INFO": logging.INFO, "OFF": logging.CRITICAL + 10,
                "TRACE": logging.DEBUG, "WARN": logging.WARNING}
@@ -126,6 +129,13 @@ class SparkContext:
             self._conf.setSparkHome(sparkHome)
         for k, v in (environment or {}).items():
             self._conf.setExecutorEnv(k, v)
+        if conf is None or conf._load_defaults:
+            # what spark-submit hands PySpark as system properties, which "pyspark-shell"
+            # and `python app.py` get too
+            self._conf.setIfMissing("spark.master", "local[*]")
+            self._conf.setIfMissing("spark.app.name", "pyspark-shell")
+        for k, v in _DEFAULT_CONFIGS.items():
+            self._conf.setIfMissing(k, v)
         if not self._conf.contains("spark.master"):
             raise PySparkRuntimeError("MASTER_URL_NOT_SET",
                                       "A master URL must be set in your configuration.")
@@ -150,8 +160,17 @@ class SparkContext:
         self.master: str = self._conf.get("spark.master")  # type: ignore[assignment]
         self.appName: str = self._conf.get("spark.app.name")  # type: ignore[assignment]
         self.sparkHome = self._conf.get("spark.home")
-        from ember.serializers import CPickleSerializer
-        self.serializer = serializer or CPickleSerializer()
+        from ember.serializers import (AutoBatchedSerializer, BatchedSerializer,
+                                       CloudPickleSerializer, CPickleSerializer,
+                                       PickleSerializer)
+        self._unbatched_serializer = serializer or CPickleSerializer()
+        self.serializer = (AutoBatchedSerializer(self._unbatched_serializer) if batchSize == 0
+                           else BatchedSerializer(self._unbatched_serializer, batchSize))
+        # A serializer the engine's own pickling does not already match carries the data:
+        # parallelized collections, shuffle blocks and the results tasks return (PySpark
+        # ships every record through it; Ember keeps its pickle fast path for pickle).
+        self._data_serializer = None if type(self._unbatched_serializer) in (
+            PickleSerializer, CloudPickleSerializer) else self._unbatched_serializer
         self.batchSize = batchSize
         self.pythonExec = sys.executable
         self.pythonVer = "%d.%d" % sys.version_info[:2]
@@ -427,18 +446,27 @@ class SparkContext:
         if partitions is None:
             partitions = list(range(rdd.getNumPartitions()))
         results: list = [None] * len(partitions)
+        ser = self._data_serializer
 
         def handler(index: int, data: bytes) -> None:
-            results[index] = pickle.loads(data)
+            value = pickle.loads(data)
+            results[index] = value if ser is None else ser.loads(value)
 
         if with_context:
-            task_func = func
+            run = func
+        else:
+            def run(ctx: Any, it: Iterable) -> Any:
+                return func(it)
+        if ser is None:
+            task_func = run
         else:
             def task_func(ctx: Any, it: Iterable) -> Any:
-                return func(it)
+                return ser.dumps(run(ctx, it))
         props = dict(self._props())
-        if self._added_files:
-            props["spark.ember.files"] = ",".join(self._added_files)
+        if self._added_files:      # executors fetch what they lack; "name/" is a directory
+            props["spark.ember.files"] = ",".join(
+                n + "/" if os.path.isdir(os.path.join(self._files_dir, n)) else n
+                for n in self._added_files)
         waiter = self._dag.submit_job(rdd, task_func, partitions, call_site(), handler, props)
         try:
             waiter.wait()
@@ -635,7 +663,11 @@ class SparkContext:
         n = self.defaultParallelism if numSlices is None else numSlices
         if not isinstance(c, (list, range)):
             c = list(c)
-        return ParallelCollectionRDD(self, slice_collection(c, n))
+        slices = slice_collection(c, n)
+        ser = self._data_serializer
+        if ser is None or isinstance(c, range):
+            return ParallelCollectionRDD(self, slices)
+        return ParallelCollectionRDD(self, [ser.dumps(list(s)) for s in slices], ser)
 
     def textFile(self, name: str, minPartitions: int | None = None,
                  use_unicode: bool = True) -> RDD:

@@ -47,8 +47,9 @@ class ShuffleDependency(Dependency):
     """The map side `rdd` is bucketed into `num_partitions` by `partition_func(key)`."""
 
     def __init__(self, rdd: Any, shuffle_id: int, num_partitions: int,
-                 partition_func: Callable[[Any], int]) -> None:
+                 partition_func: Callable[[Any], int], serializer: Any = None) -> None:
         super().__init__(rdd)
         self.shuffle_id = shuffle_id
         self.num_partitions = num_partitions
         self.partition_func = partition_func
+        self.serializer = serializer       # SparkContext(serializer=...), None for pickle

@@ -79,10 +79,11 @@ def _rebuild_python_exception(message, exc_type, exc_message, tb):
 def make_python_exception(message: str, exc_type: str, exc_message: str,
                           traceback_text: str) -> PythonException:
     """A PythonException that is also an instance of the remote builtin exception type."""
-    base = getattr(builtins, exc_type, None)
+    base = getattr(builtins, exc_type, None) or _PYSPARK_ERROR_BASES.get(exc_type)
     cls: type = PythonException
     if (isinstance(base, type) and issubclass(base, Exception)
-            and base.__module__ == "builtins" and not issubclass(base, OSError)):
+            and base.__module__ == "builtins" and not issubclass(base, OSError)
+            and not issubclass(base, StopIteration)):   # a driver loop would swallow it
         cls = _combined_types.get(exc_type)
         if cls is None:
             try:
@@ -153,3 +154,8 @@ class PySparkRuntimeError(_PySparkErrorClass, RuntimeError):
 
 class PySparkTypeError(_PySparkErrorClass, TypeError):
     """TypeError with a PySpark error class."""
+
+
+# A task's PySpark error arrives by name; on the driver it is also its builtin base type.
+_PYSPARK_ERROR_BASES = {"PySparkValueError": ValueError, "PySparkRuntimeError": RuntimeError,
+                        "PySparkTypeError": TypeError}

@@ -38,6 +38,8 @@ from ember.resultiterable import ResultIterable
 from ember.statcounter import StatCounter
 from ember.storage.block_manager import read_batches
 from ember.storagelevel import StorageLevel
+from ember.util import (fail_on_stopiteration, filter_checked, flat_map_checked,
+                        map_checked)
 
 __all__ = ["RDD", "portable_hash", "Partitioner", "BoundedFloat"]
 
@@ -83,10 +85,11 @@ class RDD:
     """A lineage node and the PySpark RDD API on top of it."""
 
     _lineage_attrs: tuple[str, ...] = ()
+    _numbered_lazily = False       # True: the id is taken on first use (PipelinedRDD)
 
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
-        self._id = ctx._new_rdd_id()
+        self._id = None if self._numbered_lazily else ctx._new_rdd_id()
         self._storage_level = StorageLevel.NONE
         self.is_cached = False
         self.is_checkpointed = False
@@ -240,6 +243,7 @@ class RDD:
         if self._storage_level != StorageLevel.NONE and storageLevel != self._storage_level:
             raise SparkException(
                 "Cannot change storage level of an RDD after it was already assigned a level")
+        self.id()              # a PipelinedRDD takes its id when persisted, as in PySpark
         self.is_cached = True
         self._storage_level = storageLevel
         return self
@@ -347,19 +351,19 @@ class RDD:
 
     def map(self, f: Callable[[Any], Any], preservesPartitioning: bool = False) -> "RDD":
         def func(_: int, iterator: Iterable) -> Iterable:
-            return map(f, iterator)
+            return map_checked(f, iterator)
         rdd = self.mapPartitionsWithIndex(func, preservesPartitioning)
         rdd._mapped_from = (self, f)       # lets combineByKey spot the counting idiom
         return rdd
 
     def flatMap(self, f: Callable[[Any], Iterable], preservesPartitioning: bool = False) -> "RDD":
         def func(_: int, iterator: Iterable) -> Iterable:
-            return itertools.chain.from_iterable(map(f, iterator))
+            return flat_map_checked(f, iterator)
         return self.mapPartitionsWithIndex(func, preservesPartitioning)
 
     def filter(self, f: Callable[[Any], bool]) -> "RDD":
         def func(_: int, iterator: Iterable) -> Iterable:
-            return filter(f, iterator)
+            return filter_checked(f, iterator)
         return self.mapPartitionsWithIndex(func, True)
 
     def glom(self) -> "RDD":
@@ -668,6 +672,8 @@ class RDD:
                   keyfunc: Callable[[Any], Any] = _identity) -> "RDD":
         if numPartitions is None:
             numPartitions = self._defaultReducePartitions()
+        if keyfunc is not _identity:
+            keyfunc = fail_on_stopiteration(keyfunc)
         sort_partition = _partition_sorter(self, ascending, keyfunc)
         if numPartitions == 1:
             rdd = self.coalesce(1) if self.getNumPartitions() > 1 else self
@@ -760,10 +766,32 @@ class RDD:
         return self.collect()
 
     def toLocalIterator(self, prefetchPartitions: bool = False) -> Iterator:
-        for p in range(self.getNumPartitions()):
-            yield from self.ctx._run_job(self, list, [p])[0]
+        """One job per partition, run when the iterator reaches it; with prefetchPartitions
+        the job of the next partition runs (on a helper thread, with this thread's job
+        properties) while the caller consumes the current one."""
+        n = self.getNumPartitions()
+        if not prefetchPartitions:
+            for p in range(n):
+                yield from self.ctx._run_job(self, list, [p])[0]
+            return
+        from concurrent.futures import ThreadPoolExecutor
+        ctx = self.ctx
+        props = dict(ctx._props())
+
+        def fetch(p: int) -> list:
+            ctx._local.props = dict(props)
+            return ctx._run_job(self, list, [p])[0]
+
+        with ThreadPoolExecutor(1, thread_name_prefix="toLocalIterator-prefetch") as pool:
+            pending = pool.submit(fetch, 0) if n else None
+            for p in range(n):
+                part = pending.result()        # type: ignore[union-attr]
+                pending = pool.submit(fetch, p + 1) if p + 1 < n else None
+                yield from part
 
     def foreach(self, f: Callable[[Any], None]) -> None:
+        f = fail_on_stopiteration(f)
+
         def process(iterator: Iterable) -> None:
             for x in iterator:
                 f(x)
@@ -786,6 +814,7 @@ class RDD:
     def reduce(self, f: Callable[[Any, Any], Any]) -> Any:
         from ember.shuffle.external import _is_add
         adding = _is_add(f)
+        f = fail_on_stopiteration(f)
 
         def func(iterator: Iterable) -> list:
             it = iter(iterator)
@@ -819,6 +848,8 @@ class RDD:
         return reduced[0]
 
     def fold(self, zeroValue: Any, op: Callable[[Any, Any], Any]) -> Any:
+        op = fail_on_stopiteration(op)
+
         def func(iterator: Iterable) -> Any:
             acc = copy.deepcopy(zeroValue)
             for obj in iterator:
@@ -828,6 +859,9 @@ class RDD:
         return _reduce(op, vals, zeroValue)
 
     def aggregate(self, zeroValue: Any, seqOp: Callable, combOp: Callable) -> Any:
+        seqOp = fail_on_stopiteration(seqOp)
+        combOp = fail_on_stopiteration(combOp)
+
         def func(iterator: Iterable) -> Any:
             acc = copy.deepcopy(zeroValue)
             for obj in iterator:
@@ -992,6 +1026,8 @@ class RDD:
         return dict(self.collect())
 
     def reduceByKeyLocally(self, func: Callable[[Any, Any], Any]) -> dict:
+        func = fail_on_stopiteration(func)
+
         def reduce_partition(iterator: Iterable) -> dict:
             m: dict = {}
             for k, v in iterator:
@@ -1317,14 +1353,17 @@ def _cogroup(rdds: list[RDD], num_partitions: int | None) -> RDD:
 
 # --- RDD kinds ---------------------------------------------------------------------------
 class ParallelCollectionRDD(RDD):
-    def __init__(self, ctx: Any, slices: list[Any]) -> None:
+    def __init__(self, ctx: Any, slices: list[Any], serializer: Any = None) -> None:
         super().__init__(ctx)
         self._slices = slices
+        self._serializer = serializer      # set: each slice is its bytes (SparkContext's)
 
     def _get_partitions(self) -> list[Partition]:
         return [src.ParallelCollectionPartition(i, s) for i, s in enumerate(self._slices)]
 
     def compute(self, split: Partition, context: Any) -> Iterator:
+        if self._serializer is not None:
+            return iter(self._serializer.loads(split.data))
         return iter(split.data)
 
     def __getstate__(self) -> dict:
@@ -1342,8 +1381,26 @@ class EmptyRDD(RDD):
 
 
 class MapPartitionsRDD(RDD):
-    """One or more narrow transformations over the parent's partitions, as one function."""
+    """One or more narrow transformations over the parent's partitions, as one function
+    (PySpark's PipelinedRDD). As there, it takes an RDD id only when something asks for it
+    (id(), a job, caching): `rdd.map(f).filter(g)` is one RDD with one id, and the map
+    step that was pipelined away never takes one."""
     _lineage_attrs = ("prev",)
+    _numbered_lazily = True
+
+    @property
+    def _id(self) -> int:
+        rid = self._rdd_id
+        if rid is None:
+            rid = self._rdd_id = self.ctx._new_rdd_id()
+        return rid
+
+    @_id.setter
+    def _id(self, value: int | None) -> None:
+        self._rdd_id = value
+
+    def __repr__(self) -> str:
+        return f"PythonRDD[{self._id}] at {self._call_site}"
 
     def __init__(self, prev: RDD, f: Callable[[int, Iterable], Iterable],
                  preservesPartitioning: bool = False, isFromBarrier: bool = False) -> None:
@@ -1400,6 +1457,9 @@ class RDDBarrier:
         return f"<RDDBarrier of {self.rdd!r}>"
 
 
+PipelinedRDD = MapPartitionsRDD
+
+
 class ShuffledRDD(RDD):
     """The reduce side of a shuffle: (k, v) records bucketed by partition_func(k)."""
     _lineage_attrs = ("prev",)
@@ -1411,7 +1471,9 @@ class ShuffledRDD(RDD):
         self.num_partitions = num_partitions
         self.partition_func = partition_func
         self.shuffle_id = prev.ctx._new_shuffle_id()
-        self._dep = ShuffleDependency(prev, self.shuffle_id, num_partitions, partition_func)
+        self._serializer = prev.ctx._data_serializer
+        self._dep = ShuffleDependency(prev, self.shuffle_id, num_partitions, partition_func,
+                                      self._serializer)
 
     def _get_partitions(self) -> list[Partition]:
         return [Partition(i) for i in range(self.num_partitions)]
@@ -1421,7 +1483,7 @@ class ShuffledRDD(RDD):
 
     def compute(self, split: Partition, context: Any) -> Iterator:
         from ember.shuffle.reader import read_partition
-        return read_partition(self.shuffle_id, split.index, context)
+        return read_partition(self.shuffle_id, split.index, context, self._serializer)
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import itertools
 import marshal
+import os
 import pickle
 import struct
 import types
@@ -43,6 +44,9 @@ __all__ = [
     "CompressedSerializer",
     "BatchedSerializer",
     "AutoBatchedSerializer",
+    "AutoSerializer",
+    "PairDeserializer",
+    "CartesianDeserializer",
     "read_int",
     "write_int",
     "read_frames",
@@ -223,17 +227,14 @@ class FramedSerializer(Serializer):
             yield None if frame is None else loads(frame)
 
 
-class CPickleSerializer(FramedSerializer):
-    """Standard ``pickle`` (protocol 5) - the default for data."""
+class PickleSerializer(FramedSerializer):
+    """Standard ``pickle`` (protocol 5)."""
 
     def dumps(self, obj: Any) -> bytes:
         return pickle.dumps(obj, PICKLE_PROTOCOL)
 
     def loads(self, obj: bytes, encoding: str = "bytes") -> Any:
         return pickle.loads(obj, encoding=encoding)
-
-
-PickleSerializer = CPickleSerializer
 
 
 class MarshalSerializer(FramedSerializer):
@@ -258,6 +259,35 @@ class CloudPickleSerializer(FramedSerializer):
 
     def loads(self, obj: bytes, encoding: str = "bytes") -> Any:
         return pickle.loads(obj, encoding=encoding)
+
+
+# As in PySpark: the default for data is cloudpickle, unless the namedtuple patch is asked for.
+CPickleSerializer = (PickleSerializer if os.environ.get("PYSPARK_ENABLE_NAMEDTUPLE_PATCH") == "1"
+                     else CloudPickleSerializer)
+
+
+class AutoSerializer(FramedSerializer):
+    """marshal while every object allows it, pickle from the first one that does not; each
+    frame starts with b"M" or b"P" to say which."""
+
+    def __init__(self) -> None:
+        self._type: Optional[bytes] = None
+
+    def dumps(self, obj: Any) -> bytes:
+        if self._type is None:
+            try:
+                return b"M" + marshal.dumps(obj)
+            except Exception:
+                self._type = b"P"
+        return b"P" + pickle.dumps(obj, PICKLE_PROTOCOL)
+
+    def loads(self, obj: bytes) -> Any:
+        kind = obj[:1]
+        if kind == b"M":
+            return marshal.loads(obj[1:])
+        if kind == b"P":
+            return pickle.loads(obj[1:])
+        raise ValueError("invalid serialization type: %s" % kind)
 
 
 class NoOpSerializer(FramedSerializer):
@@ -400,6 +430,55 @@ class AutoBatchedSerializer(BatchedSerializer):
 
     def __repr__(self) -> str:
         return "AutoBatchedSerializer(%s)" % self.serializer
+
+
+class CartesianDeserializer(Serializer):
+    """Reads a cartesian product stream: batches of the key serializer alternating with
+    batches of the value serializer; each pair of batches yields their product."""
+
+    def __init__(self, key_ser: Serializer, val_ser: Serializer) -> None:
+        self.key_ser = key_ser
+        self.val_ser = val_ser
+
+    def _load_stream_without_unbatching(self, stream: IO[bytes]) -> Iterator[Any]:
+        keys = self.key_ser._load_stream_without_unbatching(stream)
+        vals = self.val_ser._load_stream_without_unbatching(stream)
+        for key_batch, val_batch in zip(keys, vals):
+            # one batch per pair, so that a cartesian of cartesians stays correct
+            yield itertools.product(key_batch, val_batch)
+
+    def load_stream(self, stream: IO[bytes]) -> Iterator[Any]:
+        return itertools.chain.from_iterable(self._load_stream_without_unbatching(stream))
+
+    def __repr__(self) -> str:
+        return "CartesianDeserializer(%s, %s)" % (str(self.key_ser), str(self.val_ser))
+
+
+class PairDeserializer(Serializer):
+    """Reads a zip stream: batches of the key serializer alternating with batches of the
+    value serializer, zipped batch by batch (they must have the same length)."""
+
+    def __init__(self, key_ser: Serializer, val_ser: Serializer) -> None:
+        self.key_ser = key_ser
+        self.val_ser = val_ser
+
+    def _load_stream_without_unbatching(self, stream: IO[bytes]) -> Iterator[Any]:
+        keys = self.key_ser._load_stream_without_unbatching(stream)
+        vals = self.val_ser._load_stream_without_unbatching(stream)
+        for key_batch, val_batch in zip(keys, vals):
+            # batches of a nested zip/cartesian are iterators
+            key_batch = key_batch if hasattr(key_batch, "__len__") else list(key_batch)
+            val_batch = val_batch if hasattr(val_batch, "__len__") else list(val_batch)
+            if len(key_batch) != len(val_batch):
+                raise ValueError("Can not deserialize PairRDD with different number of items"
+                                 " in batches: (%d, %d)" % (len(key_batch), len(val_batch)))
+            yield zip(key_batch, val_batch)
+
+    def load_stream(self, stream: IO[bytes]) -> Iterator[Any]:
+        return itertools.chain.from_iterable(self._load_stream_without_unbatching(stream))
+
+    def __repr__(self) -> str:
+        return "PairDeserializer(%s, %s)" % (str(self.key_ser), str(self.val_ser))
 
 
 # --------------------------------------------------------------------------- closures

@@ -5,20 +5,24 @@ combines the per-partition counters on the driver.  This module provides the
 counter that makes that possible: values are folded in with Welford's update and
 two counters are combined with Chan et al.'s parallel formula, exactly as
 ``pyspark.statcounter.StatCounter`` (itself a port of Spark's Scala class) does,
-so results match PySpark bit for bit.  It needs no third-party packages.
+so results match PySpark bit for bit.  It needs no third-party packages, except numpy for
+values that are numpy arrays (element-wise statistics, as PySpark computes them).
 """
 
 from __future__ import annotations
 
 import copy as _copy
 import math
-from typing import Dict, Iterable, Optional, Union
+from typing import Any, Dict, Iterable, Optional, Union
 
 __all__ = ["StatCounter"]
 
 
-def _sqrt(x: float) -> float:
+def _sqrt(x: Any) -> Any:
     # numpy.sqrt (used by PySpark when numpy is present) yields nan instead of raising.
+    if not isinstance(x, (int, float)):
+        import numpy
+        return numpy.sqrt(x)
     if x != x or x < 0:
         return float("nan")
     return math.sqrt(x)
@@ -48,6 +52,12 @@ class StatCounter:
         self.n += 1
         self.mu += delta / self.n
         self.m2 += delta * (value - self.mu)
+        if not isinstance(value, (int, float)):
+            # numpy arrays (vectors of features): element-wise, as PySpark's numpy.maximum
+            import numpy
+            self.maxValue = numpy.maximum(self.maxValue, value)
+            self.minValue = numpy.minimum(self.minValue, value)
+            return self
         # PySpark uses numpy.maximum/minimum: results are floats and NaN is sticky.
         fv = float(value)
         if fv > self.maxValue or fv != fv:
@@ -150,13 +160,19 @@ class StatCounter:
         )
 
 
-def _nan_max(a: float, b: float) -> float:
+def _nan_max(a: Any, b: Any) -> Any:
+    if not (isinstance(a, (int, float)) and isinstance(b, (int, float))):
+        import numpy
+        return numpy.maximum(a, b)
     if a != a or b != b:
         return float("nan")
     return a if a >= b else b
 
 
-def _nan_min(a: float, b: float) -> float:
+def _nan_min(a: Any, b: Any) -> Any:
+    if not (isinstance(a, (int, float)) and isinstance(b, (int, float))):
+        import numpy
+        return numpy.minimum(a, b)
     if a != a or b != b:
         return float("nan")
     return a if a <= b else b

@@ -377,9 +377,11 @@ def test_framed_roundtrip(ser):
 
 
 def test_pickle_serializer_alias_and_protocol():
-    assert PickleSerializer is CPickleSerializer
-    data = CPickleSerializer().dumps([1, 2])
-    assert data[:2] == b"\x80\x05"  # protocol 5
+    # PySpark 4: CPickleSerializer is the cloudpickle one, PickleSerializer plain pickle
+    assert CPickleSerializer is CloudPickleSerializer
+    assert PickleSerializer is not CPickleSerializer
+    for ser in (PickleSerializer(), CPickleSerializer()):
+        assert ser.dumps([1, 2])[:2] == b"\x80\x05"  # protocol 5
 
 
 def test_marshal_and_noop_and_utf8():
@@ -520,9 +522,9 @@ def test_serializer_eq_hash_repr():
     assert BatchedSerializer(CPickleSerializer(), 10) == BatchedSerializer(CPickleSerializer(), 10)
     assert BatchedSerializer(CPickleSerializer(), 10) != BatchedSerializer(CPickleSerializer(), 5)
     assert repr(BatchedSerializer(CPickleSerializer(), 10)) == \
-        "BatchedSerializer(CPickleSerializer(), 10)"
+        "BatchedSerializer(CloudPickleSerializer(), 10)"   # PySpark's alias
     assert repr(AutoBatchedSerializer(CPickleSerializer())) == \
-        "AutoBatchedSerializer(CPickleSerializer())"
+        "AutoBatchedSerializer(CloudPickleSerializer())"
     assert len({AutoBatchedSerializer(CPickleSerializer()),
                 AutoBatchedSerializer(CPickleSerializer())}) == 1
 

@@ -13,8 +13,9 @@ outlive the worker that accounts for it. Then the application runs in the main t
   ``-c/--conf k=v`` pairs are added to the conf, then the primary .py file and its args;
 - any other MAIN: a dotted module name, with USER_JAR (.zip/.whl/.egg or a directory) first
   on sys.path: a package runs its ``__main__``; a module with a top-level
-  ``if __name__ == "__main__":`` block runs as ``__main__``; otherwise its ``main()`` is
-  called (an int it returns is the exit code).
+  ``if __name__ == "__main__":`` block runs as ``__main__``; otherwise it is imported and
+  its ``main()``, if it has one, is called (an int it returns is the exit code); a plain
+  script without either ran when it was imported, and that is its success.
 
 Exit code: a SystemExit's code passes through; an uncaught exception prints its traceback to
 stderr, leaves ``driver-exception.json`` ({"type", "message", "traceback"}) in the driver dir
@@ -197,8 +198,7 @@ def _run_module(name: str, user_jar: str, args: list[str]) -> Optional[int]:
         return None
     main = getattr(importlib.import_module(name), "main", None)
     if not callable(main):
-        raise DriverMainError(f"Module {name} has neither a main() function nor a __main__ "
-                              "block")
+        return None       # a plain script: importing it ran it, and it succeeded
     result = main()
     return result if isinstance(result, int) and not isinstance(result, bool) else None
 

@@ -22,6 +22,8 @@ class RemoteFetcher:
         self.files_dir = files_dir
         self._env: Any = None
         self._lock = threading.Lock()
+        self._entries: dict[str, str] = {}        # added file name -> entry ("dir/" for dirs)
+        self._unfetchable: dict[str, str] = {}    # name -> why its fetch failed
 
     def _rpc(self) -> Any:
         with self._lock:
@@ -51,18 +53,66 @@ class RemoteFetcher:
             _write_atomically(local, data)
         return local
 
-    def ensure_files(self, names: list[str]) -> bool:
-        """Fetch files added with SparkContext.addFile that this executor lacks; True if
-        any arrived (so new .py/.zip files get onto sys.path)."""
-        from ember.deploy.messages import FetchFile
+    def ensure_files(self, entries: list[str]) -> bool:
+        """Fetch the files added with SparkContext.addFile that this executor lacks (an entry
+        ending in "/" is a directory); True if any arrived (so new .py/.zip files get onto
+        sys.path). A file that cannot be fetched is not fatal here: only a task that asks
+        SparkFiles.get for it fails, naming it."""
+        self._entries = {e.rstrip("/"): e for e in entries if e.rstrip("/")}
         fetched = False
-        for name in names:
-            local = os.path.join(self.files_dir, name)
-            if name and not os.path.exists(local):
-                data = self._driver_ref().ask_sync(FetchFile(name), _TIMEOUT)
-                _write_atomically(local, data)
+        for name, entry in self._entries.items():
+            if name in self._unfetchable or os.path.exists(os.path.join(self.files_dir, name)):
+                continue
+            try:
+                self._fetch_file(entry)
                 fetched = True
+            except Exception as e:   # noqa: BLE001 - reported to the tasks that need it
+                self._unfetchable[name] = f"{type(e).__name__}: {e}"
         return fetched
+
+    def missing_file(self, filename: str) -> None:
+        """SparkFiles.get found `filename` absent: fetch the added file it belongs to now,
+        or fail with an error naming it. Names never added are left alone (PySpark only
+        builds the path)."""
+        name = os.path.normpath(filename).split(os.sep, 1)[0]
+        entry = self._entries.get(name)
+        if entry is None:
+            return
+        try:
+            self._fetch_file(entry)
+        except Exception as e:   # noqa: BLE001 - becomes the task's error
+            raise FileNotFoundError(
+                f"File {name} added with SparkContext.addFile could not be fetched from the "
+                f"driver: {type(e).__name__}: {e}") from None
+        self._unfetchable.pop(name, None)
+
+    def _fetch_file(self, entry: str) -> None:
+        from ember.deploy.messages import FetchFile
+        name = entry.rstrip("/")
+        data = self._driver_ref().ask_sync(FetchFile(name), _TIMEOUT)
+        local = os.path.join(self.files_dir, name)
+        if entry.endswith("/"):
+            _unpack_directory(local, data)
+        else:
+            _write_atomically(local, data)
+
+
+def _unpack_directory(path: str, data: bytes) -> None:
+    """Extract a directory's tar next to `path`, then rename it into place (another task
+    process of this executor may win the race: its copy is the same)."""
+    import io
+    import shutil
+    import tarfile
+    tmp = f"{path}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
+        tar.extractall(tmp, filter="data")
+    try:
+        os.rename(tmp, path)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not os.path.isdir(path):
+            raise
 
 
 def _write_atomically(path: str, data: bytes) -> None:

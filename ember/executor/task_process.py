@@ -24,6 +24,7 @@ from ember.files import SparkFiles
 from ember.shuffle.base import FetchFailedError
 from ember.storage.block_manager import BlockManager
 from ember.taskcontext import BarrierTaskContext, TaskContext
+from ember.util import escaped_stop_iteration, stop_iteration_error
 
 RESULT, MAP = "result", "map"
 
@@ -49,6 +50,7 @@ class TaskEnv:
                                         self.local_dir, conf["files_dir"])
             self.fetch_remote = self.remote.fetch_shuffle
             broadcast._fetcher[0] = self.remote.fetch_broadcast
+            SparkFiles._fetch_missing = self.remote.missing_file
 
 
 _running = [False]
@@ -127,6 +129,11 @@ def run_task(env: TaskEnv, stage: _Stage, task: tuple, tid: int) -> tuple:
     except BaseException as e:  # user code: report, never die
         _running[0] = False
         tb = user_traceback(e)
+        stop = escaped_stop_iteration(e)
+        if stop is not None:       # PySpark's failure, never a StopIteration on the driver
+            e = stop_iteration_error(stop)
+            tb += ("\nDuring handling of the above exception, another exception occurred:\n\n"
+                   f"{type(e).__name__}: {e}\n")
         state, payload = "FAILED", (type(e).__name__, str(e), tb, True)
     TaskContext._setTaskContext(None)
     metrics = ctx.metrics

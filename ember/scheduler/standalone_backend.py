@@ -74,10 +74,14 @@ class DriverEndpoint(RpcEndpoint):
             context.send_failure(ValueError(f"Unsupported message {type(msg).__name__}"))
 
     def _reply_file(self, context: RpcCallContext, path: str) -> None:
+        """The file's bytes; a directory (addFile(dir, recursive=True)) as a tar of it."""
         def read() -> None:
             try:
-                with open(path, "rb") as f:
-                    data = f.read()
+                if os.path.isdir(path):
+                    data = _tar_directory(path)
+                else:
+                    with open(path, "rb") as f:
+                        data = f.read()
             except OSError as e:
                 self.rpc_env.call_soon(context.send_failure, FileNotFoundError(str(e)))
                 return
@@ -95,6 +99,15 @@ class DriverEndpoint(RpcEndpoint):
 
     def on_disconnected(self, remote: RpcAddress) -> None:
         self.backend.address_disconnected(remote)
+
+
+def _tar_directory(path: str) -> bytes:
+    import io
+    import tarfile
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(path, arcname=".")
+    return buf.getvalue()
 
 
 class StandaloneSchedulerBackend(SchedulerBackend):

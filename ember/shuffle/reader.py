@@ -9,29 +9,38 @@ from __future__ import annotations
 import io
 import os
 import pickle
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ember.shuffle.base import FetchFailedError, MapStatus
 from ember.shuffle.writer import read_index
 
 
-def _records_from_file(path: str, start: int, end: int) -> Iterator:
-    load = pickle.load
+def _loader(serializer: Any) -> Callable[[Any], list]:
+    """Reads one batch written by the writer (see writer.batch_dumps)."""
+    if serializer is None:
+        return pickle.load
+    loads = serializer.loads
+    return lambda f: loads(pickle.load(f))
+
+
+def _records_from_file(path: str, start: int, end: int, serializer: Any = None) -> Iterator:
+    load = _loader(serializer)
     with open(path, "rb") as f:
         f.seek(start)
         while f.tell() < end:
             yield from load(f)
 
 
-def _records_from_bytes(data: bytes) -> Iterator:
+def _records_from_bytes(data: bytes, serializer: Any = None) -> Iterator:
     buf = io.BytesIO(data)
-    load = pickle.load
+    load = _loader(serializer)
     n = len(data)
     while buf.tell() < n:
         yield from load(buf)
 
 
-def read_partition(shuffle_id: int, reduce_id: int, ctx: Any) -> Iterator:
+def read_partition(shuffle_id: int, reduce_id: int, ctx: Any,
+                   serializer: Any = None) -> Iterator:
     statuses: list[MapStatus | None] = ctx.map_locations.get(shuffle_id)
     if statuses is None:
         raise FetchFailedError(shuffle_id, -1, reduce_id, None,
@@ -54,7 +63,7 @@ def read_partition(shuffle_id: int, reduce_id: int, ctx: Any) -> Iterator:
                                        f"Shuffle data file {st.path}.data is missing")
             metrics["shuffleLocalBytesRead"] = metrics.get("shuffleLocalBytesRead", 0) + end - start
             if end > start:
-                yield from _records_from_file(st.path + ".data", start, end)
+                yield from _records_from_file(st.path + ".data", start, end, serializer)
         else:
             try:
                 data = env.fetch_remote(st, shuffle_id, map_index, reduce_id)
@@ -66,4 +75,4 @@ def read_partition(shuffle_id: int, reduce_id: int, ctx: Any) -> Iterator:
                                        f"{e}") from None
             metrics["shuffleRemoteBytesRead"] = metrics.get("shuffleRemoteBytesRead", 0) + len(data)
             if data:
-                yield from _records_from_bytes(data)
+                yield from _records_from_bytes(data, serializer)

@@ -37,9 +37,10 @@ def shuffle_file_base(local_dir: str, shuffle_id: int, map_index: int, attempt_i
 def write_map_output(records: Iterable, num_partitions: int,
                      partition_func: Callable[[Any], int], base_path: str,
                      memory_limit_mb: int, executor_id: str, host: str,
-                     address: str = "", metrics: dict | None = None) -> MapStatus:
+                     address: str = "", metrics: dict | None = None,
+                     serializer: Any = None) -> MapStatus:
     n = num_partitions
-    dumps = pickle.dumps
+    dumps = pickle.dumps if serializer is None else batch_dumps(serializer)
     buckets: list[list] = [[] for _ in range(n)]
     chunks: list[list[bytes]] = [[] for _ in range(n)]
     held = 0                      # bytes of serialized chunks in memory
@@ -107,6 +108,14 @@ def write_map_output(records: Iterable, num_partitions: int,
     return MapStatus(executor_id, host, base_path, offsets[-1], count, address)
 
 
+def batch_dumps(serializer: Any) -> Callable[[list, int], bytes]:
+    """A batch as the application's serializer makes it, framed as a pickled bytes object
+    (so a data file stays a sequence of self-delimiting pickles); see batch_loads."""
+    def dumps(batch: list, protocol: int) -> bytes:
+        return pickle.dumps(serializer.dumps(batch), protocol)
+    return dumps
+
+
 def _spill(base_path: str, seq: int, chunks: list[list[bytes]]) -> tuple[str, list]:
     path = f"{base_path}.spill{seq}"
     segs = []
@@ -130,14 +139,15 @@ class ShuffleWriteFunc:
     """The map side of a ShuffleMapStage: what a task process runs over its partition."""
 
     def __init__(self, shuffle_id: int, num_partitions: int,
-                 partition_func: Callable[[Any], int]) -> None:
+                 partition_func: Callable[[Any], int], serializer: Any = None) -> None:
         self.shuffle_id = shuffle_id
         self.num_partitions = num_partitions
         self.partition_func = partition_func
+        self.serializer = serializer
 
     @classmethod
     def for_dependency(cls, dep: Any) -> "ShuffleWriteFunc":
-        return cls(dep.shuffle_id, dep.num_partitions, dep.partition_func)
+        return cls(dep.shuffle_id, dep.num_partitions, dep.partition_func, dep.serializer)
 
     def __call__(self, ctx: Any, records: Iterable, task_attempt_id: int) -> MapStatus:
         env = ctx.env
@@ -145,4 +155,4 @@ class ShuffleWriteFunc:
                                  task_attempt_id)
         return write_map_output(records, self.num_partitions, self.partition_func, base,
                                 env.memory_limit_mb, env.executor_id, env.host, env.address,
-                                ctx.metrics)
+                                ctx.metrics, self.serializer)
