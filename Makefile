@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install browser demo test bench clean
+.PHONY: install browser zookeeper demo test bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -21,10 +21,17 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq chromium >/dev/null; fi; }
 
-test: install browser
+# The ZOOKEEPER recovery tests run Debian's ZooKeeper server (its jars, with the machine's
+# Java) on a free loopback port; the package installs no running service.
+zookeeper:
+	@test -f /usr/share/java/zookeeper.jar || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends zookeeper >/dev/null; \
+	  else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends zookeeper >/dev/null; fi; }
+
+test: install browser zookeeper
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-bench: install
+bench: install zookeeper
 	$(BIN)/python -m benchmarks
 
 clean:
