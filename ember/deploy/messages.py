@@ -296,6 +296,7 @@ class RegisteredWorker:
     masterWebUiUrl: str
     masterAddress: RpcAddress
     duplicate: bool
+    epoch: int = 0   # the sender's leadership epoch (fencing, see deploy/fencing.py)
 
 
 @message
@@ -321,6 +322,7 @@ class Heartbeat:
 @dataclass(frozen=True)
 class ReconnectWorker:
     masterUrl: str
+    epoch: int = 0   # the sender's leadership epoch (fencing, see deploy/fencing.py)
 
 
 @message
@@ -342,6 +344,7 @@ class LaunchExecutor:
     cores: int
     memory: int
     resources: dict[str, ResourceInformation] = field(default_factory=dict)
+    epoch: int = 0   # the sender's leadership epoch (fencing, see deploy/fencing.py)
 
 
 @message
@@ -350,6 +353,7 @@ class KillExecutor:
     masterUrl: str
     appId: str
     execId: int
+    epoch: int = 0   # the sender's leadership epoch (fencing, see deploy/fencing.py)
 
 
 @message
@@ -362,12 +366,14 @@ class LaunchDriver:
     # a worker loss). The worker echoes it in DriverStateChanged so the master can ignore
     # a stale copy's report (fencing); Spark instead gives a relaunched driver a new id.
     attempt: int = 1
+    epoch: int = 0   # the sender's leadership epoch (fencing, see deploy/fencing.py)
 
 
 @message
 @dataclass(frozen=True)
 class KillDriver:
     driverId: str
+    epoch: int = 0   # the sender's leadership epoch (fencing, see deploy/fencing.py)
 
 
 @message
@@ -395,6 +401,7 @@ class DriverStateChanged:
 @dataclass(frozen=True)
 class ApplicationFinished:
     id: str
+    epoch: int = 0   # the sender's leadership epoch (fencing, see deploy/fencing.py)
 
 
 @message
@@ -402,6 +409,7 @@ class ApplicationFinished:
 class MasterChanged:
     master: RpcEndpointRef
     masterWebUiUrl: str
+    epoch: int = 0   # the sender's leadership epoch (fencing, see deploy/fencing.py)
 
 
 @message
@@ -422,7 +430,7 @@ class WorkerDecommissioning:
 @message
 @dataclass(frozen=True)
 class DecommissionWorker:
-    pass
+    epoch: int = 0   # the sender's leadership epoch (fencing, see deploy/fencing.py)
 
 
 @message
@@ -478,6 +486,7 @@ class RegisterApplication:
 class RegisteredApplication:
     appId: str
     master: RpcEndpointRef
+    epoch: int = 0   # the sender's leadership epoch (fencing, see deploy/fencing.py)
 
 
 @message
@@ -488,6 +497,7 @@ class ExecutorAdded:
     hostPort: str
     cores: int
     memory: int
+    epoch: int = 0   # the sender's leadership epoch (fencing, see deploy/fencing.py)
 
 
 @message
@@ -498,6 +508,7 @@ class ExecutorUpdated:
     message: Optional[str]
     exitStatus: Optional[int]
     workerHost: Optional[str]
+    epoch: int = 0   # the sender's leadership epoch (fencing, see deploy/fencing.py)
 
 
 @message
@@ -506,12 +517,14 @@ class WorkerRemoved:
     id: str
     host: str
     message: str
+    epoch: int = 0   # the sender's leadership epoch (fencing, see deploy/fencing.py)
 
 
 @message
 @dataclass(frozen=True)
 class ApplicationRemoved:
     message: str
+    epoch: int = 0   # the sender's leadership epoch (fencing, see deploy/fencing.py)
 
 
 @message
@@ -691,6 +704,22 @@ class RequestReadyz:
 
 @message
 @dataclass(frozen=True)
+class RequestAppStatus:
+    """Ember addition: an app client that lost its master asks whether the (restarted or
+    new) master still knows its application; reply AppStatusResponse."""
+    appId: str
+
+
+@message
+@dataclass(frozen=True)
+class AppStatusResponse:
+    state: RecoveryState   # the master's state; only ALIVE makes `found=False` final
+    found: bool
+    epoch: int = 0
+
+
+@message
+@dataclass(frozen=True)
 class RequestKillApplication:
     """Ember addition (UI `/app/kill`): ask; master removes the app as KILLED; reply Boolean."""
     appId: str
@@ -801,6 +830,9 @@ class MasterStateResponse:
     activeDrivers: list[DriverSummary]
     completedDrivers: list[DriverSummary]
     status: RecoveryState
+    # Ember: the leadership epoch, and how long the last recovery took (-1: none yet).
+    epoch: int = 0
+    recoveryDurationMs: int = -1
 
     @property
     def uri(self) -> str:
@@ -885,7 +917,7 @@ class BoundPortsResponse:
 @message
 @dataclass(frozen=True)
 class ElectedLeader:
-    pass
+    epoch: int = 0   # grows with each election (persistence.LeaderElectionAgent)
 
 
 @message
@@ -903,7 +935,7 @@ class CheckForWorkerTimeOut:
 @message
 @dataclass(frozen=True)
 class CompleteRecovery:
-    pass
+    epoch: int = 0   # the leadership that armed the recovery timer
 
 
 # ---------------------------------------------------------------------------------------------
