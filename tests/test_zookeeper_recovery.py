@@ -4,7 +4,7 @@ corrupt records, uploaded resources in chunked znodes) and the leader election a
 from __future__ import annotations
 
 import hashlib
-import json
+import msgpack
 import logging
 import os
 import queue
@@ -16,10 +16,11 @@ from kazoo.client import KazooClient
 
 from ember.deploy.local_cluster import free_port
 from ember.deploy.local_zookeeper import LocalZooKeeper
+from ember.deploy.master.persistence import RecoveryError, create_recovery, encode_record
 from ember.deploy.master.uploads import UploadError
 from ember.deploy.master.zookeeper import (
     CHUNK_BYTES, NotLeaderError, ZooKeeperLeaderElectionAgent, ZooKeeperPersistenceEngine,
-    ZooKeeperSession, ZooKeeperSettings, create_zookeeper_recovery,
+    ZooKeeperSession, ZooKeeperSettings,
 )
 
 
@@ -98,12 +99,12 @@ def start_agent(conf, closing, identity=""):
 
 # --- settings -----------------------------------------------------------------------------
 def test_settings_errors_are_one_line_and_name_the_key():
-    with pytest.raises(ValueError, match="spark.deploy.zookeeper.url must be set"):
+    with pytest.raises(RecoveryError, match="spark.deploy.zookeeper.url must be set"):
         ZooKeeperSettings({"spark.deploy.recoveryMode": "ZOOKEEPER"})
-    with pytest.raises(ValueError, match="spark.deploy.zookeeper.dir"):
+    with pytest.raises(RecoveryError, match="spark.deploy.zookeeper.dir"):
         ZooKeeperSettings({"spark.deploy.zookeeper.url": "h:1",
                            "spark.deploy.zookeeper.dir": "spark"})
-    with pytest.raises(ValueError, match="sessionTimeout"):
+    with pytest.raises(RecoveryError, match="sessionTimeout"):
         ZooKeeperSettings({"spark.deploy.zookeeper.url": "h:1",
                            "spark.ember.deploy.zookeeper.sessionTimeout": "soon"})
     s = ZooKeeperSettings({"spark.deploy.zookeeper.url": "h:1"})
@@ -125,7 +126,7 @@ def test_records_round_trip_one_znode_each(zookeeper, raw, closing):
     assert sorted(raw.get_children(f"{root}/master_status")) == ["app_app-1",
                                                                  "driver_driver-1"]
     data, _ = raw.get(f"{root}/master_status/app_app-1")
-    assert json.loads(data) == {"version": 1, "record": {"id": "app-1", "cores": 8}}
+    assert data == encode_record({"id": "app-1", "cores": 8})
     engine.unpersist("app_app-1")
     engine.unpersist("app_never-written")
     assert engine.read_all() == {"driver_driver-1": {"id": "driver-1", "supervise": True}}
@@ -143,8 +144,8 @@ def test_corrupt_truncated_and_unknown_version_records_are_logged_and_skipped(
     good, _ = raw.get(f"{status}/worker_w1")
     raw.create(f"{status}/app_truncated", good[:len(good) // 2])
     raw.create(f"{status}/app_garbage", b"\x80\x04\x95 pickle-looking bytes")
-    raw.create(f"{status}/app_future", json.dumps({"version": 99, "record": {}}).encode())
-    raw.create(f"{status}/app_notobject", json.dumps({"version": 1, "record": [1]}).encode())
+    raw.create(f"{status}/app_future", msgpack.packb({"version": 99, "record": {}}))
+    raw.create(f"{status}/app_notobject", msgpack.packb({"version": 1, "record": [1]}))
     with caplog.at_level(logging.ERROR, logger="ember.deploy.master.zookeeper"):
         assert engine.read_all() == {"worker_w1": {"id": "w1"}}
     logged = " ".join(r.getMessage() for r in caplog.records)
@@ -314,9 +315,9 @@ def test_short_outage_keeps_leadership_long_one_revokes_and_one_leader_after(
 
 def test_unreachable_zookeeper_one_line_error_then_connects(tmp_path, closing, caplog):
     server = LocalZooKeeper(str(tmp_path), port=free_port())
-    conf = {"spark.deploy.zookeeper.url": server.url,
+    conf = {"spark.deploy.recoveryMode": "ZOOKEEPER", "spark.deploy.zookeeper.url": server.url,
             "spark.deploy.zookeeper.dir": "/unreachable"}
-    engine, agent = create_zookeeper_recovery(conf, "a")
+    engine, agent = create_recovery(conf, master_url="a")
     cb = Callbacks()
     with caplog.at_level(logging.INFO, logger="ember.deploy.master.zookeeper"):
         agent.start(cb.elected, cb.revoked)  # returns at once

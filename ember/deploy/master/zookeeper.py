@@ -4,8 +4,9 @@ ZooKeeper (kazoo), for standby masters that share no disk.
 Layout under `spark.deploy.zookeeper.dir` (default `/spark`), as Spark's
 ZooKeeperPersistenceEngine and ZooKeeperLeaderElectionAgent use it:
 
-- `<dir>/master_status/<name>`: one znode per record (`app_<id>`, `driver_<id>`, ...),
-  JSON `{"version": 1, "record": {...}}`; never pickle, so the store cannot run code.
+- `<dir>/master_status/<name>`: one znode per record (`app_<id>`, `driver_<id>`, ...), in
+  the versioned data-only encoding every engine shares (`persistence.encode_record`);
+  never pickle, so the store cannot run code.
 - `<dir>/leader_election/latch-<seq>`: one ephemeral sequential znode per live master; the
   lowest sequence number leads and its sequence number is the leadership epoch, so epochs
   only grow (ZooKeeper never reuses a sequence number under a parent).
@@ -49,11 +50,14 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
 from ember.config import parse_bytes, parse_time_seconds
+from ember.deploy.master.persistence import (
+    LeaderElectionAgent, PersistenceEngine, RecordError, RecoveryError, blob_key_parts,
+    check_record_name, decode_record, encode_record,
+)
 from ember.deploy.master.uploads import UploadError
 
 log = logging.getLogger("ember.deploy.master.zookeeper")
 
-RECORD_VERSION = 1
 BLOB_VERSION = 1
 CHUNK_BYTES = 512 * 1024
 DEFAULT_DIR = "/spark"
@@ -72,17 +76,18 @@ class NotLeaderError(RuntimeError):
 
 
 class ZooKeeperSettings:
-    """The ZooKeeper keys of a master's configuration, checked once (one-line errors)."""
+    """The ZooKeeper keys of a master's configuration, checked once (RecoveryError, one
+    line naming the key)."""
 
     def __init__(self, conf: Mapping[str, Any]) -> None:
         url = str(conf.get("spark.deploy.zookeeper.url") or "").strip()
         if not url:
-            raise ValueError("spark.deploy.zookeeper.url must be set when "
+            raise RecoveryError("spark.deploy.zookeeper.url must be set when "
                              "spark.deploy.recoveryMode=ZOOKEEPER (e.g. 127.0.0.1:2181)")
         self.url = url
         root = str(conf.get("spark.deploy.zookeeper.dir") or DEFAULT_DIR).strip()
         if not root.startswith("/") or root != "/" and root.endswith("/") or "//" in root:
-            raise ValueError(f"spark.deploy.zookeeper.dir must be an absolute ZooKeeper path "
+            raise RecoveryError(f"spark.deploy.zookeeper.dir must be an absolute ZooKeeper path "
                              f"like /spark, but was {root!r}")
         self.root = root.rstrip("/") or ""
         self.session_timeout_s = _positive(conf, "spark.ember.deploy.zookeeper.sessionTimeout",
@@ -113,34 +118,8 @@ def _positive(conf: Mapping[str, Any], key: str, default: float,
     except ValueError:
         value = -1
     if value <= 0:
-        raise ValueError(f"{key} must be positive (e.g. 3s or 32m), but was {raw!r}")
+        raise RecoveryError(f"{key} must be positive (e.g. 3s or 32m), but was {raw!r}")
     return value
-
-
-def encode_record(record: dict) -> bytes:
-    return json.dumps({"version": RECORD_VERSION, "record": record},
-                      separators=(",", ":")).encode()
-
-
-def decode_record(data: bytes) -> dict:
-    """The record in a znode; ValueError for anything but a version-1 record object."""
-    try:
-        doc = json.loads(data.decode())
-    except (UnicodeDecodeError, ValueError) as e:
-        raise ValueError(f"not a JSON record ({e})") from None
-    if not isinstance(doc, dict) or doc.get("version") != RECORD_VERSION:
-        version = doc.get("version") if isinstance(doc, dict) else None
-        raise ValueError(f"unknown record version {version!r} (this master reads version "
-                         f"{RECORD_VERSION})")
-    if not isinstance(doc.get("record"), dict):
-        raise ValueError("the record is not an object")
-    return doc["record"]
-
-
-def check_record_name(name: str) -> str:
-    if not name or name in (".", "..") or "/" in name or any(ord(c) < 32 for c in name):
-        raise ValueError(f"Invalid record name {name!r}: expected a plain name like app_<id>")
-    return name
 
 
 class ZooKeeperSession:
@@ -296,7 +275,7 @@ def _stop_client(client: KazooClient) -> None:
         pass
 
 
-class ZooKeeperPersistenceEngine:
+class ZooKeeperPersistenceEngine(PersistenceEngine):
     """Spark's ZooKeeperPersistenceEngine: records as znodes, plus uploaded app resources.
 
     Calls are bounded: when ZooKeeper is unreachable a call raises ZooKeeperUnavailable after
@@ -337,7 +316,7 @@ class ZooKeeperPersistenceEngine:
                 raise ZooKeeperUnavailable(self._timeout_message("read " + name)) from None
             try:
                 out[name] = decode_record(data)
-            except ValueError as e:
+            except RecordError as e:
                 log.error("Skipping corrupt recovery record %s in ZooKeeper %s: %s", name,
                           self.settings.status_dir, e)
         return out
@@ -421,9 +400,7 @@ class ZooKeeperPersistenceEngine:
                 f"{self.session.op_timeout():.0f} s (could not {what})")
 
     def _blob_path(self, key: str) -> str:
-        if not key:
-            raise ValueError("Empty resource key")
-        return f"{self.settings.blob_dir}/{quote(key, safe='')}"
+        return f"{self.settings.blob_dir}/{quote('/'.join(blob_key_parts(key)), safe='')}"
 
     def _read_header(self, key: str) -> Optional[dict]:
         client = self._client()
@@ -521,7 +498,7 @@ class ZooKeeperPersistenceEngine:
             raise ZooKeeperUnavailable(self._timeout_message("delete " + path)) from None
 
 
-class ZooKeeperLeaderElectionAgent:
+class ZooKeeperLeaderElectionAgent(LeaderElectionAgent):
     """Leader election with ephemeral sequential latch nodes (Curator LeaderLatch's recipe).
 
     One thread runs the election from a queue of events (connection states, watches, the
@@ -714,12 +691,12 @@ class ZooKeeperLeaderElectionAgent:
             log.info("Left the leader election (epoch %s)", self.epoch)
 
 
-def create_zookeeper_recovery(conf: Mapping[str, Any], identity: str = ""
-                              ) -> tuple[ZooKeeperPersistenceEngine,
-                                         ZooKeeperLeaderElectionAgent]:
-    """The ZOOKEEPER engine and agent of one master, sharing one ZooKeeper session.
-    ValueError (one line) for a bad configuration; never blocks on the connection."""
+def create_recovery(conf: Mapping[str, Any], *, master_url: str = "", **_: Any
+                    ) -> tuple[ZooKeeperPersistenceEngine, ZooKeeperLeaderElectionAgent]:
+    """The ZOOKEEPER engine and agent of one master, sharing one ZooKeeper session; the
+    agent's latch node carries `master_url` (who leads). RecoveryError (one line) for a bad
+    configuration; never blocks on the connection."""
     session = ZooKeeperSession(ZooKeeperSettings(conf))
     engine = ZooKeeperPersistenceEngine(session)
-    agent = ZooKeeperLeaderElectionAgent(session, identity)
+    agent = ZooKeeperLeaderElectionAgent(session, master_url)
     return engine, agent
