@@ -47,7 +47,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,254}")
 _BAD_PART = re.compile(r"[\x00-\x1f\\]")
 
 
-class RecoveryError(Exception):
+class RecoveryError(ValueError):
     """A recovery set-up the master cannot run with; the message is one line for the CLI."""
 
 
