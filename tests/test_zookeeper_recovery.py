@@ -275,7 +275,7 @@ def test_write_is_fenced_by_the_latch_node(zookeeper, raw, closing):
         engine.persist("app_late", {})
     with pytest.raises(NotLeaderError):
         engine.unpersist("app_before")
-    with pytest.raises(NotLeaderError):
+    with pytest.raises(UploadError, match="Leadership lost"):
         engine.put_blob("k/b.py", b"y")
     with pytest.raises(NotLeaderError):
         engine.delete_blob("k/a.py")

@@ -324,7 +324,15 @@ class ZooKeeperPersistenceEngine(PersistenceEngine):
     # --- uploaded app resources ---------------------------------------------------------
     def put_blob(self, key: str, data: bytes) -> None:
         """Keep `data` under `key`; returns once ZooKeeper holds every chunk and the header
-        (so any master elected next can serve it). A blob already stored intact is kept."""
+        (so any master elected next can serve it). A blob already stored intact is kept.
+        UploadError (the one-line reason the submitter gets) when it cannot be stored."""
+        try:
+            self._put_blob(key, data)
+        except (ZooKeeperUnavailable, NotLeaderError, KazooException) as e:
+            raise UploadError(f"Could not store {key} in ZooKeeper at {self.settings.url}: "
+                              f"{e or type(e).__name__}") from None
+
+    def _put_blob(self, key: str, data: bytes) -> None:
         if len(data) > self.settings.max_blob_bytes:
             raise UploadError(
                 f"Resource {key} is {len(data)} bytes, more than the "
@@ -333,7 +341,7 @@ class ZooKeeperPersistenceEngine(PersistenceEngine):
         digest = hashlib.sha256(data).hexdigest()
         existing = self._read_header(key)
         if existing is not None and existing.get("sha256") == digest \
-                and self.get_blob(key) is not None:
+                and self._get_blob(key) is not None:
             return
         client = self._client()
         path = self._blob_path(key)
@@ -360,7 +368,15 @@ class ZooKeeperPersistenceEngine(PersistenceEngine):
 
     def get_blob(self, key: str) -> Optional[bytes]:
         """The bytes stored under `key`, verified against their SHA-256; None if there is no
-        complete blob (a corrupt one is logged with its key)."""
+        complete blob (a corrupt one is logged with its key); UploadError if ZooKeeper
+        cannot be asked now."""
+        try:
+            return self._get_blob(key)
+        except (ZooKeeperUnavailable, KazooException) as e:
+            raise UploadError(f"Could not read {key} from ZooKeeper at {self.settings.url}: "
+                              f"{e or type(e).__name__}") from None
+
+    def _get_blob(self, key: str) -> Optional[bytes]:
         header = self._read_header(key)
         if header is None:
             return None
