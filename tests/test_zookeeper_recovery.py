@@ -288,7 +288,8 @@ def test_write_is_fenced_by_the_latch_node(zookeeper, raw, closing):
 
 def test_short_outage_keeps_leadership_long_one_revokes_and_one_leader_after(
         zookeeper, closing):
-    conf = conf_for(zookeeper)
+    # 6 s sessions: "shorter than the session timeout" with room for a slow server restart.
+    conf = conf_for(zookeeper, **{"spark.ember.deploy.zookeeper.sessionTimeout": "6s"})
     a, engine_a, cb_a = start_agent(conf, closing, "a")
     assert cb_a.next()[0] == "elected"
     b, engine_b, cb_b = start_agent(conf, closing, "b")
@@ -302,7 +303,7 @@ def test_short_outage_keeps_leadership_long_one_revokes_and_one_leader_after(
     engine_a.persist("app_after_blip", {"ok": True})
     # Down for longer than the session timeout: leadership is given up, then exactly one
     # master leads again, with a larger epoch.
-    with zookeeper.outage(5.0):
+    with zookeeper.outage(9.0):
         assert cb_a.next(timeout=15) == ("revoked",)
     leader = wait_until(lambda: [x for x in (a, b) if x.is_leader], timeout=30,
                         what="a new leader")

@@ -679,7 +679,7 @@ class ZooKeeperLeaderElectionAgent(LeaderElectionAgent):
                 return
             if not self._leading:
                 self._leading = True
-                self.epoch = int(mine[-10:])
+                self.epoch = int(mine[-10:]) + 1  # 0 means "unfenced" to receivers
                 self.session.fence_path = self._node
                 log.info("I have been elected leader! New state: leader with epoch %d",
                          self.epoch)
