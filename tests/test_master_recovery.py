@@ -7,10 +7,11 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 
-from tests.cluster import LocalCluster, _env
+from tests.cluster import LocalCluster, _env, free_port
 from tests.test_cluster_mode import ember, submit, wait_driver, write_app
 
 pytestmark = pytest.mark.timeout(300)
@@ -144,8 +145,16 @@ def test_filesystem_recovery_after_kill_9_of_the_only_master(tmp_path):
         open(release, "w").close()
         assert wait_driver(c, running, timeout=60)["state"] == "FINISHED"
         assert (out / "running").read_text() == "started\n"      # never relaunched
-        st = ember("submit", "--master", c.url, "--status", waiting)
-        assert f"State of {waiting} is FINISHED" in st.stdout
+        # --status and logs through a list of master URLs (one of them down)
+        listed = f"spark://127.0.0.1:{free_port()},127.0.0.1:{c.master_port}"
+        st = ember("submit", "--master", listed, "--status", waiting)
+        assert f"State of {waiting} is FINISHED" in st.stdout, st.stderr
+        logs = ember("logs", once, "--master", listed)
+        assert logs.returncode == 0, logs.stderr
+        metrics = urllib.request.urlopen(
+            f"http://127.0.0.1:{c.master_ui}/metrics/prometheus", timeout=10).read().decode()
+        assert "ember_master_leader 1" in metrics and "ember_master_leader_epoch 2" in metrics
+        assert "ember_master_last_recovery_duration_seconds 0." in metrics
 
         # everything completed survives a second restart too (retained lists)
         c.kill_master()
