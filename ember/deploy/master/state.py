@@ -980,6 +980,10 @@ class MasterState:
             self._log(WARN, f"Ignoring {m.state} of {m.driverId} attempt {m.attempt}: attempt "
                             f"{driver.attempt} is the current one")
             return
+        if driver is None and any(d.id == m.driverId for d in self.completedDrivers):
+            # A worker re-sends the final states of drivers that ended around a failover.
+            self._log(INFO, f"Driver {m.driverId} has already finished; ignoring {m.state}")
+            return
         if driver is not None and m.exitStatus is not None:
             driver.exitStatus = m.exitStatus
         if m.state in (DriverState.ERROR, DriverState.FINISHED, DriverState.KILLED,
