@@ -47,7 +47,7 @@ class LocalHACluster(LocalCluster):
     def rest_url(self) -> str:
         return "spark://" + ",".join(f"127.0.0.1:{p}" for p in self.rest_ports)
 
-    def start_master(self, i: int) -> subprocess.Popen:
+    def start_master(self, i: int = 0) -> subprocess.Popen:
         p = self._spawn(["master", "--host", "127.0.0.1", "--port", str(self.master_ports[i]),
                          "--webui-port", str(self.master_uis[i]), *self._conf_args(),
                          "--conf", f"spark.master.rest.port={self.rest_ports[i]}"],
@@ -132,7 +132,7 @@ class LocalHACluster(LocalCluster):
             time.sleep(0.1)
         raise TimeoutError(f"cluster condition not met in {timeout}s; last /json: {last}")
 
-    def kill_master(self, i: int) -> None:
+    def kill_master(self, i: int = 0) -> None:
         p = self.masters[i]
         if p is not None and p.poll() is None:
             p.send_signal(signal.SIGKILL)
