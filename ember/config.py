@@ -138,6 +138,16 @@ _entry("spark.ember.appClient.reconnectTimeout", 120.0, parse_time_seconds,
        "How long a driver that lost its master waits for a master (restarted, or a standby "
        "taking over) to take its application back before it ends the application.")
 
+# --- master recovery with ZooKeeper (ember/deploy/master/zookeeper.py) --------------------
+_entry("spark.deploy.zookeeper.url", None, _str,
+       "ZooKeeper connect string (host:port[,host:port...]) for recoveryMode=ZOOKEEPER.")
+_entry("spark.deploy.zookeeper.dir", "/spark", _str,
+       "ZooKeeper path of the master's records, leader election and uploaded resources.")
+_entry("spark.ember.deploy.zookeeper.sessionTimeout", 3.0, parse_time_seconds,
+       "ZooKeeper session timeout: how soon a dead leader's standby takes over (Spark: 60s).")
+_entry("spark.ember.deploy.zookeeper.maxBlobSize", 32 << 20, parse_bytes,
+       "Largest uploaded app resource kept in ZooKeeper (chunked znodes, SHA-256 checked).")
+
 
 def get_entry(key: str) -> ConfigEntry | None:
     return REGISTRY.get(key)

@@ -388,9 +388,9 @@ def check_recovery_conf(conf: Mapping[str, Any]) -> None:
     mode = recovery_mode(conf, warn=lambda text: None)
     if mode == "FILESYSTEM":
         check_writable_dir(os.path.abspath(recovery_directory(conf)))
-    elif mode == "ZOOKEEPER" and not str(conf.get("spark.deploy.zookeeper.url") or "").strip():
-        raise RecoveryError("spark.deploy.zookeeper.url must be set when "
-                            "spark.deploy.recoveryMode=ZOOKEEPER")
+    elif mode == "ZOOKEEPER":
+        from ember.deploy.master.zookeeper import ZooKeeperSettings
+        ZooKeeperSettings(conf)   # the URL, directory and timeouts, each named when wrong
 
 
 def create_recovery(conf: Mapping[str, Any], *, master_url: str = "",

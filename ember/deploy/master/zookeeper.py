@@ -49,7 +49,7 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
-from ember.config import parse_bytes, parse_time_seconds
+from ember import config
 from ember.deploy.master.persistence import (
     LeaderElectionAgent, PersistenceEngine, RecordError, RecoveryError, blob_key_parts,
     check_record_name, decode_record, encode_record,
@@ -60,9 +60,6 @@ log = logging.getLogger("ember.deploy.master.zookeeper")
 
 BLOB_VERSION = 1
 CHUNK_BYTES = 512 * 1024
-DEFAULT_DIR = "/spark"
-DEFAULT_SESSION_TIMEOUT_S = 3.0
-DEFAULT_MAX_BLOB_BYTES = 32 * 1024 * 1024
 _LATCH_PREFIX = "latch-"
 _CONNECT_BACKOFF_MAX_S = 30.0
 
@@ -85,15 +82,14 @@ class ZooKeeperSettings:
             raise RecoveryError("spark.deploy.zookeeper.url must be set when "
                              "spark.deploy.recoveryMode=ZOOKEEPER (e.g. 127.0.0.1:2181)")
         self.url = url
-        root = str(conf.get("spark.deploy.zookeeper.dir") or DEFAULT_DIR).strip()
+        root = str(conf.get("spark.deploy.zookeeper.dir") or "").strip() or str(
+            config.read({}, "spark.deploy.zookeeper.dir"))
         if not root.startswith("/") or root != "/" and root.endswith("/") or "//" in root:
             raise RecoveryError(f"spark.deploy.zookeeper.dir must be an absolute ZooKeeper path "
                              f"like /spark, but was {root!r}")
         self.root = root.rstrip("/") or ""
-        self.session_timeout_s = _positive(conf, "spark.ember.deploy.zookeeper.sessionTimeout",
-                                           DEFAULT_SESSION_TIMEOUT_S, parse_time_seconds)
-        self.max_blob_bytes = int(_positive(conf, "spark.ember.deploy.zookeeper.maxBlobSize",
-                                            DEFAULT_MAX_BLOB_BYTES, parse_bytes))
+        self.session_timeout_s = _positive(conf, "spark.ember.deploy.zookeeper.sessionTimeout")
+        self.max_blob_bytes = int(_positive(conf, "spark.ember.deploy.zookeeper.maxBlobSize"))
 
     @property
     def status_dir(self) -> str:
@@ -108,17 +104,15 @@ class ZooKeeperSettings:
         return f"{self.root}/app_resources"
 
 
-def _positive(conf: Mapping[str, Any], key: str, default: float,
-              parse: Callable[[Any], float]) -> float:
-    raw = conf.get(key)
-    if raw is None:
-        return default
+def _positive(conf: Mapping[str, Any], key: str) -> float:
+    """A positive number from the configuration registry (its default when unset)."""
     try:
-        value = parse(raw)
-    except ValueError:
-        value = -1
+        value = config.read(conf, key)
+    except ValueError as e:
+        raise RecoveryError(str(e)) from None
     if value <= 0:
-        raise RecoveryError(f"{key} must be positive (e.g. 3s or 32m), but was {raw!r}")
+        raise RecoveryError(f"{key} must be positive (e.g. 3s or 32m), but was "
+                            f"{conf.get(key)!r}")
     return value
 
 
