@@ -233,3 +233,31 @@ def test_a_deposed_leader_cannot_launch_a_driver(ha, zookeeper, tmp_path):
         assert "not alive" in answer.get("message", "").lower(), answer
     outputs = glob.glob(os.path.join(c.workdir, "**", "stdout"), recursive=True)
     assert not any("SHOULD NOT RUN" in open(p, errors="replace").read() for p in outputs)
+
+
+def test_master_starts_as_standby_while_zookeeper_is_unreachable(tmp_path):
+    """One line per attempt naming the URL, no traceback; it leads once ZooKeeper is up."""
+    from ember.deploy.local_cluster import free_port
+    from ember.deploy.local_zookeeper import LocalZooKeeper
+    server = LocalZooKeeper(str(tmp_path / "zk"), port=free_port())
+    c = LocalHACluster(str(tmp_path / "c"), server.url, masters=1, workers=0)
+    try:
+        c.start_master(0)
+        assert c.wait_master_status(0, ("STANDBY",)) == "STANDBY"
+        line = f"Cannot connect to ZooKeeper at {server.url} (spark.deploy.zookeeper.url)"
+        wait_until(lambda: line in c.log("master-0.log"), 60, "the connection error")
+        server.start()
+        assert c.wait_master_status(0, ("ALIVE",)) == "ALIVE"
+        log = c.log("master-0.log")
+        assert "Traceback" not in log and "kazoo" not in log
+        bad = ember("master", "--host", "127.0.0.1", "--port", "0", "--webui-port", "0",
+                    "--conf", "spark.deploy.recoveryMode=ZOOKEEPER",
+                    "--conf", f"spark.deploy.zookeeper.url={server.url}",
+                    "--conf", "spark.deploy.zookeeper.dir=relative/path")
+        assert bad.returncode == 1
+        assert bad.stderr.strip().splitlines()[-1] == (
+            "Error: spark.deploy.zookeeper.dir must be an absolute ZooKeeper path like "
+            "/spark, but was 'relative/path'")
+    finally:
+        c.stop()
+        server.destroy()

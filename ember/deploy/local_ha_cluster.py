@@ -48,6 +48,7 @@ class LocalHACluster(LocalCluster):
         return "spark://" + ",".join(f"127.0.0.1:{p}" for p in self.rest_ports)
 
     def start_master(self, i: int = 0) -> subprocess.Popen:
+        os.makedirs(self.workdir, exist_ok=True)
         p = self._spawn(["master", "--host", "127.0.0.1", "--port", str(self.master_ports[i]),
                          "--webui-port", str(self.master_uis[i]), *self._conf_args(),
                          "--conf", f"spark.master.rest.port={self.rest_ports[i]}"],

@@ -257,8 +257,8 @@ class ZooKeeperSession:
         self.connected.clear()
         if client is not None:
             _stop_client(client)
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=10)
+        # A connecting thread still in its attempt stops its own client when it sees _closed;
+        # the master's shutdown does not wait for it.
 
 
 def _stop_client(client: KazooClient) -> None:
@@ -300,10 +300,12 @@ class ZooKeeperPersistenceEngine(PersistenceEngine):
             return out
         except KazooTimeoutError:
             raise ZooKeeperUnavailable(self._timeout_message("read the records")) from None
-        for name in sorted(names):
+        # Every read is sent before the first answer is awaited: one round trip, not N.
+        pending = [(name, client.get_async(f"{self.settings.status_dir}/{name}"))
+                   for name in sorted(names)]
+        for name, answer in pending:
             try:
-                data, _stat = client.get_async(
-                    f"{self.settings.status_dir}/{name}").get(timeout=timeout)
+                data, _stat = answer.get(timeout=timeout)
             except NoNodeError:
                 continue
             except KazooTimeoutError:
