@@ -80,13 +80,13 @@ class ZooKeeperSettings:
         url = str(conf.get("spark.deploy.zookeeper.url") or "").strip()
         if not url:
             raise RecoveryError("spark.deploy.zookeeper.url must be set when "
-                             "spark.deploy.recoveryMode=ZOOKEEPER (e.g. 127.0.0.1:2181)")
+                                "spark.deploy.recoveryMode=ZOOKEEPER (e.g. 127.0.0.1:2181)")
         self.url = url
         root = str(conf.get("spark.deploy.zookeeper.dir") or "").strip() or str(
             config.read({}, "spark.deploy.zookeeper.dir"))
         if not root.startswith("/") or root != "/" and root.endswith("/") or "//" in root:
-            raise RecoveryError(f"spark.deploy.zookeeper.dir must be an absolute ZooKeeper path "
-                             f"like /spark, but was {root!r}")
+            raise RecoveryError("spark.deploy.zookeeper.dir must be an absolute ZooKeeper "
+                                f"path like /spark, but was {root!r}")
         self.root = root.rstrip("/") or ""
         self.session_timeout_s = _positive(conf, "spark.ember.deploy.zookeeper.sessionTimeout")
         self.max_blob_bytes = int(_positive(conf, "spark.ember.deploy.zookeeper.maxBlobSize"))
