@@ -531,6 +531,7 @@ class ZooKeeperLeaderElectionAgent(LeaderElectionAgent):
         self._connected = False
         self._suspended_at: Optional[float] = None
         self._timer: Optional[threading.Timer] = None
+        self._stopped = False
         self._on_elected: Callable[[int], None] = lambda epoch: None
         self._on_revoked: Callable[[], None] = lambda: None
 
@@ -547,6 +548,9 @@ class ZooKeeperLeaderElectionAgent(LeaderElectionAgent):
 
     def stop(self) -> None:
         """Leave the election (deleting the latch node, so a standby takes over at once)."""
+        if self._stopped:
+            return
+        self._stopped = True
         if self._thread is not None:
             self._events.put("STOP")
             self._thread.join(timeout=15)
