@@ -279,6 +279,7 @@ class ZooKeeperPersistenceEngine(PersistenceEngine):
     def __init__(self, session: ZooKeeperSession) -> None:
         self.session = session.acquire()
         self.settings = session.settings
+        self._closed = False
         self.session.start()
 
     # --- records -----------------------------------------------------------------------
@@ -401,7 +402,9 @@ class ZooKeeperPersistenceEngine(PersistenceEngine):
         self._fenced_delete(self._blob_path(key), recursive=True)
 
     def close(self) -> None:
-        self.session.release()
+        if not self._closed:
+            self._closed = True
+            self.session.release()
 
     # --- internals ----------------------------------------------------------------------
     def _client(self) -> KazooClient:
