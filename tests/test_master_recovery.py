@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -225,3 +226,75 @@ def test_without_recovery_a_driver_whose_master_restarted_fails_clearly(tmp_path
         assert time.time() - t0 < 60
         assert client.returncode != 0
         assert "Master removed our application" in stderr, stderr[-3000:]
+
+
+class ManualAgent:
+    """A LeaderElectionAgent the test drives: elect(epoch) / revoke() when it says so."""
+
+    def start(self, on_elected, on_revoked) -> None:
+        self.elect, self.revoke = on_elected, on_revoked
+
+    def stop(self) -> None:
+        pass
+
+
+def test_standby_answers_like_spark_and_clients_find_the_leader(tmp_path):
+    from ember.deploy.client import RpcGateway
+    from ember.deploy.master.master import Master, start_master
+    from ember.deploy.master.persistence import BlackHolePersistenceEngine
+    from ember.deploy.messages import (RecoveryState, RequestMasterState, RequestReadyz,
+                                       RequestSubmitDriver)
+    from ember.deploy.submission import SubmitError
+    from ember.rpc import RpcEnv
+    from tests.test_master_state import driver_desc
+
+    env = RpcEnv.create("sparkMaster", "127.0.0.1", 0, {})
+    agent = ManualAgent()
+    standby = Master(env, {}, web_ui_url="http://standby:8080", web_ui_port=0,
+                     engine=BlackHolePersistenceEngine(), agent=agent)
+    env.setup_endpoint("Master", standby)
+    leader = start_master("127.0.0.1", 0, 0, {"spark.master.rest.enabled": "false"})
+    client = RpcEnv.create("test", "127.0.0.1", 0, {}, client_mode=True)
+    both = f"spark://{env.address.hostPort},{leader.rpc_env.address.hostPort}"
+    gateways = []
+    try:
+        sref = client.endpoint_ref(env.address, "Master")
+        assert sref.ask_sync(RequestReadyz(), timeout=10) is False
+        refused = sref.ask_sync(RequestSubmitDriver(driver_desc()), timeout=10)
+        assert refused.message == ("Current state is not alive: STANDBY. Can only accept "
+                                   "driver submissions in ALIVE state.")
+        gw = RpcGateway(both, {})
+        gateways.append(gw)
+        driver_id = gw.submit({}, _app_spec(tmp_path), "file:/x.py", {})
+        assert gw.status(driver_id).state == "SUBMITTED"          # answered by the leader
+        assert gw.kill(driver_id)[0] is True
+        # only a standby: the client waits for a leader (bounded), which then answers
+        alone = RpcGateway(f"spark://{env.address.hostPort}", {"spark.rpc.askTimeout": "20s"})
+        gateways.append(alone)
+        threading.Timer(1.0, agent.elect, args=(4,)).start()
+        later = alone.submit({}, _app_spec(tmp_path), "file:/x.py", {})
+        assert later.startswith("driver-")
+        state = sref.ask_sync(RequestMasterState(), timeout=10)
+        assert (state.status, state.epoch) == (RecoveryState.ALIVE, 4)
+        # leadership revoked: STANDBY again, without exiting, forgetting the cluster
+        agent.revoke()
+        deadline = time.time() + 10
+        while sref.ask_sync(RequestMasterState(), timeout=10).status != RecoveryState.STANDBY:
+            assert time.time() < deadline
+            time.sleep(0.05)
+        assert sref.ask_sync(RequestMasterState(), timeout=10).activeDrivers == []
+        with pytest.raises(SubmitError, match="not alive: STANDBY"):
+            RpcGateway(f"spark://{env.address.hostPort}",
+                       {"spark.rpc.askTimeout": "1s"}).submit({}, _app_spec(tmp_path),
+                                                              "file:/x.py", {})
+    finally:
+        for gw in gateways:
+            gw.close()
+        client.shutdown()
+        leader.stop()
+        env.shutdown()
+
+
+def _app_spec(tmp_path):
+    from ember.deploy.submission import AppSpec
+    return AppSpec(main=str(tmp_path / "x.py"), args=[])

@@ -27,7 +27,7 @@ from ember.deploy.messages import (
 )
 from tests.test_master_state import (  # noqa: F401  (utc: autouse fixture)
     MASTER, NOW, app_desc, driver_desc, logs, msgs, register_app, register_worker, reply,
-    submit_driver, utc, wref,
+    submit_driver, utc,
 )
 
 

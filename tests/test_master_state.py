@@ -14,7 +14,7 @@ import pytest
 from ember.deploy.master.records import app_record, driver_record
 from ember.deploy.master.scheduling import ApplicationInfo, DriverInfo, WorkerInfo
 from ember.deploy.master.state import (
-    Ask, BeginRecovery, Disconnected, Exit, Log, MasterState, Persist, Reply, ReplyFailure,
+    Ask, BeginRecovery, Disconnected, Log, MasterState, Persist, Reply, ReplyFailure,
     ScheduleTimer, Send, Unpersist,
 )
 from ember.deploy.messages import (

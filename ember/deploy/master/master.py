@@ -32,15 +32,15 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Optional
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Optional
 
 from ember.deploy.master.persistence import (
     LeaderElectionAgent, PersistenceEngine, check_recovery_conf, create_recovery,
 )
 from ember.deploy.master.records import StoredState
 from ember.deploy.master.state import (
-    Ask, BeginRecovery, Disconnected, Exit, Instruction, Log, MasterConfig, MasterState,
+    Ask, BeginRecovery, Disconnected, Instruction, Log, MasterConfig, MasterState,
     Persist, Reply, ReplyFailure, ScheduleTimer, Send, Unpersist,
 )
 from ember.deploy.master.uploads import AppResourceStore, UploadError
@@ -130,14 +130,12 @@ def check_port(what: str, value: Any) -> int:
 class Master(RpcEndpoint):
     """Spark's Master endpoint: feeds every event to `MasterState`, executes the result.
 
-    `on_exit(code)` is called when the state asks the daemon to stop; it must not block (it
-    runs on the loop thread). `engine` / `agent`: the recovery engine and leader election
-    (default: recovery mode NONE's black hole and immediate leadership).
+    `engine` / `agent`: the recovery engine and leader election (default: recovery mode
+    NONE's black hole and immediate leadership).
     """
 
     def __init__(self, rpc_env: RpcEnv, conf: Mapping[str, Any], *, web_ui_url: str,
                  web_ui_port: int, rest_port: Optional[int] = None,
-                 on_exit: Optional[Callable[[int], None]] = None,
                  uploads: Optional[AppResourceStore] = None,
                  engine: Optional[PersistenceEngine] = None,
                  agent: Optional[LeaderElectionAgent] = None) -> None:
@@ -156,7 +154,6 @@ class Master(RpcEndpoint):
         self.web_ui_url = web_ui_url
         self.ready = threading.Event()    # set when on_start has run (ALIVE unless failed)
         self.start_error: Optional[BaseException] = None
-        self._on_exit = on_exit
         self._timers: list[Cancellable] = []
 
     # -- RpcEndpoint ------------------------------------------------------------------------
@@ -368,10 +365,6 @@ class Master(RpcEndpoint):
             self.engine.unpersist(ins.key)
         elif isinstance(ins, ScheduleTimer):
             self._schedule_timer(ins)
-        elif isinstance(ins, Exit):
-            log.info("Master exiting with code %d", ins.code)
-            if self._on_exit is not None:
-                self._on_exit(ins.code)
         else:
             log.error("Unknown instruction from the master state: %r", ins)
 
@@ -425,17 +418,13 @@ def public_host(rpc_host: str) -> str:
 @dataclass
 class MasterHandle:
     """A running master: its RpcEnv, endpoint, web UI and URLs; `stop()` shuts all down.
-
-    `exited` is set (with `exit_code`) when the master asked to stop itself (e.g. leadership
-    revoked); the CLI waits on it as well as on signals."""
+    (A revoked leader steps down to STANDBY and keeps running: nothing stops it but this.)"""
     rpc_env: RpcEnv
     master: Master
     web_ui: Any
     url: str
     web_ui_url: str
     rest_server: Any = None
-    exited: threading.Event = field(default_factory=threading.Event)
-    exit_code: int = 0
     _stopped: bool = False
 
     @property
@@ -495,14 +484,7 @@ def start_master(host: str, port: int = DEFAULT_PORT, webui_port: int = DEFAULT_
         uploads = AppResourceStore(max_bytes=max_upload_bytes(conf), blobs=engine)
         rest, rest_port = _start_rest_server(master_ref, url, conf, env.address.host, uploads,
                                              retries)
-        handle: Optional[MasterHandle] = None
-
-        def on_exit(code: int) -> None:
-            if handle is not None:
-                handle.exit_code = code
-                handle.exited.set()
-
-        master = Master(env, conf, web_ui_url=web_ui_url, web_ui_port=bound, on_exit=on_exit,
+        master = Master(env, conf, web_ui_url=web_ui_url, web_ui_port=bound,
                         rest_port=rest_port, uploads=uploads, engine=engine, agent=agent)
         handle = MasterHandle(env, master, web_ui, url, web_ui_url, rest)
         env.setup_endpoint(ENDPOINT_NAME, master)

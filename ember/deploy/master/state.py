@@ -13,8 +13,9 @@ How an I/O shell drives it
 --------------------------
 Create `MasterState(conf, host=..., port=..., self_ref=<master's own RpcEndpointRef>,
 web_ui_url=..., web_ui_port=..., rest_port=...)`, carry out `on_start(now_ms)` (a log line and
-the periodic `CheckForWorkerTimeOut` timer), then feed `ElectedLeader()` once leadership is
-granted (NONE recovery mode: immediately; the master stays STANDBY until then).
+the periodic `CheckForWorkerTimeOut` timer), then feed `ElectedLeader(epoch)` once leadership
+is granted with nothing persisted, or `BeginRecovery(...)` with what the persistence engine
+returned (the master stays STANDBY until then).
 
 Events (`handle(event, now_ms)`; `now_ms` = wall clock, epoch milliseconds):
 - any deploy message received with `send` (RegisterWorker, Heartbeat, WorkerLatestState,
@@ -25,13 +26,21 @@ Events (`handle(event, now_ms)`; `now_ms` = wall clock, epoch milliseconds):
   object the shell uses to route the answer (e.g. the RpcCallContext). Asks: ExecutorStateChanged
   (reply True), RequestSubmitDriver, RequestKillDriver, RequestKillAllDrivers, RequestDriverStatus,
   RequestClearCompletedDriversAndApps, RequestMasterState, RequestReadyz, RequestExecutors,
-  KillExecutors, DecommissionWorkersOnHosts, BoundPortsRequest, RequestKillApplication.
+  KillExecutors, DecommissionWorkersOnHosts, BoundPortsRequest, RequestKillApplication,
+  RequestAppStatus.
   An ask message fed without `Ask` is still handled; its reply is dropped.
 - `Disconnected(address)`: the RPC layer lost the connection to a remote RpcEnv at `address`
   (a worker's or a driver's): the worker is removed / the application FINISHED.
-- `BeginRecovery(storedApps, storedDrivers, storedWorkers)`: instead of `ElectedLeader()` when
-  the persistence engine returned data (records must be fresh objects: apps WAITING without
-  executors, drivers SUBMITTED without worker, workers ALIVE without executors).
+- `BeginRecovery(storedApps, storedDrivers, storedWorkers, storedCompletedApps,
+  storedCompletedDrivers, completedSeq, epoch)`: instead of `ElectedLeader(epoch)` when the
+  persistence engine returned data (fresh objects from `records.py`: apps WAITING without
+  executors, drivers without a worker - SUBMITTED if never launched, RUNNING if launched -,
+  workers ALIVE without executors). Recovery then follows Spark's flow (RECOVERING,
+  MasterChanged, COMPLETING_RECOVERY at CompleteRecovery(epoch) or when nothing is UNKNOWN,
+  ALIVE). `RevokedLeadership` steps down to STANDBY and forgets the cluster (Spark exits).
+
+Fencing: every message sent to a worker or driver carries `self.epoch`, the epoch of the
+current leadership; receivers refuse an older one (`ember.deploy.fencing`).
 
 Instructions (returned in order; carry them out in order):
 - `Send(target, message)`: `target.send(message)`. `target` is always an endpoint ref the
@@ -39,13 +48,13 @@ Instructions (returned in order; carry them out in order):
   driver's from RegisterApplication) - tests use plain strings as refs.
 - `Reply(request, message)`: answer the ask identified by `request` with `message`.
 - `ReplyFailure(request, error)`: fail that ask (the asker sees an exception with `error`).
-- `Persist(key, obj)` / `Unpersist(key)`: keys `app_<id>`, `driver_<id>`, `worker_<id>`; `obj`
-  is the live ApplicationInfo/DriverInfo/WorkerInfo. With spark.deploy.recoveryMode=NONE
-  (the only mode so far) the shell drops them (Spark's BlackHolePersistenceEngine).
+- `Persist(key, record)` / `Unpersist(key)`: keys `app_<id>`, `driver_<id>`, `worker_<id>`
+  (Spark's), `completed_app_<id>`, `completed_driver_<id>` (the retained lists); `record` is a
+  snapshot dict from `records.py`. The shell writes them to its PersistenceEngine, in order,
+  before the replies that follow them.
 - `Log(level, text)`: level "INFO" / "WARN" / "ERROR" (log4j names); texts are Spark's.
 - `ScheduleTimer(delay_ms, message, period_ms)`: feed `message` back after `delay_ms`, then
   every `period_ms` if set (CheckForWorkerTimeOut; CompleteRecovery after recoveryTimeout).
-- `Exit(code)`: stop the daemon with this exit code (RevokedLeadership -> 0).
 
 Addresses: the master keys workers and apps by the RPC address of their endpoint ref, obtained
 with `address_of(ref)` (default: `ref.address` if present, else the ref itself), so
@@ -177,12 +186,7 @@ class ScheduleTimer:
     period_ms: Optional[int] = None
 
 
-@dataclass(frozen=True)
-class Exit:
-    code: int
-
-
-Instruction = Union[Send, Reply, ReplyFailure, Persist, Unpersist, Log, ScheduleTimer, Exit]
+Instruction = Union[Send, Reply, ReplyFailure, Persist, Unpersist, Log, ScheduleTimer]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1376,7 +1380,7 @@ def driver_summary(d: DriverInfo) -> DriverSummary:
 
 __all__ = [
     "MasterState", "MasterConfig", "Ask", "Disconnected", "BeginRecovery", "Send", "Reply",
-    "ReplyFailure", "Persist", "Unpersist", "Log", "ScheduleTimer", "Exit", "Instruction",
+    "ReplyFailure", "Persist", "Unpersist", "Log", "ScheduleTimer", "Instruction",
     "INFO", "WARN", "ERROR", "BACKUP_STANDALONE_MASTER_PREFIX", "megabytes_to_string",
     "bytes_to_string", "format_timestamp", "format_address", "worker_summary",
     "application_summary", "driver_summary", "executor_summary",
