@@ -1,7 +1,8 @@
 """Failover time with spark.deploy.recoveryMode=ZOOKEEPER and the timeouts Ember ships:
 from kill -9 of the leading master to (a) a standby ALIVE and (b) a cluster-mode submission,
-made through the list of master URLs right after the kill, RUNNING on a worker. Three masters, one worker, a real ZooKeeper
-(Debian's package, the test suite's LocalZooKeeper: tickTime 250 ms).
+made through the list of master URLs right after the kill, RUNNING on a worker. Three
+masters, one worker, a real ZooKeeper (Debian's package, the test suite's LocalZooKeeper:
+tickTime 250 ms).
 
     python -m benchmarks.zookeeper_failover [--runs 10]
 

@@ -146,7 +146,7 @@ def test_corrupt_truncated_and_unknown_version_records_are_logged_and_skipped(
     raw.create(f"{status}/app_garbage", b"\x80\x04\x95 pickle-looking bytes")
     raw.create(f"{status}/app_future", msgpack.packb({"version": 99, "record": {}}))
     raw.create(f"{status}/app_notobject", msgpack.packb({"version": 1, "record": [1]}))
-    with caplog.at_level(logging.ERROR, logger="ember.deploy.master.zookeeper"):
+    with caplog.at_level(logging.ERROR, logger="ember.deploy.master"):
         assert engine.read_all() == {"worker_w1": {"id": "w1"}}
     logged = " ".join(r.getMessage() for r in caplog.records)
     for name in ("app_truncated", "app_garbage", "app_future", "app_notobject"):
@@ -177,7 +177,7 @@ def test_blob_in_chunks_verified_by_sha256(zookeeper, raw, closing, caplog):
     assert sorted(raw.get_children(f"{blob_dir}/{node}")) == ["000000", "000001", "000002"]
     # A damaged chunk is detected, logged with the key, and the blob is "missing".
     raw.set(f"{blob_dir}/{node}/000001", b"x" * CHUNK_BYTES)
-    with caplog.at_level(logging.ERROR, logger="ember.deploy.master.zookeeper"):
+    with caplog.at_level(logging.ERROR, logger="ember.deploy.master"):
         assert other.get_blob(key) is None
     assert key in caplog.text and "SHA-256" in caplog.text
     # Storing it again repairs it; deleting removes every chunk.
@@ -239,7 +239,7 @@ def test_lost_session_revokes_at_once_and_rejoins_as_standby(zookeeper, closing,
     assert cb_a.next()[0] == "elected"
     b, engine_b, cb_b = start_agent(conf, closing, "b")
     first_epoch = a.epoch
-    with caplog.at_level(logging.INFO, logger="ember.deploy.master.zookeeper"):
+    with caplog.at_level(logging.INFO, logger="ember.deploy.master"):
         expire_session(zookeeper, a.session.client)
         assert cb_a.next() == ("revoked",)
         assert cb_b.next() == ("elected", b.epoch)
@@ -318,7 +318,7 @@ def test_unreachable_zookeeper_one_line_error_then_connects(tmp_path, closing, c
             "spark.deploy.zookeeper.dir": "/unreachable"}
     engine, agent = create_recovery(conf, master_url="a")
     cb = Callbacks()
-    with caplog.at_level(logging.INFO, logger="ember.deploy.master.zookeeper"):
+    with caplog.at_level(logging.INFO, logger="ember.deploy.master"):
         agent.start(cb.elected, cb.revoked)  # returns at once
         try:
             wait_until(lambda: "Cannot connect to ZooKeeper" in caplog.text, timeout=30,

@@ -56,7 +56,8 @@ from ember.deploy.master.persistence import (
 )
 from ember.deploy.master.uploads import UploadError
 
-log = logging.getLogger("ember.deploy.master.zookeeper")
+log = logging.getLogger("ember.deploy.master.ZooKeeperPersistenceEngine")
+election_log = logging.getLogger("ember.deploy.master.ZooKeeperLeaderElectionAgent")
 
 BLOB_VERSION = 1
 CHUNK_BYTES = 512 * 1024
@@ -137,7 +138,7 @@ class ZooKeeperSession:
         # leading); `fencing` once an agent runs, so a standby never writes.
         self.fence_path: Optional[str] = None
         self.fencing = False
-        self._kazoo_log = logging.getLogger("ember.deploy.master.zookeeper.kazoo")
+        self._kazoo_log = logging.getLogger("ember.deploy.master.kazoo")
         if self._kazoo_log.level == logging.NOTSET:
             # kazoo logs every reconnection attempt; this module logs one line per outage.
             self._kazoo_log.setLevel(logging.ERROR)
@@ -543,6 +544,7 @@ class ZooKeeperLeaderElectionAgent(LeaderElectionAgent):
         self._on_elected = on_elected
         self._on_revoked = on_revoked
         self.session.fencing = True
+        election_log.info("Starting ZooKeeper LeaderElection agent")
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name="zookeeper-leader-election")
         self._thread.start()
@@ -587,10 +589,10 @@ class ZooKeeperLeaderElectionAgent(LeaderElectionAgent):
                     return
                 self._handle(event)
             except (KazooException, KazooTimeoutError, ZooKeeperUnavailable) as e:
-                log.warning("Leader election step failed (%s); trying again", e)
+                election_log.warning("Leader election step failed (%s); trying again", e)
                 self._retry_later()
             except Exception:  # noqa: BLE001 - the election must outlive any callback bug
-                log.exception("Leader election step failed")
+                election_log.exception("Leader election step failed")
                 self._retry_later()
 
     def _retry_later(self) -> None:
@@ -609,8 +611,9 @@ class ZooKeeperLeaderElectionAgent(LeaderElectionAgent):
             if self._leading and self._suspended_at is None:
                 self._suspended_at = time.monotonic()
                 grace = self.settings.session_timeout_s
-                log.warning("Keeping leadership (epoch %s) while the ZooKeeper connection is "
-                            "suspended, for at most %.1f s", self.epoch, grace)
+                election_log.warning("Keeping leadership (epoch %s) while the ZooKeeper "
+                                     "connection is suspended, for at most %.1f s",
+                                     self.epoch, grace)
                 self._timer = threading.Timer(grace, self._events.put,
                                               args=("SUSPEND_DEADLINE",))
                 self._timer.daemon = True
@@ -634,8 +637,8 @@ class ZooKeeperLeaderElectionAgent(LeaderElectionAgent):
     def _revoke(self, why: str) -> None:
         self._leading = False
         self.session.fence_path = None
-        log.error("Leadership (epoch %s) revoked: %s; continuing as a standby master",
-                  self.epoch, why)
+        election_log.error("We have lost leadership (epoch %s): %s; continuing as a standby",
+                           self.epoch, why)
         self._on_revoked()
 
     def _cancel_timer(self) -> None:
@@ -664,7 +667,7 @@ class ZooKeeperLeaderElectionAgent(LeaderElectionAgent):
             self._node = client.create_async(
                 f"{self.settings.election_dir}/{_LATCH_PREFIX}", self.identity.encode(),
                 ephemeral=True, sequence=True, makepath=True).get(timeout=timeout)
-            log.info("Joined the leader election as %s", self._node)
+            election_log.info("Joined the leader election as %s", self._node)
         latches = self._latches(client)
         mine = self._node.rsplit("/", 1)[1]
         if mine not in latches:
@@ -684,8 +687,7 @@ class ZooKeeperLeaderElectionAgent(LeaderElectionAgent):
                 self._leading = True
                 self.epoch = int(mine[-10:]) + 1  # 0 means "unfenced" to receivers
                 self.session.fence_path = self._node
-                log.info("I have been elected leader! New state: leader with epoch %d",
-                         self.epoch)
+                election_log.info("We have gained leadership (epoch %d)", self.epoch)
                 self._on_elected(self.epoch)
             return
         if self._leading:
@@ -707,7 +709,7 @@ class ZooKeeperLeaderElectionAgent(LeaderElectionAgent):
             except (KazooException, KazooTimeoutError):
                 pass
         if was_leading:
-            log.info("Left the leader election (epoch %s)", self.epoch)
+            election_log.info("Left the leader election (epoch %s)", self.epoch)
 
 
 def create_recovery(conf: Mapping[str, Any], *, master_url: str = "", **_: Any
