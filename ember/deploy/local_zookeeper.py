@@ -79,11 +79,15 @@ class LocalZooKeeper:
         answers `ruok`."""
         if self.proc is not None and self.proc.poll() is None:
             return self
+        java = shutil.which("java")
+        if java is None:
+            raise RuntimeError("No java on the PATH: the ZooKeeper server needs Java 17 "
+                               "(apt-get install default-jre-headless)")
         cfg = self._write_config()
         log = open(os.path.join(self.workdir, "zookeeper.log"), "ab")
         try:
             self.proc = subprocess.Popen(
-                ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                [java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                  "-Dzookeeper.jmx.log4j.disable=true", "-cp", zookeeper_classpath(),
                  MAIN_CLASS, cfg],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
