@@ -8,8 +8,10 @@ ZooKeeperPersistenceEngine and ZooKeeperLeaderElectionAgent use it:
   the versioned data-only encoding every engine shares (`persistence.encode_record`);
   never pickle, so the store cannot run code.
 - `<dir>/leader_election/latch-<seq>`: one ephemeral sequential znode per live master; the
-  lowest sequence number leads and its sequence number is the leadership epoch, so epochs
-  only grow (ZooKeeper never reuses a sequence number under a parent).
+  lowest sequence number leads and its sequence number + 1 is the leadership epoch (0 means
+  "no recovery, unfenced" to workers), so epochs only grow (ZooKeeper never reuses a
+  sequence number under a parent, and a master that gave leadership up rejoins with a new
+  node).
 - `<dir>/app_resources/<quoted key>`: an uploaded app resource, since standbys have no
   shared disk: the bytes in chunks of 512 KiB (under ZooKeeper's 1 MB znode limit) as
   children `000000`, `000001`, ..., and on the parent a header with size, chunk count and
