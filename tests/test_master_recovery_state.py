@@ -330,3 +330,38 @@ def test_epoch_fence():
     assert f.refusal(LaunchDriver("d", driver_desc(), {}, 1, 1)) == (
         "Refusing LaunchDriver from a master at epoch 1: a master at epoch 3 has taken over")
     assert f.refusal(LaunchDriver("d", driver_desc(), {}, 1, 4)) is None and f.newest == 4
+
+
+def test_uploads_are_deleted_when_their_last_driver_leaves_the_retained_list(tmp_path):
+    from ember.deploy.master.state import DeleteUpload, upload_urls
+    from ember.deploy.master.uploads import AppResourceStore
+    from ember.deploy.messages import Command, DriverDescription, RequestKillDriver
+    app, lib = "ember-upload://" + "a" * 64 + "/app.py", "ember-upload://" + "b" * 64 + "/l.py"
+
+    def desc(jar: str) -> DriverDescription:
+        return DriverDescription(jar, 512, 1, False, Command(
+            "ember.deploy.driver_wrapper", ["{{WORKER_URL}}", "{{USER_JAR}}", "app"],
+            {}, [], [], [f"-Dspark.submit.pyFiles={lib}"]))
+    assert upload_urls(desc(app)) == {app, lib}
+    m = leader(1, {"spark.deploy.retainedDrivers": "1"})
+    first, _ = submit_driver(m, desc(app))
+    m.handle(Ask(1, RequestKillDriver(first.driverId)), NOW)          # completed (KILLED)
+    still, _ = submit_driver(m, desc("ember-upload://" + "c" * 64 + "/other.py"))
+    out = m.handle(Ask(1, RequestKillDriver(still.driverId)), NOW)   # pushes `first` out
+    assert [i for i in out if isinstance(i, DeleteUpload)] == [DeleteUpload(app),
+                                                              DeleteUpload(lib)]
+    # an active driver still using a file keeps it
+    m = leader(1, {"spark.deploy.retainedDrivers": "1"})
+    first, _ = submit_driver(m, desc(app))
+    submit_driver(m, desc(app))
+    m.handle(Ask(1, RequestKillDriver(first.driverId)), NOW)
+    third, _ = submit_driver(m, desc(app))
+    out = m.handle(Ask(1, RequestKillDriver(third.driverId)), NOW)
+    assert not [i for i in out if isinstance(i, DeleteUpload)]
+    # the store keeps a file uploaded within the last hour
+    store = AppResourceStore(str(tmp_path))
+    url = store.put("app.py", b"print(1)")
+    assert store.delete(url) is False and store.get(url)[0] == b"print(1)"
+    assert store.delete(url, keep_recent_s=0) is True
+    with pytest.raises(ValueError, match="No uploaded resource"):
+        store.get(url)

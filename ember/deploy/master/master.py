@@ -40,7 +40,7 @@ from ember.deploy.master.persistence import (
 )
 from ember.deploy.master.records import StoredState
 from ember.deploy.master.state import (
-    Ask, BeginRecovery, Disconnected, Instruction, Log, MasterConfig, MasterState,
+    Ask, BeginRecovery, DeleteUpload, Disconnected, Instruction, Log, MasterConfig, MasterState,
     Persist, Reply, ReplyFailure, ScheduleTimer, Send, Unpersist,
 )
 from ember.deploy.master.uploads import AppResourceStore, UploadError
@@ -363,6 +363,8 @@ class Master(RpcEndpoint):
             self.engine.persist(ins.key, ins.obj)
         elif isinstance(ins, Unpersist):
             self.engine.unpersist(ins.key)
+        elif isinstance(ins, DeleteUpload):
+            self.rpc_env.run_in_executor(self.uploads.delete, ins.url)
         elif isinstance(ins, ScheduleTimer):
             self._schedule_timer(ins)
         else:

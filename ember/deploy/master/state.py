@@ -52,6 +52,8 @@ Instructions (returned in order; carry them out in order):
   (Spark's), `completed_app_<id>`, `completed_driver_<id>` (the retained lists); `record` is a
   snapshot dict from `records.py`. The shell writes them to its PersistenceEngine, in order,
   before the replies that follow them.
+- `DeleteUpload(url)`: an `ember-upload://` resource no active driver refers to any more
+  (its last driver left the retained list): the shell may delete it (Ember's uploads).
 - `Log(level, text)`: level "INFO" / "WARN" / "ERROR" (log4j names); texts are Spark's.
 - `ScheduleTimer(delay_ms, message, period_ms)`: feed `message` back after `delay_ms`, then
   every `period_ms` if set (CheckForWorkerTimeOut; CompleteRecovery after recoveryTimeout).
@@ -105,6 +107,7 @@ from ember.deploy.master.records import (
 
 INFO, WARN, ERROR = "INFO", "WARN", "ERROR"
 _TRAILING_NUMBER = re.compile(r"(\d+)$")
+_UPLOAD_URL = re.compile(r"ember-upload://[0-9a-f]{64}/[^,\s\"']+")
 BACKUP_STANDALONE_MASTER_PREFIX = "Current state is not alive"
 
 
@@ -174,6 +177,11 @@ class Unpersist:
 
 
 @dataclass(frozen=True)
+class DeleteUpload:
+    url: str
+
+
+@dataclass(frozen=True)
 class Log:
     level: str
     text: str
@@ -186,7 +194,8 @@ class ScheduleTimer:
     period_ms: Optional[int] = None
 
 
-Instruction = Union[Send, Reply, ReplyFailure, Persist, Unpersist, Log, ScheduleTimer]
+Instruction = Union[Send, Reply, ReplyFailure, Persist, Unpersist, DeleteUpload, Log,
+                    ScheduleTimer]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -349,6 +358,13 @@ def _next_number(ids: list[str]) -> int:
     after a recovery cannot repeat recovered ones made in the same second."""
     numbers = [int(m.group(1)) for m in map(_TRAILING_NUMBER.search, ids) if m]
     return max(numbers) + 1 if numbers else 0
+
+
+def upload_urls(desc: DriverDescription) -> set[str]:
+    """The `ember-upload://` resources a driver uses (its app file, --py-files, --files)."""
+    texts = [desc.jarUrl, *desc.command.arguments, *desc.command.javaOpts,
+             *desc.command.environment.values()]
+    return {m.group(0) for text in texts for m in _UPLOAD_URL.finditer(text)}
 
 
 def _validate_app_desc(desc: ApplicationDescription) -> Optional[str]:
@@ -1004,6 +1020,7 @@ class MasterState:
             self._unpersist(completed_driver_key(driver.id))
         for app in self.completedApps:
             self._unpersist(completed_app_key(app.id))
+        self._forget_uploads(self.completedDrivers)
         self.completedDrivers.clear()
         self.completedApps.clear()
         self._reply(request, True)
@@ -1028,9 +1045,11 @@ class MasterState:
         self._log(INFO, f"Removing driver: {driver_id} ({final_state})")
         retained = self.conf.retained_drivers
         if len(self.completedDrivers) >= retained:
-            for old in self.completedDrivers[:max(retained // 10, 1)]:
+            dropped = self.completedDrivers[:max(retained // 10, 1)]
+            for old in dropped:
                 self._unpersist(completed_driver_key(old.id))
             del self.completedDrivers[:max(retained // 10, 1)]
+            self._forget_uploads(dropped)
         self.completedDrivers.append(driver)
         self._unpersist(driver_key(driver.id))
         driver.state = final_state
@@ -1043,6 +1062,12 @@ class MasterState:
         if driver.worker is not None:
             driver.worker.remove_driver(driver)
         self._schedule()
+
+    def _forget_uploads(self, dropped: list[DriverInfo]) -> None:
+        """Uploads of drivers leaving the retained list that no active driver still uses."""
+        used = set().union(*(upload_urls(d.desc) for d in self.drivers.values()))
+        for url in sorted(set().union(*(upload_urls(d.desc) for d in dropped)) - used):
+            self._out.append(DeleteUpload(url))
 
     def _relaunch_driver(self, driver: DriverInfo) -> None:
         """Place a supervised driver whose worker was lost again, under the same id and the
@@ -1380,7 +1405,7 @@ def driver_summary(d: DriverInfo) -> DriverSummary:
 
 __all__ = [
     "MasterState", "MasterConfig", "Ask", "Disconnected", "BeginRecovery", "Send", "Reply",
-    "ReplyFailure", "Persist", "Unpersist", "Log", "ScheduleTimer", "Instruction",
+    "ReplyFailure", "Persist", "Unpersist", "DeleteUpload", "Log", "ScheduleTimer", "Instruction",
     "INFO", "WARN", "ERROR", "BACKUP_STANDALONE_MASTER_PREFIX", "megabytes_to_string",
     "bytes_to_string", "format_timestamp", "format_address", "worker_summary",
     "application_summary", "driver_summary", "executor_summary",

@@ -19,12 +19,18 @@ name under the store's directory.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import threading
+import time
 from typing import Any, Optional
 from urllib.parse import quote, unquote, urlparse
 
 SCHEME = "ember-upload"
+# An upload is kept at least this long after it was last put, whatever the master says: a
+# client uploads first and submits next, and its driver must find the file.
+KEEP_RECENT_S = 3600.0
+log = logging.getLogger("ember.deploy.master.uploads")
 DEFAULT_MAX_BYTES = 100 * 1024 * 1024
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _BAD_NAME = re.compile(r"[\x00-\x1f/\\]")
@@ -66,11 +72,12 @@ class AppResourceStore:
         self._owned: Optional[BlackHolePersistenceEngine] = None
         if root is not None:
             directory = BlobDirectory(root)
-            self._put, self._get = directory.put, directory.get
+            self._put, self._get, self._delete = directory.put, directory.get, directory.delete
         else:
             if blobs is None:
                 blobs = self._owned = BlackHolePersistenceEngine()
-            self._put, self._get = blobs.put_blob, blobs.get_blob
+            self._put, self._get, self._delete = blobs.put_blob, blobs.get_blob, blobs.delete_blob
+        self._last_put: dict[str, float] = {}   # key -> monotonic time of its last put
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
 
@@ -86,6 +93,7 @@ class AppResourceStore:
                               f"the master received {digest}")
         key = f"{digest}/{name}"
         with self._lock:
+            self._last_put[key] = time.monotonic()
             if self._get(key) is None:
                 self._put(key, data)
         return upload_url(digest, name)
@@ -97,6 +105,20 @@ class AppResourceStore:
         if data is None:
             raise UploadError(f"No uploaded resource {url} on this master")
         return data, sha
+
+    def delete(self, url: str, keep_recent_s: float = KEEP_RECENT_S) -> bool:
+        """Delete a resource no driver needs any more, unless it was put in the last
+        `keep_recent_s` seconds (a submission may be on its way). Returns whether it went."""
+        sha, name = parse_upload_url(url)
+        key = f"{sha}/{name}"
+        with self._lock:
+            last = self._last_put.get(key)
+            if last is not None and time.monotonic() - last < keep_recent_s:
+                return False
+            self._last_put.pop(key, None)
+            self._delete(key)
+        log.info("Deleted uploaded resource %s: no driver uses it any more", url)
+        return True
 
     def close(self) -> None:
         if self._owned is not None:
