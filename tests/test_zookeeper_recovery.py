@@ -275,8 +275,7 @@ def test_write_is_fenced_by_the_latch_node(zookeeper, raw, closing):
         engine.unpersist("app_before")
     with pytest.raises(UploadError, match="Leadership lost"):
         engine.put_blob("k/b.py", b"y")
-    with pytest.raises(NotLeaderError):
-        engine.delete_blob("k/a.py")
+    engine.delete_blob("k/a.py")  # refused (logged): garbage collection is best effort
     assert sorted(raw.get_children(f"{root}/master_status")) == ["app_before", "app_fenced_ok"]
     assert engine.get_blob("k/a.py") == b"x" and engine.get_blob("k/b.py") is None
     session.fence_path = None  # a standby

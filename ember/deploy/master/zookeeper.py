@@ -402,7 +402,14 @@ class ZooKeeperPersistenceEngine(PersistenceEngine):
         return data
 
     def delete_blob(self, key: str) -> None:
-        self._fenced_delete(self._blob_path(key), recursive=True)
+        """Remove the blob (header first, so a half-deleted blob is missing). Garbage
+        collection only: if ZooKeeper cannot do it now, or this master no longer leads, the
+        blob stays, with one line in the log."""
+        try:
+            self._fenced_delete(self._blob_path(key), recursive=True)
+        except (ZooKeeperUnavailable, NotLeaderError, KazooException) as e:
+            log.warning("Could not delete uploaded resource %s from ZooKeeper at %s: %s", key,
+                        self.settings.url, e or type(e).__name__)
 
     def close(self) -> None:
         if not self._closed:
