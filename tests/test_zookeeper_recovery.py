@@ -331,3 +331,21 @@ def test_unreachable_zookeeper_one_line_error_then_connects(tmp_path, closing, c
     errors = [r for r in caplog.records if "Cannot connect" in r.getMessage()]
     assert server.url in errors[0].getMessage() and "\n" not in errors[0].getMessage()
     assert all(r.exc_info is None for r in caplog.records)
+
+
+def test_a_latch_node_whose_create_answer_was_lost_is_adopted(zookeeper, raw, closing):
+    """Otherwise it would stay first in line, owned by a live session, and nobody would lead."""
+    conf = conf_for(zookeeper)
+    session = ZooKeeperSession(ZooKeeperSettings(conf))
+    engine = ZooKeeperPersistenceEngine(session)
+    agent = ZooKeeperLeaderElectionAgent(session, "a")
+    closing(engine)
+    closing(agent)
+    session.require_client(wait_s=30)
+    election = f"{conf['spark.deploy.zookeeper.dir']}/leader_election"
+    orphan = session.client.create(f"{election}/latch-{agent._guid}-", b"a", ephemeral=True,
+                                   sequence=True)
+    cb = Callbacks()
+    agent.start(cb.elected, cb.revoked)
+    assert cb.next() == ("elected", int(orphan[-10:]) + 1)
+    assert raw.get_children(election) == [orphan.rsplit("/", 1)[1]]

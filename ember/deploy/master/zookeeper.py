@@ -7,11 +7,11 @@ ZooKeeperPersistenceEngine and ZooKeeperLeaderElectionAgent use it:
 - `<dir>/master_status/<name>`: one znode per record (`app_<id>`, `driver_<id>`, ...), in
   the versioned data-only encoding every engine shares (`persistence.encode_record`);
   never pickle, so the store cannot run code.
-- `<dir>/leader_election/latch-<seq>`: one ephemeral sequential znode per live master; the
-  lowest sequence number leads and its sequence number + 1 is the leadership epoch (0 means
-  "no recovery, unfenced" to workers), so epochs only grow (ZooKeeper never reuses a
-  sequence number under a parent, and a master that gave leadership up rejoins with a new
-  node).
+- `<dir>/leader_election/latch-<guid>-<seq>`: one ephemeral sequential znode per live
+  master (the guid lets it find its node after a lost answer); the lowest sequence number
+  leads and its sequence number + 1 is the leadership epoch (0 means "no recovery,
+  unfenced" to workers), so epochs only grow (ZooKeeper never reuses a sequence number
+  under a parent, and a master that gave leadership up rejoins with a new node).
 - `<dir>/app_resources/<quoted key>`: an uploaded app resource, since standbys have no
   shared disk: the bytes in chunks of 512 KiB (under ZooKeeper's 1 MB znode limit) as
   children `000000`, `000001`, ..., and on the parent a header with size, chunk count and
@@ -41,6 +41,7 @@ import logging
 import queue
 import threading
 import time
+import uuid
 from typing import Any, Callable, Mapping, Optional
 from urllib.parse import quote
 
@@ -545,6 +546,7 @@ class ZooKeeperLeaderElectionAgent(LeaderElectionAgent):
         self._suspended_at: Optional[float] = None
         self._timer: Optional[threading.Timer] = None
         self._stopped = False
+        self._guid = uuid.uuid4().hex  # names this master's latch nodes
         self._on_elected: Callable[[int], None] = lambda epoch: None
         self._on_revoked: Callable[[], None] = lambda: None
 
@@ -661,6 +663,19 @@ class ZooKeeperLeaderElectionAgent(LeaderElectionAgent):
         latches = [n for n in names if n.startswith(_LATCH_PREFIX) and n[-10:].isdigit()]
         return sorted(latches, key=lambda n: int(n[-10:]))
 
+    def _own_node(self, client: KazooClient) -> Optional[str]:
+        """A latch node this session created although the create's answer was lost (a
+        timeout): adopted, or it would sit first in line forever with nobody leading."""
+        session_id = client.client_id[0] if client.client_id else None
+        for name in self._latches(client):
+            if self._guid not in name:
+                continue
+            path = f"{self.settings.election_dir}/{name}"
+            stat = client.exists_async(path).get(timeout=self.session.op_timeout())
+            if stat is not None and stat.ephemeralOwner == session_id:
+                return path
+        return None
+
     def _check(self) -> None:
         client = self.session.require_client()
         timeout = self.session.op_timeout()
@@ -673,9 +688,10 @@ class ZooKeeperLeaderElectionAgent(LeaderElectionAgent):
                 pass
             self._stale_node = None
         if self._node is None:
-            self._node = client.create_async(
-                f"{self.settings.election_dir}/{_LATCH_PREFIX}", self.identity.encode(),
-                ephemeral=True, sequence=True, makepath=True).get(timeout=timeout)
+            self._node = self._own_node(client) or client.create_async(
+                f"{self.settings.election_dir}/{_LATCH_PREFIX}{self._guid}-",
+                self.identity.encode(), ephemeral=True, sequence=True,
+                makepath=True).get(timeout=timeout)
             election_log.info("Joined the leader election as %s", self._node)
         latches = self._latches(client)
         mine = self._node.rsplit("/", 1)[1]
