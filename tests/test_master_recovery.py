@@ -298,3 +298,31 @@ def test_standby_answers_like_spark_and_clients_find_the_leader(tmp_path):
 def _app_spec(tmp_path):
     from ember.deploy.submission import AppSpec
     return AppSpec(main=str(tmp_path / "x.py"), args=[])
+
+
+def test_a_driver_whose_master_never_comes_back_gives_up_within_the_reconnect_timeout(
+        tmp_path):
+    with LocalCluster(str(tmp_path / "c"), workers=1, cores=2, memory="2g") as c:
+        job = write_app(tmp_path, "job.py", """
+            import sys, time
+            from ember import SparkContext
+            sc = SparkContext(appName="abandoned")
+            marker = sys.argv[1]
+            def slow(x):
+                open(marker, "a").close()
+                time.sleep(1)
+                return x
+            print("RESULT", sc.parallelize(range(200), 100).map(slow).sum(), flush=True)
+        """)
+        started = str(tmp_path / "started")
+        client = subprocess.Popen(
+            [sys.executable, "-m", "ember.cli", "submit", "--master", c.url, "--conf",
+             "spark.ember.appClient.reconnectTimeout=3s", "--executor-memory", "256m", job,
+             started], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+        wait_file(started)
+        c.kill_master()
+        t0 = time.time()
+        stdout, stderr = client.communicate(timeout=120)
+        assert time.time() - t0 < 60
+        assert client.returncode != 0
+        assert "All masters are unresponsive! Giving up." in stderr, stderr[-3000:]
