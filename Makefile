@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-test browser demo test bench clean
+.PHONY: install install-test browser zookeeper demo test bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -25,14 +25,21 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq chromium >/dev/null; fi; }
 
+# The ZOOKEEPER recovery tests run Debian's ZooKeeper server (its jars, with the machine's
+# Java) on a free loopback port; the package installs no running service.
+zookeeper:
+	@test -f /usr/share/java/zookeeper.jar || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends zookeeper >/dev/null; \
+	  else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends zookeeper >/dev/null; fi; }
+
 # curl: the newest Airflow Spark provider polls and kills through it (tests/test_airflow.py).
-test: install-test browser
+test: install-test browser zookeeper
 	@command -v curl >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq curl >/dev/null; \
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq curl >/dev/null; fi; }
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-bench: install-test
+bench: install-test zookeeper
 	$(BIN)/python -m benchmarks
 
 clean:

@@ -141,8 +141,6 @@ _entry("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", 15.0, parse_t
        "Wait before checking again that a barrier stage's tasks all fit in the free slots.")
 _entry("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", 40, _int,
        "Failed slot checks of a barrier job before it fails with Spark's SPARK-24819 error.")
-_entry("spark.dynamicAllocation.enabled", False, parse_bool,
-       "Dynamic executor allocation (barrier stages refuse to run with it, as in Spark).")
 
 # --- custom resources, resource profiles, dynamic allocation -----------------------------
 _entry("spark.task.cpus", 1, _int, "Cores each task takes from its executor.")
@@ -168,6 +166,20 @@ _entry("spark.dynamicAllocation.executorAllocationRatio", 1.0, _float,
        "Fraction of the executors full parallelism would need that is asked for.")
 _entry("spark.dynamicAllocation.executorIdleTimeout", 60.0, parse_time_seconds,
        "Idle time after which an executor beyond its profile's target is released.")
+
+_entry("spark.ember.appClient.reconnectTimeout", 120.0, parse_time_seconds,
+       "How long a driver that lost its master waits for a master (restarted, or a standby "
+       "taking over) to take its application back before it ends the application.")
+
+# --- master recovery with ZooKeeper (ember/deploy/master/zookeeper.py) --------------------
+_entry("spark.deploy.zookeeper.url", None, _str,
+       "ZooKeeper connect string (host:port[,host:port...]) for recoveryMode=ZOOKEEPER.")
+_entry("spark.deploy.zookeeper.dir", "/spark", _str,
+       "ZooKeeper path of the master's records, leader election and uploaded resources.")
+_entry("spark.ember.deploy.zookeeper.sessionTimeout", 3.0, parse_time_seconds,
+       "ZooKeeper session timeout: how soon a dead leader's standby takes over (Spark: 60s).")
+_entry("spark.ember.deploy.zookeeper.maxBlobSize", 32 << 20, parse_bytes,
+       "Largest uploaded app resource kept in ZooKeeper (chunked znodes, SHA-256 checked).")
 
 
 def get_entry(key: str) -> ConfigEntry | None:

@@ -62,3 +62,13 @@ def cluster(tmp_path_factory):
     c.start()
     yield c
     c.stop()
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory):
+    """A real ZooKeeper server on a free loopback port for the whole session (Debian's
+    zookeeper package, installed by `make test`); `.outage(s)` stops it for s seconds."""
+    from ember.deploy.local_zookeeper import LocalZooKeeper
+    server = LocalZooKeeper(str(tmp_path_factory.mktemp("zookeeper"))).start()
+    yield server
+    server.destroy()

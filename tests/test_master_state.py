@@ -11,9 +11,10 @@ import time
 
 import pytest
 
+from ember.deploy.master.records import app_record, driver_record
 from ember.deploy.master.scheduling import ApplicationInfo, DriverInfo, WorkerInfo
 from ember.deploy.master.state import (
-    Ask, BeginRecovery, Disconnected, Exit, Log, MasterState, Persist, Reply, ReplyFailure,
+    Ask, BeginRecovery, Disconnected, Log, MasterState, Persist, Reply, ReplyFailure,
     ScheduleTimer, Send, Unpersist,
 )
 from ember.deploy.messages import (
@@ -168,10 +169,13 @@ def test_register_application_in_standby_sends_nothing():
     assert out == []
 
 
-def test_revoked_leadership_exits():
+def test_revoked_leadership_steps_down_to_standby_and_forgets_the_cluster():
     m = new_master()
+    register_worker(m, "worker-1")
     assert m.handle(RevokedLeadership(), NOW) == [
-        Log("ERROR", "Leadership has been revoked -- master shutting down."), Exit(0)]
+        Log("ERROR", "Leadership has been revoked -- stepping down to STANDBY.")]
+    assert m.state == RecoveryState.STANDBY and not m.workers and not m.idToWorker
+    assert m.handle(RevokedLeadership(), NOW) == []
 
 
 # -- workers ----------------------------------------------------------------------------------
@@ -269,7 +273,7 @@ def test_worker_timeout_loses_executors_and_drivers():
     assert new_driver.id == sup.driverId and new_driver.worker.id == "worker-2"
     assert new_driver.attempt == 2 and new_driver.state == DriverState.RUNNING
     assert LaunchDriver(sup.driverId, new_driver.desc, {}, 2) in msgs(out, target=w2)
-    assert Persist(f"driver_{new_driver.id}", new_driver) in out
+    assert Persist(f"driver_{new_driver.id}", driver_record(new_driver)) in out
     # the lost copy's late report (attempt 1) is fenced off; the live attempt's is not
     late = m.handle(DriverStateChanged(sup.driverId, DriverState.FAILED, None, 1, 1),
                     NOW + 60_002)
@@ -345,7 +349,7 @@ def test_register_application_ids_and_launches():
     assert app_id == "app-20250101000000-0000"
     assert logs(out)[:2] == ["Registering app PythonPi",
                              "Registered app PythonPi with ID app-20250101000000-0000"]
-    assert Persist(f"app_{app_id}", m.idToApp[app_id]) in out
+    assert Persist(f"app_{app_id}", app_record(m.idToApp[app_id])) in out
     assert msgs(out, target="driver-A")[0] == RegisteredApplication(app_id, MASTER)
     launch = msgs(out, LaunchExecutor, w)[0]
     assert (launch.masterUrl, launch.appId, launch.execId, launch.rpId, launch.cores,
@@ -603,7 +607,7 @@ def test_submit_driver_launches_it():
                                         "driver-20250101000000-0000")
     assert "Driver submitted ember.deploy.driver_wrapper" in logs(out)
     d = m.drivers[resp.driverId]
-    assert Persist(f"driver_{d.id}", d) in out
+    assert Persist(f"driver_{d.id}", driver_record(d)) in out
     assert msgs(out, target=w) == [LaunchDriver(d.id, d.desc, {})]
     assert (d.state, d.worker.id) == (DriverState.RUNNING, "worker-1")
     assert m.idToWorker["worker-1"].coresUsed == 1
@@ -712,7 +716,8 @@ def test_retained_drivers_and_clear():
     app_id, _ = register_app(m, "d")
     m.handle(UnregisterApplication(app_id), NOW)
     out = m.handle(Ask(1, RequestClearCompletedDriversAndApps()), NOW)
-    assert out == [Log("INFO", "Asked to clear 5 completed drivers and 1 completed apps."),
+    assert len([i for i in out if isinstance(i, Unpersist)]) == 6
+    assert [i for i in out if not isinstance(i, Unpersist)] == [Log("INFO", "Asked to clear 5 completed drivers and 1 completed apps."),
                    Reply(1, True)]
     assert m.completedDrivers == [] and m.completedApps == []
 
@@ -797,9 +802,10 @@ def stored_state():
     w_gone = WorkerInfo("worker-2", "10.0.0.2", 40002, 4, 4096,
                         endpoint=wref("worker-2", "10.0.0.2"))
     app = ApplicationInfo(NOW - 10_000, "app-1", app_desc(), NOW - 10_000, "driver-A")
-    d_sup = DriverInfo(NOW, "driver-s", driver_desc(supervise=True), NOW)
-    d_plain = DriverInfo(NOW, "driver-p", driver_desc(), NOW)
-    d_found = DriverInfo(NOW, "driver-f", driver_desc(), NOW)
+    # launched before the master died (records say so): looked for on the workers
+    d_sup = DriverInfo(NOW, "driver-s", driver_desc(supervise=True), NOW, DriverState.RUNNING)
+    d_plain = DriverInfo(NOW, "driver-p", driver_desc(), NOW, DriverState.RUNNING)
+    d_found = DriverInfo(NOW, "driver-f", driver_desc(), NOW, DriverState.RUNNING)
     return w, w_gone, app, d_sup, d_plain, d_found
 
 

@@ -755,9 +755,11 @@ def test_standby_master_master_changed_and_reconnect(tmp_path):
         wait_until(lambda: standby.endpoint.of(Heartbeat), what="heartbeat to new master")
         # an executor launch from the old master is refused now
         reg.worker.send(LaunchExecutor(active.url, "app-ha", 2, 0, sleeper_app(), 1, 256))
-        n = len(standby.endpoint.of(RegisterWorker))
+        n = len(standby.endpoint.of(RegisterWorker)) + len(active.endpoint.of(RegisterWorker))
         worker_ref.send(ReconnectWorker(standby.url))
-        standby.endpoint.wait_for(RegisterWorker, count=n + 1)
+        # a new registration round (the first master to answer cancels the rest of it)
+        wait_until(lambda: len(standby.endpoint.of(RegisterWorker))
+                   + len(active.endpoint.of(RegisterWorker)) > n, what="a new registration")
         assert daemon.run_on_loop(lambda: sorted(daemon.worker.executors)) == ["app-ha/1"]
         info = read_info(info_path)
         assert info["env"]["_SPARK_AUTH_SECRET"] is None
@@ -890,3 +892,35 @@ def test_start_and_stop_worker_daemon(tmp_path, monkeypatch, capsys):
             except (psutil.Error, ValueError):
                 pass
         master.stop()
+
+
+def test_a_deposed_masters_instructions_are_refused_by_epoch(tmp_path):
+    """Fencing over real sockets: once a master at epoch 7 has taken over, whatever the
+    deposed one (epoch 3) still sends - a driver, an executor, a MasterChanged back to
+    itself - is refused; a message from the same sender at a newer epoch is not."""
+    new = MasterProcess(mode="standby", ui_url="http://new:8080")
+    old = MasterProcess(ui_url="http://old:8080")
+    daemon = start_daemon_in_process(tmp_path, [new, old])
+    try:
+        reg = old.endpoint.wait_for(RegisterWorker)[0]
+        old.endpoint.wait_for(Heartbeat)
+        worker_ref = new.env.endpoint_ref(reg.worker.address, "Worker")
+        worker_ref.send(MasterChanged(new.ref, "http://new:8080", 7))
+        new.endpoint.wait_for(WorkerSchedulerStateResponse)
+        bad_driver = DriverDescription("file:/x.py", 512, 1, False,
+                                       Command("ember.deploy.driver_wrapper", []))
+        reg.worker.send(LaunchDriver("driver-stale", bad_driver, {}, 1, 3))
+        reg.worker.send(LaunchExecutor(new.url, "app-stale", 0, 0, sleeper_app(), 1, 256, {}, 3))
+        reg.worker.send(MasterChanged(old.ref, "http://old:8080", 3))
+        # same sender, newer epoch: processed after the three above, and accepted
+        reg.worker.send(LaunchDriver("driver-fresh", bad_driver, {}, 1, 8))
+        new.endpoint.wait_for(DriverStateChanged, lambda m: m.driverId == "driver-fresh")
+        assert not [m for m in new.endpoint.of(DriverStateChanged) + old.endpoint.of(
+            DriverStateChanged) if m.driverId == "driver-stale"]
+        assert daemon.run_on_loop(lambda: (daemon.worker.active_master_url,
+                                           sorted(daemon.worker.executors),
+                                           daemon.worker.fence.newest)) == (new.url, [], 8)
+    finally:
+        daemon.stop()
+        new.stop()
+        old.stop()

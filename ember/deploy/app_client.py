@@ -3,17 +3,31 @@
 Registers the application with every master URL in parallel, retries every 20 s up to 3
 times (Spark's REGISTRATION_TIMEOUT_SECONDS / REGISTRATION_RETRIES), follows MasterChanged,
 and turns master messages into listener calls (connected, executor added/removed, dead).
+
+Beyond Spark, two things make a failover safe for the driver:
+- fencing: messages from a master carry its leadership epoch; one older than the newest
+  seen is refused (a deposed master cannot remove the application or hand out executors);
+- a lost master connection is watched (Spark waits forever, and a master restarted without
+  its state leaves the driver hanging): until a master says MasterChanged, every master URL
+  is asked every second whether it knows the application (RequestAppStatus). An ALIVE
+  master that does not know it ends the application ("Master removed our application: ...");
+  one that knows it becomes the master again; when none answers as ALIVE within
+  spark.ember.appClient.reconnectTimeout (120 s) the application ends with Spark's "All
+  masters are unresponsive! Giving up.".
 """
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Protocol
+import time
+from typing import Any, Optional, Protocol
 
+from ember.deploy.fencing import EpochFence
 from ember.deploy.messages import (ApplicationDescription, ApplicationRemoved,
-                                   ExecutorAdded, ExecutorState, ExecutorUpdated, KillExecutors,
-                                   MasterChangeAcknowledged, MasterChanged, RegisterApplication,
-                                   RegisteredApplication, RequestExecutors,
+                                   AppStatusResponse, ExecutorAdded, ExecutorState,
+                                   ExecutorUpdated, KillExecutors, MasterChangeAcknowledged,
+                                   MasterChanged, RecoveryState, RegisterApplication,
+                                   RegisteredApplication, RequestAppStatus, RequestExecutors,
                                    UnregisterApplication, WorkerRemoved)
 from ember.rpc import RpcAddress, RpcAuthenticationError, RpcEndpoint, RpcEnv
 
@@ -21,6 +35,8 @@ log = logging.getLogger("ember.deploy.client")
 
 REGISTRATION_TIMEOUT_SECONDS = 20
 REGISTRATION_RETRIES = 3
+DEFAULT_RECONNECT_TIMEOUT_S = 120.0
+RECONNECT_PROBE_INTERVAL_S = 1.0
 _FINISHED = {"KILLED", "FAILED", "LOST", "EXITED"}
 
 
@@ -48,7 +64,8 @@ def parse_master_urls(master: str) -> list[RpcAddress]:
 
 class StandaloneAppClient(RpcEndpoint):
     def __init__(self, masters: list[RpcAddress], app_desc: ApplicationDescription,
-                 listener: AppClientListener) -> None:
+                 listener: AppClientListener,
+                 reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT_S) -> None:
         self.masters = masters
         self.app_desc = app_desc
         self.listener = listener
@@ -60,6 +77,10 @@ class StandaloneAppClient(RpcEndpoint):
         self._retry: Any = None
         self._auth_failures: set[RpcAddress] = set()
         self.already_dead = False
+        self.fence = EpochFence()
+        self.reconnect_timeout = reconnect_timeout
+        self._reconnect_deadline: Optional[float] = None   # monotonic; set while watching
+        self._probe: Any = None
 
     def on_start(self) -> None:
         self._register()
@@ -100,6 +121,12 @@ class StandaloneAppClient(RpcEndpoint):
             self.listener.dead(reason)
 
     def receive(self, msg: Any, sender: RpcAddress) -> None:
+        if self.already_dead:
+            return
+        refusal = self.fence.refusal(msg)
+        if refusal is not None:
+            log.warning("%s", refusal)
+            return
         if isinstance(msg, RegisteredApplication):
             self.app_id = msg.appId
             self.master_ref = msg.master
@@ -130,6 +157,7 @@ class StandaloneAppClient(RpcEndpoint):
         elif isinstance(msg, MasterChanged):
             log.info("Master has changed, new master is at %s", msg.master.address.to_spark_url())
             self.master_ref = msg.master
+            self._stop_watching()
             msg.master.send(MasterChangeAcknowledged(self.app_id or ""))
         else:
             log.warning("Unexpected message from master: %r", type(msg).__name__)
@@ -139,6 +167,57 @@ class StandaloneAppClient(RpcEndpoint):
             log.warning("Connection to %s failed; waiting for master to reconnect...",
                         remote.hostPort)
             self.listener.disconnected()
+            if self.app_id is not None and not self.already_dead \
+                    and self._reconnect_deadline is None:
+                self._reconnect_deadline = time.monotonic() + self.reconnect_timeout
+                self._probe = self.rpc_env.schedule(RECONNECT_PROBE_INTERVAL_S,
+                                                    self._probe_masters)
+
+    # -- after losing the master ------------------------------------------------------------
+
+    def _stop_watching(self) -> None:
+        self._reconnect_deadline = None
+        if self._probe is not None:
+            self._probe.cancel()
+            self._probe = None
+
+    def _probe_masters(self) -> None:
+        """One round: ask every master about our application; decide on the answers."""
+        if self._reconnect_deadline is None or self.already_dead:
+            return
+        if time.monotonic() >= self._reconnect_deadline:
+            self._stop_watching()
+            self._mark_dead("All masters are unresponsive! Giving up.")
+            return
+        for addr in self.masters:
+            check = self.rpc_env.setup_endpoint_ref_async(addr, "Master",
+                                                          RECONNECT_PROBE_INTERVAL_S * 5)
+            check.add_done_callback(lambda f: self.rpc_env.call_soon(self._ask_status, f))
+        self._probe = self.rpc_env.schedule(RECONNECT_PROBE_INTERVAL_S, self._probe_masters)
+
+    def _ask_status(self, check: Any) -> None:
+        if check.exception() is not None or self._reconnect_deadline is None:
+            return
+        ref = check.result()
+        ref.ask(RequestAppStatus(self.app_id or "")).add_done_callback(
+            lambda f: self.rpc_env.call_soon(self._on_status, ref, f))
+
+    def _on_status(self, ref: Any, fut: Any) -> None:
+        if fut.exception() is not None or self._reconnect_deadline is None or self.already_dead:
+            return
+        status: AppStatusResponse = fut.result()
+        if status.state != RecoveryState.ALIVE or not self.fence.admit(status.epoch):
+            return   # standby, still recovering (MasterChanged will come), or deposed
+        self._stop_watching()
+        if status.found:
+            log.info("Master %s still knows application %s", ref.address.to_spark_url(),
+                     self.app_id)
+            self.master_ref = ref
+            self.listener.connected(self.app_id or "")
+        else:
+            self._mark_dead(f"Master removed our application: the master at "
+                            f"{ref.address.to_spark_url()} does not know {self.app_id} (it "
+                            "restarted without its state; see spark.deploy.recoveryMode)")
 
     def request_total_executors(self, totals: list[tuple[Any, int]]) -> bool:
         """Ask the master for these executor totals per profile (RequestExecutors); False
@@ -164,12 +243,15 @@ class StandaloneAppClient(RpcEndpoint):
         return True
 
     def stop(self) -> None:
+        self._stop_watching()
         if self.master_ref is not None and self.app_id is not None:
             self.master_ref.send(UnregisterApplication(self.app_id))
 
 
 def start_app_client(env: RpcEnv, masters: list[RpcAddress], desc: ApplicationDescription,
-                     listener: AppClientListener) -> StandaloneAppClient:
-    client = StandaloneAppClient(masters, desc, listener)
+                     listener: AppClientListener,
+                     reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT_S
+                     ) -> StandaloneAppClient:
+    client = StandaloneAppClient(masters, desc, listener, reconnect_timeout)
     env.setup_endpoint("AppClient", client)
     return client

@@ -20,6 +20,7 @@ from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Protocol, TextIO, TypeVar
 
+from ember.config import parse_time_seconds
 from ember.deploy.messages import (
     DriverDescription, DriverLogResponse, DriverStatusResponse, RequestDriverLog,
     RequestDriverStatus, RequestKillDriver, RequestSubmitDriver, UploadAppResource,
@@ -99,7 +100,11 @@ class Gateway(Protocol):
 
 class RpcGateway:
     """Spark's legacy `ClientApp`: an RpcEnv "driverClient" asking the "Master" endpoint of
-    every master in the URL; standby masters' answers are ignored."""
+    every master in the URL; standby masters' answers are ignored. Beyond Spark: while no
+    master answers as the leader (a failover is under way: standbys refuse with "Current
+    state is not alive", the old leader does not answer), the question is asked again, for
+    up to spark.rpc.askTimeout (10 s); an ask that timed out is never repeated (the master
+    may have acted on it), so a submission is never made twice."""
 
     def __init__(self, master: str, conf: Mapping[str, str]) -> None:
         from ember.deploy.app_client import parse_master_urls
@@ -111,23 +116,36 @@ class RpcGateway:
         self.env = RpcEnv.create("driverClient", "127.0.0.1", 0, rpc_conf, client_mode=True)
         self.masters = [self.env.endpoint_ref(a, "Master") for a in parse_master_urls(master)]
         self.active: Any = None
+        self.leader_wait = parse_time_seconds(rpc_conf["spark.rpc.askTimeout"])
 
-    def _ask_all(self, msg: Any, accept: Callable[[Any], bool]) -> Any:
+    def _ask_all(self, msg: Any, accept: Callable[[Any], bool],
+                 sleep: Callable[[float], None] = time.sleep) -> Any:
         """Ask every master (the active one only, once known); the first answer `accept`s,
-        else the last answer; SubmitError when none could be reached."""
-        refs = [self.active] if self.active is not None else self.masters
-        futures = {ref.ask(msg): ref for ref in refs}
-        wait_futures(list(futures))
-        answers, errors = [], []
-        for fut, ref in futures.items():
-            try:
-                answers.append((ref, fut.result()))
-            except Exception as e:
-                errors.append(f"{ref.address.to_spark_url()}: {e}")
-        for ref, answer in answers:
-            if accept(answer):
-                self.active = ref
-                return answer
+        else the last answer; SubmitError when none could be reached. Rounds in which every
+        master refused as not alive or could not be reached are repeated (see the class)."""
+        from ember.rpc import RpcTimeoutError
+        deadline, delay = time.monotonic() + self.leader_wait, 0.1
+        while True:
+            refs = [self.active] if self.active is not None else self.masters
+            futures = {ref.ask(msg): ref for ref in refs}
+            wait_futures(list(futures))
+            answers, errors, timed_out = [], [], False
+            for fut, ref in futures.items():
+                try:
+                    answers.append((ref, fut.result()))
+                except Exception as e:
+                    timed_out = timed_out or isinstance(e, (RpcTimeoutError, TimeoutError))
+                    errors.append(f"{ref.address.to_spark_url()}: {e}")
+            for ref, answer in answers:
+                if accept(answer):
+                    self.active = ref
+                    return answer
+            self.active = None   # the leader we knew is gone or no longer leads
+            waiting = all(_not_alive(a) for _, a in answers)
+            if timed_out or not waiting or time.monotonic() + delay > deadline:
+                break
+            sleep(delay)
+            delay = min(delay * 2, 1.0)
         if answers:
             return answers[-1][1]
         raise SubmitError("No master is available (" + "; ".join(errors) + ")")
@@ -169,6 +187,12 @@ class RpcGateway:
 
     def close(self) -> None:
         self.env.shutdown()
+
+
+def _not_alive(answer: Any) -> bool:
+    """A standby's (or a recovering master's) refusal: "Current state is not alive: ..."."""
+    text = getattr(answer, "message", None) or getattr(answer, "exception", None) or ""
+    return isinstance(text, str) and text.startswith(NOT_ALIVE_PREFIX)
 
 
 class RestGateway:

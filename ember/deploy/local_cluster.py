@@ -98,14 +98,25 @@ class LocalCluster:
 
     def start(self, timeout: float = 30.0) -> "LocalCluster":
         os.makedirs(self.workdir, exist_ok=True)
-        self.master = self._spawn(["master", "--host", "127.0.0.1", "--port",
-                                   str(self.master_port), "--webui-port", str(self.master_ui),
-                                   *self._conf_args()], "master.log")
+        self.start_master()
         self.wait_for(lambda j: j.get("status") == "ALIVE", timeout)
         for i in range(self.n_workers):
             self.add_worker()
         self.wait_for(lambda j: j.get("aliveworkers") == self.n_workers, timeout)
         return self
+
+    def start_master(self) -> subprocess.Popen:
+        """Start the master on the cluster's ports (again, after `kill_master`)."""
+        self.master = self._spawn(["master", "--host", "127.0.0.1", "--port",
+                                   str(self.master_port), "--webui-port", str(self.master_ui),
+                                   *self._conf_args()], "master.log")
+        return self.master
+
+    def kill_master(self) -> None:
+        """kill -9 of the master (master recovery tests)."""
+        if self.master is not None:
+            self.master.kill()
+            self.master.wait(timeout=10)
 
     def add_worker(self) -> subprocess.Popen:
         i = len(self.workers)

@@ -299,6 +299,7 @@ class RegisteredWorker:
     masterWebUiUrl: str
     masterAddress: RpcAddress
     duplicate: bool
+    epoch: int = 0   # the sender's leadership epoch (fencing, see deploy/fencing.py)
 
 
 @message
@@ -324,6 +325,7 @@ class Heartbeat:
 @dataclass(frozen=True)
 class ReconnectWorker:
     masterUrl: str
+    epoch: int = 0   # the sender's leadership epoch (fencing, see deploy/fencing.py)
 
 
 @message
@@ -345,6 +347,7 @@ class LaunchExecutor:
     cores: int
     memory: int
     resources: dict[str, ResourceInformation] = field(default_factory=dict)
+    epoch: int = 0   # the sender's leadership epoch (fencing, see deploy/fencing.py)
 
 
 @message
@@ -353,6 +356,7 @@ class KillExecutor:
     masterUrl: str
     appId: str
     execId: int
+    epoch: int = 0   # the sender's leadership epoch (fencing, see deploy/fencing.py)
 
 
 @message
@@ -365,12 +369,14 @@ class LaunchDriver:
     # a worker loss). The worker echoes it in DriverStateChanged so the master can ignore
     # a stale copy's report (fencing); Spark instead gives a relaunched driver a new id.
     attempt: int = 1
+    epoch: int = 0   # the sender's leadership epoch (fencing, see deploy/fencing.py)
 
 
 @message
 @dataclass(frozen=True)
 class KillDriver:
     driverId: str
+    epoch: int = 0   # the sender's leadership epoch (fencing, see deploy/fencing.py)
 
 
 @message
@@ -398,6 +404,7 @@ class DriverStateChanged:
 @dataclass(frozen=True)
 class ApplicationFinished:
     id: str
+    epoch: int = 0   # the sender's leadership epoch (fencing, see deploy/fencing.py)
 
 
 @message
@@ -405,6 +412,7 @@ class ApplicationFinished:
 class MasterChanged:
     master: RpcEndpointRef
     masterWebUiUrl: str
+    epoch: int = 0   # the sender's leadership epoch (fencing, see deploy/fencing.py)
 
 
 @message
@@ -425,7 +433,7 @@ class WorkerDecommissioning:
 @message
 @dataclass(frozen=True)
 class DecommissionWorker:
-    pass
+    epoch: int = 0   # the sender's leadership epoch (fencing, see deploy/fencing.py)
 
 
 @message
@@ -481,6 +489,7 @@ class RegisterApplication:
 class RegisteredApplication:
     appId: str
     master: RpcEndpointRef
+    epoch: int = 0   # the sender's leadership epoch (fencing, see deploy/fencing.py)
 
 
 @message
@@ -491,6 +500,7 @@ class ExecutorAdded:
     hostPort: str
     cores: int
     memory: int
+    epoch: int = 0   # the sender's leadership epoch (fencing, see deploy/fencing.py)
 
 
 @message
@@ -501,6 +511,7 @@ class ExecutorUpdated:
     message: Optional[str]
     exitStatus: Optional[int]
     workerHost: Optional[str]
+    epoch: int = 0   # the sender's leadership epoch (fencing, see deploy/fencing.py)
 
 
 @message
@@ -509,12 +520,14 @@ class WorkerRemoved:
     id: str
     host: str
     message: str
+    epoch: int = 0   # the sender's leadership epoch (fencing, see deploy/fencing.py)
 
 
 @message
 @dataclass(frozen=True)
 class ApplicationRemoved:
     message: str
+    epoch: int = 0   # the sender's leadership epoch (fencing, see deploy/fencing.py)
 
 
 @message
@@ -694,6 +707,22 @@ class RequestReadyz:
 
 @message
 @dataclass(frozen=True)
+class RequestAppStatus:
+    """Ember addition: an app client that lost its master asks whether the (restarted or
+    new) master still knows its application; reply AppStatusResponse."""
+    appId: str
+
+
+@message
+@dataclass(frozen=True)
+class AppStatusResponse:
+    state: RecoveryState   # the master's state; only ALIVE makes `found=False` final
+    found: bool
+    epoch: int = 0
+
+
+@message
+@dataclass(frozen=True)
 class RequestKillApplication:
     """Ember addition (UI `/app/kill`): ask; master removes the app as KILLED; reply Boolean."""
     appId: str
@@ -804,6 +833,9 @@ class MasterStateResponse:
     activeDrivers: list[DriverSummary]
     completedDrivers: list[DriverSummary]
     status: RecoveryState
+    # Ember: the leadership epoch, and how long the last recovery took (-1: none yet).
+    epoch: int = 0
+    recoveryDurationMs: int = -1
 
     @property
     def uri(self) -> str:
@@ -888,7 +920,7 @@ class BoundPortsResponse:
 @message
 @dataclass(frozen=True)
 class ElectedLeader:
-    pass
+    epoch: int = 0   # grows with each election (persistence.LeaderElectionAgent)
 
 
 @message
@@ -906,7 +938,7 @@ class CheckForWorkerTimeOut:
 @message
 @dataclass(frozen=True)
 class CompleteRecovery:
-    pass
+    epoch: int = 0   # the leadership that armed the recovery timer
 
 
 # ---------------------------------------------------------------------------------------------

@@ -190,8 +190,10 @@ class StandaloneSchedulerBackend(SchedulerBackend):
 
     # --- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
-        self.client = start_app_client(self.rpc_env, self.masters, self._app_description(),
-                                       self)
+        from ember.config import read
+        self.client = start_app_client(
+            self.rpc_env, self.masters, self._app_description(), self,
+            read(self.conf, "spark.ember.appClient.reconnectTimeout"))
         self.client.registered.wait()
         if self.client.failed is not None:
             self.rpc_env.shutdown()

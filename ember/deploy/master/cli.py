@@ -164,7 +164,7 @@ def _parse_or_exit(argv: Sequence[str], usage: str) -> "MasterArguments | int":
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """`ember master [options]`: run a master in the foreground until SIGTERM / SIGINT /
-    SIGHUP, then stop it cleanly and return 0 (or the master's own exit code)."""
+    SIGHUP, then stop it cleanly and return 0."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parsed = _parse_or_exit(argv, USAGE)
     if isinstance(parsed, int):
@@ -176,12 +176,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     log_daemon_start(log)
 
     stop = threading.Event()
-    received: list[str] = []
     installed: dict[int, object] = {}
     if threading.current_thread() is threading.main_thread():
         def on_signal(signum: int, frame: object) -> None:
             name = signal.Signals(signum).name.replace("SIG", "")
-            received.append(name)
             log.error("RECEIVED SIGNAL %s", name)
             stop.set()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -199,11 +197,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"Error: {type(e).__name__}: {e}", file=sys.stderr)
             return 1
         try:
-            while not stop.is_set() and not handle.exited.is_set():
+            while not stop.is_set():
                 stop.wait(0.5)
         finally:
             handle.stop()
-        return handle.exit_code if handle.exited.is_set() and not received else 0
+        return 0
     finally:
         for sig, old in installed.items():
             signal.signal(sig, old)  # type: ignore[arg-type]

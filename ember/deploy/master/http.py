@@ -371,6 +371,9 @@ def render_master_page(s: MasterStateResponse, title: str, *, kill_enabled: bool
                     f"{len(s.completedDrivers)} Completed"),
         ("Status", Html(f"{esc(s.status)} ({link('/logPage/?' + SELF_LOG_QUERY, 'Log')})")),
     ]
+    if s.epoch or s.recoveryDurationMs >= 0:
+        last = (f"{s.recoveryDurationMs} ms" if s.recoveryDurationMs >= 0 else "none")
+        items.append(("Recovery", f"leadership epoch {s.epoch}, last recovery took {last}"))
     worker_rows = [[_worker_link(w, w.id), w.hostPort, w.state,
                     f"{w.cores} ({w.coresUsed} Used)",
                     f"{_mb(w.memory)} ({_mb(w.memoryUsed)} Used)",
@@ -492,7 +495,18 @@ def master_metrics(s: MasterStateResponse) -> PrometheusText:
             .add("ember_master_executors", "gauge", "Executors of running applications.",
                  sum(len(a.executors) for a in s.activeApps))
             .add("ember_master_alive", "gauge", "1 if this master is the ALIVE leader.",
-                 1 if s.status == RecoveryState.ALIVE else 0))
+                 1 if s.status == RecoveryState.ALIVE else 0)
+            .add("ember_master_leader", "gauge",
+                 "1 if this master leads (ALIVE or recovering), 0 if it is a STANDBY.",
+                 0 if s.status == RecoveryState.STANDBY else 1)
+            .add("ember_master_recovery_state", "gauge",
+                 "1 for the master's current recovery state (Spark's RecoveryState).",
+                 [({"state": str(st)}, 1 if st == s.status else 0) for st in RecoveryState])
+            .add("ember_master_leader_epoch", "gauge",
+                 "Leadership epoch of this master (0: no recovery mode).", s.epoch)
+            .add("ember_master_last_recovery_duration_seconds", "gauge",
+                 "How long this master's last recovery took (NaN: none yet).",
+                 s.recoveryDurationMs / 1000 if s.recoveryDurationMs >= 0 else float("nan")))
 
 
 __all__ = ["MasterWebUI", "jackson_pretty", "render_master_page", "render_app_page",

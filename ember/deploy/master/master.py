@@ -14,9 +14,17 @@ malformed frames, undecodable messages and unknown endpoint names; here any exce
 answered (a failure if nothing else), and the next message is served as usual.
 
 `start_master` assembles a daemon the way Spark's `Master.startRpcEnvAndEndpoint` + `onStart`
-do: RpcEnv "sparkMaster" (port retries in the RPC layer), the web UI (its own port
-retries), the "Master" endpoint, then leadership (recovery mode NONE: Monarchy, elected at
-once) - and returns when the master is ALIVE.
+do: RpcEnv "sparkMaster" (port retries in the RPC layer), the recovery engine and leader
+election agent of spark.deploy.recoveryMode (persistence.py), the web UI (its own port
+retries), the "Master" endpoint, then leadership - and returns once the election has begun
+(NONE / FILESYSTEM: this master leads at once, ALIVE or RECOVERING; ZOOKEEPER: it may stay
+STANDBY).
+
+Recovery: when elected, the shell reads every record back (records.py turns them into fresh
+objects bound to this RpcEnv) and feeds `BeginRecovery`; Persist / Unpersist instructions
+become engine writes, carried out in order before the replies that follow them (so a
+submission is durable before it is acknowledged). A revoked leadership is fed as
+RevokedLeadership: the state steps down to STANDBY, nothing exits.
 """
 from __future__ import annotations
 
@@ -24,12 +32,16 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Optional
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Optional
 
+from ember.deploy.master.persistence import (
+    LeaderElectionAgent, PersistenceEngine, check_recovery_conf, create_recovery,
+)
+from ember.deploy.master.records import StoredState
 from ember.deploy.master.state import (
-    Ask, Disconnected, Exit, Instruction, Log, MasterConfig, MasterState, Persist, Reply,
-    ReplyFailure, ScheduleTimer, Send, Unpersist,
+    Ask, BeginRecovery, DeleteUpload, Disconnected, Instruction, Log, MasterConfig, MasterState,
+    Persist, Reply, ReplyFailure, ScheduleTimer, Send, Unpersist,
 )
 from ember.deploy.master.uploads import AppResourceStore, UploadError
 from ember.deploy.messages import (
@@ -40,7 +52,7 @@ from ember.deploy.messages import (
     ElectedLeader, ExecutorStateChanged, RevokedLeadership,
     KillExecutors, RequestClearCompletedDriversAndApps, RequestDriverStatus, RequestExecutors,
     RequestKillAllDrivers, RequestKillApplication, RequestKillDriver, RequestMasterState,
-    RequestReadyz, RequestSubmitDriver,
+    RequestReadyz, RequestSubmitDriver, RequestAppStatus,
 )
 from ember.errors import SparkException
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv, Cancellable
@@ -59,7 +71,7 @@ ASK_MESSAGES: tuple[type, ...] = (
     ExecutorStateChanged, RequestSubmitDriver, RequestKillDriver, RequestKillAllDrivers,
     RequestDriverStatus, RequestClearCompletedDriversAndApps, RequestMasterState, RequestReadyz,
     RequestExecutors, KillExecutors, DecommissionWorkersOnHosts, BoundPortsRequest,
-    RequestKillApplication,
+    RequestKillApplication, RequestAppStatus,
 )
 
 # Ember's cluster-mode asks, served by this shell rather than the state machine: they move
@@ -70,11 +82,6 @@ SHELL_ASK_MESSAGES: tuple[type, ...] = (UploadAppResource, FetchAppResource, Req
 # Spark's master only sends itself, from DecommissionWorkersOnHosts): never from a peer.
 INTERNAL_MESSAGES: tuple[type, ...] = (ElectedLeader, RevokedLeadership, CheckForWorkerTimeOut,
                                        CompleteRecovery, DecommissionWorkers)
-
-# Recovery modes with a persistence engine / leader election that Ember does not have yet.
-# Spark treats any *other* string as NONE; these must not silently lose the recovery the user
-# asked for.
-_UNSUPPORTED_RECOVERY_MODES = ("FILESYSTEM", "ROCKSDB", "ZOOKEEPER", "CUSTOM")
 
 _LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": logging.WARNING,
            "WARNING": logging.WARNING, "ERROR": logging.ERROR}
@@ -101,10 +108,7 @@ def validate_master_conf(conf: Mapping[str, Any]) -> None:
         raise ValueError("spark.worker.timeout must be a positive number of seconds, but was "
                          f"{conf.get('spark.worker.timeout')!r}")
     RpcConf.from_conf(conf)
-    mode = str(conf.get("spark.deploy.recoveryMode", "NONE")).strip().upper()
-    if mode in _UNSUPPORTED_RECOVERY_MODES:
-        raise ValueError(f"spark.deploy.recoveryMode={mode} is not supported by Ember yet; "
-                         "only NONE is (remove the setting to run without recovery)")
+    check_recovery_conf(conf)
     max_upload_bytes(conf)
     ui_port = conf.get("spark.master.ui.port")
     if ui_port is not None:
@@ -126,17 +130,21 @@ def check_port(what: str, value: Any) -> int:
 class Master(RpcEndpoint):
     """Spark's Master endpoint: feeds every event to `MasterState`, executes the result.
 
-    `on_exit(code)` is called when the state asks the daemon to stop (RevokedLeadership);
-    it must not block (it runs on the loop thread).
+    `engine` / `agent`: the recovery engine and leader election (default: recovery mode
+    NONE's black hole and immediate leadership).
     """
 
     def __init__(self, rpc_env: RpcEnv, conf: Mapping[str, Any], *, web_ui_url: str,
                  web_ui_port: int, rest_port: Optional[int] = None,
-                 on_exit: Optional[Callable[[int], None]] = None,
-                 uploads: Optional[AppResourceStore] = None) -> None:
+                 uploads: Optional[AppResourceStore] = None,
+                 engine: Optional[PersistenceEngine] = None,
+                 agent: Optional[LeaderElectionAgent] = None) -> None:
         self.conf = dict(conf)
+        if engine is None or agent is None:
+            engine, agent = create_recovery({})
+        self.engine, self.agent = engine, agent
         self.uploads = uploads if uploads is not None else AppResourceStore(
-            max_bytes=max_upload_bytes(self.conf))
+            max_bytes=max_upload_bytes(self.conf), blobs=engine)
         # The ref setup_endpoint will hand out (equal by address and name), known before
         # registration so the state can put it in RegisteredWorker / RegisteredApplication.
         ref = rpc_env.endpoint_ref(rpc_env.address, ENDPOINT_NAME)
@@ -146,7 +154,6 @@ class Master(RpcEndpoint):
         self.web_ui_url = web_ui_url
         self.ready = threading.Event()    # set when on_start has run (ALIVE unless failed)
         self.start_error: Optional[BaseException] = None
-        self._on_exit = on_exit
         self._timers: list[Cancellable] = []
 
     # -- RpcEndpoint ------------------------------------------------------------------------
@@ -157,8 +164,7 @@ class Master(RpcEndpoint):
             log.info("Running Spark version %s", spark_version())
             logging.getLogger("ember.deploy.master.MasterWebUI").info(
                 "Bound MasterWebUI to %s, and started at %s", _ui_bind_host(), self.web_ui_url)
-            # Recovery mode NONE: MonarchyLeaderAgent elects this master at once.
-            self._feed(ElectedLeader(), None)
+            self.agent.start(self._on_elected, self._on_revoked)
         except BaseException as e:
             self.start_error = e
             raise
@@ -192,6 +198,10 @@ class Master(RpcEndpoint):
         self._feed(Disconnected(remote), None)
 
     def on_stop(self) -> None:
+        try:
+            self.agent.stop()
+        except Exception:
+            log.exception("Error while leaving the leader election")
         for timer in self._timers:
             timer.cancel()
         self._timers.clear()
@@ -260,6 +270,40 @@ class Master(RpcEndpoint):
 
         worker.endpoint.ask(msg).add_done_callback(answer)
 
+    # -- leadership ---------------------------------------------------------------------------
+
+    def _on_elected(self, epoch: int) -> None:
+        """The agent's callback (any thread): recover on the loop."""
+        if self.rpc_env._on_loop_thread():
+            self._begin_recovery(epoch)
+        else:
+            self.rpc_env.call_soon(self._begin_recovery, epoch)
+
+    def _on_revoked(self) -> None:
+        self.post_internal(RevokedLeadership())
+
+    def _begin_recovery(self, epoch: int) -> None:
+        """Spark's ElectedLeader + readPersistedData: every record back as a fresh object;
+        unreadable ones are logged with their names and left out."""
+        try:
+            records = self.engine.read_all()
+        except Exception as e:
+            log.error("Cannot read the recovery state (%r): starting without it", e)
+            records = {}
+        stored = StoredState(records, self._bind_ref)
+        for name, reason in stored.skipped:
+            log.error("Skipping record %s in the recovery store: %s", name, reason)
+        self._feed(BeginRecovery(stored.apps, stored.drivers, stored.workers,
+                                 stored.completed_apps, stored.completed_drivers,
+                                 stored.completed_seq, epoch), None)
+
+    def _bind_ref(self, ref: Any) -> Any:
+        """A stored (unbound) endpoint ref, bound to this RpcEnv so the master can send."""
+        address, name = getattr(ref, "address", None), getattr(ref, "name", None)
+        if address is None or name is None:
+            raise ValueError(f"not an endpoint ref: {ref!r}")
+        return self.rpc_env.endpoint_ref(address, name)
+
     def post_internal(self, msg: Any) -> None:
         """Feed a leadership or timer message (ElectedLeader, RevokedLeadership,
         CompleteRecovery, ...) from this process, e.g. a leader-election agent's thread.
@@ -315,14 +359,14 @@ class Master(RpcEndpoint):
                 ins.request.send_failure(SparkException(ins.error))
         elif isinstance(ins, Log):
             log.log(_LEVELS.get(ins.level, logging.INFO), "%s", ins.text)
-        elif isinstance(ins, (Persist, Unpersist)):
-            pass  # recovery mode NONE: Spark's BlackHolePersistenceEngine
+        elif isinstance(ins, Persist):
+            self.engine.persist(ins.key, ins.obj)
+        elif isinstance(ins, Unpersist):
+            self.engine.unpersist(ins.key)
+        elif isinstance(ins, DeleteUpload):
+            self.rpc_env.run_in_executor(self.uploads.delete, ins.url)
         elif isinstance(ins, ScheduleTimer):
             self._schedule_timer(ins)
-        elif isinstance(ins, Exit):
-            log.info("Master exiting with code %d", ins.code)
-            if self._on_exit is not None:
-                self._on_exit(ins.code)
         else:
             log.error("Unknown instruction from the master state: %r", ins)
 
@@ -376,17 +420,13 @@ def public_host(rpc_host: str) -> str:
 @dataclass
 class MasterHandle:
     """A running master: its RpcEnv, endpoint, web UI and URLs; `stop()` shuts all down.
-
-    `exited` is set (with `exit_code`) when the master asked to stop itself (e.g. leadership
-    revoked); the CLI waits on it as well as on signals."""
+    (A revoked leader steps down to STANDBY and keeps running: nothing stops it but this.)"""
     rpc_env: RpcEnv
     master: Master
     web_ui: Any
     url: str
     web_ui_url: str
     rest_server: Any = None
-    exited: threading.Event = field(default_factory=threading.Event)
-    exit_code: int = 0
     _stopped: bool = False
 
     @property
@@ -411,6 +451,7 @@ class MasterHandle:
         self.rpc_env.shutdown()
         self.rpc_env.await_termination(10)
         self.master.uploads.close()
+        self.master.engine.close()
 
 
 def start_master(host: str, port: int = DEFAULT_PORT, webui_port: int = DEFAULT_WEBUI_PORT,
@@ -434,25 +475,19 @@ def start_master(host: str, port: int = DEFAULT_PORT, webui_port: int = DEFAULT_
     retries = RpcConf.from_conf(conf).port_max_retries
 
     env = RpcEnv.create(SYSTEM_NAME, host, port, conf)
-    web_ui = rest = None
+    web_ui = rest = engine = None
     try:
         url = env.address.to_spark_url()
+        engine, agent = create_recovery(conf, master_url=url)
         master_ref = env.endpoint_ref(env.address, ENDPOINT_NAME)
         web_ui = MasterWebUI(master_ref, url, conf)
         bound = web_ui.start(_ui_bind_host(), webui_port, retries)
         web_ui_url = f"http://{public_host(env.address.host)}:{bound}"
-        uploads = AppResourceStore(max_bytes=max_upload_bytes(conf))
+        uploads = AppResourceStore(max_bytes=max_upload_bytes(conf), blobs=engine)
         rest, rest_port = _start_rest_server(master_ref, url, conf, env.address.host, uploads,
                                              retries)
-        handle: Optional[MasterHandle] = None
-
-        def on_exit(code: int) -> None:
-            if handle is not None:
-                handle.exit_code = code
-                handle.exited.set()
-
-        master = Master(env, conf, web_ui_url=web_ui_url, web_ui_port=bound, on_exit=on_exit,
-                        rest_port=rest_port, uploads=uploads)
+        master = Master(env, conf, web_ui_url=web_ui_url, web_ui_port=bound,
+                        rest_port=rest_port, uploads=uploads, engine=engine, agent=agent)
         handle = MasterHandle(env, master, web_ui, url, web_ui_url, rest)
         env.setup_endpoint(ENDPOINT_NAME, master)
         if not master.ready.wait(ready_timeout):
@@ -469,6 +504,8 @@ def start_master(host: str, port: int = DEFAULT_PORT, webui_port: int = DEFAULT_
                     log.debug("Error stopping %r after a failed start", server, exc_info=True)
         env.shutdown()
         env.await_termination(10)
+        if engine is not None:
+            engine.close()
         raise
 
 

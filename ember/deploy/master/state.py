@@ -13,8 +13,9 @@ How an I/O shell drives it
 --------------------------
 Create `MasterState(conf, host=..., port=..., self_ref=<master's own RpcEndpointRef>,
 web_ui_url=..., web_ui_port=..., rest_port=...)`, carry out `on_start(now_ms)` (a log line and
-the periodic `CheckForWorkerTimeOut` timer), then feed `ElectedLeader()` once leadership is
-granted (NONE recovery mode: immediately; the master stays STANDBY until then).
+the periodic `CheckForWorkerTimeOut` timer), then feed `ElectedLeader(epoch)` once leadership
+is granted with nothing persisted, or `BeginRecovery(...)` with what the persistence engine
+returned (the master stays STANDBY until then).
 
 Events (`handle(event, now_ms)`; `now_ms` = wall clock, epoch milliseconds):
 - any deploy message received with `send` (RegisterWorker, Heartbeat, WorkerLatestState,
@@ -25,13 +26,21 @@ Events (`handle(event, now_ms)`; `now_ms` = wall clock, epoch milliseconds):
   object the shell uses to route the answer (e.g. the RpcCallContext). Asks: ExecutorStateChanged
   (reply True), RequestSubmitDriver, RequestKillDriver, RequestKillAllDrivers, RequestDriverStatus,
   RequestClearCompletedDriversAndApps, RequestMasterState, RequestReadyz, RequestExecutors,
-  KillExecutors, DecommissionWorkersOnHosts, BoundPortsRequest, RequestKillApplication.
+  KillExecutors, DecommissionWorkersOnHosts, BoundPortsRequest, RequestKillApplication,
+  RequestAppStatus.
   An ask message fed without `Ask` is still handled; its reply is dropped.
 - `Disconnected(address)`: the RPC layer lost the connection to a remote RpcEnv at `address`
   (a worker's or a driver's): the worker is removed / the application FINISHED.
-- `BeginRecovery(storedApps, storedDrivers, storedWorkers)`: instead of `ElectedLeader()` when
-  the persistence engine returned data (records must be fresh objects: apps WAITING without
-  executors, drivers SUBMITTED without worker, workers ALIVE without executors).
+- `BeginRecovery(storedApps, storedDrivers, storedWorkers, storedCompletedApps,
+  storedCompletedDrivers, completedSeq, epoch)`: instead of `ElectedLeader(epoch)` when the
+  persistence engine returned data (fresh objects from `records.py`: apps WAITING without
+  executors, drivers without a worker - SUBMITTED if never launched, RUNNING if launched -,
+  workers ALIVE without executors). Recovery then follows Spark's flow (RECOVERING,
+  MasterChanged, COMPLETING_RECOVERY at CompleteRecovery(epoch) or when nothing is UNKNOWN,
+  ALIVE). `RevokedLeadership` steps down to STANDBY and forgets the cluster (Spark exits).
+
+Fencing: every message sent to a worker or driver carries `self.epoch`, the epoch of the
+current leadership; receivers refuse an older one (`ember.deploy.fencing`).
 
 Instructions (returned in order; carry them out in order):
 - `Send(target, message)`: `target.send(message)`. `target` is always an endpoint ref the
@@ -39,13 +48,15 @@ Instructions (returned in order; carry them out in order):
   driver's from RegisterApplication) - tests use plain strings as refs.
 - `Reply(request, message)`: answer the ask identified by `request` with `message`.
 - `ReplyFailure(request, error)`: fail that ask (the asker sees an exception with `error`).
-- `Persist(key, obj)` / `Unpersist(key)`: keys `app_<id>`, `driver_<id>`, `worker_<id>`; `obj`
-  is the live ApplicationInfo/DriverInfo/WorkerInfo. With spark.deploy.recoveryMode=NONE
-  (the only mode so far) the shell drops them (Spark's BlackHolePersistenceEngine).
+- `Persist(key, record)` / `Unpersist(key)`: keys `app_<id>`, `driver_<id>`, `worker_<id>`
+  (Spark's), `completed_app_<id>`, `completed_driver_<id>` (the retained lists); `record` is a
+  snapshot dict from `records.py`. The shell writes them to its PersistenceEngine, in order,
+  before the replies that follow them.
+- `DeleteUpload(url)`: an `ember-upload://` resource no active driver refers to any more
+  (its last driver left the retained list): the shell may delete it (Ember's uploads).
 - `Log(level, text)`: level "INFO" / "WARN" / "ERROR" (log4j names); texts are Spark's.
 - `ScheduleTimer(delay_ms, message, period_ms)`: feed `message` back after `delay_ms`, then
   every `period_ms` if set (CheckForWorkerTimeOut; CompleteRecovery after recoveryTimeout).
-- `Exit(code)`: stop the daemon with this exit code (RevokedLeadership -> 0).
 
 Addresses: the master keys workers and apps by the RPC address of their endpoint ref, obtained
 with `address_of(ref)` (default: `ref.address` if present, else the ref itself), so
@@ -60,6 +71,7 @@ waiting driver, `DecommissionWorkers`) are processed right after the reply inste
 from __future__ import annotations
 
 import random
+import re
 import time
 from itertools import compress
 from dataclasses import dataclass, field, replace
@@ -68,7 +80,8 @@ from typing import Any, Callable, Mapping, Optional, Union
 from ember.config import parse_bool, parse_time_seconds
 from ember.deploy.messages import (
     ApplicationDescription, ApplicationFinished, ApplicationRemoved, ApplicationState,
-    ApplicationSummary, BoundPortsRequest, BoundPortsResponse, CheckForWorkerTimeOut,
+    ApplicationSummary, AppStatusResponse, RequestAppStatus, WorkerDriverStateResponse,
+    WorkerExecutorStateResponse, BoundPortsRequest, BoundPortsResponse, CheckForWorkerTimeOut,
     CompleteRecovery, DecommissionWorker, DecommissionWorkers, DecommissionWorkersOnHosts,
     DriverDescription, DriverState, DriverStateChanged, DriverStatusResponse, DriverSummary,
     ElectedLeader, ExecutorAdded, ExecutorState, ExecutorStateChanged, ExecutorSummary,
@@ -87,8 +100,14 @@ from ember.deploy.master.scheduling import (
     allocate_worker_resource_to_executors, app_warning, parse_worker_selection_policy,
     WorkerOrder, schedule_drivers, schedule_executors_on_workers, usable_workers,
 )
+from ember.deploy.master.records import (
+    app_key, app_record, completed_app_key, completed_app_record, completed_driver_key,
+    completed_driver_record, driver_key, driver_record, worker_key, worker_record,
+)
 
 INFO, WARN, ERROR = "INFO", "WARN", "ERROR"
+_TRAILING_NUMBER = re.compile(r"(\d+)$")
+_UPLOAD_URL = re.compile(r"ember-upload://[0-9a-f]{64}/[^,\s\"']+")
 BACKUP_STANDALONE_MASTER_PREFIX = "Current state is not alive"
 
 
@@ -111,10 +130,17 @@ class Disconnected:
 
 @dataclass(frozen=True)
 class BeginRecovery:
-    """Elected leader with persisted data (Spark: ElectedLeader + readPersistedData)."""
+    """Elected leader with persisted data (Spark: ElectedLeader + readPersistedData).
+    Drivers come SUBMITTED (never launched: they wait again) or RUNNING (launched: looked
+    for on the workers). Ember also restores the retained lists; `completedSeq` is the
+    highest completion number stored, `epoch` the one this election gave."""
     storedApps: list[ApplicationInfo] = field(default_factory=list)
     storedDrivers: list[DriverInfo] = field(default_factory=list)
     storedWorkers: list[WorkerInfo] = field(default_factory=list)
+    storedCompletedApps: list[ApplicationInfo] = field(default_factory=list)
+    storedCompletedDrivers: list[DriverInfo] = field(default_factory=list)
+    completedSeq: int = 0
+    epoch: int = 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,6 +177,11 @@ class Unpersist:
 
 
 @dataclass(frozen=True)
+class DeleteUpload:
+    url: str
+
+
+@dataclass(frozen=True)
 class Log:
     level: str
     text: str
@@ -163,12 +194,8 @@ class ScheduleTimer:
     period_ms: Optional[int] = None
 
 
-@dataclass(frozen=True)
-class Exit:
-    code: int
-
-
-Instruction = Union[Send, Reply, ReplyFailure, Persist, Unpersist, Log, ScheduleTimer, Exit]
+Instruction = Union[Send, Reply, ReplyFailure, Persist, Unpersist, DeleteUpload, Log,
+                    ScheduleTimer]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -326,6 +353,20 @@ def default_address_of(ref: Any) -> Any:
     return address if address is not None else ref
 
 
+def _next_number(ids: list[str]) -> int:
+    """One more than the highest trailing number of `ids` (app-<ts>-0007 -> 8), so ids made
+    after a recovery cannot repeat recovered ones made in the same second."""
+    numbers = [int(m.group(1)) for m in map(_TRAILING_NUMBER.search, ids) if m]
+    return max(numbers) + 1 if numbers else 0
+
+
+def upload_urls(desc: DriverDescription) -> set[str]:
+    """The `ember-upload://` resources a driver uses (its app file, --py-files, --files)."""
+    texts = [desc.jarUrl, *desc.command.arguments, *desc.command.javaOpts,
+             *desc.command.environment.values()]
+    return {m.group(0) for text in texts for m in _UPLOAD_URL.finditer(text)}
+
+
 def _validate_app_desc(desc: ApplicationDescription) -> Optional[str]:
     if desc.maxCores is not None and desc.maxCores < 0:
         return f"spark.cores.max must be non-negative, got {desc.maxCores}"
@@ -361,23 +402,9 @@ class MasterState:
         self.address_of = address_of
 
         self.state = RecoveryState.STANDBY
-        # Ordered "sets" (insertion order = registration order, shown by the UI).
-        self.workers: dict[WorkerInfo, None] = {}  # includes DEAD ones until culled
-        self.idToWorker: dict[str, WorkerInfo] = {}
-        self.addressToWorker: dict[Any, WorkerInfo] = {}
-        self._hostPortToWorkers: dict[tuple[str, int], list[WorkerInfo]] = {}
-        self.apps: dict[ApplicationInfo, None] = {}
-        self.idToApp: dict[str, ApplicationInfo] = {}
-        self.waitingApps: list[ApplicationInfo] = []
-        self.addressToApp: dict[Any, ApplicationInfo] = {}
-        self.completedApps: list[ApplicationInfo] = []
-        self.nextAppNumber = 0
-        self.drivers: dict[str, DriverInfo] = {}  # active: waiting + running
-        self.waitingDrivers: list[DriverInfo] = []
-        self.completedDrivers: list[DriverInfo] = []
-        self.nextDriverNumber = 0
-        self._capacity_warned: set[str] = set()  # drivers told "no worker is big enough"
-        self.recoveryStartTimeMs = 0
+        self.epoch = 0                  # leadership epoch, carried by every instruction sent
+        self.recoveryDurationMs = -1    # how long the last recovery took (-1: none yet)
+        self._reset_cluster_state()
 
         self._now = 0
         self._out: list[Instruction] = []
@@ -405,13 +432,38 @@ class MasterState:
             RequestReadyz: self._on_request_readyz,
             RequestKillApplication: self._on_request_kill_application,
             BoundPortsRequest: self._on_bound_ports_request,
+            RequestAppStatus: self._on_request_app_status,
             ElectedLeader: self._on_elected_leader,
             BeginRecovery: self._on_begin_recovery,
-            CompleteRecovery: lambda m, r: self._complete_recovery(),
+            CompleteRecovery: self._on_complete_recovery,
             RevokedLeadership: self._on_revoked_leadership,
             CheckForWorkerTimeOut: lambda m, r: self._time_out_dead_workers(),
             Disconnected: self._on_disconnected,
         }
+
+    def _reset_cluster_state(self) -> None:
+        """Everything a leader knows about the cluster, empty (at start, and when a revoked
+        leader steps down: it keeps nothing it could act on)."""
+        # Ordered "sets" (insertion order = registration order, shown by the UI).
+        self.workers: dict[WorkerInfo, None] = {}  # includes DEAD ones until culled
+        self.idToWorker: dict[str, WorkerInfo] = {}
+        self.addressToWorker: dict[Any, WorkerInfo] = {}
+        self._hostPortToWorkers: dict[tuple[str, int], list[WorkerInfo]] = {}
+        self.apps: dict[ApplicationInfo, None] = {}
+        self.idToApp: dict[str, ApplicationInfo] = {}
+        self.waitingApps: list[ApplicationInfo] = []
+        self.addressToApp: dict[Any, ApplicationInfo] = {}
+        self.completedApps: list[ApplicationInfo] = []
+        self.nextAppNumber = 0
+        self.drivers: dict[str, DriverInfo] = {}  # active: waiting + running
+        self.waitingDrivers: list[DriverInfo] = []
+        self.completedDrivers: list[DriverInfo] = []
+        self.nextDriverNumber = 0
+        self._capacity_warned: set[str] = set()  # drivers told "no worker is big enough"
+        self.recoveryStartTimeMs = 0
+        self._completedSeq = 0  # orders the retained lists' records across restarts
+        # Recovered workers whose executors and drivers are not re-attached yet.
+        self._awaiting_worker_state: set[str] = set()
 
     # -- driving ----------------------------------------------------------------------------
 
@@ -488,7 +540,7 @@ class MasterState:
                 self._log(INFO, f"Worker has been re-registered: {m.id}")
                 worker.state = WorkerState.ALIVE
             self._send(m.worker, RegisteredWorker(self.self_ref, self.masterWebUiUrl,
-                                                  m.masterAddress, True))
+                                                  m.masterAddress, True, self.epoch))
         else:
             worker = WorkerInfo(
                 m.id, m.host, m.port, m.cores, m.memory, endpoint=m.worker,
@@ -496,9 +548,9 @@ class MasterState:
                 resources={n: list(info.addresses) for n, info in (m.resources or {}).items()},
                 lastHeartbeat=self._now)
             if self._register_worker(worker):
-                self._persist(f"worker_{worker.id}", worker)
+                self._persist(worker_key(worker.id), worker_record(worker))
                 self._send(m.worker, RegisteredWorker(self.self_ref, self.masterWebUiUrl,
-                                                      m.masterAddress, False))
+                                                      m.masterAddress, False, self.epoch))
                 self._schedule()
             else:
                 address = format_address(self.address_of(m.worker))
@@ -545,7 +597,7 @@ class MasterState:
         elif any(w.id == m.workerId for w in self.workers):
             self._log(WARN, f"Got heartbeat from unregistered worker {m.workerId}. "
                             "Asking it to re-register.")
-            self._send(m.worker, ReconnectWorker(self.masterUrl))
+            self._send(m.worker, ReconnectWorker(self.masterUrl, self.epoch))
         else:
             self._log(WARN, f"Got heartbeat from unregistered worker {m.workerId}. "
                             "This worker was never registered, so ignoring the heartbeat.")
@@ -555,14 +607,21 @@ class MasterState:
         if worker is None:
             self._log(WARN, f"Worker state from unknown worker: {m.id}")
             return
+        if worker.id in self._awaiting_worker_state:
+            # A recovered worker that re-registered before answering MasterChanged: what it
+            # runs is re-attached, not killed as unknown.
+            self._reattach(worker, [WorkerExecutorStateResponse(e) for e in m.executors],
+                           [WorkerDriverStateResponse(d) for d in m.driverIds])
+            return
         for e in m.executors:
             known = worker.executors.get(f"{e.appId}/{e.execId}")
             if known is None or known.application.id != e.appId or known.id != e.execId:
                 # The master doesn't know this executor: tell the worker to kill it.
-                self._send(worker.endpoint, KillExecutor(self.masterUrl, e.appId, e.execId))
+                self._send(worker.endpoint, KillExecutor(self.masterUrl, e.appId, e.execId,
+                                                                   self.epoch))
         for driver_id in m.driverIds:
             if driver_id not in worker.drivers:
-                self._send(worker.endpoint, KillDriver(driver_id))
+                self._send(worker.endpoint, KillDriver(driver_id, self.epoch))
 
     def _time_out_dead_workers(self) -> None:
         timeout = self.conf.worker_timeout_ms
@@ -587,7 +646,8 @@ class MasterState:
         for exec in list(worker.executors.values()):
             self._log(INFO, f"Telling app of lost executor: {exec.id}")
             self._send(exec.application.driver, ExecutorUpdated(
-                exec.id, ExecutorState.LOST, f"worker lost: {msg}", None, worker.host))
+                exec.id, ExecutorState.LOST, f"worker lost: {msg}", None, worker.host,
+                self.epoch))
             exec.state = ExecutorState.LOST
             exec.application.remove_executor(exec)
         for driver in list(worker.drivers.values()):
@@ -599,8 +659,8 @@ class MasterState:
                 self._remove_driver(driver.id, DriverState.ERROR, None)
         self._log(INFO, f"Telling app of lost worker: {worker.id}")
         for app in self.apps:
-            self._send(app.driver, WorkerRemoved(worker.id, worker.host, msg))
-        self._unpersist(f"worker_{worker.id}")
+            self._send(app.driver, WorkerRemoved(worker.id, worker.host, msg, self.epoch))
+        self._unpersist(worker_key(worker.id))
         self._schedule()
 
     def _on_worker_decommissioning(self, m: WorkerDecommissioning, request: Any) -> None:
@@ -616,7 +676,7 @@ class MasterState:
             worker = self.idToWorker.get(worker_id)
             if worker is not None:
                 self._decommission_worker(worker)
-                self._send(worker.endpoint, DecommissionWorker())
+                self._send(worker.endpoint, DecommissionWorker(self.epoch))
 
     def _on_decommission_workers_on_hosts(self, m: DecommissionWorkersOnHosts,
                                           request: Any) -> None:
@@ -640,11 +700,11 @@ class MasterState:
                 self._log(INFO, "Telling app of decommission executors")
                 self._send(exec.application.driver, ExecutorUpdated(
                     exec.id, ExecutorState.DECOMMISSIONED, "worker decommissioned", None,
-                    worker.host))
+                    worker.host, self.epoch))
                 exec.state = ExecutorState.DECOMMISSIONED
                 exec.application.remove_executor(exec)
             # On recovery do not add a decommissioned worker back.
-            self._unpersist(f"worker_{worker.id}")
+            self._unpersist(worker_key(worker.id))
         else:
             self._log(WARN, f"Skipping decommissioning worker {worker.id} on "
                             f"{worker.host}:{worker.port} as worker is already decommissioned")
@@ -658,14 +718,15 @@ class MasterState:
         problem = _validate_app_desc(desc)
         if problem is not None:
             self._log(ERROR, f"Refusing to register app {desc.name}: {problem}")
-            self._send(m.driver, ApplicationRemoved(f"Invalid application: {problem}"))
+            self._send(m.driver, ApplicationRemoved(f"Invalid application: {problem}",
+                                                        self.epoch))
             return
         self._log(INFO, f"Registering app {desc.name}")
         app = self._create_application(desc, m.driver)
         self._register_application(app)
         self._log(INFO, f"Registered app {desc.name} with ID {app.id}")
-        self._persist(f"app_{app.id}", app)
-        self._send(m.driver, RegisteredApplication(app.id, self.self_ref))
+        self._persist(app_key(app.id), app_record(app))
+        self._send(m.driver, RegisteredApplication(app.id, self.self_ref, self.epoch))
         self._schedule()
 
     def _create_application(self, desc: ApplicationDescription, driver: Any) -> ApplicationInfo:
@@ -717,6 +778,8 @@ class MasterState:
             del self.addressToApp[address]
         retained = self.conf.retained_applications
         if len(self.completedApps) >= retained:
+            for old in self.completedApps[:max(retained // 10, 1)]:
+                self._unpersist(completed_app_key(old.id))
             del self.completedApps[:max(retained // 10, 1)]
         self.completedApps.append(app)
         if app in self.waitingApps:
@@ -724,18 +787,20 @@ class MasterState:
         for exec in list(app.executors.values()):
             self._kill_executor(exec)
         app.mark_finished(state, self._now)
+        self._completedSeq += 1
+        self._persist(completed_app_key(app.id), completed_app_record(app, self._completedSeq))
         if state != ApplicationState.FINISHED:
-            self._send(app.driver, ApplicationRemoved(str(state)))
-        self._unpersist(f"app_{app.id}")
+            self._send(app.driver, ApplicationRemoved(str(state), self.epoch))
+        self._unpersist(app_key(app.id))
         self._schedule()
         # Tell all workers the application has finished, so they can clean up its state.
         for worker in self.workers:
-            self._send(worker.endpoint, ApplicationFinished(app.id))
+            self._send(worker.endpoint, ApplicationFinished(app.id, self.epoch))
 
     def _kill_executor(self, exec: ExecutorDesc) -> None:
         exec.worker.remove_executor(exec)
         self._send(exec.worker.endpoint,
-                   KillExecutor(self.masterUrl, exec.application.id, exec.id))
+                   KillExecutor(self.masterUrl, exec.application.id, exec.id, self.epoch))
         exec.state = ExecutorState.KILLED
 
     def _on_executor_state_changed(self, m: ExecutorStateChanged, request: Any) -> None:
@@ -758,7 +823,8 @@ class MasterState:
         exec.state = m.state
         if m.state == ExecutorState.RUNNING:
             app.reset_retry_count()
-        self._send(app.driver, ExecutorUpdated(m.execId, m.state, m.message, m.exitStatus, None))
+        self._send(app.driver, ExecutorUpdated(m.execId, m.state, m.message, m.exitStatus, None,
+                                               self.epoch))
         if m.state.isFinished():
             self._log(INFO, f"Removing executor {exec.fullId} because it is {m.state}")
             # A finished app keeps its executors so the UI shows them.
@@ -840,7 +906,7 @@ class MasterState:
             return
         self._log(INFO, f"Driver submitted {desc.command.mainClass}")
         driver = self._create_driver(desc)
-        self._persist(f"driver_{driver.id}", driver)
+        self._persist(driver_key(driver.id), driver_record(driver))
         self.waitingDrivers.append(driver)
         self.drivers[driver.id] = driver
         self._schedule()
@@ -885,7 +951,7 @@ class MasterState:
             self.waitingDrivers.remove(driver)
             return True
         if driver.worker is not None:
-            self._send(driver.worker.endpoint, KillDriver(driver.id))
+            self._send(driver.worker.endpoint, KillDriver(driver.id, self.epoch))
         return False
 
     def _on_request_kill_all_drivers(self, m: RequestKillAllDrivers, request: Any) -> None:
@@ -934,6 +1000,10 @@ class MasterState:
             self._log(WARN, f"Ignoring {m.state} of {m.driverId} attempt {m.attempt}: attempt "
                             f"{driver.attempt} is the current one")
             return
+        if driver is None and any(d.id == m.driverId for d in self.completedDrivers):
+            # A worker re-sends the final states of drivers that ended around a failover.
+            self._log(INFO, f"Driver {m.driverId} has already finished; ignoring {m.state}")
+            return
         if driver is not None and m.exitStatus is not None:
             driver.exitStatus = m.exitStatus
         if m.state in (DriverState.ERROR, DriverState.FINISHED, DriverState.KILLED,
@@ -946,6 +1016,11 @@ class MasterState:
     def _on_request_clear_completed(self, m: Any, request: Any) -> None:
         self._log(INFO, f"Asked to clear {len(self.completedDrivers)} completed drivers and "
                         f"{len(self.completedApps)} completed apps.")
+        for driver in self.completedDrivers:
+            self._unpersist(completed_driver_key(driver.id))
+        for app in self.completedApps:
+            self._unpersist(completed_app_key(app.id))
+        self._forget_uploads(self.completedDrivers)
         self.completedDrivers.clear()
         self.completedApps.clear()
         self._reply(request, True)
@@ -954,8 +1029,11 @@ class MasterState:
         self._log(INFO, f"Launching driver {driver.id} on worker {worker.id}")
         worker.add_driver(driver)
         driver.worker = worker
+        # Recorded as launched before it is sent: a master that dies in between looks for
+        # it on the workers after recovery instead of launching it a second time.
+        self._persist(driver_key(driver.id), driver_record(driver))
         self._send(worker.endpoint, LaunchDriver(driver.id, driver.desc, driver.resources,
-                                                 driver.attempt))
+                                                 driver.attempt, self.epoch))
         driver.state = DriverState.RUNNING
 
     def _remove_driver(self, driver_id: str, final_state: DriverState,
@@ -967,16 +1045,29 @@ class MasterState:
         self._log(INFO, f"Removing driver: {driver_id} ({final_state})")
         retained = self.conf.retained_drivers
         if len(self.completedDrivers) >= retained:
+            dropped = self.completedDrivers[:max(retained // 10, 1)]
+            for old in dropped:
+                self._unpersist(completed_driver_key(old.id))
             del self.completedDrivers[:max(retained // 10, 1)]
+            self._forget_uploads(dropped)
         self.completedDrivers.append(driver)
-        self._unpersist(f"driver_{driver.id}")
+        self._unpersist(driver_key(driver.id))
         driver.state = final_state
         driver.exception = exception
+        self._completedSeq += 1
+        self._persist(completed_driver_key(driver.id),
+                      completed_driver_record(driver, self._completedSeq))
         if driver in self.waitingDrivers:
             self.waitingDrivers.remove(driver)
         if driver.worker is not None:
             driver.worker.remove_driver(driver)
         self._schedule()
+
+    def _forget_uploads(self, dropped: list[DriverInfo]) -> None:
+        """Uploads of drivers leaving the retained list that no active driver still uses."""
+        used = set().union(*(upload_urls(d.desc) for d in self.drivers.values()))
+        for url in sorted(set().union(*(upload_urls(d.desc) for d in dropped)) - used):
+            self._out.append(DeleteUpload(url))
 
     def _relaunch_driver(self, driver: DriverInfo) -> None:
         """Place a supervised driver whose worker was lost again, under the same id and the
@@ -992,7 +1083,7 @@ class MasterState:
         driver.attempt += 1
         driver.state = DriverState.SUBMITTED
         self._log(INFO, f"Driver {driver.id} will be relaunched as attempt {driver.attempt}")
-        self._persist(f"driver_{driver.id}", driver)
+        self._persist(driver_key(driver.id), driver_record(driver))
         self.waitingDrivers.append(driver)
         self._schedule()
 
@@ -1017,40 +1108,69 @@ class MasterState:
             [application_summary(a, now) for a in self.completedApps],
             [driver_summary(d) for d in self.drivers.values()],
             [driver_summary(d) for d in self.completedDrivers],
-            self.state)
+            self.state, self.epoch, self.recoveryDurationMs)
 
     # -- leadership and recovery ------------------------------------------------------------
 
     def _on_elected_leader(self, m: ElectedLeader, request: Any) -> None:
-        # Nothing persisted (recovery mode NONE): straight to ALIVE.
+        # Nothing persisted (or recovery mode NONE): straight to ALIVE.
+        if self.state != RecoveryState.STANDBY:
+            self._log(WARN, f"Elected leader again (epoch {m.epoch}) while {self.state}; "
+                            "ignoring")
+            return
+        self.epoch = m.epoch
         self.state = RecoveryState.ALIVE
         self._log(INFO, f"I have been elected leader! New state: {self.state}")
 
     def _on_begin_recovery(self, m: BeginRecovery, request: Any) -> None:
-        if not (m.storedApps or m.storedDrivers or m.storedWorkers):
-            self._on_elected_leader(ElectedLeader(), request)
+        if self.state != RecoveryState.STANDBY:
+            self._log(WARN, f"Elected leader again (epoch {m.epoch}) while {self.state}; "
+                            "ignoring")
             return
+        self._restore_completed(m)
+        if not (m.storedApps or m.storedDrivers or m.storedWorkers):
+            self._on_elected_leader(ElectedLeader(m.epoch), request)
+            return
+        self.epoch = m.epoch
         self.state = RecoveryState.RECOVERING
         self._log(INFO, f"I have been elected leader! New state: {self.state}")
         self.recoveryStartTimeMs = self._now
+        changed = MasterChanged(self.self_ref, self.masterWebUiUrl, self.epoch)
         for app in m.storedApps:
             self._log(INFO, f"Trying to recover app: {app.id}")
             self._register_application(app)
             app.state = ApplicationState.UNKNOWN
-            self._send(app.driver, MasterChanged(self.self_ref, self.masterWebUiUrl))
+            self._send(app.driver, changed)
         for driver in m.storedDrivers:
-            # Drivers on now-lost workers are relaunched when the worker is found missing.
             self.drivers[driver.id] = driver
+            if driver.state == DriverState.SUBMITTED:
+                # Never launched: it waits for resources again (Spark would declare it lost).
+                self.waitingDrivers.append(driver)
+            # Launched ones are re-attached by their worker, or found missing at the end.
         for worker in m.storedWorkers:
             self._log(INFO, f"Trying to recover worker: {worker.id}")
             self._register_worker(worker)
             worker.state = WorkerState.UNKNOWN
             worker.lastHeartbeat = self._now  # transient in Spark: reset on read
-            self._send(worker.endpoint, MasterChanged(self.self_ref, self.masterWebUiUrl))
+            self._awaiting_worker_state.add(worker.id)
+            self._send(worker.endpoint, changed)
+        self.nextAppNumber = max(self.nextAppNumber, _next_number(
+            [a.id for a in m.storedApps] + [a.id for a in self.completedApps]))
+        self.nextDriverNumber = max(self.nextDriverNumber, _next_number(
+            [d.id for d in m.storedDrivers] + [d.id for d in self.completedDrivers]))
         if self._can_complete_recovery():
             self._complete_recovery()
         else:
-            self._out.append(ScheduleTimer(self.conf.recovery_timeout_ms, CompleteRecovery()))
+            self._out.append(ScheduleTimer(self.conf.recovery_timeout_ms,
+                                           CompleteRecovery(self.epoch)))
+
+    def _restore_completed(self, m: BeginRecovery) -> None:
+        """The retained lists as they were (newest last), trimmed to today's limits."""
+        self.completedApps = list(m.storedCompletedApps)[-self.conf.retained_applications:]
+        self.completedDrivers = list(m.storedCompletedDrivers)[-self.conf.retained_drivers:]
+        self._completedSeq = max(self._completedSeq, m.completedSeq)
+        self.nextAppNumber = _next_number([a.id for a in self.completedApps])
+        self.nextDriverNumber = _next_number([d.id for d in self.completedDrivers])
 
     def _can_complete_recovery(self) -> bool:
         return (not any(w.state == WorkerState.UNKNOWN for w in self.workers)
@@ -1060,10 +1180,11 @@ class MasterState:
         app = self.idToApp.get(m.appId)
         if app is not None:
             self._log(INFO, f"Application has been re-registered: {m.appId}")
-            app.state = ApplicationState.WAITING
+            if app.state == ApplicationState.UNKNOWN:
+                app.state = ApplicationState.WAITING
         else:
             self._log(WARN, f"Master change ack from unknown app: {m.appId}")
-        if self._can_complete_recovery():
+        if self.state == RecoveryState.RECOVERING and self._can_complete_recovery():
             self._complete_recovery()
 
     def _on_worker_scheduler_state_response(self, m: WorkerSchedulerStateResponse,
@@ -1074,26 +1195,48 @@ class MasterState:
         else:
             self._log(INFO, f"Worker has been re-registered: {m.id}")
             worker.state = WorkerState.ALIVE
-            for resp in m.execResponses:
-                app = self.idToApp.get(resp.desc.appId)
-                if app is None:
-                    continue
-                d = resp.desc
-                exec = app.add_executor(worker, d.cores, d.memoryMb, dict(resp.resources),
-                                        d.rpId, useId=d.execId)
-                worker.add_executor(exec)
-                worker.recover_resources(resp.resources)
-                exec.copy_state(d)
-            for resp in m.driverResponses:
-                driver = self.drivers.get(resp.driverId)
-                if driver is not None:
-                    driver.worker = worker
-                    driver.state = DriverState.RUNNING
-                    driver.resources = dict(resp.resources)
-                    worker.recover_resources(resp.resources)
-                    worker.add_driver(driver)
-        if self._can_complete_recovery():
+            self._reattach(worker, m.execResponses, m.driverResponses)
+        if self.state == RecoveryState.RECOVERING and self._can_complete_recovery():
             self._complete_recovery()
+
+    def _reattach(self, worker: WorkerInfo, executors: list[WorkerExecutorStateResponse],
+                  drivers: list[WorkerDriverStateResponse]) -> None:
+        """Take back what a recovered worker runs. Idempotent (a worker may report twice:
+        WorkerSchedulerStateResponse and, after re-registering, WorkerLatestState). Work the
+        recovered master has no record of (its app or driver ended meanwhile) is killed."""
+        self._awaiting_worker_state.discard(worker.id)
+        for resp in executors:
+            d = resp.desc
+            app = self.idToApp.get(d.appId)
+            if app is None:
+                self._log(WARN, f"Killing executor {d.appId}/{d.execId} on {worker.id}: its "
+                                "application is not known after recovery")
+                self._send(worker.endpoint,
+                           KillExecutor(self.masterUrl, d.appId, d.execId, self.epoch))
+                continue
+            if d.execId in app.executors:
+                continue
+            exec = app.add_executor(worker, d.cores, d.memoryMb, dict(resp.resources),
+                                    d.rpId, useId=d.execId)
+            worker.add_executor(exec)
+            worker.recover_resources(resp.resources)
+            exec.copy_state(d)
+        for resp in drivers:
+            driver = self.drivers.get(resp.driverId)
+            if driver is None or (driver.worker is not None and driver.worker is not worker):
+                self._log(WARN, f"Killing driver {resp.driverId} on {worker.id}: it is not "
+                                "known after recovery")
+                self._send(worker.endpoint, KillDriver(resp.driverId, self.epoch))
+                continue
+            if driver.worker is worker:
+                continue
+            if driver in self.waitingDrivers:
+                self.waitingDrivers.remove(driver)
+            driver.worker = worker
+            driver.state = DriverState.RUNNING
+            driver.resources = dict(resp.resources)
+            worker.recover_resources(resp.resources)
+            worker.add_driver(driver)
 
     def _complete_recovery(self) -> None:
         if self.state != RecoveryState.RECOVERING:
@@ -1106,7 +1249,8 @@ class MasterState:
         for app in self.apps:
             if app.state == ApplicationState.WAITING:
                 app.state = ApplicationState.RUNNING
-        for driver in [d for d in self.drivers.values() if d.worker is None]:
+        for driver in [d for d in self.drivers.values()
+                       if d.worker is None and d not in self.waitingDrivers]:
             self._log(WARN, f"Driver {driver.id} was not found after master recovery")
             if driver.desc.supervise:
                 self._log(WARN, f"Re-launching {driver.id}")
@@ -1114,14 +1258,29 @@ class MasterState:
             else:
                 self._remove_driver(driver.id, DriverState.ERROR, None)
                 self._log(WARN, f"Did not re-launch {driver.id} because it was not supervised")
+        self._awaiting_worker_state.clear()
         self.state = RecoveryState.ALIVE
         self._schedule()
-        self._log(INFO, f"Recovery complete in {self._now - self.recoveryStartTimeMs} ms - "
+        self.recoveryDurationMs = self._now - self.recoveryStartTimeMs
+        self._log(INFO, f"Recovery complete in {self.recoveryDurationMs} ms - "
                         "resuming operations!")
 
+    def _on_complete_recovery(self, m: CompleteRecovery, request: Any) -> None:
+        if m.epoch == self.epoch:   # a timer armed in an earlier leadership does nothing
+            self._complete_recovery()
+
     def _on_revoked_leadership(self, m: RevokedLeadership, request: Any) -> None:
-        self._log(ERROR, "Leadership has been revoked -- master shutting down.")
-        self._out.append(Exit(0))
+        """Step down at once and keep nothing to act on; a later election recovers from the
+        persisted records (Spark exits the process instead)."""
+        if self.state == RecoveryState.STANDBY:
+            return
+        self._log(ERROR, "Leadership has been revoked -- stepping down to STANDBY.")
+        self.state = RecoveryState.STANDBY
+        self._reset_cluster_state()
+
+    def _on_request_app_status(self, m: RequestAppStatus, request: Any) -> None:
+        self._reply(request, AppStatusResponse(self.state, m.appId in self.idToApp,
+                                               self.epoch))
 
     def _on_disconnected(self, m: Disconnected, request: Any) -> None:
         # The disconnected client could be a worker or an app; remove whichever it was.
@@ -1210,9 +1369,9 @@ class MasterState:
         app = exec.application
         self._send(worker.endpoint, LaunchExecutor(
             self.masterUrl, app.id, exec.id, exec.rpId, app.desc, exec.cores, exec.memory,
-            exec.resources))
+            exec.resources, self.epoch))
         self._send(app.driver, ExecutorAdded(exec.id, worker.id, worker.hostPort, exec.cores,
-                                             exec.memory))
+                                             exec.memory, self.epoch))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1246,7 +1405,7 @@ def driver_summary(d: DriverInfo) -> DriverSummary:
 
 __all__ = [
     "MasterState", "MasterConfig", "Ask", "Disconnected", "BeginRecovery", "Send", "Reply",
-    "ReplyFailure", "Persist", "Unpersist", "Log", "ScheduleTimer", "Exit", "Instruction",
+    "ReplyFailure", "Persist", "Unpersist", "DeleteUpload", "Log", "ScheduleTimer", "Instruction",
     "INFO", "WARN", "ERROR", "BACKUP_STANDALONE_MASTER_PREFIX", "megabytes_to_string",
     "bytes_to_string", "format_timestamp", "format_address", "worker_summary",
     "application_summary", "driver_summary", "executor_summary",

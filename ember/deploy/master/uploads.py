@@ -7,6 +7,11 @@ the worker chosen for the driver fetches them back by URL and checks the SHA-256
 them. Content addressing makes a re-upload free and a supervised relaunch safe (the bytes
 never change under a URL).
 
+Where the bytes live is the recovery engine's business (`PersistenceEngine.put_blob`): a
+private temporary directory without recovery, the recovery directory with FILESYSTEM (so a
+driver that was waiting when the master died still finds its files after a restart), and
+whatever the ZooKeeper mode chooses.
+
 Nothing here trusts the client: names are reduced to a plain file name, the checksum is
 recomputed, size is bounded, and lookups only ever join a validated hex digest and a plain
 name under the store's directory.
@@ -14,15 +19,18 @@ name under the store's directory.
 from __future__ import annotations
 
 import hashlib
-import os
+import logging
 import re
-import shutil
-import tempfile
 import threading
-from typing import Optional
+import time
+from typing import Any, Optional
 from urllib.parse import quote, unquote, urlparse
 
 SCHEME = "ember-upload"
+# An upload is kept at least this long after it was last put, whatever the master says: a
+# client uploads first and submits next, and its driver must find the file.
+KEEP_RECENT_S = 3600.0
+log = logging.getLogger("ember.deploy.master.uploads")
 DEFAULT_MAX_BYTES = 100 * 1024 * 1024
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _BAD_NAME = re.compile(r"[\x00-\x1f/\\]")
@@ -53,13 +61,23 @@ def parse_upload_url(url: str) -> tuple[str, str]:
 
 
 class AppResourceStore:
-    """Content-addressed files under one directory (a fresh temporary one by default, removed
-    by `close`). Thread-safe: the RPC loop and the REST thread both put and get."""
+    """Content-addressed resources, kept as blobs `<sha256>/<name>` in a directory `root`, or
+    in a PersistenceEngine `blobs`, or, with neither, in a private temporary directory
+    removed by `close`. Thread-safe: the RPC loop and the REST thread both put and
+    get."""
 
-    def __init__(self, root: Optional[str] = None, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
-        self._owned = root is None
-        self.root = root or tempfile.mkdtemp(prefix="ember-master-uploads-")
-        os.makedirs(self.root, exist_ok=True)
+    def __init__(self, root: Optional[str] = None, max_bytes: int = DEFAULT_MAX_BYTES,
+                 blobs: Any = None) -> None:
+        from ember.deploy.master.persistence import BlackHolePersistenceEngine, BlobDirectory
+        self._owned: Optional[BlackHolePersistenceEngine] = None
+        if root is not None:
+            directory = BlobDirectory(root)
+            self._put, self._get, self._delete = directory.put, directory.get, directory.delete
+        else:
+            if blobs is None:
+                blobs = self._owned = BlackHolePersistenceEngine()
+            self._put, self._get, self._delete = blobs.put_blob, blobs.get_blob, blobs.delete_blob
+        self._last_put: dict[str, float] = {}   # key -> monotonic time of its last put
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
 
@@ -73,29 +91,38 @@ class AppResourceStore:
         if sha256 is not None and sha256.lower() != digest:
             raise UploadError(f"Checksum mismatch for {name}: the client sent {sha256}, "
                               f"the master received {digest}")
-        folder = os.path.join(self.root, digest)
-        path = os.path.join(folder, name)
+        key = f"{digest}/{name}"
         with self._lock:
-            if not os.path.isfile(path):
-                os.makedirs(folder, exist_ok=True)
-                tmp = path + ".part"
-                with open(tmp, "wb") as f:
-                    f.write(data)
-                os.replace(tmp, path)
+            self._last_put[key] = time.monotonic()
+            if self._get(key) is None:
+                self._put(key, data)
         return upload_url(digest, name)
 
     def get(self, url: str) -> tuple[bytes, str]:
         """(data, sha256) of an uploaded resource; UploadError if the URL names none."""
         sha, name = parse_upload_url(url)
-        try:
-            with open(os.path.join(self.root, sha, name), "rb") as f:
-                return f.read(), sha
-        except OSError:
-            raise UploadError(f"No uploaded resource {url} on this master") from None
+        data = self._get(f"{sha}/{name}")
+        if data is None:
+            raise UploadError(f"No uploaded resource {url} on this master")
+        return data, sha
+
+    def delete(self, url: str, keep_recent_s: float = KEEP_RECENT_S) -> bool:
+        """Delete a resource no driver needs any more, unless it was put in the last
+        `keep_recent_s` seconds (a submission may be on its way). Returns whether it went."""
+        sha, name = parse_upload_url(url)
+        key = f"{sha}/{name}"
+        with self._lock:
+            last = self._last_put.get(key)
+            if last is not None and time.monotonic() - last < keep_recent_s:
+                return False
+            self._last_put.pop(key, None)
+            self._delete(key)
+        log.info("Deleted uploaded resource %s: no driver uses it any more", url)
+        return True
 
     def close(self) -> None:
-        if self._owned:
-            shutil.rmtree(self.root, ignore_errors=True)
+        if self._owned is not None:
+            self._owned.close()
 
 
 def sha256_hex(data: bytes) -> str:

@@ -26,7 +26,14 @@ Deliberate deviations from Spark:
   `ember-upload://` resources from the active master (a blocking ask made on the runner's
   thread), and the ask RequestDriverLog serves a driver's stdout/stderr to the master;
 - a LaunchDriver for a driver already running here is ignored (Spark would start a second
-  runner and lose track of the first).
+  runner and lose track of the first);
+- fencing: every instruction from a master carries its leadership epoch, and one from an
+  older epoch than the newest seen is refused (`EpochFence`), so a deposed master can
+  neither launch nor kill anything here;
+- on MasterChanged the worker first re-sends the final states of the drivers that ended
+  here (a report sent while the master was down is lost), then answers
+  WorkerSchedulerStateResponse, so a recovered master never declares a driver that finished
+  during the failover lost (and never relaunches it).
 """
 from __future__ import annotations
 
@@ -52,6 +59,7 @@ from ember.deploy.messages import (
     WorkerDriverStateResponse, WorkerExecutorStateResponse, WorkerLatestState,
     WorkerSchedulerStateResponse, WorkerStateResponse,
 )
+from ember.deploy.fencing import EpochFence
 from ember.deploy.resources import ResourceError, get_or_discover_all_resources
 from ember.deploy.worker.config import WorkerConf, local_root_dirs
 from ember.deploy.worker.driver_runner import DriverRunner
@@ -71,6 +79,11 @@ __all__ = ["Worker", "WorkerDaemon", "WorkerSettings", "WorkerStartError", "ENDP
 SYSTEM_NAME = "sparkWorker"
 ENDPOINT_NAME = "Worker"
 MASTER_ENDPOINT_NAME = "Master"
+RESEND_SLACK_S = 10.0   # driver reports this long before a lost connection may be lost too
+# What only the active master may tell a worker: refused from an older leadership epoch.
+_FENCED_MESSAGES = (RegisteredWorker, ReconnectWorker, MasterChanged, LaunchExecutor,
+                    KillExecutor, ApplicationFinished, LaunchDriver, KillDriver,
+                    DecommissionWorker)
 
 # Spark's Worker companion constants (§4.2)
 FUZZ_MULTIPLIER_INTERVAL_LOWER_BOUND = 0.500
@@ -291,6 +304,12 @@ class Worker(RpcEndpoint):
         self.drivers: dict[str, DriverRunner] = {}
         self.finished_drivers: OrderedDict[str, DriverRunner] = OrderedDict()
         self.app_directories: dict[str, list[str]] = {}
+        self.fence = EpochFence()
+        # Final states of drivers that ended here (monotonic time, report), and since when a
+        # report may have been lost (the master's connection dropped): re-sent on reconnect.
+        self.driver_final_states: OrderedDict[str, tuple[float, DriverStateChanged]] = \
+            OrderedDict()
+        self._resend_since: Optional[float] = None
         self.cores_used = 0
         self.memory_used = 0
         # custom resources (spark.worker.resource.*): all addresses, and those in use
@@ -439,6 +458,7 @@ class Worker(RpcEndpoint):
         log.info("Successfully registered with master %s", url)
         self.registered = True
         self._change_master(m.master, m.masterWebUiUrl, m.masterAddress)
+        self._resend_driver_final_states(m.master)
         if self._heartbeat_timer is None:
             self._heartbeat_timer = self.rpc_env.schedule_periodic(
                 0.0, self.wconf.heartbeat_interval, self._send_heartbeat)
@@ -451,6 +471,20 @@ class Worker(RpcEndpoint):
         m.master.send(WorkerLatestState(
             self.worker_id, [r.description() for r in self.executors.values()],
             list(self.drivers)))
+
+    def _resend_driver_final_states(self, master: RpcEndpointRef) -> None:
+        """Reports of drivers that ended since the connection to the master dropped (a few
+        seconds of slack for reports sent just before the drop was noticed) may be lost:
+        send them again, before anything that lets the master conclude a driver is gone."""
+        since = self._resend_since
+        self._resend_since = None
+        if since is None:
+            return
+        for ended, report in self.driver_final_states.values():
+            if ended >= since:
+                log.info("Re-sending the final state %s of driver %s", report.state,
+                         report.driverId)
+                master.send(report)
 
     def _send_heartbeat(self) -> None:
         """A heartbeat is fire-and-forget: one sent while the connection to the master is up
@@ -475,6 +509,8 @@ class Worker(RpcEndpoint):
             log.info("%s Disassociated !", remote)
             log.error("Connection to master failed! Waiting for master to reconnect...")
             self.connected = False
+            if self._resend_since is None:
+                self._resend_since = time.monotonic() - RESEND_SLACK_S
             self._register_with_master()
 
     # -- messages ----------------------------------------------------------------------------
@@ -482,6 +518,11 @@ class Worker(RpcEndpoint):
     def receive(self, msg: Any, sender: RpcAddress) -> None:
         if self.stopped:
             return
+        if isinstance(msg, _FENCED_MESSAGES):
+            refusal = self.fence.refusal(msg)
+            if refusal is not None:
+                log.warning("%s", refusal)
+                return
         if isinstance(msg, RegisteredWorker):
             self._on_registered(msg)
         elif isinstance(msg, RegisterWorkerFailed):
@@ -552,6 +593,8 @@ class Worker(RpcEndpoint):
     def _on_master_changed(self, m: MasterChanged) -> None:
         log.info("Master has changed, new master is at %s", m.master.address.to_spark_url())
         self._change_master(m.master, m.masterWebUiUrl, m.master.address)
+        self.registered = True
+        self._resend_driver_final_states(m.master)
         executors = [WorkerExecutorStateResponse(r.description(), dict(r.resources))
                      for r in self.executors.values()]
         drivers = [WorkerDriverStateResponse(r.driverId, dict(r.resources))
@@ -795,6 +838,10 @@ class Worker(RpcEndpoint):
         else:
             log.info("Driver %s changed state to %s", m.driverId, m.state)
         self._send_to_master(m)
+        if m.state in (DriverState.FINISHED, DriverState.FAILED, DriverState.KILLED,
+                       DriverState.ERROR):
+            self.driver_final_states[m.driverId] = (time.monotonic(), m)
+            trim_finished(self.driver_final_states, self.wconf.retained_drivers)
         runner = self.drivers.pop(m.driverId, None)
         if runner is not None:
             self.finished_drivers[m.driverId] = runner

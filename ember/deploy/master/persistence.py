@@ -1,0 +1,425 @@
+"""Where a master keeps what must outlive it, and how it learns it leads: Spark's
+PersistenceEngine and LeaderElectionAgent, chosen by `spark.deploy.recoveryMode`.
+
+Why: with recovery mode NONE the master is the control plane's single point of failure;
+kill -9 loses every submitted driver, the retained lists and every uploaded resource.
+With FILESYSTEM (one master restarted in place) or ZOOKEEPER (standby masters) the master
+writes a record per application, driver and worker at the moments Spark's master does, and
+a newly elected leader reads them back and runs the recovery flow (state.py).
+
+Records are plain dicts (built by `records.py`) encoded with the RPC layer's data-only
+msgpack codec inside a versioned envelope, never pickle: a record file or znode that an
+attacker or a disk error changed can at worst be refused. A record that cannot be decoded,
+is truncated or carries an unknown version is logged with its name and skipped, so one bad
+record never keeps the master from starting and recovering the rest.
+
+Uploaded app resources (`ember-upload://`) are blobs in the same engine: under the recovery
+directory with FILESYSTEM (they survive a restart), a private temporary directory with NONE.
+
+The epoch: every election hands the leader an int that grows with each election (ZooKeeper:
+the election's sequence number; FILESYSTEM: a counter kept in the recovery directory and
+incremented at each start; NONE: 0, which means "unfenced", there being one master only).
+Every instruction a master sends to workers and drivers carries it, and they refuse an older
+one than the newest they have seen (fencing.py), so a deposed master can launch nothing.
+"""
+from __future__ import annotations
+
+import abc
+import logging
+import os
+import re
+import shutil
+import tempfile
+import threading
+from typing import Any, Callable, Mapping, Optional
+
+from ember.rpc.messages import MessageDecodeError, decode, encode
+
+log = logging.getLogger("ember.deploy.master.PersistenceEngine")
+
+RECORD_VERSION = 1
+RECOVERY_MODES = ("NONE", "FILESYSTEM", "ZOOKEEPER")
+# Spark modes Ember does not implement: refused rather than silently run without recovery.
+UNSUPPORTED_RECOVERY_MODES = ("ROCKSDB", "CUSTOM")
+EPOCH_FILE = ".leader_epoch"
+UPLOADS_DIR = "uploads"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,254}")
+_BAD_PART = re.compile(r"[\x00-\x1f\\]")
+
+
+class RecoveryError(ValueError):
+    """A recovery set-up the master cannot run with; the message is one line for the CLI."""
+
+
+class RecordError(ValueError):
+    """A stored record that cannot be read back (corrupt, truncated, unknown version)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Record encoding (shared by every engine)
+# ---------------------------------------------------------------------------------------------
+
+def encode_record(record: dict) -> bytes:
+    """A record dict -> bytes: msgpack of {"version": 1, "record": record} (data only)."""
+    return encode({"version": RECORD_VERSION, "record": record})
+
+
+def decode_record(data: bytes) -> dict:
+    """Bytes from `encode_record` -> the record dict; RecordError if they are not."""
+    try:
+        envelope = decode(data)
+    except MessageDecodeError as e:
+        raise RecordError(f"undecodable ({e})") from None
+    if not isinstance(envelope, dict) or "version" not in envelope:
+        raise RecordError("not a versioned record")
+    if envelope["version"] != RECORD_VERSION:
+        raise RecordError(f"unknown record version {envelope['version']!r} "
+                          f"(this master reads version {RECORD_VERSION})")
+    record = envelope.get("record")
+    if not isinstance(record, dict):
+        raise RecordError("the record is not a map")
+    return record
+
+
+def check_record_name(name: str) -> str:
+    """Record names are plain identifiers (`app_<id>`, ...), usable as a file or znode name."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or name in (".", ".."):
+        raise ValueError(f"Invalid record name {name!r}")
+    return name
+
+
+def blob_key_parts(key: str) -> list[str]:
+    """A blob key's path parts (`<sha256>/<file name>`): no empty, dot or control parts."""
+    parts = key.split("/") if isinstance(key, str) else []
+    if not parts or len(parts) > 4 or any(
+            not p or p in (".", "..") or len(p) > 255 or _BAD_PART.search(p) for p in parts):
+        raise ValueError(f"Invalid blob key {key!r}")
+    return parts
+
+
+# ---------------------------------------------------------------------------------------------
+# Interfaces
+# ---------------------------------------------------------------------------------------------
+
+class PersistenceEngine(abc.ABC):
+    """Spark's PersistenceEngine: named records and uploaded blobs. Thread-safe (the master's
+    loop persists records, upload threads put blobs)."""
+
+    @abc.abstractmethod
+    def persist(self, name: str, record: dict) -> None:
+        """Write `record` under `name` atomically (replacing an older one)."""
+
+    @abc.abstractmethod
+    def unpersist(self, name: str) -> None:
+        """Remove the record `name` (no error if it is not there)."""
+
+    @abc.abstractmethod
+    def read_all(self) -> dict[str, dict]:
+        """Every readable record by name; unreadable ones are logged with the name, skipped."""
+
+    @abc.abstractmethod
+    def put_blob(self, key: str, data: bytes) -> None:
+        """Keep `data` under `key` (uploaded app resources); returns once it is durable."""
+
+    @abc.abstractmethod
+    def get_blob(self, key: str) -> Optional[bytes]:
+        """The blob under `key`, or None."""
+
+    @abc.abstractmethod
+    def delete_blob(self, key: str) -> None:
+        """Remove a blob (no error if it is not there)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the engine's resources (a temporary blob directory, a connection)."""
+
+
+class LeaderElectionAgent(abc.ABC):
+    """Spark's LeaderElectionAgent: tells the master when it leads and when it no longer does."""
+
+    @abc.abstractmethod
+    def start(self, on_elected: Callable[[int], None], on_revoked: Callable[[], None]) -> None:
+        """Begin; `on_elected(epoch)` / `on_revoked()` may be called from another thread.
+        The epoch grows with each election."""
+
+    @abc.abstractmethod
+    def stop(self) -> None:
+        """Leave the election (a leader steps down)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Files
+# ---------------------------------------------------------------------------------------------
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Write-then-rename with fsync of the file and of its directory: after a crash `path`
+    holds either the old or the new bytes, never a mix."""
+    folder = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path)[:100] + ".", suffix=".tmp",
+                               dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    fsync_dir(folder)
+
+
+def fsync_dir(folder: str) -> None:
+    try:
+        dfd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
+
+
+class BlobDirectory:
+    """Blobs as files under `root`, each written atomically; keys checked by
+    `blob_key_parts`, so no key can name a path outside `root`."""
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.abspath(root)
+        os.makedirs(self.root, exist_ok=True)
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.root, *blob_key_parts(key))
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_atomically(path, data)
+
+    def get(self, key: str) -> Optional[bytes]:
+        try:
+            with open(self._path(key), "rb") as f:
+                return f.read()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return
+        folder = os.path.dirname(path)
+        if folder != self.root:
+            try:
+                os.rmdir(folder)   # only when empty
+            except OSError:
+                pass
+
+
+class BlackHolePersistenceEngine(PersistenceEngine):
+    """Recovery mode NONE (Spark's BlackHolePersistenceEngine): records go nowhere. Uploaded
+    blobs still live as long as the master, in a temporary directory removed by close()."""
+
+    def __init__(self) -> None:
+        self._blobs = BlobDirectory(tempfile.mkdtemp(prefix="ember-master-uploads-"))
+
+    def persist(self, name: str, record: dict) -> None:
+        pass
+
+    def unpersist(self, name: str) -> None:
+        pass
+
+    def read_all(self) -> dict[str, dict]:
+        return {}
+
+    def put_blob(self, key: str, data: bytes) -> None:
+        self._blobs.put(key, data)
+
+    def get_blob(self, key: str) -> Optional[bytes]:
+        return self._blobs.get(key)
+
+    def delete_blob(self, key: str) -> None:
+        self._blobs.delete(key)
+
+    def close(self) -> None:
+        shutil.rmtree(self._blobs.root, ignore_errors=True)
+
+
+class FileSystemPersistenceEngine(PersistenceEngine):
+    """Recovery mode FILESYSTEM: one file per record in the recovery directory (Spark's
+    layout), written atomically; uploads under `<dir>/uploads/`. Raises RecoveryError if
+    the directory cannot be created or written."""
+
+    def __init__(self, directory: str) -> None:
+        self.dir = os.path.abspath(directory)
+        check_writable_dir(self.dir)
+        self._blobs = BlobDirectory(os.path.join(self.dir, UPLOADS_DIR))
+        self._lock = threading.Lock()   # unpersist vs. a concurrent persist of the same name
+
+    def persist(self, name: str, record: dict) -> None:
+        data = encode_record(record)
+        with self._lock:
+            write_atomically(os.path.join(self.dir, check_record_name(name)), data)
+
+    def unpersist(self, name: str) -> None:
+        with self._lock:
+            try:
+                os.unlink(os.path.join(self.dir, check_record_name(name)))
+            except FileNotFoundError:
+                return
+            fsync_dir(self.dir)
+
+    def read_all(self) -> dict[str, dict]:
+        out: dict[str, dict] = {}
+        for name in sorted(os.listdir(self.dir)):
+            path = os.path.join(self.dir, name)
+            if name.startswith(".") or not os.path.isfile(path):
+                continue   # temporary files, the epoch counter, the uploads directory
+            if not _NAME.fullmatch(name):
+                log.warning("Skipping %s in the recovery directory %s: not a record name",
+                            name, self.dir)
+                continue
+            try:
+                with open(path, "rb") as f:
+                    out[name] = decode_record(f.read())
+            except (OSError, RecordError) as e:
+                log.error("Skipping record %s in the recovery directory %s: %s", name,
+                          self.dir, e)
+        return out
+
+    def put_blob(self, key: str, data: bytes) -> None:
+        self._blobs.put(key, data)
+
+    def get_blob(self, key: str) -> Optional[bytes]:
+        return self._blobs.get(key)
+
+    def delete_blob(self, key: str) -> None:
+        self._blobs.delete(key)
+
+    def close(self) -> None:
+        pass
+
+
+def check_writable_dir(directory: str) -> None:
+    """Create `directory` if needed and prove it is writable, or raise RecoveryError."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-check.", dir=directory)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise RecoveryError(f"The recovery directory {directory} is not writable: "
+                            f"{e.strerror or e}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Leader election without ZooKeeper
+# ---------------------------------------------------------------------------------------------
+
+class MonarchyLeaderAgent(LeaderElectionAgent):
+    """Spark's MonarchyLeaderAgent: the only master leads from the start. With an
+    `epoch_file` (FILESYSTEM) the epoch is a counter kept there and incremented at each
+    start, so a master restarted on the recovery directory outranks its previous life."""
+
+    def __init__(self, epoch_file: Optional[str] = None) -> None:
+        self.epoch_file = epoch_file
+
+    def next_epoch(self) -> int:
+        if self.epoch_file is None:
+            return 0
+        previous = 0
+        try:
+            with open(self.epoch_file, "rb") as f:
+                previous = int(f.read().strip() or b"0")
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError) as e:
+            # A counter we cannot read must not go backwards: start above any plausible one.
+            log.error("Cannot read the leader epoch %s (%s); starting a new epoch range",
+                      self.epoch_file, e)
+            previous = 1 << 32
+        epoch = previous + 1
+        write_atomically(self.epoch_file, str(epoch).encode())
+        return epoch
+
+    def start(self, on_elected: Callable[[int], None], on_revoked: Callable[[], None]) -> None:
+        on_elected(self.next_epoch())
+
+    def stop(self) -> None:
+        pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Choosing by spark.deploy.recoveryMode
+# ---------------------------------------------------------------------------------------------
+
+def recovery_mode(conf: Mapping[str, Any], warn: Callable[[str], None] = log.warning) -> str:
+    """NONE, FILESYSTEM or ZOOKEEPER. An unknown value is NONE, as in Spark (whose master
+    matches the known names and falls back to the black hole), plus a warning naming it;
+    Spark modes Ember does not implement raise RecoveryError."""
+    raw = str(conf.get("spark.deploy.recoveryMode", "NONE")).strip()
+    mode = raw.upper()
+    if mode in RECOVERY_MODES:
+        return mode
+    if mode in UNSUPPORTED_RECOVERY_MODES:
+        raise RecoveryError(f"spark.deploy.recoveryMode={mode} is not supported by Ember; "
+                            "use FILESYSTEM or ZOOKEEPER")
+    warn(f"Unknown spark.deploy.recoveryMode {raw!r}: running without recovery (NONE); "
+         "the known modes are NONE, FILESYSTEM and ZOOKEEPER")
+    return "NONE"
+
+
+def recovery_directory(conf: Mapping[str, Any]) -> str:
+    directory = str(conf.get("spark.deploy.recoveryDirectory", "") or "").strip()
+    if not directory:
+        raise RecoveryError("spark.deploy.recoveryDirectory must be set when "
+                            "spark.deploy.recoveryMode=FILESYSTEM")
+    return directory
+
+
+def check_recovery_conf(conf: Mapping[str, Any]) -> None:
+    """What `validate_master_conf` checks before binding anything (RecoveryError)."""
+    mode = recovery_mode(conf, warn=lambda text: None)
+    if mode == "FILESYSTEM":
+        check_writable_dir(os.path.abspath(recovery_directory(conf)))
+    elif mode == "ZOOKEEPER":
+        from ember.deploy.master.zookeeper import ZooKeeperSettings
+        ZooKeeperSettings(conf)   # the URL, directory and timeouts, each named when wrong
+
+
+def create_recovery(conf: Mapping[str, Any], *, master_url: str = "",
+                    **kwargs: Any) -> tuple[PersistenceEngine, LeaderElectionAgent]:
+    """The engine and election agent for `spark.deploy.recoveryMode`. NONE: black hole and
+    immediate leadership (epoch 0); FILESYSTEM: records in spark.deploy.recoveryDirectory
+    and immediate leadership with a persisted epoch counter; ZOOKEEPER: the ZooKeeper
+    engine and election (`ember.deploy.master.zookeeper.create_recovery(conf, master_url=...,
+    **kwargs)`). Raises RecoveryError for a set-up the master cannot run with."""
+    mode = recovery_mode(conf)
+    if mode == "FILESYSTEM":
+        directory = os.path.abspath(recovery_directory(conf))
+        log.info("Persisting recovery state to directory: %s", directory)
+        engine = FileSystemPersistenceEngine(directory)
+        return engine, MonarchyLeaderAgent(os.path.join(directory, EPOCH_FILE))
+    if mode == "ZOOKEEPER":
+        try:
+            from ember.deploy.master import zookeeper
+        except ImportError as e:
+            raise RecoveryError("spark.deploy.recoveryMode=ZOOKEEPER is not available: "
+                                f"{e}") from None
+        log.info("Persisting recovery state to ZooKeeper")
+        return zookeeper.create_recovery(conf, master_url=master_url, **kwargs)
+    return BlackHolePersistenceEngine(), MonarchyLeaderAgent()
+
+
+__all__ = ["PersistenceEngine", "LeaderElectionAgent", "BlackHolePersistenceEngine",
+           "FileSystemPersistenceEngine", "MonarchyLeaderAgent", "BlobDirectory",
+           "RecoveryError", "RecordError", "RECORD_VERSION", "encode_record", "decode_record",
+           "check_record_name", "blob_key_parts", "write_atomically", "recovery_mode",
+           "recovery_directory", "check_recovery_conf", "create_recovery",
+           "check_writable_dir"]
