@@ -119,6 +119,12 @@ def test_kill_9_of_the_leader_during_a_cluster_mode_job(ha, tmp_path):
     c.start_master(old)
     assert c.wait_master_status(old, ("STANDBY",)) == "STANDBY"
     assert c.leader() == new
+    # Every master's /json and UI page name the leader (issue 12 item 6).
+    leader_url = f"spark://127.0.0.1:{c.master_ports[new]}"
+    for i in (old, new):
+        assert c.master_json(i, "/json/leaderurl") == {"leaderurl": leader_url}
+        with urllib.request.urlopen(f"http://127.0.0.1:{c.master_uis[i]}/", timeout=5) as r:
+            assert leader_url in r.read().decode()
 
 
 def test_a_waiting_driver_launches_after_failover_with_its_uploaded_resources(ha, tmp_path):

@@ -25,7 +25,7 @@ _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
 
 MASTER_JSON_FIELDS = ("url", "workers", "aliveworkers", "cores", "coresused", "memory",
                       "memoryused", "resources", "resourcesused", "activeapps", "completedapps",
-                      "activedrivers", "completeddrivers", "status")
+                      "activedrivers", "completeddrivers", "status", "leaderurl")
 
 
 def java_date_string(epoch_ms: int) -> str:
@@ -163,6 +163,9 @@ def _master_field(s: MasterStateResponse, name: str, alive: list[WorkerSummary])
         return [driver_info_json(d) for d in s.completedDrivers]
     if name == "status":
         return str(s.status)
+    if name == "leaderurl":
+        # Ember: which master leads (null when no leader is known), next to Spark's status.
+        return s.leaderUrl
     raise KeyError(name)
 
 

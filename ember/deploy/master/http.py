@@ -41,6 +41,7 @@ import html
 import json
 import logging
 import re
+from dataclasses import replace
 from typing import Any, Callable, Mapping, Optional
 from urllib.parse import quote, urlsplit
 
@@ -165,9 +166,13 @@ class MasterWebUI:
     """HTTP server of the master on its own thread + asyncio loop (see the module doc)."""
 
     def __init__(self, master_ref: RpcEndpointRef, master_url: str,
-                 conf: Optional[Mapping[str, Any]] = None) -> None:
+                 conf: Optional[Mapping[str, Any]] = None, *,
+                 current_leader: Optional[Callable[[], Optional[str]]] = None) -> None:
         self.master_ref = master_ref
         self.master_url = master_url
+        # The leader election's view of who leads (LeaderElectionAgent.current_leader): a
+        # standby names the leader with it. Blocking, so it runs on an executor thread.
+        self.current_leader = current_leader
         conf = conf or {}
         self.title = str(conf.get("spark.master.ui.title") or f"Spark Master at {master_url}")
         self.kill_enabled = _conf_flag(conf, "spark.ui.killEnabled", True)
@@ -212,8 +217,18 @@ class MasterWebUI:
     async def _ask(self, msg: Any) -> Any:
         return await asyncio.wrap_future(self.master_ref.ask(msg))
 
-    async def _json(self, request: web.Request) -> web.Response:
+    async def _master_state(self) -> MasterStateResponse:
+        """The master's snapshot; on a standby, with the leader the election names (the
+        state machine only knows itself)."""
         state = await self._ask(RequestMasterState())
+        if state.leaderUrl is None and self.current_leader is not None:
+            leader = await asyncio.get_running_loop().run_in_executor(None, self.current_leader)
+            if leader:
+                state = replace(state, leaderUrl=leader)
+        return state
+
+    async def _json(self, request: web.Request) -> web.Response:
+        state = await self._master_state()
         m = _JSON_FIELD.search(request.path)
         if m is None:
             doc = master_state_json(state)
@@ -225,7 +240,7 @@ class MasterWebUI:
                             charset="utf-8")
 
     async def _root(self, request: web.Request) -> web.Response:
-        state = await self._ask(RequestMasterState())
+        state = await self._master_state()
         return html_response(render_master_page(state, self.title,
                                                 kill_enabled=self.kill_enabled,
                                                 history_server_url=self.history_server_url))
@@ -245,7 +260,7 @@ class MasterWebUI:
         return await serve_log(request, _parse_own_log, raw=True)
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        return prometheus_response(master_metrics(await self._ask(RequestMasterState())))
+        return prometheus_response(master_metrics(await self._master_state()))
 
     async def _kill_app(self, request: web.Request) -> web.Response:
         return await self._kill(request, RequestKillApplication)
@@ -371,6 +386,8 @@ def render_master_page(s: MasterStateResponse, title: str, *, kill_enabled: bool
                     f"{len(s.completedDrivers)} Completed"),
         ("Status", Html(f"{esc(s.status)} ({link('/logPage/?' + SELF_LOG_QUERY, 'Log')})")),
     ]
+    if s.leaderUrl is not None:
+        items.append(("Leader", s.leaderUrl))
     if s.epoch or s.recoveryDurationMs >= 0:
         last = (f"{s.recoveryDurationMs} ms" if s.recoveryDurationMs >= 0 else "none")
         items.append(("Recovery", f"leadership epoch {s.epoch}, last recovery took {last}"))

@@ -146,6 +146,12 @@ class LeaderElectionAgent(abc.ABC):
     def stop(self) -> None:
         """Leave the election (a leader steps down)."""
 
+    def current_leader(self) -> Optional[str]:
+        """The spark:// URL of the master that leads now, as the election knows it; None when
+        unknown. May block (it can ask ZooKeeper): never call it on the master's loop. A
+        monarchy has no other master to name, so this one says None."""
+        return None
+
 
 # ---------------------------------------------------------------------------------------------
 # Files
