@@ -326,3 +326,45 @@ def test_a_driver_whose_master_never_comes_back_gives_up_within_the_reconnect_ti
         assert time.time() - t0 < 60
         assert client.returncode != 0
         assert "All masters are unresponsive! Giving up." in stderr, stderr[-3000:]
+
+
+def test_a_submission_the_store_cannot_write_is_refused_then_retried(tmp_path):
+    """The recovery directory is swapped for a file: the master's record write fails, so the
+    submission is answered with a failure and nothing runs; the client asks again, and once
+    the directory is back the submission is recorded before it is acknowledged."""
+    from ember.deploy.client import RpcGateway
+    from ember.deploy.master.master import start_master
+    from ember.deploy.messages import NOT_RECORDED_PREFIX, RequestSubmitDriver
+    from ember.deploy.submission import SubmitError
+    from ember.rpc import RpcEnv
+    from tests.test_master_state import driver_desc
+
+    recovery, moved = tmp_path / "recovery", tmp_path / "moved"
+    master = start_master("127.0.0.1", 0, 0, {**recovery_conf(str(recovery)),
+                                              "spark.master.rest.enabled": "false"})
+    client = RpcEnv.create("test", "127.0.0.1", 0, {}, client_mode=True)
+    try:
+        os.rename(recovery, moved)
+        recovery.write_text("not a directory")
+        ref = client.endpoint_ref(master.rpc_env.address, "Master")
+        refused = ref.ask_sync(RequestSubmitDriver(driver_desc()), timeout=10)
+        assert not refused.success and refused.message.startswith(NOT_RECORDED_PREFIX)
+        assert master.master.state.drivers == {}
+        with pytest.raises(SubmitError, match="Could not record"):
+            RpcGateway(master.url, {"spark.rpc.askTimeout": "1s"}).submit(
+                {}, _app_spec(tmp_path), "file:/x.py", {})
+
+        def restore() -> None:
+            os.remove(recovery)
+            os.rename(moved, recovery)
+        threading.Timer(1.0, restore).start()
+        gw = RpcGateway(master.url, {"spark.rpc.askTimeout": "20s"})
+        try:
+            driver_id = gw.submit({}, _app_spec(tmp_path), "file:/x.py", {})
+        finally:
+            gw.close()
+        assert list(master.master.state.drivers) == [driver_id]
+        assert (recovery / f"driver_{driver_id}").exists()
+    finally:
+        client.shutdown()
+        master.stop()

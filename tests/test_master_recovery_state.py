@@ -5,6 +5,8 @@ instructions wrote, throw the MasterState away, feed the records to a new one.""
 from __future__ import annotations
 
 import os
+import queue
+from dataclasses import replace
 
 import pytest
 
@@ -15,10 +17,12 @@ from ember.deploy.master.persistence import (
 )
 from ember.deploy.master.records import StoredState, no_bind
 from ember.deploy.master.state import (
-    Ask, BeginRecovery, MasterState, Persist, ScheduleTimer, Unpersist,
+    Ask, BeginRecovery, MasterState, Persist, Reply, ScheduleTimer, Unpersist,
 )
+from ember.deploy.json_protocol import master_state_json
+from ember.deploy.master.http import render_master_page
 from ember.deploy.messages import (
-    AppStatusResponse, ApplicationState, CompleteRecovery, DriverState, DriverStateChanged,
+    NOT_RECORDED_PREFIX, AppStatusResponse, ApplicationState, CompleteRecovery, DriverState, DriverStateChanged,
     ElectedLeader, ExecutorDescription, ExecutorState, KillDriver, KillExecutor, LaunchDriver,
     LaunchExecutor, MasterChangeAcknowledged, MasterChanged, MasterInStandby, RecoveryState, RegisteredApplication,
     RegisteredWorker, RequestAppStatus, RequestSubmitDriver, RevokedLeadership,
@@ -116,6 +120,15 @@ def test_epoch_counter_grows_with_each_start(tmp_path):
     none: list[int] = []
     MonarchyLeaderAgent().start(none.append, lambda: None)
     assert none == [0]
+
+
+def test_the_only_master_stands_again_with_a_new_epoch_after_relinquishing(tmp_path):
+    agent = MonarchyLeaderAgent(str(tmp_path / ".leader_epoch"))
+    elected: "queue.Queue[int]" = queue.Queue()
+    agent.start(elected.put, lambda: None)
+    assert elected.get(timeout=10) == 1
+    agent.relinquish()
+    assert elected.get(timeout=10) == 2
 
 
 def test_recovery_modes(tmp_path):
@@ -365,3 +378,84 @@ def test_uploads_are_deleted_when_their_last_driver_leaves_the_retained_list(tmp
     assert store.delete(url, keep_recent_s=0) is True
     with pytest.raises(ValueError, match="No uploaded resource"):
         store.get(url)
+
+
+# -- a record that cannot be written is never acknowledged ------------------------------------
+
+def carry_out(m: MasterState, out: list, failing: str) -> tuple[list, list]:
+    """What the shell does with a batch when the engine cannot write keys starting with
+    `failing`: the instructions carried out before the failed gated write, and the batch of
+    the PersistFailed it feeds back."""
+    done = []
+    for i in out:
+        if isinstance(i, Persist) and i.failure is not None and i.key.startswith(failing):
+            return done, m.handle(replace(i.failure, error="OSError: No space left"), NOW)
+        done.append(i)
+    raise AssertionError(f"no gated write of {failing} in {out}")
+
+
+def test_a_submission_whose_record_fails_is_refused_and_leaves_no_trace():
+    m = leader(1)
+    register_worker(m, "worker-1")
+    _, out = submit_driver(m)
+    done, failed = carry_out(m, out, "driver_")
+    assert not msgs(done, LaunchDriver) and not [i for i in done if isinstance(i, Reply)]
+    answer = reply(failed)
+    assert not answer.success and answer.driverId is None
+    assert answer.message.startswith(NOT_RECORDED_PREFIX) and "No space left" in answer.message
+    s = m.master_state_response()
+    assert s.activeDrivers == [] and s.workers[0].coresUsed == 0 and not m.waitingDrivers
+    # The client asks again and this time the write succeeds.
+    resp, out = submit_driver(m)
+    assert resp.success and len(msgs(out, LaunchDriver)) == 1
+
+
+def test_a_worker_whose_record_fails_is_forgotten_and_its_work_goes_elsewhere():
+    m = leader(1)
+    app_id, _ = register_app(m, "driver-a")
+    resp, _ = submit_driver(m)                            # waits: no worker yet
+    ref, out = register_worker(m, "worker-1")
+    assert msgs(out, LaunchExecutor) and msgs(out, LaunchDriver)   # what schedule() decided
+    done, failed = carry_out(m, out, "worker_")
+    assert not msgs(done, RegisteredWorker) and not msgs(done, LaunchExecutor)
+    assert "worker-1" not in m.idToWorker and not m.workers
+    assert m.idToApp[app_id].executors == {} and m.idToApp[app_id].coresGranted == 0
+    assert [d.id for d in m.waitingDrivers] == [resp.driverId]
+    assert m.drivers[resp.driverId].state == DriverState.SUBMITTED
+    assert not msgs(failed)                                # no answer: the worker retries
+    # Its registration retry succeeds: everything is launched there, once.
+    _, out = register_worker(m, "worker-1", ref=ref)
+    assert len(msgs(out, RegisteredWorker)) == 1 and len(msgs(out, LaunchDriver)) == 1
+    assert len(msgs(out, LaunchExecutor)) == 1
+
+
+def test_a_worker_record_failure_moves_its_driver_to_another_worker():
+    m = leader(1)
+    register_worker(m, "worker-1", cores=1, memory=256)    # too small for the driver
+    resp, _ = submit_driver(m)
+    _, out = register_worker(m, "worker-2", host="10.0.0.2")
+    _, failed = carry_out(m, out, "worker_")
+    assert not msgs(failed, LaunchDriver)                   # nowhere else big enough
+    register_worker(m, "worker-3", host="10.0.0.3")
+    assert m.drivers[resp.driverId].worker.id == "worker-3"
+
+
+def test_an_application_whose_record_fails_is_not_registered():
+    m = leader(1)
+    register_worker(m, "worker-1")
+    app_id, out = register_app(m, "driver-a")
+    done, failed = carry_out(m, out, "app_")
+    assert not msgs(done, RegisteredApplication) and not msgs(done, LaunchExecutor)
+    assert not msgs(failed) and app_id not in m.idToApp and not m.apps and not m.waitingApps
+    assert m.master_state_response().workers[0].coresUsed == 0
+    again, out = register_app(m, "driver-a")                # the app client's retry
+    assert again is not None and len(msgs(out, LaunchExecutor)) == 1
+
+
+def test_json_names_the_leader():
+    m = leader(1)
+    assert master_state_json(m)["leaderurl"] == "spark://m:7077"
+    standby = MasterState({}, host="s", port=7078, self_ref=MASTER, web_ui_url="http://s:8080")
+    assert master_state_json(standby, "leaderurl") == {"leaderurl": None}
+    assert "Leader" not in render_master_page(standby.master_state_response(), "t")
+    assert "spark://m:7077" in render_master_page(m.master_state_response(), "t")

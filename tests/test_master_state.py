@@ -349,7 +349,8 @@ def test_register_application_ids_and_launches():
     assert app_id == "app-20250101000000-0000"
     assert logs(out)[:2] == ["Registering app PythonPi",
                              "Registered app PythonPi with ID app-20250101000000-0000"]
-    assert Persist(f"app_{app_id}", app_record(m.idToApp[app_id])) in out
+    assert [(i.key, i.obj) for i in out if isinstance(i, Persist)] == [
+        (f"app_{app_id}", app_record(m.idToApp[app_id]))]
     assert msgs(out, target="driver-A")[0] == RegisteredApplication(app_id, MASTER)
     launch = msgs(out, LaunchExecutor, w)[0]
     assert (launch.masterUrl, launch.appId, launch.execId, launch.rpId, launch.cores,

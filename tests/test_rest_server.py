@@ -10,11 +10,12 @@ from typing import Any, Iterator, Optional
 
 import pytest
 
-from ember.deploy.master.uploads import AppResourceStore
+from ember.deploy.master.uploads import AppResourceStore, UploadError
 from ember.deploy.messages import (
     DriverState, DriverStatusResponse, KillAllDriversResponse, KillDriverResponse,
     RequestClearCompletedDriversAndApps, RequestDriverStatus, RequestKillAllDrivers,
     RequestKillDriver, RequestReadyz, RequestSubmitDriver, SubmitDriverResponse,
+    UploadAppResource, UploadAppResourceResponse,
 )
 from ember.deploy.rest import jws
 from ember.deploy.rest.client import (
@@ -26,6 +27,8 @@ from ember.rpc import RpcCallContext, RpcEndpoint, RpcEnv
 
 BASE = "/v1/submissions"
 DRIVER_ID = "driver-20240101000000-0000"
+STANDBY_TEXT = ("Current state is not alive: STANDBY. Can only accept driver submissions in "
+                "ALIVE state.")
 SECRET = "s" * 32
 AUTH_CONF = {"spark.authenticate": "true", "spark.authenticate.secret": SECRET}
 STANDBY = "Current state is not alive: STANDBY. Can only kill drivers in ALIVE state."
@@ -44,6 +47,7 @@ class FakeMaster(RpcEndpoint):
                                            None)
         self.fail: set[type] = set()
         self.silent: set[type] = set()
+        self.uploads: Optional[AppResourceStore] = None
 
     def receive_and_reply(self, msg: Any, context: RpcCallContext) -> None:
         self.received.append(msg)
@@ -66,6 +70,16 @@ class FakeMaster(RpcEndpoint):
             context.reply(True)
         elif isinstance(msg, RequestReadyz):
             context.reply(self.ready)
+        elif isinstance(msg, UploadAppResource) and self.uploads is not None:
+            # As the real master: stored only while ALIVE (`ready` here), UploadError refused.
+            if not self.ready:
+                context.reply(UploadAppResourceResponse(False, None, STANDBY_TEXT))
+                return
+            try:
+                context.reply(UploadAppResourceResponse(
+                    True, self.uploads.put(msg.name, msg.data, msg.sha256), ""))
+            except UploadError as e:
+                context.reply(UploadAppResourceResponse(False, None, str(e)))
         else:
             super().receive_and_reply(msg, context)
 
@@ -99,6 +113,7 @@ def serve(masters):
     def make(conf: Optional[dict] = None, uploads: Optional[AppResourceStore] = None,
              ) -> tuple[StandaloneRestServer, FakeMaster]:
         fake, ref = masters()
+        fake.uploads = uploads
         server = StandaloneRestServer(ref, "spark://127.0.0.1:7077", conf or {}, uploads)
         servers.append(server)
         server.start("127.0.0.1", 0, 0)
@@ -442,7 +457,11 @@ def test_upload_round_trip_and_refusals(serve, tmp_path) -> None:
                           sha256(big).hexdigest())
     assert status == 413
     assert call(server, "GET", f"{BASE}/upload")[0] == 405
-    assert fake.received == []
+    assert all(isinstance(m, UploadAppResource) for m in fake.received)
+    # A master that is not the ALIVE leader stores nothing: the client tries the next one.
+    fake.ready = False
+    status, body = upload(server, "other.py", data, sha256(data).hexdigest())
+    assert status == 503 and body["message"] == STANDBY_TEXT
 
 
 def test_upload_without_store_and_with_client(serve, tmp_path) -> None:

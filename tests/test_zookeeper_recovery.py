@@ -223,6 +223,24 @@ def test_one_leader_epochs_grow_and_a_stopped_leader_hands_over_at_once(zookeepe
     engine_b.persist("app_2", {"id": "2"})
 
 
+def test_a_leader_that_relinquishes_hands_over_and_stands_again(zookeeper, closing):
+    """What a master does when it cannot read its records right after its election."""
+    conf = conf_for(zookeeper)
+    a, _, cb_a = start_agent(conf, closing, "spark://a:7077")
+    assert cb_a.next()[0] == "elected"
+    epoch_a = a.epoch
+    b, _, cb_b = start_agent(conf, closing, "spark://b:7077")
+    wait_until(lambda: b.session.connected.is_set(), what="b connected")
+    assert cb_b.quiet(0.5)
+    a.relinquish()
+    assert cb_a.next() == ("revoked",)
+    assert cb_b.next() == ("elected", b.epoch) and b.epoch > epoch_a
+    wait_until(lambda: a.current_leader() == "spark://b:7077", what="a sees b lead")
+    assert not a.is_leader and cb_a.quiet(1.0)     # a stands again, behind b
+    b.stop()
+    assert cb_a.next() == ("elected", a.epoch) and a.epoch > b.epoch
+
+
 def expire_session(zk, client: KazooClient) -> None:
     """Expire `client`'s session on the server, as a pause longer than the timeout does:
     a second connection with the same session id closes it."""

@@ -23,7 +23,8 @@ from typing import Any, Callable, Mapping, Optional, Protocol, TextIO, TypeVar
 from ember.config import parse_time_seconds
 from ember.deploy.messages import (
     DriverDescription, DriverLogResponse, DriverStatusResponse, RequestDriverLog,
-    RequestDriverStatus, RequestKillDriver, RequestSubmitDriver, UploadAppResource,
+    NOT_RECORDED_PREFIX, RequestDriverStatus, RequestKillDriver, RequestSubmitDriver,
+    UploadAppResource,
 )
 from ember.deploy.master.uploads import sha256_hex
 from ember.deploy.submission import AppSpec, SubmitError, driver_description
@@ -141,7 +142,7 @@ class RpcGateway:
                     self.active = ref
                     return answer
             self.active = None   # the leader we knew is gone or no longer leads
-            waiting = all(_not_alive(a) for _, a in answers)
+            waiting = all(_worth_retrying(a) for _, a in answers)
             if timed_out or not waiting or time.monotonic() + delay > deadline:
                 break
             sleep(delay)
@@ -189,10 +190,11 @@ class RpcGateway:
         self.env.shutdown()
 
 
-def _not_alive(answer: Any) -> bool:
-    """A standby's (or a recovering master's) refusal: "Current state is not alive: ..."."""
+def _worth_retrying(answer: Any) -> bool:
+    """A standby's (or a recovering master's) refusal, "Current state is not alive: ...", or
+    a leader that could not record the request and so did nothing with it."""
     text = getattr(answer, "message", None) or getattr(answer, "exception", None) or ""
-    return isinstance(text, str) and text.startswith(NOT_ALIVE_PREFIX)
+    return isinstance(text, str) and text.startswith((NOT_ALIVE_PREFIX, NOT_RECORDED_PREFIX))
 
 
 class RestGateway:

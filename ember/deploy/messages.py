@@ -633,6 +633,11 @@ class DriverStatusResponse:
 # -- Ember extensions for cluster deploy mode: resources without a shared file system, and
 # -- driver logs through the master.
 
+# Ember: the start of the answer of a leader that could not write a submission's record to
+# its recovery store and so changed nothing: clients may ask again (client.py).
+NOT_RECORDED_PREFIX = "Could not record the submission in the recovery store"
+
+
 @message
 @dataclass(frozen=True)
 class UploadAppResource:
@@ -836,6 +841,9 @@ class MasterStateResponse:
     # Ember: the leadership epoch, and how long the last recovery took (-1: none yet).
     epoch: int = 0
     recoveryDurationMs: int = -1
+    # Ember: the spark:// URL of the leading master (this one while it leads; a standby
+    # fills in the one the leader election names), None when none is known.
+    leaderUrl: Optional[str] = None
 
     @property
     def uri(self) -> str:

@@ -46,7 +46,7 @@ from ember.deploy.master.state import (
 from ember.deploy.master.uploads import AppResourceStore, UploadError
 from ember.deploy.messages import (
     AppResourceData, DriverLogResponse, FetchAppResource, RequestDriverLog, UploadAppResource,
-    UploadAppResourceResponse, RecoveryState,
+    UploadAppResourceResponse, RecoveryState, NOT_RECORDED_PREFIX,
     BoundPortsRequest, CheckForWorkerTimeOut, CompleteRecovery, DecommissionWorkers,
     DecommissionWorkersOnHosts,
     ElectedLeader, ExecutorStateChanged, RevokedLeadership,
@@ -227,6 +227,12 @@ class Master(RpcEndpoint):
         except UploadError as e:
             context.reply(UploadAppResourceResponse(False, None, str(e)))
             return
+        except Exception as e:   # the engine could not store it: not acknowledged as kept
+            log.error("Cannot store uploaded resource %s: %r", msg.name, e)
+            context.reply(UploadAppResourceResponse(
+                False, None, f"{NOT_RECORDED_PREFIX} ({type(e).__name__}: {e}); "
+                             f"{msg.name} was not stored, try again."))
+            return
         log.info("Stored uploaded resource %s (%d bytes) as %s", msg.name, len(msg.data), url)
         context.reply(UploadAppResourceResponse(True, url, ""))
 
@@ -288,8 +294,12 @@ class Master(RpcEndpoint):
         try:
             records = self.engine.read_all()
         except Exception as e:
-            log.error("Cannot read the recovery state (%r): starting without it", e)
-            records = {}
+            # Leading with an empty state would drop every record: give the leadership up
+            # (a standby may take it) and stand again.
+            log.error("Cannot read the recovery state (%s: %s): giving up leadership (epoch "
+                      "%d) to try again", type(e).__name__, e, epoch)
+            self.agent.relinquish()
+            return
         stored = StoredState(records, self._bind_ref)
         for name, reason in stored.skipped:
             log.error("Skipping record %s in the recovery store: %s", name, reason)
@@ -332,10 +342,20 @@ class Master(RpcEndpoint):
 
     def _execute(self, instructions: list[Instruction],
                  context: Optional[RpcCallContext] = None) -> bool:
-        """Carry out `instructions` in order; one that fails is logged and the rest still run.
-        Returns whether one of them answered `context`."""
+        """Carry out `instructions` in order; one that fails is logged and the rest still run,
+        except a gated Persist (one a reply is about to acknowledge): when it cannot be
+        written, the rest of the batch is dropped and its PersistFailed fed to the state,
+        which undoes the registration and answers. Returns whether `context` was answered."""
         answered = False
         for ins in instructions:
+            if isinstance(ins, Persist) and ins.failure is not None:
+                try:
+                    self.engine.persist(ins.key, ins.obj)
+                    continue
+                except Exception as e:
+                    failure = replace(ins.failure, error=f"{type(e).__name__}: {e}")
+                    self._feed(failure, None)
+                    return answered or (context is not None and failure.request is context)
             is_answer = isinstance(ins, (Reply, ReplyFailure)) and ins.request is not None
             if is_answer and ins.request is context:
                 answered = True
@@ -480,7 +500,7 @@ def start_master(host: str, port: int = DEFAULT_PORT, webui_port: int = DEFAULT_
         url = env.address.to_spark_url()
         engine, agent = create_recovery(conf, master_url=url)
         master_ref = env.endpoint_ref(env.address, ENDPOINT_NAME)
-        web_ui = MasterWebUI(master_ref, url, conf)
+        web_ui = MasterWebUI(master_ref, url, conf, current_leader=agent.current_leader)
         bound = web_ui.start(_ui_bind_host(), webui_port, retries)
         web_ui_url = f"http://{public_host(env.address.host)}:{bound}"
         uploads = AppResourceStore(max_bytes=max_upload_bytes(conf), blobs=engine)

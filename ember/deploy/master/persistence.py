@@ -146,6 +146,12 @@ class LeaderElectionAgent(abc.ABC):
     def stop(self) -> None:
         """Leave the election (a leader steps down)."""
 
+    @abc.abstractmethod
+    def relinquish(self) -> None:
+        """Give up a leadership just gained because the master could not read its records
+        (leading with an empty state would lose them): revoke, then stand for election again
+        a moment later with a new epoch. Must not block (called on the master's loop)."""
+
     def current_leader(self) -> Optional[str]:
         """The spark:// URL of the master that leads now, as the election knows it; None when
         unknown. May block (it can ask ZooKeeper): never call it on the master's loop. A
@@ -328,6 +334,9 @@ def check_writable_dir(directory: str) -> None:
 # Leader election without ZooKeeper
 # ---------------------------------------------------------------------------------------------
 
+RELECT_DELAY_S = 1.0   # before a master that could not read its records stands again
+
+
 class MonarchyLeaderAgent(LeaderElectionAgent):
     """Spark's MonarchyLeaderAgent: the only master leads from the start. With an
     `epoch_file` (FILESYSTEM) the epoch is a counter kept there and incremented at each
@@ -355,7 +364,14 @@ class MonarchyLeaderAgent(LeaderElectionAgent):
         return epoch
 
     def start(self, on_elected: Callable[[int], None], on_revoked: Callable[[], None]) -> None:
+        self._on_elected = on_elected
         on_elected(self.next_epoch())
+
+    def relinquish(self) -> None:
+        """The only master: elect it again, with a new epoch, after RELECT_DELAY_S."""
+        timer = threading.Timer(RELECT_DELAY_S, lambda: self._on_elected(self.next_epoch()))
+        timer.daemon = True
+        timer.start()
 
     def stop(self) -> None:
         pass

@@ -87,7 +87,7 @@ from ember.deploy.messages import (
     ElectedLeader, ExecutorAdded, ExecutorState, ExecutorStateChanged, ExecutorSummary,
     ExecutorUpdated, Heartbeat, KillAllDriversResponse, KillDriver, KillDriverResponse,
     KillExecutor, KillExecutors, LaunchDriver, LaunchExecutor, MasterChangeAcknowledged,
-    MasterChanged, MasterInStandby, MasterStateResponse, ReconnectWorker, RecoveryState,
+    MasterChanged, MasterInStandby, MasterStateResponse, NOT_RECORDED_PREFIX, ReconnectWorker, RecoveryState,
     RegisterApplication, RegisteredApplication, RegisteredWorker, RegisterWorker,
     RegisterWorkerFailed, RequestClearCompletedDriversAndApps, RequestDriverStatus,
     RequestExecutors, RequestKillAllDrivers, RequestKillApplication, RequestKillDriver,
@@ -169,6 +169,22 @@ class ReplyFailure:
 class Persist:
     key: str
     obj: Any
+    # Set on the write a reply is about to acknowledge (a registration or submission): if the
+    # engine cannot write it, the shell carries out nothing after it in this batch (the reply
+    # and what schedule() decided for the new entity) and feeds this event back instead.
+    failure: Optional["PersistFailed"] = None
+
+
+@dataclass(frozen=True)
+class PersistFailed:
+    """Event: the gated write of `key` (`app_` / `driver_` / `worker_<id>`) failed with
+    `error`. The state forgets the entity as if it had never arrived and answers `request`
+    (the submission's ask) with a failure the client may retry; a worker or an application
+    gets no answer, so its registration retry asks again (Spark has no failure message for
+    either that would not end it)."""
+    key: str
+    error: str = ""
+    request: Any = None
 
 
 @dataclass(frozen=True)
@@ -433,6 +449,7 @@ class MasterState:
             RequestKillApplication: self._on_request_kill_application,
             BoundPortsRequest: self._on_bound_ports_request,
             RequestAppStatus: self._on_request_app_status,
+            PersistFailed: self._on_persist_failed,
             ElectedLeader: self._on_elected_leader,
             BeginRecovery: self._on_begin_recovery,
             CompleteRecovery: self._on_complete_recovery,
@@ -515,6 +532,10 @@ class MasterState:
     def _persist(self, key: str, obj: Any) -> None:
         self._out.append(Persist(key, obj))
 
+    def _persist_gated(self, key: str, obj: Any, request: Any = None) -> None:
+        """The write the next reply acknowledges: see Persist.failure."""
+        self._out.append(Persist(key, obj, PersistFailed(key, request=request)))
+
     def _unpersist(self, key: str) -> None:
         self._out.append(Unpersist(key))
 
@@ -548,7 +569,7 @@ class MasterState:
                 resources={n: list(info.addresses) for n, info in (m.resources or {}).items()},
                 lastHeartbeat=self._now)
             if self._register_worker(worker):
-                self._persist(worker_key(worker.id), worker_record(worker))
+                self._persist_gated(worker_key(worker.id), worker_record(worker))
                 self._send(m.worker, RegisteredWorker(self.self_ref, self.masterWebUiUrl,
                                                       m.masterAddress, False, self.epoch))
                 self._schedule()
@@ -725,7 +746,7 @@ class MasterState:
         app = self._create_application(desc, m.driver)
         self._register_application(app)
         self._log(INFO, f"Registered app {desc.name} with ID {app.id}")
-        self._persist(app_key(app.id), app_record(app))
+        self._persist_gated(app_key(app.id), app_record(app))
         self._send(m.driver, RegisteredApplication(app.id, self.self_ref, self.epoch))
         self._schedule()
 
@@ -906,7 +927,7 @@ class MasterState:
             return
         self._log(INFO, f"Driver submitted {desc.command.mainClass}")
         driver = self._create_driver(desc)
-        self._persist(driver_key(driver.id), driver_record(driver))
+        self._persist_gated(driver_key(driver.id), driver_record(driver), request)
         self.waitingDrivers.append(driver)
         self.drivers[driver.id] = driver
         self._schedule()
@@ -1108,7 +1129,8 @@ class MasterState:
             [application_summary(a, now) for a in self.completedApps],
             [driver_summary(d) for d in self.drivers.values()],
             [driver_summary(d) for d in self.completedDrivers],
-            self.state, self.epoch, self.recoveryDurationMs)
+            self.state, self.epoch, self.recoveryDurationMs,
+            None if self.state == RecoveryState.STANDBY else f"spark://{self.host}:{self.port}")
 
     # -- leadership and recovery ------------------------------------------------------------
 
@@ -1278,6 +1300,54 @@ class MasterState:
         self.state = RecoveryState.STANDBY
         self._reset_cluster_state()
 
+    def _on_persist_failed(self, m: PersistFailed, request: Any) -> None:
+        """A registration or submission whose record could not be written is undone, with
+        what the same batch's schedule() gave it (the shell sent none of it): nothing that
+        was never durable is acknowledged or acted on."""
+        kind, _, entity_id = m.key.partition("_")
+        self._log(ERROR, f"Cannot write {m.key} to the recovery store ({m.error}): "
+                         "forgetting it, its sender will ask again")
+        if kind == "driver":
+            driver = self.drivers.pop(entity_id, None)
+            if driver is not None:
+                if driver.worker is not None:
+                    driver.worker.remove_driver(driver)
+                if driver in self.waitingDrivers:
+                    self.waitingDrivers.remove(driver)
+            self._reply(m.request, SubmitDriverResponse(
+                self.self_ref, False, None,
+                f"{NOT_RECORDED_PREFIX} ({m.error}); nothing was submitted, try again."))
+        elif kind == "app":
+            app = self.idToApp.pop(entity_id, None)
+            if app is not None:
+                for exec in list(app.executors.values()):
+                    exec.worker.remove_executor(exec)
+                self.apps.pop(app, None)
+                address = self.address_of(app.driver)
+                if self.addressToApp.get(address) is app:
+                    del self.addressToApp[address]
+                if app in self.waitingApps:
+                    self.waitingApps.remove(app)
+        elif kind == "worker":
+            worker = self.idToWorker.pop(entity_id, None)
+            if worker is not None:
+                self._forget_worker(worker)
+                address = self.address_of(worker.endpoint)
+                if self.addressToWorker.get(address) is worker:
+                    del self.addressToWorker[address]
+                for exec in list(worker.executors.values()):
+                    app = exec.application
+                    app.executors.pop(exec.id, None)
+                    app.executorsPerResourceProfileId.get(exec.rpId, set()).discard(exec.id)
+                    app.coresGranted -= exec.cores
+                for driver in list(worker.drivers.values()):
+                    driver.worker, driver.resources = None, {}
+                    driver.state = DriverState.SUBMITTED
+                    self.waitingDrivers.append(driver)
+                self._schedule()    # what it was given goes to the other workers
+        else:
+            self._log(ERROR, f"PersistFailed for an unexpected record {m.key}")
+
     def _on_request_app_status(self, m: RequestAppStatus, request: Any) -> None:
         self._reply(request, AppStatusResponse(self.state, m.appId in self.idToApp,
                                                self.epoch))
@@ -1405,7 +1475,7 @@ def driver_summary(d: DriverInfo) -> DriverSummary:
 
 __all__ = [
     "MasterState", "MasterConfig", "Ask", "Disconnected", "BeginRecovery", "Send", "Reply",
-    "ReplyFailure", "Persist", "Unpersist", "DeleteUpload", "Log", "ScheduleTimer", "Instruction",
+    "ReplyFailure", "Persist", "PersistFailed", "Unpersist", "DeleteUpload", "Log", "ScheduleTimer", "Instruction",
     "INFO", "WARN", "ERROR", "BACKUP_STANDALONE_MASTER_PREFIX", "megabytes_to_string",
     "bytes_to_string", "format_timestamp", "format_address", "worker_summary",
     "application_summary", "driver_summary", "executor_summary",

@@ -644,6 +644,15 @@ class ZooKeeperLeaderElectionAgent(LeaderElectionAgent):
         elif event == "CHECK":
             if self._connected:
                 self._check()
+        elif event == "RELINQUISH":
+            if self._leading:
+                # A new node at the end of the line: another master may lead meanwhile.
+                self._stale_node, self._node = self._node, None
+                self._revoke("the recovery state could not be read")
+                self._retry_later()
+
+    def relinquish(self) -> None:
+        self._events.put("RELINQUISH")
 
     def _revoke(self, why: str) -> None:
         self._leading = False

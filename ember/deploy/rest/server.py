@@ -26,12 +26,14 @@ from urllib.parse import unquote
 from aiohttp import web
 
 from ember.context import SPARK_VERSION
-from ember.deploy.master.uploads import DEFAULT_MAX_BYTES, AppResourceStore, UploadError
+from ember.deploy.master.state import BACKUP_STANDALONE_MASTER_PREFIX
+from ember.deploy.master.uploads import DEFAULT_MAX_BYTES, AppResourceStore
 from ember.deploy.messages import (
     Command, DriverDescription, DriverLogResponse, DriverStatusResponse,
     KillAllDriversResponse, KillDriverResponse, RequestClearCompletedDriversAndApps,
     RequestDriverLog, RequestDriverStatus, RequestKillAllDrivers, RequestKillDriver,
-    RequestReadyz, RequestSubmitDriver, SubmitDriverResponse,
+    RequestReadyz, RequestSubmitDriver, SubmitDriverResponse, UploadAppResource,
+    UploadAppResourceResponse, NOT_RECORDED_PREFIX,
 )
 from ember.deploy.resources import ResourceError, driver_resource_requirements
 from ember.deploy.rest import jws
@@ -407,14 +409,16 @@ class StandaloneRestServer:
         if not sha:
             return self._error(400, f"Missing the {SHA256_HEADER} header.")
         data = await request.read()
-        loop = asyncio.get_running_loop()
-        try:
-            url = await loop.run_in_executor(None, self.uploads.put, name, data, sha)
-        except UploadError as e:
-            return self._error(400, str(e))
-        log.info("Stored uploaded resource %s (%d bytes)", url, len(data))
+        # Through the master, which stores it only while it is the ALIVE leader (a standby
+        # answers "Current state is not alive ..." and the client tries the next master).
+        r = await self._ask(UploadAppResource(name, data, sha), UploadAppResourceResponse)
+        if not r.success:
+            # 503 for "ask another master" (a standby, or a store that failed), as readyz.
+            retry = r.message.startswith((BACKUP_STANDALONE_MASTER_PREFIX, NOT_RECORDED_PREFIX))
+            return self._error(503 if retry else 400, r.message)
+        log.info("Stored uploaded resource %s (%d bytes)", r.url, len(data))
         return self._json(UploadResponse(message="", serverSparkVersion=self.server_version,
-                                         success=True, resourceUrl=url))
+                                         success=True, resourceUrl=r.url))
 
 
 async def _hide_server_banner(request: web.Request, response: web.StreamResponse) -> None:
