@@ -329,42 +329,56 @@ def test_a_driver_whose_master_never_comes_back_gives_up_within_the_reconnect_ti
 
 
 def test_a_submission_the_store_cannot_write_is_refused_then_retried(tmp_path):
-    """The recovery directory is swapped for a file: the master's record write fails, so the
-    submission is answered with a failure and nothing runs; the client asks again, and once
-    the directory is back the submission is recorded before it is acknowledged."""
+    """The recovery directory is swapped for a file and the journal is full: the record
+    cannot be written (compacting the journal into files fails), so the submission is
+    answered with a failure and nothing runs; the client asks again, and once the directory
+    is back the submission is recorded before it is acknowledged."""
     from ember.deploy.client import RpcGateway
-    from ember.deploy.master.master import start_master
+    from ember.deploy.master.master import Master
+    from ember.deploy.master.persistence import FileSystemPersistenceEngine, MonarchyLeaderAgent
     from ember.deploy.messages import NOT_RECORDED_PREFIX, RequestSubmitDriver
     from ember.deploy.submission import SubmitError
     from ember.rpc import RpcEnv
     from tests.test_master_state import driver_desc
 
     recovery, moved = tmp_path / "recovery", tmp_path / "moved"
-    master = start_master("127.0.0.1", 0, 0, {**recovery_conf(str(recovery)),
-                                              "spark.master.rest.enabled": "false"})
+    env = RpcEnv.create("sparkMaster", "127.0.0.1", 0, {})
+    # Room for one driver record: every second write compacts the journal into files.
+    engine = FileSystemPersistenceEngine(str(recovery), journal_capacity=1024)
+    master = Master(env, {}, web_ui_url="http://m:8080", web_ui_port=0, engine=engine,
+                    agent=MonarchyLeaderAgent())
+    env.setup_endpoint("Master", master)
     client = RpcEnv.create("test", "127.0.0.1", 0, {}, client_mode=True)
+    url = f"spark://{env.address.hostPort}"
     try:
+        assert master.ready.wait(30)
+        ref = client.endpoint_ref(env.address, "Master")
+        first = ref.ask_sync(RequestSubmitDriver(driver_desc()), timeout=10)
+        assert first.success
         os.rename(recovery, moved)
         recovery.write_text("not a directory")
-        ref = client.endpoint_ref(master.rpc_env.address, "Master")
         refused = ref.ask_sync(RequestSubmitDriver(driver_desc()), timeout=10)
         assert not refused.success and refused.message.startswith(NOT_RECORDED_PREFIX)
-        assert master.master.state.drivers == {}
+        assert list(master.state.drivers) == [first.driverId]
         with pytest.raises(SubmitError, match="Could not record"):
-            RpcGateway(master.url, {"spark.rpc.askTimeout": "1s"}).submit(
+            RpcGateway(url, {"spark.rpc.askTimeout": "1s"}).submit(
                 {}, _app_spec(tmp_path), "file:/x.py", {})
 
         def restore() -> None:
             os.remove(recovery)
             os.rename(moved, recovery)
         threading.Timer(1.0, restore).start()
-        gw = RpcGateway(master.url, {"spark.rpc.askTimeout": "20s"})
+        gw = RpcGateway(url, {"spark.rpc.askTimeout": "20s"})
         try:
             driver_id = gw.submit({}, _app_spec(tmp_path), "file:/x.py", {})
         finally:
             gw.close()
-        assert list(master.master.state.drivers) == [driver_id]
-        assert (recovery / f"driver_{driver_id}").exists()
+        assert list(master.state.drivers) == [first.driverId, driver_id]
+        stored = FileSystemPersistenceEngine(str(recovery)).read_all()
+        assert sorted(k for k in stored if k.startswith("driver_")) == sorted(
+            [f"driver_{first.driverId}", f"driver_{driver_id}"])
     finally:
         client.shutdown()
-        master.stop()
+        env.shutdown()
+        env.await_termination(10)
+        engine.close()

@@ -22,7 +22,8 @@ from ember.deploy.master.state import (
 from ember.deploy.json_protocol import master_state_json
 from ember.deploy.master.http import render_master_page
 from ember.deploy.messages import (
-    NOT_RECORDED_PREFIX, AppStatusResponse, ApplicationState, CompleteRecovery, DriverState, DriverStateChanged,
+    NOT_RECORDED_PREFIX, AppStatusResponse, ApplicationState, CompleteRecovery, DriverState,
+    DriverStateChanged,
     ElectedLeader, ExecutorDescription, ExecutorState, KillDriver, KillExecutor, LaunchDriver,
     LaunchExecutor, MasterChangeAcknowledged, MasterChanged, MasterInStandby, RecoveryState, RegisteredApplication,
     RegisteredWorker, RequestAppStatus, RequestSubmitDriver, RevokedLeadership,
@@ -459,3 +460,44 @@ def test_json_names_the_leader():
     assert master_state_json(standby, "leaderurl") == {"leaderurl": None}
     assert "Leader" not in render_master_page(standby.master_state_response(), "t")
     assert "spark://m:7077" in render_master_page(m.master_state_response(), "t")
+
+
+# -- the FILESYSTEM journal -------------------------------------------------------------------
+
+def test_filesystem_writes_go_to_the_journal_and_survive_a_reopen(tmp_path):
+    e = FileSystemPersistenceEngine(str(tmp_path))
+    e.persist("driver_a", {"id": "a"})
+    e.persist("driver_b", {"id": "b"})
+    e.persist("driver_a", {"id": "a2"})
+    e.unpersist("driver_b")
+    e.unpersist("driver_never")
+    assert not (tmp_path / "driver_a").exists()           # in the journal, not yet a file
+    # A crash (no close): the next master reads the journal.
+    again = FileSystemPersistenceEngine(str(tmp_path))
+    assert again.read_all() == {"driver_a": {"id": "a2"}}
+    # A torn last entry (a write the master never acknowledged) ends the replay.
+    with open(tmp_path / ".journal", "r+b") as f:
+        f.seek(again._journal.offset)
+        next_seq = (again._journal.seq + 1).to_bytes(8, "little")
+        f.write(b"\x12\x34\x56\x78\x10\x00\x00\x00" + next_seq)
+    third = FileSystemPersistenceEngine(str(tmp_path))
+    assert third.read_all() == {"driver_a": {"id": "a2"}}
+    third.persist("driver_c", {"id": "c"})
+    assert FileSystemPersistenceEngine(str(tmp_path)).read_all() == {
+        "driver_a": {"id": "a2"}, "driver_c": {"id": "c"}}
+
+
+def test_a_full_journal_is_compacted_into_record_files(tmp_path):
+    e = FileSystemPersistenceEngine(str(tmp_path), journal_capacity=4096)
+    for i in range(40):
+        e.persist(f"app_{i:02d}", {"id": i, "pad": "x" * 100})
+    assert (tmp_path / "app_00").exists()                 # compacted at least once
+    assert decode_record((tmp_path / "app_00").read_bytes()) == {"id": 0, "pad": "x" * 100}
+    e.unpersist("app_00")                                 # a delete after a compaction
+    e.persist("app_01", {"id": "new"})
+    expected = {f"app_{i:02d}": {"id": i, "pad": "x" * 100} for i in range(2, 40)}
+    expected["app_01"] = {"id": "new"}
+    # The entries left over from before the compaction are not replayed over newer ones.
+    reopened = FileSystemPersistenceEngine(str(tmp_path), journal_capacity=4096)
+    assert reopened.read_all() == expected
+    assert not [n for n in os.listdir(tmp_path) if n.endswith((".compact", ".new"))]

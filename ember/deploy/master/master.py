@@ -23,8 +23,14 @@ STANDBY).
 Recovery: when elected, the shell reads every record back (records.py turns them into fresh
 objects bound to this RpcEnv) and feeds `BeginRecovery`; Persist / Unpersist instructions
 become engine writes, carried out in order before the replies that follow them (so a
-submission is durable before it is acknowledged). A revoked leadership is fed as
-RevokedLeadership: the state steps down to STANDBY, nothing exits.
+submission is durable before it is acknowledged). A write the state marked as gating a
+reply (Persist.failure) that fails ends the batch: nothing after it is carried out and its
+PersistFailed is fed back, so the state undoes the registration and answers the failure.
+The writes run on the loop, not on a thread of their own: what follows a write must wait
+for it anyway, and events served meanwhile could build on a registration that is then
+undone (or overtake an earlier batch's sends); the engines bound each call (ZooKeeper: the
+session timeout). A revoked leadership is fed as RevokedLeadership: the state steps down to
+STANDBY, nothing exits.
 """
 from __future__ import annotations
 

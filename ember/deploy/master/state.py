@@ -87,8 +87,8 @@ from ember.deploy.messages import (
     ElectedLeader, ExecutorAdded, ExecutorState, ExecutorStateChanged, ExecutorSummary,
     ExecutorUpdated, Heartbeat, KillAllDriversResponse, KillDriver, KillDriverResponse,
     KillExecutor, KillExecutors, LaunchDriver, LaunchExecutor, MasterChangeAcknowledged,
-    MasterChanged, MasterInStandby, MasterStateResponse, NOT_RECORDED_PREFIX, ReconnectWorker, RecoveryState,
-    RegisterApplication, RegisteredApplication, RegisteredWorker, RegisterWorker,
+    MasterChanged, MasterInStandby, MasterStateResponse, NOT_RECORDED_PREFIX, ReconnectWorker,
+    RecoveryState, RegisterApplication, RegisteredApplication, RegisteredWorker, RegisterWorker,
     RegisterWorkerFailed, RequestClearCompletedDriversAndApps, RequestDriverStatus,
     RequestExecutors, RequestKillAllDrivers, RequestKillApplication, RequestKillDriver,
     RequestMasterState, RequestReadyz, RequestSubmitDriver, RevokedLeadership,
@@ -1475,7 +1475,8 @@ def driver_summary(d: DriverInfo) -> DriverSummary:
 
 __all__ = [
     "MasterState", "MasterConfig", "Ask", "Disconnected", "BeginRecovery", "Send", "Reply",
-    "ReplyFailure", "Persist", "PersistFailed", "Unpersist", "DeleteUpload", "Log", "ScheduleTimer", "Instruction",
+    "ReplyFailure", "Persist", "PersistFailed", "Unpersist", "DeleteUpload", "Log",
+    "ScheduleTimer", "Instruction",
     "INFO", "WARN", "ERROR", "BACKUP_STANDALONE_MASTER_PREFIX", "megabytes_to_string",
     "bytes_to_string", "format_timestamp", "format_address", "worker_summary",
     "application_summary", "driver_summary", "executor_summary",
