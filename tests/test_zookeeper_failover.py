@@ -201,7 +201,9 @@ def rest_create(port: int, app: str, master_url: str) -> dict:
 def test_a_deposed_leader_cannot_launch_a_driver(ha, zookeeper, tmp_path):
     """The leader is paused (SIGSTOP) until its session expires and a standby leads; it is
     resumed while ZooKeeper is briefly down, so it still believes it leads, and given a
-    submission: the worker refuses its LaunchDriver (older epoch), nothing runs."""
+    submission: its fenced record write fails, so it refuses the submission and sends
+    nothing (had it acknowledged it, the worker would refuse its LaunchDriver by epoch);
+    nothing runs."""
     c = ha(masters=2, workers=1)
     app = write_app(tmp_path, "deposed.py", "print('SHOULD NOT RUN')\n")
     old = c.leader()
@@ -235,8 +237,12 @@ def test_a_deposed_leader_cannot_launch_a_driver(ha, zookeeper, tmp_path):
         assert worker_log_count(c, f"Asked to launch driver {driver_id}") == 0
         assert find_driver(c.json(), driver_id) is None
     else:
-        # It had already learned it was deposed: refused as a standby.
-        assert "not alive" in answer.get("message", "").lower(), answer
+        # Its record write was refused (NotLeaderError / ZooKeeper down), so it changed
+        # nothing; or it had already learned it was deposed and refused as a standby.
+        message = answer.get("message", "")
+        assert ("Could not record the submission" in message
+                or "not alive" in message.lower()), answer
+        assert worker_log_count(c, "Asked to launch driver") == 0
     outputs = glob.glob(os.path.join(c.workdir, "**", "stdout"), recursive=True)
     assert not any("SHOULD NOT RUN" in open(p, errors="replace").read() for p in outputs)
 
