@@ -66,8 +66,9 @@ def test_master_json_keys_order_and_types():
     doc = master_state_json(resp)
     assert list(doc) == ["url", "workers", "aliveworkers", "cores", "coresused", "memory",
                          "memoryused", "resources", "resourcesused", "activeapps",
-                         "completedapps", "activedrivers", "completeddrivers", "status"]
-    assert doc["url"] == "spark://m:7077"
+                         "completedapps", "activedrivers", "completeddrivers", "status",
+                         "leaderurl"]   # Spark's fields in Spark's order, then Ember's
+    assert doc["url"] == doc["leaderurl"] == "spark://m:7077"
     assert [w["id"] for w in doc["workers"]] == ["worker-0", "worker-dead"]  # all retained
     assert doc["aliveworkers"] == 1
     # totals over ALIVE workers only: worker-0 runs the driver (1 core, 512 MB) and one
