@@ -382,3 +382,46 @@ def test_a_submission_the_store_cannot_write_is_refused_then_retried(tmp_path):
         env.shutdown()
         env.await_termination(10)
         engine.close()
+
+
+def test_a_master_that_cannot_read_its_records_does_not_lead_without_them(tmp_path, caplog):
+    """The records cannot be read at the election (the directory is swapped for a file):
+    the master gives the leadership back and stands again instead of going ALIVE empty;
+    once the directory is back it recovers the stored driver."""
+    from ember.deploy.master.master import Master
+    from ember.deploy.master.persistence import FileSystemPersistenceEngine, MonarchyLeaderAgent
+    from ember.deploy.master.records import driver_record
+    from ember.deploy.master.scheduling import DriverInfo
+    from ember.deploy.messages import RecoveryState
+    from ember.rpc import RpcEnv
+    from tests.test_master_state import driver_desc
+
+    recovery, moved = tmp_path / "recovery", tmp_path / "moved"
+    engine = FileSystemPersistenceEngine(str(recovery))
+    engine.persist("driver_driver-20250101000000-0007",
+                   driver_record(DriverInfo(1, "driver-20250101000000-0007", driver_desc(), 1)))
+    os.rename(recovery, moved)
+    recovery.write_text("not a directory")
+    env = RpcEnv.create("sparkMaster", "127.0.0.1", 0, {})
+    master = Master(env, {}, web_ui_url="http://m:8080", web_ui_port=0, engine=engine,
+                    agent=MonarchyLeaderAgent(str(tmp_path / "epoch")))
+    try:
+        caplog.set_level("ERROR", logger="ember.deploy.master.Master")
+        env.setup_endpoint("Master", master)
+        assert master.ready.wait(30)
+        deadline = time.time() + 30
+        while "giving up leadership" not in caplog.text:
+            assert time.time() < deadline, caplog.text
+            time.sleep(0.05)
+        assert master.state.state == RecoveryState.STANDBY
+        os.remove(recovery)
+        os.rename(moved, recovery)
+        while master.state.state != RecoveryState.ALIVE:
+            assert time.time() < deadline
+            time.sleep(0.05)
+        assert list(master.state.drivers) == ["driver-20250101000000-0007"]
+        assert master.state.epoch >= 2
+    finally:
+        env.shutdown()
+        env.await_termination(10)
+        engine.close()
