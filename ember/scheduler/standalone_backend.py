@@ -28,8 +28,8 @@ from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, ApplicationDescr
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv
 from ember.scheduler.backend import SchedulerBackend, WorkerOffer
 from ember.scheduler.event_loop import RpcLoop
-from ember.scheduler.executor_allocation import (ExecutorAllocationManager, IdleExecutor,
-                                                 executors_to_release)
+from ember.scheduler.executor_allocation import (SCHEDULE_INTERVAL, AllocationSettings,
+                                                 ExecutorAllocationManager, ExecutorSnapshot)
 from ember.scheduler.listener import ExecutorAdded, ExecutorRemoved
 
 log = logging.getLogger("ember.scheduler.standalone")
@@ -120,10 +120,11 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self.rpc_env.setup_endpoint(ENDPOINT_NAME, self.driver_endpoint)
         self.client: Any = None
         self._allocation: ExecutorAllocationManager | None = None
-        self._releasing: set[str] = set()
+        self._releasing: dict[str, str] = {}     # executor id -> why we asked to remove it
         if scheduler.rp_manager is not None and scheduler.rp_manager.dynamic_enabled:
             self._allocation = ExecutorAllocationManager(
-                dict(self.conf.getAll()), scheduler.rp_manager, self._request_totals)
+                AllocationSettings.from_conf(dict(self.conf.getAll())),
+                scheduler.rp_manager.max_tasks_per_executor)
 
     # --- configuration shared with executors --------------------------------------------
     def app_conf(self) -> dict[str, str]:
@@ -185,8 +186,8 @@ class StandaloneSchedulerBackend(SchedulerBackend):
                                  f"{','.join(m.to_spark_url() for m in self.masters)}: "
                                  f"{self.client.failed}")
         if self._allocation is not None:
-            self.loop.post(self._update_allocation)
-            self.rpc_env.schedule_periodic(1.0, 1.0, self._release_idle_executors)
+            self.rpc_env.schedule_periodic(SCHEDULE_INTERVAL, SCHEDULE_INTERVAL,
+                                           self._allocation_tick)
         starvation = config.read(self.conf, "spark.starvation.timeout")
         self._starvation = self.rpc_env.schedule_periodic(starvation, starvation,
                                                           self._warn_if_starved)
@@ -275,12 +276,18 @@ class StandaloneSchedulerBackend(SchedulerBackend):
 
     def remove_executor(self, exec_id: str, reason: str, caused_by_app: bool) -> None:
         data = self.executors.pop(exec_id, None)
-        self._releasing.discard(exec_id)
+        released = self._releasing.pop(exec_id, None)
+        if self._allocation is not None:
+            self._allocation.executor_removed(exec_id)
         if data is None:
             return
         with self._registered:
             self.total_cores -= data.cores
-        log.error("Lost executor %s on %s: %s", exec_id, data.host, reason)
+        if released is not None:
+            reason = f"{released} ({reason})" if reason else released
+            log.warning("Removed executor %s on %s: %s", exec_id, data.host, reason)
+        else:
+            log.error("Lost executor %s on %s: %s", exec_id, data.host, reason)
         self.sc._bus.post(ExecutorRemoved(exec_id, reason))
         self.scheduler.executor_lost(exec_id, reason, caused_by_app)
         self.revive_offers()
@@ -310,9 +317,32 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         return self.client is not None and self.client.request_total_executors(
             [(self.profile_message(rp), n) for rp, n in totals])
 
-    def _update_allocation(self) -> None:
-        if self._allocation is not None and not self._stopping:
-            self._allocation.update(self.scheduler.tasks_needed_by_profile())
+    def _allocation_tick(self) -> None:
+        """Every 100 ms under dynamic allocation (Spark's schedule()): send changed
+        targets to the master and remove the executors the manager picked."""
+        alloc = self._allocation
+        if alloc is None or self._stopping or self.client is None:
+            return
+        keeps_shuffle = self.sc._tracker.executors_with_outputs()
+        cached = self.sc._block_master.executors_with_blocks()
+        execs = [ExecutorSnapshot(e.executor_id, e.rp_id, e.idle_since,
+                                  e.executor_id in cached, e.executor_id in keeps_shuffle)
+                 for e in self.executors.values()]
+        now = time.monotonic()
+        decision = alloc.schedule(now, self.scheduler.tasks_needed_by_profile(), execs)
+        if decision.totals and self._request_totals(decision.totals):
+            alloc.totals_sent(decision.totals)
+            log.info("Requesting executors per resource profile: %s",
+                     ", ".join(f"{rp} -> {n}" for rp, n in decision.totals))
+        if decision.remove and self.client is not None \
+                and self.client.kill_executors(decision.remove):
+            alloc.removal_requested(decision.remove)
+            by_id = {e.executor_id: e for e in execs}
+            for eid in decision.remove:
+                why = (f"idle for {alloc.timeout_of(by_id[eid]):g} seconds "
+                       f"(dynamic allocation)")
+                self._releasing[eid] = why
+                log.warning("Removing executor %s because it has been %s", eid, why)
 
     def _warn_if_starved(self) -> None:
         """Spark's starvation timer: until the first task launches, warn every
@@ -323,25 +353,8 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             log.warning("Initial job has not accepted any resources; check your cluster UI "
                         "to ensure that workers are registered and have sufficient resources")
 
-    def _release_idle_executors(self) -> None:
-        """Every second under dynamic allocation: kill executors idle past
-        executorIdleTimeout that their profile's target no longer needs."""
-        if self._allocation is None or self._stopping:
-            return
-        keeps = (self.sc._tracker.executors_with_outputs()
-                 | self.sc._block_master.executors_with_blocks())
-        execs = [IdleExecutor(e.executor_id, e.rp_id, e.idle_since, e.executor_id in keeps)
-                 for e in self.executors.values() if e.executor_id not in self._releasing]
-        ids = executors_to_release(execs, self._allocation.sent, time.monotonic(),
-                                   self._allocation.idle_timeout)
-        if ids and self.client is not None and self.client.kill_executors(ids):
-            self._releasing.update(ids)
-            log.info("Removing executors %s because they have been idle for %g seconds",
-                     ", ".join(ids), self._allocation.idle_timeout)
-
     def revive_offers(self) -> None:
         sched = self.scheduler
-        self._update_allocation()
         with sched.lock:
             offers = [WorkerOffer(e.executor_id, e.host, s)
                       for e in self.executors.values() for s in sorted(e.free_slots)]

@@ -114,16 +114,19 @@ class TaskSchedulerImpl:
                 tsm.parent.remove(tsm)
 
     # --- from the backend ---------------------------------------------------------------
-    def tasks_needed_by_profile(self) -> dict[int, int]:
-        """Unfinished tasks of active task sets per resource profile (the demand dynamic
-        allocation turns into executor targets)."""
+    def tasks_needed_by_profile(self) -> dict[int, tuple[int, int]]:
+        """(pending, running) tasks of active task sets per resource profile (the demand
+        dynamic allocation turns into executor targets)."""
         with self.lock:
-            out: dict[int, int] = {}
+            out: dict[int, tuple[int, int]] = {}
             for attempts in self.stage_tsms.values():
                 for tsm in attempts.values():
                     if not tsm.is_zombie:
                         rp = tsm.task_set.resource_profile_id
-                        out[rp] = out.get(rp, 0) + tsm.num_tasks - tsm.tasks_successful
+                        running = len(tsm.running)
+                        pending = max(0, tsm.num_tasks - tsm.tasks_successful - running)
+                        p, r = out.get(rp, (0, 0))
+                        out[rp] = (p + pending, r + running)
             return out
 
     def register_executor_resources(self, executor_id: str, cores: int,
