@@ -255,7 +255,8 @@ class SparkContext:
         dag = DAGScheduler(sched, self._bus, self._tracker, self._cache_locations,
                            self._serialize_stage, ShuffleWriteFunc.for_dependency,
                            config.read(self._conf, "spark.stage.maxConsecutiveAttempts"),
-                           loop=self._loop)
+                           loop=self._loop, shuffle_service_enabled=local is None and
+                           config.read(self._conf, "spark.shuffle.service.enabled"))
         sched.initialize(backend, dag)
         self._task_scheduler = sched
         self._backend = backend

@@ -1018,6 +1018,17 @@ class ShuffleBlockRequest:
 
 @message
 @dataclass(frozen=True)
+class RegisterExecutorShuffleInfo:
+    """Executor -> its worker's external shuffle service (Spark's shuffle protocol
+    RegisterExecutor with ExecutorShuffleInfo): serve map output under these dirs, also
+    after this executor exits, until the application ends."""
+    appId: str
+    execId: str
+    localDirs: list[str]
+
+
+@message
+@dataclass(frozen=True)
 class FetchBroadcast:
     """Ember: executor -> driver ask for a broadcast variable's file; the reply is its bytes."""
     id: int

@@ -15,34 +15,27 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from typing import Any
 
-from ember.config import parse_memory_mb
+from ember.config import parse_bool, parse_memory_mb
 from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, KillTask, LaunchTask,
                                    RegisteredExecutor, RegisterExecutor, RegisterExecutorFailed,
                                    RemoveBroadcast, RemoveRdd, RemoveStage, ResourceInformation,
                                    ResourceProfile, RetrieveSparkAppConfig, Shutdown, ShuffleBlockRequest,
+                                   RegisterExecutorShuffleInfo,
                                    StatusUpdate, StopExecutor)
 from ember.deploy.resources import (ResourceError, ResourceRequest, discover_resource,
                                     parse_allocated)
 from ember.executor.process_pool import TaskProcessPool
 from ember.scheduler.event_loop import RpcLoop
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv
-from ember.shuffle.writer import read_index
+from ember.shuffle.reader import read_shuffle_segment
 
 log = logging.getLogger("ember.executor")
 
 ENDPOINT_NAME = "Executor"
-
-
-def read_shuffle_segment(map_path: str, reduce_id: int) -> bytes:
-    """One reduce partition of a map output written on this executor."""
-    start, end = read_index(map_path, reduce_id)
-    if end <= start:
-        return b""
-    with open(map_path + ".data", "rb") as f:
-        f.seek(start)
-        return f.read(end - start)
+SHUFFLE_SERVICE_ENDPOINT = "ExternalShuffleService"   # the worker's service (deploy/worker)
 
 
 class CoarseGrainedExecutorBackend(RpcEndpoint):
@@ -50,8 +43,10 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
                  driver_address: RpcAddress, worker_address: RpcAddress | None,
                  spark_conf: dict[str, str], work_dir: str,
                  resources: dict[str, ResourceInformation] | None = None,
-                 rp_id: int = DEFAULT_RESOURCE_PROFILE_ID) -> None:
+                 rp_id: int = DEFAULT_RESOURCE_PROFILE_ID,
+                 shuffle_service: RpcAddress | None = None) -> None:
         self.executor_id = executor_id
+        self.shuffle_service = shuffle_service   # where reducers fetch our map output
         self.resources = dict(resources or {})
         self.rp_id = rp_id
         self.hostname = hostname
@@ -176,6 +171,9 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
         addr = self.rpc_env.address
         env_conf = {"executor_id": self.executor_id, "host": self.hostname,
                     "address": f"{addr.host}:{addr.port}", "local_dir": self.work_dir,
+                    **({"shuffle_address": self.shuffle_service.hostPort,
+                        "shuffle_endpoint": SHUFFLE_SERVICE_ENDPOINT}
+                       if self.shuffle_service is not None else {}),
                     "block_dir": block_dir, "memory_limit_mb": memory,
                     "storage_budget": (storage_mb // max(self.cores, 1)) << 20,
                     "files_dir": files_dir, "cwd": os.getcwd(),
@@ -249,6 +247,30 @@ def executor_resources(resources_file: str | None, profile: ResourceProfile
     return found
 
 
+def _register_with_shuffle_service(env: RpcEnv, args: argparse.Namespace,
+                                   conf: dict[str, str], work_dir: str) -> RpcAddress | None:
+    """Register our local dir with the worker's external shuffle service (Spark's
+    registerWithExternalShuffleServer: spark.shuffle.registration.maxAttempts tries)."""
+    port = os.environ.get("SPARK_SHUFFLE_SERVICE_PORT") or conf.get(
+        "spark.shuffle.service.port", "7337")
+    address = RpcAddress(args.hostname, int(port))
+    attempts = int(conf.get("spark.shuffle.registration.maxAttempts", "3"))
+    for attempt in range(1, attempts + 1):
+        try:
+            ref = env.setup_endpoint_ref_sync(address, SHUFFLE_SERVICE_ENDPOINT, timeout=30)
+            ref.ask_sync(RegisterExecutorShuffleInfo(args.app_id, args.executor_id,
+                                                     [work_dir]), timeout=30)
+            return address
+        except Exception as e:
+            log.error("Failed to connect to external shuffle server, will retry %d more "
+                      "times after waiting 5 seconds...", attempts - attempt)
+            if attempt == attempts:
+                log.error("Unable to register with external shuffle server due to : %s", e)
+                return None
+            time.sleep(5)
+    return None
+
+
 def _endpoint_address(url: str) -> RpcAddress:
     """spark://Name@host:port -> RpcAddress(host, port)."""
     if not url.startswith("spark://") or "@" not in url:
@@ -289,9 +311,16 @@ def main(argv: list[str] | None = None) -> int:
     dirs = [d for d in os.environ.get("SPARK_EXECUTOR_DIRS", "").split(os.pathsep) if d]
     root = dirs[0] if dirs else tempfile.gettempdir()
     work_dir = tempfile.mkdtemp(prefix=f"executor-{args.executor_id}-", dir=root)
+    shuffle_service = None
+    if parse_bool(conf.get("spark.shuffle.service.enabled", "false")):
+        shuffle_service = _register_with_shuffle_service(env, args, conf, work_dir)
+        if shuffle_service is None:
+            env.shutdown()
+            return 1
     backend = CoarseGrainedExecutorBackend(args.executor_id, args.hostname, args.cores,
                                            args.app_id, driver_addr, worker_addr, conf,
-                                           work_dir, resources, args.resourceProfileId)
+                                           work_dir, resources, args.resourceProfileId,
+                                           shuffle_service)
     env.setup_endpoint(ENDPOINT_NAME, backend)
     if worker_addr is not None:
         try:    # WorkerWatcher: a connection to the worker whose loss ends this executor
@@ -303,8 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     backend.exited.wait()
     backend.shutdown()
     env.shutdown()
-    import shutil
-    shutil.rmtree(work_dir, ignore_errors=True)
+    if shuffle_service is None:   # else the shuffle service serves it until the app ends
+        import shutil
+        shutil.rmtree(work_dir, ignore_errors=True)
     logging.shutdown()
     os._exit(backend.exit_code)
 

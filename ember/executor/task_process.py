@@ -35,6 +35,10 @@ class TaskEnv:
         self.executor_id: str = conf["executor_id"]
         self.host: str = conf["host"]
         self.address: str = conf.get("address", "")
+        # where reducers fetch this process's map output: the executor, or its worker's
+        # external shuffle service
+        self.shuffle_address: str = conf.get("shuffle_address", self.address)
+        self.shuffle_endpoint: str = conf.get("shuffle_endpoint", "Executor")
         self.slot: int = conf["slot"]
         self.local_dir: str = conf["local_dir"]
         self.memory_limit_mb: int = conf["memory_limit_mb"]

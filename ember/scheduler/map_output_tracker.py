@@ -43,6 +43,31 @@ class MapOutputTracker:
                         removed += 1
         return removed
 
+    def remove_outputs_on_host(self, host: str) -> int:
+        removed = 0
+        with self._lock:
+            for outs in self._outputs.values():
+                for i, st in enumerate(outs):
+                    if st is not None and st.host == host:
+                        outs[i] = None
+                        removed += 1
+        return removed
+
+    def update_map_output(self, shuffle_id: int, map_index: int, status: MapStatus) -> bool:
+        """A migrated output's new location (Spark's updateMapOutput); False if the
+        shuffle or that output is gone meanwhile."""
+        with self._lock:
+            outs = self._outputs.get(shuffle_id)
+            if outs is None or not 0 <= map_index < len(outs) or outs[map_index] is None:
+                return False
+            outs[map_index] = status
+            return True
+
+    def outputs_on_executor(self, executor_id: str) -> list[tuple[int, int, MapStatus]]:
+        with self._lock:
+            return [(sid, i, st) for sid, outs in self._outputs.items()
+                    for i, st in enumerate(outs) if st is not None and st.executor_id == executor_id]
+
     def num_available(self, shuffle_id: int) -> int:
         outs = self._outputs.get(shuffle_id)
         return 0 if outs is None else sum(1 for s in outs if s is not None)

@@ -240,7 +240,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
     def executor_removed(self, exec_id: str, message: str, exit_status: int | None,
                          worker_host: str | None) -> None:
         caused_by_app = exit_status is not None and exit_status != 0 and worker_host is None
-        self.loop.post(self.remove_executor, exec_id, message, caused_by_app)
+        self.loop.post(self.remove_executor, exec_id, message, caused_by_app, worker_host)
 
     def worker_removed(self, worker_id: str, host: str, message: str) -> None:
         pass
@@ -274,7 +274,10 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         msg.executorRef.send(RegisteredExecutor())
         self.revive_offers()
 
-    def remove_executor(self, exec_id: str, reason: str, caused_by_app: bool) -> None:
+    def remove_executor(self, exec_id: str, reason: str, caused_by_app: bool,
+                        worker_host: str | None = None) -> None:
+        """`worker_host`: set when the executor went with its worker (its host's shuffle
+        files, external shuffle service included, are gone too)."""
         data = self.executors.pop(exec_id, None)
         released = self._releasing.pop(exec_id, None)
         if self._allocation is not None:
@@ -283,13 +286,13 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             return
         with self._registered:
             self.total_cores -= data.cores
-        if released is not None:
-            reason = f"{released} ({reason})" if reason else released
+        if released is not None:   # however it went (killed, disconnected): we asked for it
+            reason = f"Executor killed by driver: {released}"
             log.warning("Removed executor %s on %s: %s", exec_id, data.host, reason)
         else:
             log.error("Lost executor %s on %s: %s", exec_id, data.host, reason)
         self.sc._bus.post(ExecutorRemoved(exec_id, reason))
-        self.scheduler.executor_lost(exec_id, reason, caused_by_app)
+        self.scheduler.executor_lost(exec_id, reason, caused_by_app, worker_host)
         self.revive_offers()
 
     def address_disconnected(self, remote: RpcAddress) -> None:

@@ -237,7 +237,8 @@ class TaskSchedulerImpl:
                 reason = ExceptionFailure("SparkException", f"unknown task state {state}", "")
             tsm.handle_failure(tid, state, reason, metrics)
 
-    def executor_lost(self, executor_id: str, reason: str, exit_caused_by_app: bool = False) -> None:
+    def executor_lost(self, executor_id: str, reason: str, exit_caused_by_app: bool = False,
+                      worker_host: str | None = None) -> None:
         with self.lock:
             self.dead_executors.add(executor_id)
             self.executor_resources.pop(executor_id, None)
@@ -249,7 +250,7 @@ class TaskSchedulerImpl:
                                {}, {}, [])
         if self.block_master is not None:
             self.block_master.remove_executor(executor_id)
-        self.dag.executor_lost(executor_id)
+        self.dag.executor_lost(executor_id, worker_host)
 
     def executor_added(self, executor_id: str) -> None:
         with self.lock:

@@ -37,7 +37,8 @@ def shuffle_file_base(local_dir: str, shuffle_id: int, map_index: int, attempt_i
 def write_map_output(records: Iterable, num_partitions: int,
                      partition_func: Callable[[Any], int], base_path: str,
                      memory_limit_mb: int, executor_id: str, host: str,
-                     address: str = "", metrics: dict | None = None) -> MapStatus:
+                     address: str = "", metrics: dict | None = None,
+                     endpoint: str = "Executor") -> MapStatus:
     n = num_partitions
     dumps = pickle.dumps
     buckets: list[list] = [[] for _ in range(n)]
@@ -104,7 +105,7 @@ def write_map_output(records: Iterable, num_partitions: int,
         if spills:
             metrics["diskBytesSpilled"] = metrics.get("diskBytesSpilled", 0) + sum(
                 sum(length for _o, length in segs) for _p, segs in spills)
-    return MapStatus(executor_id, host, base_path, offsets[-1], count, address)
+    return MapStatus(executor_id, host, base_path, offsets[-1], count, address, endpoint)
 
 
 def _spill(base_path: str, seq: int, chunks: list[list[bytes]]) -> tuple[str, list]:
@@ -144,5 +145,5 @@ class ShuffleWriteFunc:
         base = shuffle_file_base(env.local_dir, self.shuffle_id, ctx.partitionId(),
                                  task_attempt_id)
         return write_map_output(records, self.num_partitions, self.partition_func, base,
-                                env.memory_limit_mb, env.executor_id, env.host, env.address,
-                                ctx.metrics)
+                                env.memory_limit_mb, env.executor_id, env.host,
+                                env.shuffle_address, ctx.metrics, env.shuffle_endpoint)
