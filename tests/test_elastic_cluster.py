@@ -3,6 +3,8 @@ shuffle services, graceful decommission (real master, worker, driver, executor p
 from __future__ import annotations
 
 import operator
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -100,3 +102,60 @@ def test_dynamic_allocation_grows_shrinks_frees_cores_and_keeps_shuffle(elastic_
     assert dict(counts.collect()) == {k: 40 for k in range(5)}
     assert map_runs.value == 40, "no map task was recomputed"
     assert writers - set(backend.executors), "outputs of removed executors were read"
+
+
+class StageAttempts:
+    """A sync listener recording every stage attempt submitted."""
+
+    def __init__(self) -> None:
+        self.attempts: list[tuple[int, int]] = []
+
+    def on_event(self, event) -> None:
+        from ember.scheduler.listener import StageSubmitted
+        if isinstance(event, StageSubmitted):
+            self.attempts.append((event.stage_info.stage_id, event.stage_info.attempt_id))
+
+
+def test_decommissioned_worker_migrates_shuffle_and_cache_mid_job(elastic_cluster, fresh_sc):
+    conf = (SparkConf().set("spark.executor.cores", "1").set("spark.executor.memory", "512m")
+            .set("spark.cores.max", "4").set("spark.decommission.enabled", "true")
+            .set("spark.storage.decommission.enabled", "true")
+            .set("spark.locality.wait", "30s"))
+    sc = fresh_sc(elastic_cluster.url, "elastic-decommission", conf)
+    stages = StageAttempts()
+    sc._bus.sync_listeners.append(stages)
+    backend = sc._backend
+    wait_until(lambda: len(backend.executors) == 4, 60, "4 executors")
+    map_runs = sc.accumulator(0)
+    cache_runs = sc.accumulator(0)
+
+    def mapper(it):
+        map_runs.add(1)
+        return ((x % 16, x) for x in it)
+
+    def cached(it):
+        cache_runs.add(1)
+        return list(it)
+
+    data = (sc.parallelize(range(4000), 8).mapPartitions(mapper)
+            .reduceByKey(operator.add, 8).mapPartitions(cached).cache())
+    expected = sum(range(4000))
+    assert data.values().sum() == expected
+    assert (map_runs.value, cache_runs.value) == (8, 8)
+    victim = elastic_cluster.workers[1]
+    victim_id = next(w["id"] for w in elastic_cluster.json()["workers"]
+                     if w["webuiaddress"].endswith(f":{elastic_cluster.worker_ui[1]}"))
+    before = set(backend.executors)
+    for i in range(6):
+        if i == 2:
+            os.kill(victim.pid, signal.SIGPWR)       # spark.worker.decommission.signal
+        assert data.map(lambda kv: kv[1] * (i + 1)).sum() == expected * (i + 1)
+    elastic_cluster.wait_for(lambda j: any(w["id"] == victim_id
+                                           and w["state"] == "DECOMMISSIONED"
+                                           for w in j["workers"]), 30)
+    wait_until(lambda: len(backend.executors) == 2, 60, "the drained executors to exit")
+    assert data.map(lambda kv: kv[1]).sum() == expected
+    assert map_runs.value == 8, "no map output was recomputed"
+    assert cache_runs.value == 8, "migrated cached blocks were read, not recomputed"
+    assert all(attempt == 0 for _, attempt in stages.attempts), stages.attempts
+    assert len(set(backend.executors) & before) == 2

@@ -23,10 +23,13 @@ from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, KillTask, Launch
                                    RegisteredExecutor, RegisterExecutor, RegisterExecutorFailed,
                                    RemoveBroadcast, RemoveRdd, RemoveStage, ResourceInformation,
                                    ResourceProfile, RetrieveSparkAppConfig, Shutdown, ShuffleBlockRequest,
-                                   RegisterExecutorShuffleInfo,
+                                   RegisterExecutorShuffleInfo, DecommissionExecutor,
+                                   PutMigratedBlock,
                                    StatusUpdate, StopExecutor)
 from ember.deploy.resources import (ResourceError, ResourceRequest, discover_resource,
                                     parse_allocated)
+from ember.executor.decommission import (migrate_blocks, migrated_block_path,
+                                         store_migrated_chunk)
 from ember.executor.process_pool import TaskProcessPool
 from ember.scheduler.event_loop import RpcLoop
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv
@@ -61,6 +64,7 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
         self.task_slots: dict[int, int] = {}
         self.exited = threading.Event()
         self.exit_code = 0
+        self.decommissioning = False
 
     # --- lifecycle ----------------------------------------------------------------------
     def on_start(self) -> None:
@@ -101,6 +105,11 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
         elif isinstance(msg, RemoveBroadcast):
             name = f"broadcast_{msg.broadcastId}"
             self._remove_blocks(lambda n: n == name, ("unpersist_broadcast", msg.broadcastId))
+        elif isinstance(msg, DecommissionExecutor):
+            if not self.decommissioning:
+                self.decommissioning = True
+                log.info("Decommission executor %s.", self.executor_id)
+                self.rpc_env.run_in_executor(self._decommission)
         elif isinstance(msg, (StopExecutor, Shutdown)):
             log.info("Driver commanded a shutdown")
             self.exit(0, "")
@@ -108,7 +117,9 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
             log.warning("Unexpected message %r from %s", type(msg).__name__, sender)
 
     def receive_and_reply(self, msg: Any, context: RpcCallContext) -> None:
-        if isinstance(msg, ShuffleBlockRequest):
+        if isinstance(msg, PutMigratedBlock):
+            self._receive_migrated_block(msg, context)
+        elif isinstance(msg, ShuffleBlockRequest):
             path = os.path.realpath(msg.mapPath)
             if not path.startswith(os.path.realpath(self.work_dir) + os.sep):
                 context.send_failure(ValueError(f"Invalid shuffle block path: {msg.mapPath}"))
@@ -155,6 +166,45 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
                         os.unlink(os.path.join(d, name))
                     except OSError:
                         pass
+
+    # --- graceful decommission ----------------------------------------------------------
+    def _decommission(self) -> None:
+        """Off the loop: wait for running tasks, migrate blocks (Spark's
+        BlockManagerDecommissioner), then exit 0."""
+        while self.task_slots and not self.exited.is_set():
+            time.sleep(0.05)
+        conf = self.conf
+        if parse_bool(conf.get("spark.storage.decommission.enabled", "false")):
+            try:
+                migrate_blocks(self, parse_bool(conf.get(
+                    "spark.storage.decommission.shuffleBlocks.enabled", "true")), parse_bool(
+                    conf.get("spark.storage.decommission.rddBlocks.enabled", "true")))
+            except Exception as e:   # what did not move is recomputed: log, still exit
+                log.error("Block migration of executor %s failed: %s", self.executor_id, e)
+        self.exit(0, "Executor decommission: finished, exiting")
+
+    def shuffle_location(self) -> tuple[str, str]:
+        """(address, endpoint) reducers fetch this executor's map output from."""
+        if self.shuffle_service is not None:
+            return self.shuffle_service.hostPort, SHUFFLE_SERVICE_ENDPOINT
+        addr = self.rpc_env.address
+        return f"{addr.host}:{addr.port}", ENDPOINT_NAME
+
+    def _receive_migrated_block(self, msg: PutMigratedBlock, context: RpcCallContext) -> None:
+        try:
+            path = migrated_block_path(self.work_dir, msg.blockId)
+        except ValueError as e:
+            context.send_failure(e)
+            return
+
+        def write() -> None:
+            try:
+                reply = store_migrated_chunk(self, path, msg)
+            except Exception as e:
+                self.rpc_env.call_soon(context.send_failure, e)
+                return
+            self.rpc_env.call_soon(context.reply, reply)
+        self.rpc_env.run_in_executor(write)
 
     # --- tasks --------------------------------------------------------------------------
     def _start_pool(self) -> None:

@@ -200,6 +200,9 @@ def serve(sock: socket.socket, env: TaskEnv) -> None:
             send_msg(sock, reply)
         elif op == "unpersist_rdd":
             env.block_manager.remove_rdd(msg[1])
+        elif op == "export_blocks":
+            env.block_manager.export_to_disk()
+            send_msg(sock, ("exported",))
         elif op == "unpersist_broadcast":
             broadcast._broadcastRegistry.pop(msg[1], None)
         elif op == "forget_stage":

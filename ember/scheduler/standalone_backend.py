@@ -7,6 +7,7 @@ result is handled and the next task sent on that one thread, as in local mode.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import pickle
@@ -19,7 +20,8 @@ from typing import Any
 from ember import config
 from ember.deploy.app_client import parse_master_urls, start_app_client
 from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, ApplicationDescription,
-                                   Command, FetchBroadcast, FetchFile,
+                                   BlockManagerPeer, Command, DecommissionExecutor,
+                                   FetchBroadcast, FetchFile, GetPeers, UpdateBlockInfo,
                                    KillTask, LaunchTask, RegisteredExecutor,
                                    RegisterExecutor, RegisterExecutorFailed, RemoveBroadcast,
                                    RemoveExecutor, RemoveRdd, RemoveStage,
@@ -68,6 +70,14 @@ class DriverEndpoint(RpcEndpoint):
         elif isinstance(msg, FetchFile):
             name = os.path.basename(msg.name)
             self._reply_file(context, os.path.join(b.sc._files_dir, name))
+        elif isinstance(msg, GetPeers):
+            context.reply(b.peers_of(msg.executorId))
+        elif isinstance(msg, UpdateBlockInfo):
+            data = b.executors.get(msg.executorId)
+            if data is None or data.address != context.sender_address:
+                context.send_failure(ValueError(f"Unknown executor {msg.executorId}"))
+                return
+            context.reply(b.update_block_info(data, msg))
         else:
             context.send_failure(ValueError(f"Unsupported message {type(msg).__name__}"))
 
@@ -121,6 +131,8 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self.client: Any = None
         self._allocation: ExecutorAllocationManager | None = None
         self._releasing: dict[str, str] = {}     # executor id -> why we asked to remove it
+        self._decommissioning: dict[str, str] = {}   # executor id -> decommission reason
+        self._decommission_enabled = config.read(self.conf, "spark.decommission.enabled")
         if scheduler.rp_manager is not None and scheduler.rp_manager.dynamic_enabled:
             self._allocation = ExecutorAllocationManager(
                 AllocationSettings.from_conf(dict(self.conf.getAll())),
@@ -245,6 +257,63 @@ class StandaloneSchedulerBackend(SchedulerBackend):
     def worker_removed(self, worker_id: str, host: str, message: str) -> None:
         pass
 
+    def executor_decommissioned(self, exec_id: str, message: str,
+                                worker_host: str | None) -> None:
+        """The master decommissioned the executor's worker (ExecutorUpdated DECOMMISSIONED)."""
+        self.loop.post(self.decommission_executor, exec_id, message or "worker decommissioned")
+
+    # --- graceful decommission (scheduler loop) -------------------------------------------
+    def decommission_executor(self, exec_id: str, reason: str) -> None:
+        """Spark's decommissionExecutors: no new tasks go there; the executor migrates its
+        shuffle and cached blocks to peers (spark.storage.decommission.*) and exits."""
+        data = self.executors.get(exec_id)
+        if data is None or exec_id in self._decommissioning:
+            return
+        self._decommissioning[exec_id] = reason
+        log.warning("Decommissioning executor %s on %s: %s", exec_id, data.host, reason)
+        data.ref.send(DecommissionExecutor())
+
+    def peers_of(self, exec_id: str) -> list[BlockManagerPeer]:
+        """Where a decommissioning executor may migrate blocks: live executors not being
+        decommissioned themselves."""
+        return [BlockManagerPeer(e.executor_id, e.address.host, e.address.port)
+                for e in self.executors.values()
+                if e.executor_id != exec_id and e.executor_id not in self._decommissioning]
+
+    def update_block_info(self, data: ExecutorData, msg: UpdateBlockInfo) -> bool:
+        """A peer now holds a migrated block: map outputs move in the tracker (Spark's
+        updateMapOutput), cached blocks are added to the block master."""
+        block = msg.blockId
+        if block.startswith("shuffle_") and block.endswith(".data"):
+            try:
+                shuffle_id, map_index = (int(x) for x in block[len("shuffle_"):].split("_")[:2])
+            except ValueError:
+                return False
+            statuses = self.sc._tracker.statuses(shuffle_id)
+            old = statuses[map_index] if 0 <= map_index < len(statuses) else None
+            if old is None or os.path.basename(old.path) + ".data" != block:
+                return False
+            new = dataclasses.replace(old, executor_id=data.executor_id, host=data.host,
+                                      path=msg.path, address=msg.shuffleAddress,
+                                      endpoint=msg.shuffleEndpoint)
+            moved = self.sc._tracker.update_map_output(shuffle_id, map_index, new)
+            if moved:
+                log.info("Updated map output of shuffle %d map %d: executor %s -> %s",
+                         shuffle_id, map_index, old.executor_id, data.executor_id)
+            return moved
+        if block.startswith("rdd_"):
+            try:
+                rdd_id, partition = (int(x) for x in block[len("rdd_"):].split("_"))
+            except ValueError:
+                return False
+            holders = {b.executor_id for b in self.sc._block_master.locations(rdd_id, partition)}
+            self.sc._block_master.update(data.executor_id, -1, data.host,
+                                         [(block, "disk", msg.memSize, msg.diskSize)])
+            for old in holders & set(self._decommissioning):
+                self.scheduler.block_migrated(old, data.executor_id, data.host, partition)
+            return True
+        return False
+
     # --- scheduler loop -----------------------------------------------------------------
     def register_executor(self, msg: RegisterExecutor, context: RpcCallContext) -> None:
         eid = msg.executorId
@@ -280,13 +349,17 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         files, external shuffle service included, are gone too)."""
         data = self.executors.pop(exec_id, None)
         released = self._releasing.pop(exec_id, None)
+        decommissioned = self._decommissioning.pop(exec_id, None)
         if self._allocation is not None:
             self._allocation.executor_removed(exec_id)
         if data is None:
             return
         with self._registered:
             self.total_cores -= data.cores
-        if released is not None:   # however it went (killed, disconnected): we asked for it
+        if decommissioned is not None:
+            reason = f"Executor decommission: {decommissioned}"
+            log.warning("Removed executor %s on %s: %s", exec_id, data.host, reason)
+        elif released is not None:   # however it went (killed, disconnected): we asked for it
             reason = f"Executor killed by driver: {released}"
             log.warning("Removed executor %s on %s: %s", exec_id, data.host, reason)
         else:
@@ -330,20 +403,26 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         cached = self.sc._block_master.executors_with_blocks()
         execs = [ExecutorSnapshot(e.executor_id, e.rp_id, e.idle_since,
                                   e.executor_id in cached, e.executor_id in keeps_shuffle)
-                 for e in self.executors.values()]
+                 for e in self.executors.values() if e.executor_id not in self._decommissioning]
         now = time.monotonic()
         decision = alloc.schedule(now, self.scheduler.tasks_needed_by_profile(), execs)
         if decision.totals and self._request_totals(decision.totals):
             alloc.totals_sent(decision.totals)
             log.info("Requesting executors per resource profile: %s",
                      ", ".join(f"{rp} -> {n}" for rp, n in decision.totals))
-        if decision.remove and self.client is not None \
-                and self.client.kill_executors(decision.remove):
+        if not decision.remove:
+            return
+        by_id = {e.executor_id: e for e in execs}
+        whys = {eid: f"idle for {alloc.timeout_of(by_id[eid]):g} seconds (dynamic allocation)"
+                for eid in decision.remove}
+        if self._decommission_enabled:   # Spark: removal by graceful decommission
             alloc.removal_requested(decision.remove)
-            by_id = {e.executor_id: e for e in execs}
-            for eid in decision.remove:
-                why = (f"idle for {alloc.timeout_of(by_id[eid]):g} seconds "
-                       f"(dynamic allocation)")
+            for eid, why in whys.items():
+                self._releasing[eid] = why
+                self.decommission_executor(eid, why)
+        elif self.client is not None and self.client.kill_executors(decision.remove):
+            alloc.removal_requested(decision.remove)
+            for eid, why in whys.items():
                 self._releasing[eid] = why
                 log.warning("Removing executor %s because it has been %s", eid, why)
 
@@ -360,7 +439,9 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         sched = self.scheduler
         with sched.lock:
             offers = [WorkerOffer(e.executor_id, e.host, s)
-                      for e in self.executors.values() for s in sorted(e.free_slots)]
+                      for e in self.executors.values()
+                      if e.executor_id not in self._decommissioning
+                      for s in sorted(e.free_slots)]
             if not offers:
                 return
             for td in sched.resource_offers(offers):

@@ -252,6 +252,15 @@ class TaskSchedulerImpl:
             self.block_master.remove_executor(executor_id)
         self.dag.executor_lost(executor_id, worker_host)
 
+    def block_migrated(self, old_executor: str, new_executor: str, new_host: str,
+                       partition_id: int) -> None:
+        """Active task sets whose tasks preferred a migrated cached block follow it."""
+        with self.lock:
+            for attempts in self.stage_tsms.values():
+                for tsm in attempts.values():
+                    if not tsm.is_zombie:
+                        tsm.block_migrated(old_executor, new_executor, new_host, partition_id)
+
     def executor_added(self, executor_id: str) -> None:
         with self.lock:
             self.dead_executors.discard(executor_id)
