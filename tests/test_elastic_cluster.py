@@ -159,3 +159,29 @@ def test_decommissioned_worker_migrates_shuffle_and_cache_mid_job(elastic_cluste
     assert cache_runs.value == 8, "migrated cached blocks were read, not recomputed"
     assert all(attempt == 0 for _, attempt in stages.attempts), stages.attempts
     assert len(set(backend.executors) & before) == 2
+
+
+def test_decommission_worker_cli_drains_a_worker_daemon(elastic_cluster, tmp_path, monkeypatch,
+                                                        capsys):
+    """`ember decommission-worker` (sbin/decommission-worker.sh): SIGPWR to the worker
+    daemon of the pid file; the master marks it DECOMMISSIONED."""
+    from ember.deploy.worker import cli as worker_cli
+    monkeypatch.setenv("EMBER_PID_DIR", str(tmp_path / "pids"))
+    monkeypatch.setenv("EMBER_LOG_DIR", str(tmp_path / "logs"))
+    monkeypatch.setenv("SPARK_IDENT_STRING", "decom")
+    monkeypatch.delenv("SPARK_WORKER_INSTANCES", raising=False)
+    monkeypatch.delenv("SPARK_WORKER_PORT", raising=False)
+    assert worker_cli.decommission_main([]) == 0
+    assert "no worker to decommission" in capsys.readouterr().out
+    try:
+        assert worker_cli.start_main([elastic_cluster.url, "-h", "127.0.0.1", "--webui-port",
+                                      "0", "-d", str(tmp_path / "work"), "-c", "1", "-m", "1G",
+                                      "--conf", "spark.decommission.enabled=true"]) == 0
+        elastic_cluster.wait_for(lambda j: len([w for w in j["workers"]
+                                                 if w["state"] == "ALIVE"]) == 3, 60)
+        assert worker_cli.decommission_main([]) == 0
+        assert "decommissioning worker" in capsys.readouterr().out
+        elastic_cluster.wait_for(lambda j: any(
+            w["state"] == "DECOMMISSIONED" and w["cores"] == 1 for w in j["workers"]), 60)
+    finally:
+        worker_cli.stop_main([])
