@@ -2,12 +2,14 @@
 shuffle services, graceful decommission (real master, worker, driver, executor processes)."""
 from __future__ import annotations
 
+import json
 import operator
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 
@@ -26,6 +28,11 @@ def elastic_cluster(tmp_path_factory):
     c.start()
     yield c
     c.stop()
+
+
+def get_json(url: str):
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read().decode())
 
 
 def wait_until(predicate, timeout: float = 60.0, what: str = "condition"):
@@ -69,8 +76,11 @@ def run_app(cluster: LocalCluster, source: str) -> subprocess.Popen:
 
 
 def test_dynamic_allocation_grows_shrinks_frees_cores_and_keeps_shuffle(elastic_cluster,
-                                                                        fresh_sc):
-    sc = fresh_sc(elastic_cluster.url, "elastic-da", dynamic_conf())
+                                                                        fresh_sc, tmp_path):
+    events = tmp_path / "events"
+    events.mkdir()
+    sc = fresh_sc(elastic_cluster.url, "elastic-da", dynamic_conf(
+        spark_eventLog_enabled="true", spark_eventLog_dir=str(events)))
     backend = sc._backend
     map_runs = sc.accumulator(0)
 
@@ -102,6 +112,20 @@ def test_dynamic_allocation_grows_shrinks_frees_cores_and_keeps_shuffle(elastic_
     assert dict(counts.collect()) == {k: 40 for k in range(5)}
     assert map_runs.value == 40, "no map task was recomputed"
     assert writers - set(backend.executors), "outputs of removed executors were read"
+
+    # removals and their reasons: the UI's executors API, /metrics/prometheus, the event log
+    base = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}"
+    removed = wait_until(lambda: [e for e in get_json(f"{base}/allexecutors")
+                                  if not e["isActive"]] or None, 30, "removed executors in UI")
+    assert len(removed) == 3
+    assert all("idle for 3 seconds (dynamic allocation)" in e["removeReason"] for e in removed)
+    metrics = urllib.request.urlopen(f"{sc.uiWebUrl}/metrics/prometheus").read().decode()
+    assert 'cause="idle"} 3' in metrics and "ember_driver_executors_added_total" in metrics
+    sc.stop()
+    log = "".join(p.read_text() for p in events.iterdir())
+    assert log.count('"Event":"SparkListenerExecutorAdded"') == 4
+    assert log.count('"Event":"SparkListenerExecutorRemoved"') == 3
+    assert "dynamic allocation" in log
 
 
 class StageAttempts:
@@ -176,9 +200,10 @@ def test_decommission_worker_cli_drains_a_worker_daemon(elastic_cluster, tmp_pat
     try:
         assert worker_cli.start_main([elastic_cluster.url, "-h", "127.0.0.1", "--webui-port",
                                       "0", "-d", str(tmp_path / "work"), "-c", "1", "-m", "1G",
-                                      "--conf", "spark.decommission.enabled=true"]) == 0
-        elastic_cluster.wait_for(lambda j: len([w for w in j["workers"]
-                                                 if w["state"] == "ALIVE"]) == 3, 60)
+                                      "--conf", "spark.decommission.enabled=true",
+                                      "--conf", "spark.worker.timeout=3"]) == 0
+        elastic_cluster.wait_for(lambda j: any(w["state"] == "ALIVE" and w["cores"] == 1
+                                               for w in j["workers"]), 60)
         assert worker_cli.decommission_main([]) == 0
         assert "decommissioning worker" in capsys.readouterr().out
         elastic_cluster.wait_for(lambda j: any(
