@@ -128,6 +128,42 @@ def test_dynamic_allocation_grows_shrinks_frees_cores_and_keeps_shuffle(elastic_
     assert "dynamic allocation" in log
 
 
+CLUSTER_MODE_APP = """
+import threading, time
+from ember import SparkConf, SparkContext
+sc = SparkContext(conf=SparkConf())
+execs = sc._backend.executors
+peak = [0]
+def watch():
+    while True:
+        peak[0] = max(peak[0], len(execs))
+        time.sleep(0.02)
+threading.Thread(target=watch, daemon=True).start()
+n = sc.parallelize(range(30), 30).map(lambda x: (time.sleep(0.3), x)[1]).count()
+deadline = time.time() + 60
+while len(execs) > 1 and time.time() < deadline:
+    time.sleep(0.05)
+print("COUNT", n, "PEAK", peak[0], "AFTER", len(execs), flush=True)
+sc.stop()
+"""
+
+
+def test_dynamic_allocation_in_cluster_mode(elastic_cluster, tmp_path):
+    """The driver runs on a worker (1 core); its application grows to maxExecutors 3 and
+    shrinks back to minExecutors 1."""
+    app = tmp_path / "elastic_app.py"
+    app.write_text(CLUSTER_MODE_APP)
+    conf = dynamic_conf(spark_dynamicAllocation_maxExecutors="3",
+                        spark_dynamicAllocation_executorIdleTimeout="2s",
+                        spark_driver_memory="256m")   # leaves its worker room for one
+    args = [a for k, v in conf.getAll() for a in ("--conf", f"{k}={v}")]
+    r = subprocess.run([sys.executable, "-m", "ember.cli", "submit", "--master",
+                        elastic_cluster.url, "--deploy-mode", "cluster", "--follow", *args,
+                        str(app)], capture_output=True, text=True, timeout=180, env=_env())
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "COUNT 30 PEAK 3 AFTER 1" in r.stdout, r.stdout + r.stderr
+
+
 class StageAttempts:
     """A sync listener recording every stage attempt submitted."""
 
