@@ -98,7 +98,9 @@ class ExternalShuffleService:
         if instances.isdigit() and int(instances) > 1:
             raise ValueError(MULTIPLE_WORKERS_ERROR)
         try:
-            self.env = RpcEnv.create(SYSTEM_NAME, self.host, self.port, dict(self.conf))
+            # exactly this port (executors and reducers are told it), no retries on others
+            self.env = RpcEnv.create(SYSTEM_NAME, self.host, self.port,
+                                     {**self.conf, "spark.port.maxRetries": "0"})
         except OSError as e:
             raise OSError(f"Failed to start the external shuffle service on port "
                           f"{self.port}: {e.strerror or e} (is another worker on this host "
