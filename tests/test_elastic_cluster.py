@@ -246,3 +246,17 @@ def test_decommission_worker_cli_drains_a_worker_daemon(elastic_cluster, tmp_pat
             w["state"] == "DECOMMISSIONED" and w["cores"] == 1 for w in j["workers"]), 60)
     finally:
         worker_cli.stop_main([])
+
+
+def test_spark_context_refuses_invalid_dynamic_allocation_settings():
+    """Spark's validateSettings fails the SparkContext itself (and leaves none running)."""
+    from ember import SparkContext
+    from ember.errors import SparkException
+    bad = dynamic_conf(spark_shuffle_service_enabled="false",
+                       spark_dynamicAllocation_shuffleTracking_enabled="false")
+    with pytest.raises(SparkException, match="Dynamic allocation of executors requires one "
+                                             "of the following conditions"):
+        SparkContext("spark://127.0.0.1:1", "invalid-da", conf=bad)
+    with pytest.raises(SparkException, match=r"minExecutors \(5\) must be less than or equal"):
+        SparkContext("spark://127.0.0.1:1", "invalid-da",
+                     conf=dynamic_conf(spark_dynamicAllocation_minExecutors="5"))

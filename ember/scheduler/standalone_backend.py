@@ -110,6 +110,12 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self.sc = sc
         self.scheduler = scheduler
         self.masters = parse_master_urls(master)
+        self._allocation: ExecutorAllocationManager | None = None
+        if scheduler.rp_manager is not None and scheduler.rp_manager.dynamic_enabled:
+            # Spark's validateSettings: a bad setting fails the SparkContext before it binds
+            self._allocation = ExecutorAllocationManager(
+                AllocationSettings.from_conf(dict(sc._conf.getAll())),
+                scheduler.rp_manager.max_tasks_per_executor)
         self.conf = sc._conf
         self.executors: dict[str, ExecutorData] = {}
         self._slot_of: dict[int, int] = {}
@@ -129,14 +135,9 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self.driver_endpoint = DriverEndpoint(self)
         self.rpc_env.setup_endpoint(ENDPOINT_NAME, self.driver_endpoint)
         self.client: Any = None
-        self._allocation: ExecutorAllocationManager | None = None
         self._releasing: dict[str, str] = {}     # executor id -> why we asked to remove it
         self._decommissioning: dict[str, str] = {}   # executor id -> decommission reason
         self._decommission_enabled = config.read(self.conf, "spark.decommission.enabled")
-        if scheduler.rp_manager is not None and scheduler.rp_manager.dynamic_enabled:
-            self._allocation = ExecutorAllocationManager(
-                AllocationSettings.from_conf(dict(self.conf.getAll())),
-                scheduler.rp_manager.max_tasks_per_executor)
 
     # --- configuration shared with executors --------------------------------------------
     def app_conf(self) -> dict[str, str]:
