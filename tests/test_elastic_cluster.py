@@ -128,6 +128,37 @@ def test_dynamic_allocation_grows_shrinks_frees_cores_and_keeps_shuffle(elastic_
     assert "dynamic allocation" in log
 
 
+def test_shuffle_of_a_crashed_executor_is_served_by_the_shuffle_service(elastic_cluster,
+                                                                         fresh_sc):
+    import psutil
+    conf = (SparkConf().set("spark.executor.cores", "1").set("spark.executor.memory", "512m")
+            .set("spark.cores.max", "2").set("spark.shuffle.service.enabled", "true"))
+    sc = fresh_sc(elastic_cluster.url, "elastic-crash", conf)
+    backend = sc._backend
+    wait_until(lambda: len(backend.executors) == 2, 60, "2 executors")
+    map_runs = sc.accumulator(0)
+
+    def mapper(it):
+        map_runs.add(1)
+        return ((x % 7, 1) for x in it)
+
+    counts = sc.parallelize(range(700), 6).mapPartitions(mapper).reduceByKey(operator.add, 3)
+    assert dict(counts.collect()) == {k: 100 for k in range(7)}
+    writers = {st.executor_id for sid in sc._tracker.shuffle_ids()
+               for st in sc._tracker.statuses(sid)}
+    victim_id = sorted(writers)[0]
+    victims = [p for p in elastic_cluster.all_processes()
+               if "ember.executor.backend" in " ".join(p.cmdline())
+               and sc.applicationId in p.cmdline()
+               and p.cmdline()[p.cmdline().index("--executor-id") + 1] == victim_id]
+    assert len(victims) == 1
+    victims[0].kill()                                  # kill -9: a crash
+    psutil.wait_procs(victims, timeout=10)
+    wait_until(lambda: victim_id not in backend.executors, 60, "the crash to be noticed")
+    assert dict(counts.collect()) == {k: 100 for k in range(7)}
+    assert map_runs.value == 6, "the crashed executor's map output was not recomputed"
+
+
 CLUSTER_MODE_APP = """
 import threading, time
 from ember import SparkConf, SparkContext
