@@ -159,6 +159,37 @@ def test_shuffle_of_a_crashed_executor_is_served_by_the_shuffle_service(elastic_
     assert map_runs.value == 6, "the crashed executor's map output was not recomputed"
 
 
+def test_executor_decommissioned_by_its_own_signal_migrates_its_shuffle(elastic_cluster,
+                                                                         fresh_sc):
+    """SIGPWR to an executor: ExecutorDecommissioning to the driver, DecommissionExecutor
+    back, its map output moves to the other executor, and nothing is recomputed."""
+    conf = (SparkConf().set("spark.executor.cores", "1").set("spark.executor.memory", "512m")
+            .set("spark.cores.max", "2").set("spark.decommission.enabled", "true")
+            .set("spark.storage.decommission.enabled", "true"))
+    sc = fresh_sc(elastic_cluster.url, "elastic-executor-signal", conf)
+    backend = sc._backend
+    wait_until(lambda: len(backend.executors) == 2, 60, "2 executors")
+    map_runs = sc.accumulator(0)
+
+    def mapper(it):
+        map_runs.add(1)
+        return ((x % 7, 1) for x in it)
+
+    counts = sc.parallelize(range(700), 6).mapPartitions(mapper).reduceByKey(operator.add, 3)
+    assert dict(counts.collect()) == {k: 100 for k in range(7)}
+    victim_id = sorted(backend.executors)[0]
+    victim = next(p for p in elastic_cluster.all_processes()
+                  if "ember.executor.backend" in " ".join(p.cmdline())
+                  and sc.applicationId in p.cmdline()
+                  and p.cmdline()[p.cmdline().index("--executor-id") + 1] == victim_id)
+    victim.send_signal(signal.SIGPWR)
+    wait_until(lambda: victim_id not in backend.executors, 60, "the executor to drain")
+    assert all(st.executor_id != victim_id for sid in sc._tracker.shuffle_ids()
+               for st in sc._tracker.statuses(sid))
+    assert dict(counts.collect()) == {k: 100 for k in range(7)}
+    assert map_runs.value == 6
+
+
 CLUSTER_MODE_APP = """
 import threading, time
 from ember import SparkConf, SparkContext

@@ -1036,6 +1036,15 @@ class DecommissionExecutor:
 
 @message
 @dataclass(frozen=True)
+class ExecutorDecommissioning:
+    """Executor -> driver ask (Spark's CoarseGrainedClusterMessages.ExecutorDecommissioning):
+    this executor got the decommission signal (SIGPWR); the driver answers True and
+    decommissions it (DecommissionExecutor)."""
+    executorId: str
+
+
+@message
+@dataclass(frozen=True)
 class BlockManagerPeer:
     """One executor a decommissioning executor can migrate blocks to (Spark's
     BlockManagerId, as GetPeers answers)."""

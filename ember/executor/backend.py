@@ -24,7 +24,7 @@ from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, KillTask, Launch
                                    RemoveBroadcast, RemoveRdd, RemoveStage, ResourceInformation,
                                    ResourceProfile, RetrieveSparkAppConfig, Shutdown, ShuffleBlockRequest,
                                    RegisterExecutorShuffleInfo, DecommissionExecutor,
-                                   PutMigratedBlock,
+                                   PutMigratedBlock, ExecutorDecommissioning,
                                    StatusUpdate, StopExecutor)
 from ember.deploy.resources import (ResourceError, ResourceRequest, discover_resource,
                                     parse_allocated)
@@ -182,6 +182,15 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
             except Exception as e:   # what did not move is recomputed: log, still exit
                 log.error("Block migration of executor %s failed: %s", self.executor_id, e)
         self.exit(0, "Executor decommission: finished, exiting")
+
+    def decommission_signal(self) -> None:
+        """SIGPWR (on the loop): ask the driver to decommission us (Spark's
+        ExecutorDecommissioning); it answers with DecommissionExecutor."""
+        log.info("Received decommission signal; asking the driver to decommission executor "
+                 "%s", self.executor_id)
+        fut = self.driver.ask(ExecutorDecommissioning(self.executor_id))
+        fut.add_done_callback(lambda f: f.exception() is not None and log.warning(
+            "The driver refused to decommission us: %s", f.exception()))
 
     def shuffle_location(self) -> tuple[str, str]:
         """(address, endpoint) reducers fetch this executor's map output from."""
@@ -379,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
             backend.exit(1, f"Could not initialize connection to worker {args.worker_url}. "
                             f"Exiting. ({e})")
     signal.signal(signal.SIGTERM, lambda *_: backend.exit(143, "RECEIVED SIGNAL TERM"))
+    if parse_bool(conf.get("spark.decommission.enabled", "false")) and hasattr(signal, "SIGPWR"):
+        signal.signal(signal.SIGPWR, lambda *_: env.call_soon(backend.decommission_signal))
     backend.exited.wait()
     backend.shutdown()
     env.shutdown()

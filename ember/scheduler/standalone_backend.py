@@ -21,6 +21,7 @@ from ember import config
 from ember.deploy.app_client import parse_master_urls, start_app_client
 from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, ApplicationDescription,
                                    BlockManagerPeer, Command, DecommissionExecutor,
+                                   ExecutorDecommissioning,
                                    FetchBroadcast, FetchFile, GetPeers, UpdateBlockInfo,
                                    KillTask, LaunchTask, RegisteredExecutor,
                                    RegisterExecutor, RegisterExecutorFailed, RemoveBroadcast,
@@ -70,6 +71,13 @@ class DriverEndpoint(RpcEndpoint):
         elif isinstance(msg, FetchFile):
             name = os.path.basename(msg.name)
             self._reply_file(context, os.path.join(b.sc._files_dir, name))
+        elif isinstance(msg, ExecutorDecommissioning):
+            data = b.executors.get(msg.executorId)
+            if data is None or data.address != context.sender_address:
+                context.send_failure(ValueError(f"Unknown executor {msg.executorId}"))
+                return
+            b.decommission_executor(msg.executorId, "executor received the decommission signal")
+            context.reply(True)
         elif isinstance(msg, GetPeers):
             context.reply(b.peers_of(msg.executorId))
         elif isinstance(msg, UpdateBlockInfo):
