@@ -91,3 +91,19 @@ def test_spark_errors_for_two_services_on_one_host(service, monkeypatch):
     with pytest.raises(ValueError) as e:
         ExternalShuffleService("127.0.0.1", {"spark.shuffle.service.port": "0"}).start()
     assert str(e.value) == MULTIPLE_WORKERS_ERROR
+
+
+def test_a_lost_worker_takes_the_outputs_its_service_served():
+    """With the service on, a lost executor keeps its outputs; when its worker goes too,
+    every output that worker's service served goes, and another worker's on the same host
+    stays."""
+    from ember.scheduler.map_output_tracker import MapOutputTracker
+    from ember.shuffle.base import MapStatus
+    t = MapOutputTracker()
+    t.register_shuffle(0, 3)
+    w1, w2 = "127.0.0.1:7001", "127.0.0.1:7002"
+    t.register_map_output(0, 0, MapStatus("1", "127.0.0.1", "/a", 1, 1, w1, ENDPOINT_NAME))
+    t.register_map_output(0, 1, MapStatus("2", "127.0.0.1", "/b", 1, 1, w1, ENDPOINT_NAME))
+    t.register_map_output(0, 2, MapStatus("3", "127.0.0.1", "/c", 1, 1, w2, ENDPOINT_NAME))
+    assert t.remove_outputs_served_with("2") == 2
+    assert t.missing(0) == [0, 1]

@@ -600,16 +600,17 @@ class DAGScheduler:
 
     def handle_executor_lost(self, executor_id: str, worker_host: str | None = None) -> None:
         """Spark's fileLost rule: with the external shuffle service an executor's map
-        output outlives it (the service serves it) unless its worker went too, which
-        takes every output on that host."""
+        output outlives it (the service serves it) unless its worker went too, which takes
+        every output that worker's service served."""
         if self.shuffle_service_enabled:
             if worker_host is None:
                 log.info("Executor %s lost; its shuffle files stay with the external shuffle "
                          "service", executor_id)
                 return
-            n = self.tracker.remove_outputs_on_host(worker_host)
+            n = self.tracker.remove_outputs_served_with(executor_id)
             if n:
-                log.info("Shuffle files lost for host: %s (%d map outputs)", worker_host, n)
+                log.info("Shuffle files lost with the worker on %s (%d map outputs)",
+                         worker_host, n)
             return
         n = self.tracker.remove_outputs_on_executor(executor_id)
         if n:

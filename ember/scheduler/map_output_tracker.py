@@ -43,12 +43,18 @@ class MapOutputTracker:
                         removed += 1
         return removed
 
-    def remove_outputs_on_host(self, host: str) -> int:
-        removed = 0
+    def remove_outputs_served_with(self, executor_id: str) -> int:
+        """Outputs served from wherever this executor's were (its worker's shuffle service,
+        which also serves the outputs of that worker's earlier executors): they go together
+        when that worker is lost. Several workers may share a host, so not by host."""
         with self._lock:
+            where = {st.address for outs in self._outputs.values() for st in outs
+                     if st is not None and st.executor_id == executor_id}
+            removed = 0
             for outs in self._outputs.values():
                 for i, st in enumerate(outs):
-                    if st is not None and st.host == host:
+                    if st is not None and (st.executor_id == executor_id
+                                           or (st.address and st.address in where)):
                         outs[i] = None
                         removed += 1
         return removed
@@ -62,11 +68,6 @@ class MapOutputTracker:
                 return False
             outs[map_index] = status
             return True
-
-    def outputs_on_executor(self, executor_id: str) -> list[tuple[int, int, MapStatus]]:
-        with self._lock:
-            return [(sid, i, st) for sid, outs in self._outputs.items()
-                    for i, st in enumerate(outs) if st is not None and st.executor_id == executor_id]
 
     def num_available(self, shuffle_id: int) -> int:
         outs = self._outputs.get(shuffle_id)
