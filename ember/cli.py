@@ -301,6 +301,7 @@ _DAEMON_COMMANDS = {
     "worker": ("ember.deploy.worker.cli", "main"),
     "start-worker": ("ember.deploy.worker.cli", "start_main"),
     "stop-worker": ("ember.deploy.worker.cli", "stop_main"),
+    "decommission-worker": ("ember.deploy.worker.cli", "decommission_main"),
     "history-server": ("ember.ui.history_server", "main"),
     "start-history-server": ("ember.ui.history_server", "start_main"),
     "stop-history-server": ("ember.ui.history_server", "stop_main"),
@@ -366,6 +367,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               "  start-master / stop-master / start-worker / stop-worker /\n"
               "  start-history-server / stop-history-server\n"
               "                 the same as background daemons (pid and log files)\n"
+              "  decommission-worker [--block-until-exit]\n"
+              "                 drain the worker daemons (SIGPWR, spark.decommission.enabled)\n"
               "  version        print the version")
         return 0 if argv else 1
     cmd, rest = argv[0], argv[1:]

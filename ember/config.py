@@ -166,6 +166,29 @@ _entry("spark.dynamicAllocation.executorAllocationRatio", 1.0, _float,
        "Fraction of the executors full parallelism would need that is asked for.")
 _entry("spark.dynamicAllocation.executorIdleTimeout", 60.0, parse_time_seconds,
        "Idle time after which an executor beyond its profile's target is released.")
+_entry("spark.dynamicAllocation.cachedExecutorIdleTimeout", float("inf"), parse_time_seconds,
+       "Idle time after which an executor holding cached blocks is released (default: never).")
+_entry("spark.dynamicAllocation.schedulerBacklogTimeout", 1.0, parse_time_seconds,
+       "Pending tasks backlogged this long make the first executor request.")
+_entry("spark.dynamicAllocation.sustainedSchedulerBacklogTimeout", None, parse_time_seconds,
+       "Interval of the following (doubling) requests while the backlog lasts (default: "
+       "schedulerBacklogTimeout).")
+_entry("spark.dynamicAllocation.shuffleTracking.enabled", True, parse_bool,
+       "Keep executors holding live shuffle output (without an external shuffle service).")
+_entry("spark.dynamicAllocation.shuffleTracking.timeout", float("inf"), parse_time_seconds,
+       "Idle time after which an executor holding shuffle output is released anyway.")
+_entry("spark.shuffle.service.enabled", False, parse_bool,
+       "Executors register their shuffle output with their worker's external shuffle "
+       "service, which serves it after they exit.")
+_entry("spark.shuffle.service.port", 7337, _int, "Port of the worker's external shuffle service.")
+_entry("spark.decommission.enabled", False, parse_bool,
+       "Executors of a decommissioned worker drain gracefully instead of being lost.")
+_entry("spark.storage.decommission.enabled", False, parse_bool,
+       "Decommissioning executors migrate their blocks to other executors.")
+_entry("spark.storage.decommission.shuffleBlocks.enabled", True, parse_bool,
+       "Migrate shuffle output when decommissioning (needs storage decommission).")
+_entry("spark.storage.decommission.rddBlocks.enabled", True, parse_bool,
+       "Migrate cached RDD blocks when decommissioning (needs storage decommission).")
 
 _entry("spark.ember.appClient.reconnectTimeout", 120.0, parse_time_seconds,
        "How long a driver that lost its master waits for a master (restarted, or a standby "

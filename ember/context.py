@@ -301,7 +301,9 @@ class SparkContext:
                                self._conf,
                                "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures"),
                            dynamic_allocation=local is None and config.read(
-                               self._conf, "spark.dynamicAllocation.enabled"))
+                               self._conf, "spark.dynamicAllocation.enabled"),
+                           shuffle_service_enabled=local is None and
+                           config.read(self._conf, "spark.shuffle.service.enabled"))
         sched.initialize(backend, dag)
         self._task_scheduler = sched
         self._backend = backend

@@ -19,8 +19,6 @@ from ember.deploy.resources import (ResourceError, discover_resource,
 from ember.errors import SparkException
 from ember.resource import (ExecutorResourceRequests, ResourceInformation, ResourceProfile,
                             ResourceProfileBuilder, TaskResourceRequests)
-from ember.scheduler.executor_allocation import (IdleExecutor, executor_targets,
-                                                 executors_to_release)
 from ember.scheduler.resource_profiles import (MULTIPLE_PROFILES_ERROR, ExecutorResources,
                                                ResourceProfileManager, TaskRequirements)
 
@@ -238,23 +236,6 @@ def test_executor_resources_share_addresses_by_fraction():
     assert pool.fits(quarter)
     assert pool.free_cores == 4
     assert not ExecutorResources(1, {}).fits(TaskRequirements(2))
-
-
-def test_idle_executors_released_down_to_the_target():
-    execs = [IdleExecutor("1", 0, 0.0, False), IdleExecutor("2", 0, 5.0, False),
-             IdleExecutor("3", 0, None, False), IdleExecutor("4", 1, 0.0, True),
-             IdleExecutor("5", 1, 0.0, False)]
-    assert executors_to_release(execs, {0: 1, 1: 0}, 100.0, 60.0) == ["1", "2", "5"]
-    assert executors_to_release(execs, {0: 2, 1: 0}, 100.0, 60.0) == ["1", "5"]
-    assert executors_to_release(execs, {0: 0, 1: 0}, 30.0, 60.0) == []
-    assert executors_to_release(execs, {}, 100.0, 60.0) == []   # no target sent: keep
-
-
-def test_dynamic_allocation_targets():
-    assert executor_targets({0: 5, 1: 3}, {0: 2, 1: 1}, {}, 0, 100, 1.0) == {0: 3, 1: 3}
-    assert executor_targets({1: 3}, {1: 1}, {0: 2}, 0, 2, 1.0) == {0: 2, 1: 2}
-    assert executor_targets({}, {}, {0: 0, 1: 0}, 1, 5, 1.0) == {0: 1, 1: 1}
-    assert executor_targets({0: 10}, {0: 1}, {}, 0, 100, 0.5) == {0: 5}
 
 
 # -- local mode -----------------------------------------------------------------------------------

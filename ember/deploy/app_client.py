@@ -48,6 +48,8 @@ class AppClientListener(Protocol):
                        memory: int) -> None: ...
     def executor_removed(self, full_id: str, message: str, exit_status: int | None,
                          worker_host: str | None) -> None: ...
+    def executor_decommissioned(self, full_id: str, message: str,
+                                worker_host: str | None) -> None: ...
     def worker_removed(self, worker_id: str, host: str, message: str) -> None: ...
 
 
@@ -151,6 +153,8 @@ class StandaloneAppClient(RpcEndpoint):
             if state in _FINISHED:
                 self.listener.executor_removed(str(msg.id), f"{state}: {message}".rstrip(": "),
                                                msg.exitStatus, msg.workerHost)
+            elif state == "DECOMMISSIONED":
+                self.listener.executor_decommissioned(str(msg.id), message, msg.workerHost)
         elif isinstance(msg, WorkerRemoved):
             log.info("Master removed worker %s: %s", msg.id, msg.message)
             self.listener.worker_removed(msg.id, msg.host, msg.message)

@@ -338,6 +338,28 @@ def stop_daemon(command: str, instance: int, *, signature: Optional[str] = None,
     return 0
 
 
+def decommission_daemon(command: str, instance: int, *, signature: Optional[str] = None,
+                        block_until_exit: bool = False) -> int:
+    """spark-daemon.sh decommission: SIGPWR to the daemon named by the pid file ("decommissioning
+    <command>", or "no <command> to decommission"); always 0, as Spark's script. With
+    `block_until_exit`, wait until that process has exited."""
+    pid_path = pid_file(command, instance)
+    pid = _read_pid(pid_path)
+    if pid is None or not _is_our_process(pid, signature):
+        print(f"no {command} to decommission")
+        return 0
+    print(f"decommissioning {command}")
+    sys.stdout.flush()
+    try:
+        os.kill(pid, signal.SIGPWR)
+    except ProcessLookupError:
+        return 0
+    if block_until_exit:
+        while not _wait_gone(pid, 3600.0):
+            pass
+    return 0
+
+
 def daemon_status(command: str, instance: int, *, signature: Optional[str] = None) -> int:
     """spark-daemon.sh status: 0 running, 1 pid file present but not running, 2 not running."""
     pid_path = pid_file(command, instance)
@@ -383,6 +405,6 @@ def _unlink(path: str) -> None:
         pass
 
 
-__all__ = ["start_daemon", "stop_daemon", "daemon_status", "daemon_signature", "configure_daemon_logging",
+__all__ = ["start_daemon", "stop_daemon", "decommission_daemon", "daemon_status", "daemon_signature", "configure_daemon_logging",
            "SparkLogFormatter", "log_daemon_start", "log_file", "pid_file", "log_dir",
            "pid_dir", "rotate_log", "own_log_file", "DAEMON_LOG_FILE_ENV"]

@@ -1074,6 +1074,79 @@ class ShuffleBlockRequest:
 
 @message
 @dataclass(frozen=True)
+class RegisterExecutorShuffleInfo:
+    """Executor -> its worker's external shuffle service (Spark's shuffle protocol
+    RegisterExecutor with ExecutorShuffleInfo): serve map output under these dirs, also
+    after this executor exits, until the application ends."""
+    appId: str
+    execId: str
+    localDirs: list[str]
+
+
+@message
+@dataclass(frozen=True)
+class DecommissionExecutor:
+    """Driver -> executor (Spark's CoarseGrainedClusterMessages.DecommissionExecutor): stop
+    taking tasks, migrate shuffle and cached blocks to peers, then exit."""
+
+
+@message
+@dataclass(frozen=True)
+class ExecutorDecommissioning:
+    """Executor -> driver ask (Spark's CoarseGrainedClusterMessages.ExecutorDecommissioning):
+    this executor got the decommission signal (SIGPWR); the driver answers True and
+    decommissions it (DecommissionExecutor)."""
+    executorId: str
+
+
+@message
+@dataclass(frozen=True)
+class BlockManagerPeer:
+    """One executor a decommissioning executor can migrate blocks to (Spark's
+    BlockManagerId, as GetPeers answers)."""
+    executorId: str
+    host: str
+    port: int
+
+
+@message
+@dataclass(frozen=True)
+class GetPeers:
+    """Executor -> driver ask (Spark's BlockManagerMessages.GetPeers): the live, not
+    decommissioning executors other than this one; the reply is a list of BlockManagerPeer."""
+    executorId: str
+
+
+@message
+@dataclass(frozen=True)
+class PutMigratedBlock:
+    """Decommissioning executor -> peer executor ask: one chunk of a migrated block file
+    (``shuffle_<s>_<m>_<a>.index``/``.data`` or ``rdd_<r>_<p>``), written at `offset`; the
+    last chunk puts the file in place (and, for shuffle data and RDD blocks, reports it to
+    the driver with UpdateBlockInfo before answering)."""
+    blockId: str
+    offset: int
+    data: bytes
+    last: bool
+
+
+@message
+@dataclass(frozen=True)
+class UpdateBlockInfo:
+    """Executor -> driver ask (Spark's BlockManagerMessages.UpdateBlockInfo): this executor
+    now holds `blockId`. For a migrated map output, `path` is its file base here and
+    `shuffleAddress`/`shuffleEndpoint` where reducers fetch it (Spark's updateMapOutput)."""
+    executorId: str
+    blockId: str
+    memSize: int
+    diskSize: int
+    path: str = ""
+    shuffleAddress: str = ""
+    shuffleEndpoint: str = ""
+
+
+@message
+@dataclass(frozen=True)
 class FetchBroadcast:
     """Ember: executor -> driver ask for a broadcast variable's file; the reply is its bytes."""
     id: int

@@ -15,21 +15,26 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from typing import Any
 
 from ember import fs
-from ember.config import parse_memory_mb
+from ember.config import parse_bool, parse_memory_mb
 from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, KillTask, LaunchTask,
                                    RegisteredExecutor, RegisterExecutor, RegisterExecutorFailed,
                                    RemoveBroadcast, RemoveRdd, RemoveStage, ResourceInformation,
                                    ResourceProfile, RetrieveSparkAppConfig, Shutdown, ShuffleBlockRequest,
+                                   RegisterExecutorShuffleInfo, DecommissionExecutor,
+                                   PutMigratedBlock, ExecutorDecommissioning,
                                    StatusUpdate, StopExecutor)
 from ember.deploy.resources import (ResourceError, ResourceRequest, discover_resource,
                                     parse_allocated)
+from ember.executor.decommission import (migrate_blocks, migrated_block_path,
+                                         store_migrated_chunk)
 from ember.executor.process_pool import TaskProcessPool
 from ember.scheduler.event_loop import RpcLoop
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv, RpcRemoteError
-from ember.shuffle.writer import read_index
+from ember.shuffle.reader import read_shuffle_segment
 
 log = logging.getLogger("ember.executor")
 
@@ -38,15 +43,7 @@ ENDPOINT_NAME = "Executor"
 # by the driver's coordinator, is what bounds a barrier call
 BARRIER_ASK_TIMEOUT = 366 * 24 * 3600.0
 
-
-def read_shuffle_segment(map_path: str, reduce_id: int) -> bytes:
-    """One reduce partition of a map output written on this executor."""
-    start, end = read_index(map_path, reduce_id)
-    if end <= start:
-        return b""
-    with open(map_path + ".data", "rb") as f:
-        f.seek(start)
-        return f.read(end - start)
+SHUFFLE_SERVICE_ENDPOINT = "ExternalShuffleService"   # the worker's service (deploy/worker)
 
 
 class CoarseGrainedExecutorBackend(RpcEndpoint):
@@ -54,8 +51,10 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
                  driver_address: RpcAddress, worker_address: RpcAddress | None,
                  spark_conf: dict[str, str], work_dir: str,
                  resources: dict[str, ResourceInformation] | None = None,
-                 rp_id: int = DEFAULT_RESOURCE_PROFILE_ID) -> None:
+                 rp_id: int = DEFAULT_RESOURCE_PROFILE_ID,
+                 shuffle_service: RpcAddress | None = None) -> None:
         self.executor_id = executor_id
+        self.shuffle_service = shuffle_service   # where reducers fetch our map output
         self.resources = dict(resources or {})
         self.rp_id = rp_id
         self.hostname = hostname
@@ -70,6 +69,7 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
         self.task_slots: dict[int, int] = {}
         self.exited = threading.Event()
         self.exit_code = 0
+        self.decommissioning = False
 
     # --- lifecycle ----------------------------------------------------------------------
     def on_start(self) -> None:
@@ -110,6 +110,11 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
         elif isinstance(msg, RemoveBroadcast):
             name = f"broadcast_{msg.broadcastId}"
             self._remove_blocks(lambda n: n == name, ("unpersist_broadcast", msg.broadcastId))
+        elif isinstance(msg, DecommissionExecutor):
+            if not self.decommissioning:
+                self.decommissioning = True
+                log.info("Decommission executor %s.", self.executor_id)
+                self.rpc_env.run_in_executor(self._decommission)
         elif isinstance(msg, (StopExecutor, Shutdown)):
             log.info("Driver commanded a shutdown")
             self.exit(0, "")
@@ -117,7 +122,9 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
             log.warning("Unexpected message %r from %s", type(msg).__name__, sender)
 
     def receive_and_reply(self, msg: Any, context: RpcCallContext) -> None:
-        if isinstance(msg, ShuffleBlockRequest):
+        if isinstance(msg, PutMigratedBlock):
+            self._receive_migrated_block(msg, context)
+        elif isinstance(msg, ShuffleBlockRequest):
             path = os.path.realpath(msg.mapPath)
             if not path.startswith(os.path.realpath(self.work_dir) + os.sep):
                 context.send_failure(ValueError(f"Invalid shuffle block path: {msg.mapPath}"))
@@ -165,6 +172,54 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
                     except OSError:
                         pass
 
+    # --- graceful decommission ----------------------------------------------------------
+    def _decommission(self) -> None:
+        """Off the loop: wait for running tasks, migrate blocks (Spark's
+        BlockManagerDecommissioner), then exit 0."""
+        while self.task_slots and not self.exited.is_set():
+            time.sleep(0.05)
+        conf = self.conf
+        if parse_bool(conf.get("spark.storage.decommission.enabled", "false")):
+            try:
+                migrate_blocks(self, parse_bool(conf.get(
+                    "spark.storage.decommission.shuffleBlocks.enabled", "true")), parse_bool(
+                    conf.get("spark.storage.decommission.rddBlocks.enabled", "true")))
+            except Exception as e:   # what did not move is recomputed: log, still exit
+                log.error("Block migration of executor %s failed: %s", self.executor_id, e)
+        self.exit(0, "Executor decommission: finished, exiting")
+
+    def decommission_signal(self) -> None:
+        """SIGPWR (on the loop): ask the driver to decommission us (Spark's
+        ExecutorDecommissioning); it answers with DecommissionExecutor."""
+        log.info("Received decommission signal; asking the driver to decommission executor "
+                 "%s", self.executor_id)
+        fut = self.driver.ask(ExecutorDecommissioning(self.executor_id))
+        fut.add_done_callback(lambda f: f.exception() is not None and log.warning(
+            "The driver refused to decommission us: %s", f.exception()))
+
+    def shuffle_location(self) -> tuple[str, str]:
+        """(address, endpoint) reducers fetch this executor's map output from."""
+        if self.shuffle_service is not None:
+            return self.shuffle_service.hostPort, SHUFFLE_SERVICE_ENDPOINT
+        addr = self.rpc_env.address
+        return f"{addr.host}:{addr.port}", ENDPOINT_NAME
+
+    def _receive_migrated_block(self, msg: PutMigratedBlock, context: RpcCallContext) -> None:
+        try:
+            path = migrated_block_path(self.work_dir, msg.blockId)
+        except ValueError as e:
+            context.send_failure(e)
+            return
+
+        def write() -> None:
+            try:
+                reply = store_migrated_chunk(self, path, msg)
+            except Exception as e:
+                self.rpc_env.call_soon(context.send_failure, e)
+                return
+            self.rpc_env.call_soon(context.reply, reply)
+        self.rpc_env.run_in_executor(write)
+
     # --- tasks --------------------------------------------------------------------------
     def _start_pool(self) -> None:
         conf = self.conf
@@ -180,6 +235,9 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
         addr = self.rpc_env.address
         env_conf = {"executor_id": self.executor_id, "host": self.hostname,
                     "address": f"{addr.host}:{addr.port}", "local_dir": self.work_dir,
+                    **({"shuffle_address": self.shuffle_service.hostPort,
+                        "shuffle_endpoint": SHUFFLE_SERVICE_ENDPOINT}
+                       if self.shuffle_service is not None else {}),
                     "block_dir": block_dir, "memory_limit_mb": memory,
                     "storage_budget": (storage_mb // max(self.cores, 1)) << 20,
                     "files_dir": files_dir, "cwd": os.getcwd(),
@@ -270,6 +328,30 @@ def executor_resources(resources_file: str | None, profile: ResourceProfile
     return found
 
 
+def _register_with_shuffle_service(env: RpcEnv, args: argparse.Namespace,
+                                   conf: dict[str, str], work_dir: str) -> RpcAddress | None:
+    """Register our local dir with the worker's external shuffle service (Spark's
+    registerWithExternalShuffleServer: spark.shuffle.registration.maxAttempts tries)."""
+    port = os.environ.get("SPARK_SHUFFLE_SERVICE_PORT") or conf.get(
+        "spark.shuffle.service.port", "7337")
+    address = RpcAddress(args.hostname, int(port))
+    attempts = int(conf.get("spark.shuffle.registration.maxAttempts", "3"))
+    for attempt in range(1, attempts + 1):
+        try:
+            ref = env.setup_endpoint_ref_sync(address, SHUFFLE_SERVICE_ENDPOINT, timeout=30)
+            ref.ask_sync(RegisterExecutorShuffleInfo(args.app_id, args.executor_id,
+                                                     [work_dir]), timeout=30)
+            return address
+        except Exception as e:
+            log.error("Failed to connect to external shuffle server, will retry %d more "
+                      "times after waiting 5 seconds...", attempts - attempt)
+            if attempt == attempts:
+                log.error("Unable to register with external shuffle server due to : %s", e)
+                return None
+            time.sleep(5)
+    return None
+
+
 def _endpoint_address(url: str) -> RpcAddress:
     """spark://Name@host:port -> RpcAddress(host, port)."""
     if not url.startswith("spark://") or "@" not in url:
@@ -310,9 +392,16 @@ def main(argv: list[str] | None = None) -> int:
     dirs = [d for d in os.environ.get("SPARK_EXECUTOR_DIRS", "").split(os.pathsep) if d]
     root = dirs[0] if dirs else tempfile.gettempdir()
     work_dir = tempfile.mkdtemp(prefix=f"executor-{args.executor_id}-", dir=root)
+    shuffle_service = None
+    if parse_bool(conf.get("spark.shuffle.service.enabled", "false")):
+        shuffle_service = _register_with_shuffle_service(env, args, conf, work_dir)
+        if shuffle_service is None:
+            env.shutdown()
+            return 1
     backend = CoarseGrainedExecutorBackend(args.executor_id, args.hostname, args.cores,
                                            args.app_id, driver_addr, worker_addr, conf,
-                                           work_dir, resources, args.resourceProfileId)
+                                           work_dir, resources, args.resourceProfileId,
+                                           shuffle_service)
     env.setup_endpoint(ENDPOINT_NAME, backend)
     if worker_addr is not None:
         try:    # WorkerWatcher: a connection to the worker whose loss ends this executor
@@ -321,11 +410,14 @@ def main(argv: list[str] | None = None) -> int:
             backend.exit(1, f"Could not initialize connection to worker {args.worker_url}. "
                             f"Exiting. ({e})")
     signal.signal(signal.SIGTERM, lambda *_: backend.exit(143, "RECEIVED SIGNAL TERM"))
+    if parse_bool(conf.get("spark.decommission.enabled", "false")) and hasattr(signal, "SIGPWR"):
+        signal.signal(signal.SIGPWR, lambda *_: env.call_soon(backend.decommission_signal))
     backend.exited.wait()
     backend.shutdown()
     env.shutdown()
-    import shutil
-    shutil.rmtree(work_dir, ignore_errors=True)
+    if shuffle_service is None:   # else the shuffle service serves it until the app ends
+        import shutil
+        shutil.rmtree(work_dir, ignore_errors=True)
     logging.shutdown()
     os._exit(backend.exit_code)
 

@@ -68,6 +68,8 @@ class TaskProcessPool:
         self._lock = threading.RLock()
         self._stopped = False
         self._forks = forks or ForkServerClient(task_process_env(self.extra_env))
+        self._exported = threading.Condition()
+        self._exports = 0
 
     # lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -184,6 +186,18 @@ class TaskProcessPool:
                     except OSError:
                         pass
 
+    def export_blocks(self, timeout: float = 120.0) -> bool:
+        """Every task process writes its in-memory cached blocks to the block dir (for a
+        decommissioning executor's migration); True once all have answered. Call off the
+        pool's loop, with no task running."""
+        with self._lock:
+            live = sum(1 for s in self.slots if s.sock is not None and not s.dead)
+        with self._exported:
+            self._exports = 0
+        self.broadcast(("export_blocks",))
+        with self._exported:
+            return self._exported.wait_for(lambda: self._exports >= live, timeout)
+
     def forget_stage(self, stage_id: int) -> None:
         with self._lock:
             for slot in self.slots:
@@ -204,6 +218,10 @@ class TaskProcessPool:
         for msg in slot.buf.feed(data):
             if msg[0] == "done":
                 self._on_done(slot, msg)
+            elif msg[0] == "exported":
+                with self._exported:
+                    self._exports += 1
+                    self._exported.notify_all()
             elif msg[0] == "barrier":
                 self._on_barrier(slot, msg[1], msg[2])
 

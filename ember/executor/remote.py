@@ -41,7 +41,7 @@ class RemoteFetcher:
         from ember.deploy.messages import ShuffleBlockRequest
         from ember.rpc import RpcAddress
         host, _, port = status.address.rpartition(":")
-        ref = self._rpc().endpoint_ref(RpcAddress(host, int(port)), "Executor")
+        ref = self._rpc().endpoint_ref(RpcAddress(host, int(port)), status.endpoint)
         return ref.ask_sync(ShuffleBlockRequest(shuffle_id, status.path, reduce_id), _TIMEOUT)
 
     def fetch_broadcast(self, bid: int, driver_path: str) -> str:

@@ -36,6 +36,10 @@ class TaskEnv:
         self.executor_id: str = conf["executor_id"]
         self.host: str = conf["host"]
         self.address: str = conf.get("address", "")
+        # where reducers fetch this process's map output: the executor, or its worker's
+        # external shuffle service
+        self.shuffle_address: str = conf.get("shuffle_address", self.address)
+        self.shuffle_endpoint: str = conf.get("shuffle_endpoint", "Executor")
         self.slot: int = conf["slot"]
         self.local_dir: str = conf["local_dir"]
         self.memory_limit_mb: int = conf["memory_limit_mb"]
@@ -216,6 +220,9 @@ def serve(sock: socket.socket, env: TaskEnv) -> None:
         op = msg[0]
         if op == "unpersist_rdd":
             env.block_manager.remove_rdd(msg[1])
+        elif op == "export_blocks":
+            env.block_manager.export_to_disk()
+            send_msg(sock, ("exported",))
         elif op == "unpersist_broadcast":
             broadcast._broadcastRegistry.pop(msg[1], None)
         elif op == "forget_stage":

@@ -174,8 +174,10 @@ class DAGScheduler:
                  timer: Callable[[float, Callable[[], None]], None] | None = None,
                  loop: Any = None, barrier_check_interval: float = 15.0,
                  barrier_check_max_failures: int = 40,
-                 dynamic_allocation: bool = False) -> None:
+                 dynamic_allocation: bool = False,
+                 shuffle_service_enabled: bool = False) -> None:
         self.task_scheduler = task_scheduler
+        self.shuffle_service_enabled = shuffle_service_enabled
         self.bus = bus
         self.tracker = tracker
         self.cache_locations = cache_locations
@@ -255,8 +257,8 @@ class DAGScheduler:
                         exception: BaseException | None) -> None:
         self.post(self.handle_task_set_failed, task_set, reason, exception)
 
-    def executor_lost(self, executor_id: str) -> None:
-        self.post(self.handle_executor_lost, executor_id)
+    def executor_lost(self, executor_id: str, worker_host: str | None = None) -> None:
+        self.post(self.handle_executor_lost, executor_id, worker_host)
 
     # --- stage graph --------------------------------------------------------------------
     def _shuffle_deps(self, rdd: Any) -> list[ShuffleDependency]:
@@ -705,7 +707,20 @@ class DAGScheduler:
         if stage is not None:
             self.abort_stage(stage, reason, exception)
 
-    def handle_executor_lost(self, executor_id: str) -> None:
+    def handle_executor_lost(self, executor_id: str, worker_host: str | None = None) -> None:
+        """Spark's fileLost rule: with the external shuffle service an executor's map
+        output outlives it (the service serves it) unless its worker went too, which takes
+        every output that worker's service served."""
+        if self.shuffle_service_enabled:
+            if worker_host is None:
+                log.info("Executor %s lost; its shuffle files stay with the external shuffle "
+                         "service", executor_id)
+                return
+            n = self.tracker.remove_outputs_served_with(executor_id)
+            if n:
+                log.info("Shuffle files lost with the worker on %s (%d map outputs)",
+                         worker_host, n)
+            return
         n = self.tracker.remove_outputs_on_executor(executor_id)
         if n:
             log.info("Shuffle files lost for executor: %s (%d map outputs)", executor_id, n)

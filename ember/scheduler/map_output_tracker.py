@@ -43,6 +43,32 @@ class MapOutputTracker:
                         removed += 1
         return removed
 
+    def remove_outputs_served_with(self, executor_id: str) -> int:
+        """Outputs served from wherever this executor's were (its worker's shuffle service,
+        which also serves the outputs of that worker's earlier executors): they go together
+        when that worker is lost. Several workers may share a host, so not by host."""
+        with self._lock:
+            where = {st.address for outs in self._outputs.values() for st in outs
+                     if st is not None and st.executor_id == executor_id}
+            removed = 0
+            for outs in self._outputs.values():
+                for i, st in enumerate(outs):
+                    if st is not None and (st.executor_id == executor_id
+                                           or (st.address and st.address in where)):
+                        outs[i] = None
+                        removed += 1
+        return removed
+
+    def update_map_output(self, shuffle_id: int, map_index: int, status: MapStatus) -> bool:
+        """A migrated output's new location (Spark's updateMapOutput); False if the
+        shuffle or that output is gone meanwhile."""
+        with self._lock:
+            outs = self._outputs.get(shuffle_id)
+            if outs is None or not 0 <= map_index < len(outs) or outs[map_index] is None:
+                return False
+            outs[map_index] = status
+            return True
+
     def num_available(self, shuffle_id: int) -> int:
         outs = self._outputs.get(shuffle_id)
         return 0 if outs is None else sum(1 for s in outs if s is not None)

@@ -7,6 +7,7 @@ result is handled and the next task sent on that one thread, as in local mode.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import pickle
@@ -19,7 +20,9 @@ from typing import Any
 from ember import config
 from ember.deploy.app_client import parse_master_urls, start_app_client
 from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, ApplicationDescription,
-                                   Command, FetchBroadcast, FetchFile,
+                                   BlockManagerPeer, Command, DecommissionExecutor,
+                                   ExecutorDecommissioning,
+                                   FetchBroadcast, FetchFile, GetPeers, UpdateBlockInfo,
                                    KillTask, LaunchTask, RegisteredExecutor,
                                    RegisterExecutor, RegisterExecutorFailed, RemoveBroadcast,
                                    RemoveExecutor, RemoveRdd, RemoveStage, RequestToSync,
@@ -28,8 +31,8 @@ from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, ApplicationDescr
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv
 from ember.scheduler.backend import SchedulerBackend, WorkerOffer
 from ember.scheduler.event_loop import RpcLoop
-from ember.scheduler.executor_allocation import (ExecutorAllocationManager, IdleExecutor,
-                                                 executors_to_release)
+from ember.scheduler.executor_allocation import (SCHEDULE_INTERVAL, AllocationSettings,
+                                                 ExecutorAllocationManager, ExecutorSnapshot)
 from ember.scheduler.listener import ExecutorAdded, ExecutorRemoved
 
 log = logging.getLogger("ember.scheduler.standalone")
@@ -70,6 +73,21 @@ class DriverEndpoint(RpcEndpoint):
             self._reply_file(context, os.path.join(b.sc._files_dir, name))
         elif isinstance(msg, RequestToSync):
             b.barrier_request(msg, context)
+        elif isinstance(msg, ExecutorDecommissioning):
+            data = b.executors.get(msg.executorId)
+            if data is None or data.address != context.sender_address:
+                context.send_failure(ValueError(f"Unknown executor {msg.executorId}"))
+                return
+            b.decommission_executor(msg.executorId, "executor received the decommission signal")
+            context.reply(True)
+        elif isinstance(msg, GetPeers):
+            context.reply(b.peers_of(msg.executorId))
+        elif isinstance(msg, UpdateBlockInfo):
+            data = b.executors.get(msg.executorId)
+            if data is None or data.address != context.sender_address:
+                context.send_failure(ValueError(f"Unknown executor {msg.executorId}"))
+                return
+            context.reply(b.update_block_info(data, msg))
         else:
             context.send_failure(ValueError(f"Unsupported message {type(msg).__name__}"))
 
@@ -115,6 +133,12 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self.sc = sc
         self.scheduler = scheduler
         self.masters = parse_master_urls(master)
+        self._allocation: ExecutorAllocationManager | None = None
+        if scheduler.rp_manager is not None and scheduler.rp_manager.dynamic_enabled:
+            # Spark's validateSettings: a bad setting fails the SparkContext before it binds
+            self._allocation = ExecutorAllocationManager(
+                AllocationSettings.from_conf(dict(sc._conf.getAll())),
+                scheduler.rp_manager.max_tasks_per_executor)
         self.conf = sc._conf
         self.executors: dict[str, ExecutorData] = {}
         self._slot_of: dict[int, int] = {}
@@ -134,11 +158,9 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self.driver_endpoint = DriverEndpoint(self)
         self.rpc_env.setup_endpoint(ENDPOINT_NAME, self.driver_endpoint)
         self.client: Any = None
-        self._allocation: ExecutorAllocationManager | None = None
-        self._releasing: set[str] = set()
-        if scheduler.rp_manager is not None and scheduler.rp_manager.dynamic_enabled:
-            self._allocation = ExecutorAllocationManager(
-                dict(self.conf.getAll()), scheduler.rp_manager, self._request_totals)
+        self._releasing: dict[str, str] = {}     # executor id -> why we asked to remove it
+        self._decommissioning: dict[str, str] = {}   # executor id -> decommission reason
+        self._decommission_enabled = config.read(self.conf, "spark.decommission.enabled")
 
     # --- configuration shared with executors --------------------------------------------
     def app_conf(self) -> dict[str, str]:
@@ -202,8 +224,8 @@ class StandaloneSchedulerBackend(SchedulerBackend):
                                  f"{','.join(m.to_spark_url() for m in self.masters)}: "
                                  f"{self.client.failed}")
         if self._allocation is not None:
-            self.loop.post(self._update_allocation)
-            self.rpc_env.schedule_periodic(1.0, 1.0, self._release_idle_executors)
+            self.rpc_env.schedule_periodic(SCHEDULE_INTERVAL, SCHEDULE_INTERVAL,
+                                           self._allocation_tick)
         starvation = config.read(self.conf, "spark.starvation.timeout")
         self._starvation = self.rpc_env.schedule_periodic(starvation, starvation,
                                                           self._warn_if_starved)
@@ -256,10 +278,67 @@ class StandaloneSchedulerBackend(SchedulerBackend):
     def executor_removed(self, exec_id: str, message: str, exit_status: int | None,
                          worker_host: str | None) -> None:
         caused_by_app = exit_status is not None and exit_status != 0 and worker_host is None
-        self.loop.post(self.remove_executor, exec_id, message, caused_by_app)
+        self.loop.post(self.remove_executor, exec_id, message, caused_by_app, worker_host)
 
     def worker_removed(self, worker_id: str, host: str, message: str) -> None:
         pass
+
+    def executor_decommissioned(self, exec_id: str, message: str,
+                                worker_host: str | None) -> None:
+        """The master decommissioned the executor's worker (ExecutorUpdated DECOMMISSIONED)."""
+        self.loop.post(self.decommission_executor, exec_id, message or "worker decommissioned")
+
+    # --- graceful decommission (scheduler loop) -------------------------------------------
+    def decommission_executor(self, exec_id: str, reason: str) -> None:
+        """Spark's decommissionExecutors: no new tasks go there; the executor migrates its
+        shuffle and cached blocks to peers (spark.storage.decommission.*) and exits."""
+        data = self.executors.get(exec_id)
+        if data is None or exec_id in self._decommissioning:
+            return
+        self._decommissioning[exec_id] = reason
+        log.warning("Decommissioning executor %s on %s: %s", exec_id, data.host, reason)
+        data.ref.send(DecommissionExecutor())
+
+    def peers_of(self, exec_id: str) -> list[BlockManagerPeer]:
+        """Where a decommissioning executor may migrate blocks: live executors not being
+        decommissioned themselves."""
+        return [BlockManagerPeer(e.executor_id, e.address.host, e.address.port)
+                for e in self.executors.values()
+                if e.executor_id != exec_id and e.executor_id not in self._decommissioning]
+
+    def update_block_info(self, data: ExecutorData, msg: UpdateBlockInfo) -> bool:
+        """A peer now holds a migrated block: map outputs move in the tracker (Spark's
+        updateMapOutput), cached blocks are added to the block master."""
+        block = msg.blockId
+        if block.startswith("shuffle_") and block.endswith(".data"):
+            try:
+                shuffle_id, map_index = (int(x) for x in block[len("shuffle_"):].split("_")[:2])
+            except ValueError:
+                return False
+            statuses = self.sc._tracker.statuses(shuffle_id)
+            old = statuses[map_index] if 0 <= map_index < len(statuses) else None
+            if old is None or os.path.basename(old.path) + ".data" != block:
+                return False
+            new = dataclasses.replace(old, executor_id=data.executor_id, host=data.host,
+                                      path=msg.path, address=msg.shuffleAddress,
+                                      endpoint=msg.shuffleEndpoint)
+            moved = self.sc._tracker.update_map_output(shuffle_id, map_index, new)
+            if moved:
+                log.info("Updated map output of shuffle %d map %d: executor %s -> %s",
+                         shuffle_id, map_index, old.executor_id, data.executor_id)
+            return moved
+        if block.startswith("rdd_"):
+            try:
+                rdd_id, partition = (int(x) for x in block[len("rdd_"):].split("_"))
+            except ValueError:
+                return False
+            holders = {b.executor_id for b in self.sc._block_master.locations(rdd_id, partition)}
+            self.sc._block_master.update(data.executor_id, -1, data.host,
+                                         [(block, "disk", msg.memSize, msg.diskSize)])
+            for old in holders & set(self._decommissioning):
+                self.scheduler.block_migrated(old, data.executor_id, data.host, partition)
+            return True
+        return False
 
     # --- scheduler loop -----------------------------------------------------------------
     def register_executor(self, msg: RegisterExecutor, context: RpcCallContext) -> None:
@@ -290,16 +369,29 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         msg.executorRef.send(RegisteredExecutor())
         self.revive_offers()
 
-    def remove_executor(self, exec_id: str, reason: str, caused_by_app: bool) -> None:
+    def remove_executor(self, exec_id: str, reason: str, caused_by_app: bool,
+                        worker_host: str | None = None) -> None:
+        """`worker_host`: set when the executor went with its worker (its host's shuffle
+        files, external shuffle service included, are gone too)."""
         data = self.executors.pop(exec_id, None)
-        self._releasing.discard(exec_id)
+        released = self._releasing.pop(exec_id, None)
+        decommissioned = self._decommissioning.pop(exec_id, None)
+        if self._allocation is not None:
+            self._allocation.executor_removed(exec_id)
         if data is None:
             return
         with self._registered:
             self.total_cores -= data.cores
-        log.error("Lost executor %s on %s: %s", exec_id, data.host, reason)
+        if decommissioned is not None:
+            reason = f"Executor decommission: {decommissioned}"
+            log.warning("Removed executor %s on %s: %s", exec_id, data.host, reason)
+        elif released is not None:   # however it went (killed, disconnected): we asked for it
+            reason = f"Executor killed by driver: {released}"
+            log.warning("Removed executor %s on %s: %s", exec_id, data.host, reason)
+        else:
+            log.error("Lost executor %s on %s: %s", exec_id, data.host, reason)
         self.sc._bus.post(ExecutorRemoved(exec_id, reason))
-        self.scheduler.executor_lost(exec_id, reason, caused_by_app)
+        self.scheduler.executor_lost(exec_id, reason, caused_by_app, worker_host)
         self.revive_offers()
 
     def address_disconnected(self, remote: RpcAddress) -> None:
@@ -327,9 +419,38 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         return self.client is not None and self.client.request_total_executors(
             [(self.profile_message(rp), n) for rp, n in totals])
 
-    def _update_allocation(self) -> None:
-        if self._allocation is not None and not self._stopping:
-            self._allocation.update(self.scheduler.tasks_needed_by_profile())
+    def _allocation_tick(self) -> None:
+        """Every 100 ms under dynamic allocation (Spark's schedule()): send changed
+        targets to the master and remove the executors the manager picked."""
+        alloc = self._allocation
+        if alloc is None or self._stopping or self.client is None:
+            return
+        keeps_shuffle = self.sc._tracker.executors_with_outputs()
+        cached = self.sc._block_master.executors_with_blocks()
+        execs = [ExecutorSnapshot(e.executor_id, e.rp_id, e.idle_since,
+                                  e.executor_id in cached, e.executor_id in keeps_shuffle)
+                 for e in self.executors.values() if e.executor_id not in self._decommissioning]
+        now = time.monotonic()
+        decision = alloc.schedule(now, self.scheduler.tasks_needed_by_profile(), execs)
+        if decision.totals and self._request_totals(decision.totals):
+            alloc.totals_sent(decision.totals)
+            log.info("Requesting executors per resource profile: %s",
+                     ", ".join(f"{rp} -> {n}" for rp, n in decision.totals))
+        if not decision.remove:
+            return
+        by_id = {e.executor_id: e for e in execs}
+        whys = {eid: f"idle for {alloc.timeout_of(by_id[eid]):g} seconds (dynamic allocation)"
+                for eid in decision.remove}
+        if self._decommission_enabled:   # Spark: removal by graceful decommission
+            alloc.removal_requested(decision.remove)
+            for eid, why in whys.items():
+                self._releasing[eid] = why
+                self.decommission_executor(eid, why)
+        elif self.client is not None and self.client.kill_executors(decision.remove):
+            alloc.removal_requested(decision.remove)
+            for eid, why in whys.items():
+                self._releasing[eid] = why
+                log.warning("Removing executor %s because it has been %s", eid, why)
 
     def _warn_if_starved(self) -> None:
         """Spark's starvation timer: until the first task launches, warn every
@@ -340,28 +461,13 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             log.warning("Initial job has not accepted any resources; check your cluster UI "
                         "to ensure that workers are registered and have sufficient resources")
 
-    def _release_idle_executors(self) -> None:
-        """Every second under dynamic allocation: kill executors idle past
-        executorIdleTimeout that their profile's target no longer needs."""
-        if self._allocation is None or self._stopping:
-            return
-        keeps = (self.sc._tracker.executors_with_outputs()
-                 | self.sc._block_master.executors_with_blocks())
-        execs = [IdleExecutor(e.executor_id, e.rp_id, e.idle_since, e.executor_id in keeps)
-                 for e in self.executors.values() if e.executor_id not in self._releasing]
-        ids = executors_to_release(execs, self._allocation.sent, time.monotonic(),
-                                   self._allocation.idle_timeout)
-        if ids and self.client is not None and self.client.kill_executors(ids):
-            self._releasing.update(ids)
-            log.info("Removing executors %s because they have been idle for %g seconds",
-                     ", ".join(ids), self._allocation.idle_timeout)
-
     def revive_offers(self) -> None:
         sched = self.scheduler
-        self._update_allocation()
         with sched.lock:
             offers = [WorkerOffer(e.executor_id, e.host, s, e.address.hostPort)
-                      for e in self.executors.values() for s in sorted(e.free_slots)]
+                      for e in self.executors.values()
+                      if e.executor_id not in self._decommissioning
+                      for s in sorted(e.free_slots)]
             if not offers:
                 return
             for td in sched.resource_offers(offers):

@@ -121,16 +121,19 @@ class TaskSchedulerImpl:
                 tsm.parent.remove(tsm)
 
     # --- from the backend ---------------------------------------------------------------
-    def tasks_needed_by_profile(self) -> dict[int, int]:
-        """Unfinished tasks of active task sets per resource profile (the demand dynamic
-        allocation turns into executor targets)."""
+    def tasks_needed_by_profile(self) -> dict[int, tuple[int, int]]:
+        """(pending, running) tasks of active task sets per resource profile (the demand
+        dynamic allocation turns into executor targets)."""
         with self.lock:
-            out: dict[int, int] = {}
+            out: dict[int, tuple[int, int]] = {}
             for attempts in self.stage_tsms.values():
                 for tsm in attempts.values():
                     if not tsm.is_zombie:
                         rp = tsm.task_set.resource_profile_id
-                        out[rp] = out.get(rp, 0) + tsm.num_tasks - tsm.tasks_successful
+                        running = len(tsm.running)
+                        pending = max(0, tsm.num_tasks - tsm.tasks_successful - running)
+                        p, r = out.get(rp, (0, 0))
+                        out[rp] = (p + pending, r + running)
             return out
 
     def register_executor_resources(self, executor_id: str, cores: int,
@@ -283,7 +286,8 @@ class TaskSchedulerImpl:
                 reason = ExceptionFailure("SparkException", f"unknown task state {state}", "")
             tsm.handle_failure(tid, state, reason, metrics)
 
-    def executor_lost(self, executor_id: str, reason: str, exit_caused_by_app: bool = False) -> None:
+    def executor_lost(self, executor_id: str, reason: str, exit_caused_by_app: bool = False,
+                      worker_host: str | None = None) -> None:
         with self.lock:
             self.dead_executors.add(executor_id)
             self.executor_resources.pop(executor_id, None)
@@ -295,7 +299,16 @@ class TaskSchedulerImpl:
                                {}, {}, [])
         if self.block_master is not None:
             self.block_master.remove_executor(executor_id)
-        self.dag.executor_lost(executor_id)
+        self.dag.executor_lost(executor_id, worker_host)
+
+    def block_migrated(self, old_executor: str, new_executor: str, new_host: str,
+                       partition_id: int) -> None:
+        """Active task sets whose tasks preferred a migrated cached block follow it."""
+        with self.lock:
+            for attempts in self.stage_tsms.values():
+                for tsm in attempts.values():
+                    if not tsm.is_zombie:
+                        tsm.block_migrated(old_executor, new_executor, new_host, partition_id)
 
     def executor_added(self, executor_id: str) -> None:
         with self.lock:

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from ember.scheduler.task import (SUCCESS, ExceptionFailure, FetchFailed, TaskDescription,
-                                  TaskInfo, TaskProcessCrashed, TaskSet)
+                                  TaskInfo, TaskLocation, TaskProcessCrashed, TaskSet)
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,9 @@ class TaskSetManager:
         # pending indices by locality
         self.for_process: dict[tuple[str, int], list[int]] = {}
         self.for_executor: dict[str, list[int]] = {}
+        # executor-wide cached blocks (on disk, or migrated here): any slot of that
+        # executor reads them, so they count as PROCESS_LOCAL (Spark's ExecutorCacheTaskLocation)
+        self.for_executor_cache: dict[str, list[int]] = {}
         self.for_host: dict[str, list[int]] = {}
         self.no_prefs: list[int] = []
         self.all_pending: list[int] = []
@@ -77,6 +80,8 @@ class TaskSetManager:
         for loc in locs:
             if loc.executor_id is not None and loc.slot is not None:
                 self.for_process.setdefault((loc.executor_id, loc.slot), []).append(i)
+            if loc.executor_id is not None and loc.slot is None:
+                self.for_executor_cache.setdefault(loc.executor_id, []).append(i)
             if loc.executor_id is not None:
                 self.for_executor.setdefault(loc.executor_id, []).append(i)
             self.for_host.setdefault(loc.host, []).append(i)
@@ -84,9 +89,24 @@ class TaskSetManager:
             self.no_prefs.append(i)
         self.all_pending.append(i)
 
+    def block_migrated(self, old_executor: str, new_executor: str, new_host: str,
+                       partition_id: int) -> None:
+        """A cached block this task set's task `partition_id` preferred moved from a
+        decommissioning executor to `new_executor`: prefer that executor now (Spark would
+        fetch it remotely; here the task goes where the block is)."""
+        for i, task in enumerate(self.tasks):
+            if task.partition_id == partition_id and not self.successful[i] and any(
+                    loc.executor_id == old_executor for loc in task.locations):
+                task.locations.append(TaskLocation(new_host, new_executor, None))
+                self.for_executor_cache.setdefault(new_executor, []).append(i)
+                self.for_executor.setdefault(new_executor, []).append(i)
+                self.for_host.setdefault(new_host, []).append(i)
+        self.levels = self._valid_levels()
+        self.current_level_index = min(self.current_level_index, len(self.levels) - 1)
+
     def _valid_levels(self) -> list[str]:
         levels = []
-        if self.for_process:
+        if self.for_process or self.for_executor_cache:
             levels.append(PROCESS_LOCAL)
         if self.for_executor or self.for_host:
             levels.append(NODE_LOCAL)
@@ -107,7 +127,8 @@ class TaskSetManager:
 
     def _more_tasks_at(self, level: str) -> bool:
         if level == PROCESS_LOCAL:
-            return any(self._has_pending(l) for l in self.for_process.values())
+            return any(self._has_pending(l) for l in self.for_process.values()) or \
+                any(self._has_pending(l) for l in self.for_executor_cache.values())
         if level == NODE_LOCAL:
             return any(self._has_pending(l) for l in self.for_executor.values()) or \
                 any(self._has_pending(l) for l in self.for_host.values())
@@ -143,6 +164,8 @@ class TaskSetManager:
                  ) -> tuple[int, str] | None:
         ok = lambda i: not self.successful[i] and not self.copies_running[i]
         i = self._pop(self.for_process.get((executor_id, slot)), ok)
+        if i is None:
+            i = self._pop(self.for_executor_cache.get(executor_id), ok)
         if i is not None:
             return i, PROCESS_LOCAL
         order = LEVELS.index(max_level)

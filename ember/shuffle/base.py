@@ -8,8 +8,10 @@ from dataclasses import dataclass
 class MapStatus:
     """Where one map task's output lives: the executor, and the .data/.index file base path.
 
-    `address` is the executor's block-transfer address ("host:port") for remote fetches;
-    empty in local mode, where reducers read the files directly.
+    `address` is the block-transfer address ("host:port") for remote fetches, served by
+    the RPC endpoint `endpoint`: the executor's own, or its worker's external shuffle
+    service (which outlives the executor); empty in local mode, where reducers read the
+    files directly.
     """
     executor_id: str
     host: str
@@ -17,6 +19,7 @@ class MapStatus:
     bytes_written: int
     records_written: int
     address: str = ""
+    endpoint: str = "Executor"
 
 
 class FetchFailedError(Exception):

@@ -39,6 +39,16 @@ def _records_from_bytes(data: bytes, serializer: Any = None) -> Iterator:
         yield from load(buf)
 
 
+def read_shuffle_segment(map_path: str, reduce_id: int) -> bytes:
+    """One reduce partition of a map output file, as the bytes a remote reducer gets."""
+    start, end = read_index(map_path, reduce_id)
+    if end <= start:
+        return b""
+    with open(map_path + ".data", "rb") as f:
+        f.seek(start)
+        return f.read(end - start)
+
+
 def read_partition(shuffle_id: int, reduce_id: int, ctx: Any,
                    serializer: Any = None) -> Iterator:
     statuses: list[MapStatus | None] = ctx.map_locations.get(shuffle_id)

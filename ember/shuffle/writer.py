@@ -38,7 +38,7 @@ def write_map_output(records: Iterable, num_partitions: int,
                      partition_func: Callable[[Any], int], base_path: str,
                      memory_limit_mb: int, executor_id: str, host: str,
                      address: str = "", metrics: dict | None = None,
-                     serializer: Any = None) -> MapStatus:
+                     serializer: Any = None, endpoint: str = "Executor") -> MapStatus:
     n = num_partitions
     dumps = pickle.dumps if serializer is None else batch_dumps(serializer)
     buckets: list[list] = [[] for _ in range(n)]
@@ -105,7 +105,7 @@ def write_map_output(records: Iterable, num_partitions: int,
         if spills:
             metrics["diskBytesSpilled"] = metrics.get("diskBytesSpilled", 0) + sum(
                 sum(length for _o, length in segs) for _p, segs in spills)
-    return MapStatus(executor_id, host, base_path, offsets[-1], count, address)
+    return MapStatus(executor_id, host, base_path, offsets[-1], count, address, endpoint)
 
 
 def batch_dumps(serializer: Any) -> Callable[[list, int], bytes]:
@@ -154,5 +154,6 @@ class ShuffleWriteFunc:
         base = shuffle_file_base(env.local_dir, self.shuffle_id, ctx.partitionId(),
                                  task_attempt_id)
         return write_map_output(records, self.num_partitions, self.partition_func, base,
-                                env.memory_limit_mb, env.executor_id, env.host, env.address,
-                                ctx.metrics, self.serializer)
+                                env.memory_limit_mb, env.executor_id, env.host,
+                                env.shuffle_address, ctx.metrics, self.serializer,
+                                env.shuffle_endpoint)

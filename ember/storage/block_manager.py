@@ -100,7 +100,9 @@ class BlockManager:
             return iter(hit[0])
         level = rdd._storage_level
         path = self._disk_path(name)
-        if level.useDisk and os.path.exists(path):
+        # a disk copy: this level's own, or a block migrated here from a decommissioned
+        # executor (whatever its level)
+        if os.path.exists(path):
             if not level.useMemory:
                 return read_batches(path)
             values = list(read_batches(path))
@@ -123,6 +125,17 @@ class BlockManager:
             size = write_batches(path, values)
             self.updates.append((name, "disk", 0, size))
         return iter(values)
+
+    def export_to_disk(self) -> list[str]:
+        """Write every memory block without a disk copy to the block dir (a decommissioning
+        executor migrates files); the blocks stay in memory here too."""
+        out = []
+        for name, (values, _size, _level) in list(self.memory.items()):
+            path = self._disk_path(name)
+            if not os.path.exists(path):
+                write_batches(path, values)
+            out.append(name)
+        return out
 
     def _put_memory(self, name: str, values: list, level: Any, disk_size: int = 0) -> bool:
         size = estimate_size(values)

@@ -448,6 +448,12 @@ def prometheus_metrics(store: AppStatusStore) -> PrometheusText:
             ("ember_driver_executor_run_time_seconds_total", "counter",
              "Time tasks spent running on executors.", s["executor_run_time_ms"] / 1000)):
         out.add(name, kind, help_text, one(value))
+    out.add("ember_driver_executors_added_total", "counter", "Executors that registered.",
+            one(s["executors_added"]))
+    out.add("ember_driver_executors_removed_total", "counter",
+            "Executors removed, by cause (idle: dynamic allocation; decommission; lost).",
+            [({**labels, "cause": cause}, n)
+             for cause, n in sorted(s["executors_removed"].items())] or one(0))
     return out
 
 

@@ -213,6 +213,18 @@ class _RDD:
         self.blocks: dict[str, dict[str, tuple[int, int, str]]] = {}
 
 
+
+def removal_cause(reason: str) -> str:
+    """A removal reason's kind, for metrics: decommission, idle (dynamic allocation),
+    killed (by the driver), or lost."""
+    if reason.startswith("Executor decommission"):
+        return "decommission"
+    if "(dynamic allocation)" in reason:
+        return "idle"
+    if reason.startswith("Executor killed by driver"):
+        return "killed"
+    return "lost"
+
 class AppStatusStore:
     """See the module doc. Feed it with `on_event` (replay) or `on_events` (the bus)."""
 
@@ -236,7 +248,8 @@ class AppStatusStore:
         self._rdds: dict[int, _RDD] = {}
         self._ending: set[int] = set()      # tasks whose TaskEnd is in the current batch
         self.counters = dict.fromkeys(("jobs_succeeded", "jobs_failed", "stages_completed",
-                                       "stages_failed"), 0)
+                                       "stages_failed", "executors_added"), 0)
+        self.executors_removed: dict[str, int] = {}   # cause -> count (removal_cause)
         self._handlers: dict[type, Callable[[Any], None]] = {
             L.TaskStart: self._task_start, L.TaskEnd: self._task_end,
             L.JobStart: self._job_start, L.JobEnd: self._job_end,
@@ -426,6 +439,7 @@ class AppStatusStore:
             self._trim_tasks(st)
 
     def _executor_added(self, e: L.ExecutorAdded) -> None:
+        self.counters["executors_added"] += 1
         ex = self._executors.get(e.executor_id)
         if ex is None:
             self._executors[e.executor_id] = _Executor(e.executor_id, e.host, e.cores,
@@ -442,6 +456,8 @@ class AppStatusStore:
         if ex is None:
             return
         ex.remove_time, ex.remove_reason = ms(e.time), e.reason
+        cause = removal_cause(e.reason)
+        self.executors_removed[cause] = self.executors_removed.get(cause, 0) + 1
         for rdd in self._rdds.values():
             for name in list(rdd.blocks):
                 locs = rdd.blocks[name]
@@ -894,4 +910,5 @@ class AppStatusStore:
                     "shuffle_read_bytes": total.read_bytes(),
                     "shuffle_write_bytes": g("shuffleBytesWritten", 0),
                     "disk_bytes_spilled": g("diskBytesSpilled", 0),
-                    "executor_run_time_ms": g("executorRunTime", 0), **self.counters}
+                    "executor_run_time_ms": g("executorRunTime", 0),
+                    "executors_removed": dict(self.executors_removed), **self.counters}

@@ -397,6 +397,30 @@ def stop_main(argv: Optional[Sequence[str]] = None) -> int:
     return rc
 
 
+def decommission_main(argv: Optional[Sequence[str]] = None) -> int:
+    """`ember decommission-worker [--block-until-exit]` (sbin/decommission-worker.sh): SIGPWR
+    to worker daemons 1..SPARK_WORKER_INSTANCES, which then drain (spark.decommission.enabled):
+    no new executors, their executors migrate blocks and exit. --block-until-exit waits for
+    the first instance's process to exit, as Spark's script does."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("--help", "-h"):
+        print("Usage: ember decommission-worker [--block-until-exit]")
+        return 0
+    block = bool(argv) and argv[0] == "--block-until-exit"
+    if argv[1 if block else 0:]:
+        return _error(f"Unknown arguments: {' '.join(argv[1 if block else 0:])} "
+                      "(usage: ember decommission-worker [--block-until-exit])")
+    try:
+        n = _instances(os.environ)
+    except CliError as e:
+        return _error(str(e))
+    from ember.deploy.daemon import daemon_signature, decommission_daemon
+    for i in range(1, n + 1):
+        decommission_daemon(DAEMON_COMMAND, i, signature=daemon_signature(DAEMON_MODULE),
+                            block_until_exit=block and i == 1)
+    return 0
+
+
 def _stop_daemon(instance: int, timeout: float) -> int:
     """Stop one worker daemon, recognising it by its command line (`-m ember.deploy.worker`)
     so that a recycled pid is never signalled."""

@@ -90,12 +90,16 @@ def command_header(cmd: Sequence[str]) -> str:
 
 def build_environment(base_env: Mapping[str, str], command_env: Mapping[str, str], *,
                       executor_dirs: Sequence[str], stdout_url: str, stderr_url: str,
-                      auth_secret: Optional[str] = None) -> dict[str, str]:
+                      auth_secret: Optional[str] = None,
+                      shuffle_service_port: Optional[int] = None) -> dict[str, str]:
     """The executor's environment: the worker's own, then the application's
     (Command.environment), then what the worker decides (Spark's ExecutorRunner):
     SPARK_EXECUTOR_DIRS (os.pathsep-joined scratch dirs), the log URLs, and the RPC secret
     as _SPARK_AUTH_SECRET when authentication is on (never on a command line, where `ps`
-    would show it). Without auth, an inherited _SPARK_AUTH_SECRET is removed."""
+    would show it). Without auth, an inherited _SPARK_AUTH_SECRET is removed.
+    SPARK_SHUFFLE_SERVICE_PORT: the port of this worker's external shuffle service, so an
+    executor registers with its own worker's service even when the application's
+    spark.shuffle.service.port differs."""
     env = {str(k): str(v) for k, v in base_env.items()}
     env.update({str(k): str(v) for k, v in command_env.items()})
     env["SPARK_EXECUTOR_DIRS"] = os.pathsep.join(executor_dirs)
@@ -105,6 +109,8 @@ def build_environment(base_env: Mapping[str, str], command_env: Mapping[str, str
         env["_SPARK_AUTH_SECRET"] = auth_secret
     else:
         env.pop("_SPARK_AUTH_SECRET", None)
+    if shuffle_service_port is not None:
+        env["SPARK_SHUFFLE_SERVICE_PORT"] = str(shuffle_service_port)
     return env
 
 
@@ -307,7 +313,8 @@ class ExecutorRunner:
                  auth_secret: Optional[str] = None, rp_id: int = DEFAULT_RESOURCE_PROFILE_ID,
                  resources: Optional[dict[str, ResourceInformation]] = None,
                  terminate_timeout: float = 10.0,
-                 base_env: Optional[Mapping[str, str]] = None) -> None:
+                 base_env: Optional[Mapping[str, str]] = None,
+                 shuffle_service_port: Optional[int] = None) -> None:
         self.appId = app_id
         self.execId = exec_id
         self.appDesc = app_desc
@@ -326,6 +333,7 @@ class ExecutorRunner:
         self._report = report
         self._auth_secret = auth_secret
         self._base_env = base_env
+        self._shuffle_service_port = shuffle_service_port
         self._lock = threading.Lock()
         self._process: Optional[subprocess.Popen] = None
         self._kill_requested = False
@@ -417,7 +425,7 @@ class ExecutorRunner:
             os.environ if self._base_env is None else self._base_env,
             self.appDesc.command.environment, executor_dirs=self.app_local_dirs,
             stdout_url=self.log_url("stdout"), stderr_url=self.log_url("stderr"),
-            auth_secret=self._auth_secret)
+            auth_secret=self._auth_secret, shuffle_service_port=self._shuffle_service_port)
         return cmd, env
 
     def _fetch_and_run(self) -> None:

@@ -50,6 +50,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
+from ember import config
 from ember.deploy.messages import (
     AppResourceData, ApplicationFinished, DecommissionWorker, DriverLogResponse, DriverState,
     DriverStateChanged, ExecutorState, ExecutorStateChanged, FetchAppResource, Heartbeat,
@@ -65,6 +66,7 @@ from ember.deploy.worker.config import WorkerConf, local_root_dirs
 from ember.deploy.worker.driver_runner import DriverRunner
 from ember.deploy.worker.executor_runner import ExecutorRunner
 from ember.deploy.worker.log_files import log_dir, read_slice
+from ember.deploy.worker.shuffle_service import ExternalShuffleService
 from ember.rpc import (Cancellable, RpcAddress, RpcCallContext, RpcEndpoint, RpcEndpointRef,
                        RpcEnv, RpcTimeoutError)
 
@@ -269,8 +271,10 @@ class Worker(RpcEndpoint):
                  on_exit: Optional[Callable[[int], None]] = None,
                  fuzz: Optional[float] = None, auth_secret: Optional[str] = None,
                  worker_id: Optional[str] = None,
-                 resources: Optional[Mapping[str, ResourceInformation]] = None) -> None:
+                 resources: Optional[Mapping[str, ResourceInformation]] = None,
+                 shuffle_service: Optional[ExternalShuffleService] = None) -> None:
         self.host = host
+        self.shuffle_service = shuffle_service
         self.port = port
         self.cores = cores
         self.memory = memory
@@ -669,7 +673,9 @@ class Worker(RpcEndpoint):
                 executor_dir=executor_dir, app_local_dirs=app_dirs,
                 report=self._report_from_runner, auth_secret=self._auth_secret,
                 rp_id=m.rpId, resources=m.resources,
-                terminate_timeout=self.wconf.executor_terminate_timeout)
+                terminate_timeout=self.wconf.executor_terminate_timeout,
+                shuffle_service_port=self.shuffle_service.bound_port
+                if self.shuffle_service is not None else None)
             self.executors[full_id] = runner
             runner.start()
             self.cores_used += m.cores
@@ -769,6 +775,8 @@ class Worker(RpcEndpoint):
         if any(r.appId == app_id for r in self.executors.values()):
             return
         self.finished_apps.discard(app_id)
+        if self.shuffle_service is not None:
+            self.shuffle_service.application_removed(app_id)
         dirs = self.app_directories.pop(app_id, None)
         if dirs:
             log.info("Cleaning up local directories for application %s", app_id)
@@ -942,6 +950,7 @@ class WorkerDaemon:
         self.env: Optional[RpcEnv] = None
         self.worker: Optional[Worker] = None
         self.ui: Any = None
+        self.shuffle_service: Optional[ExternalShuffleService] = None
         self._exited = threading.Event()
         self._exit_code: Optional[int] = None
         self._stop_requested: Optional[int] = None   # set from signal handlers: no locks
@@ -970,6 +979,13 @@ class WorkerDaemon:
         else:
             log.info("No custom resources configured for spark.worker.")
         auth_secret: Optional[str] = None
+        if config.read(s.conf, "spark.shuffle.service.enabled"):
+            self.shuffle_service = ExternalShuffleService(s.host, s.conf)
+            try:
+                self.shuffle_service.start()
+            except (OSError, ValueError) as e:
+                self.shuffle_service = None
+                raise WorkerStartError(str(e)) from None
         try:
             from ember.rpc.config import RpcConf
             rpc_conf = RpcConf.from_conf(s.conf)
@@ -993,11 +1009,14 @@ class WorkerDaemon:
                 host=address.host, port=address.port, cores=s.cores, memory=s.memory,
                 master_addresses=s.masters, work_dir=work_dir, web_ui_url=self.ui.url,
                 conf=s.conf, worker_conf=self.wconf, on_exit=self._on_worker_exit,
-                auth_secret=auth_secret, resources=resources)
+                auth_secret=auth_secret, resources=resources,
+                shuffle_service=self.shuffle_service)
             self.env.setup_endpoint(ENDPOINT_NAME, self.worker)
         except Exception as e:
             if self.ui is not None:
                 self.ui.stop()
+            if self.shuffle_service is not None:
+                self.shuffle_service.stop()
             self.env.shutdown()
             if isinstance(e, (OSError, ValueError)):
                 raise WorkerStartError(str(e)) from None
@@ -1083,6 +1102,8 @@ class WorkerDaemon:
                 pass
         if self.ui is not None:
             self.ui.stop()
+        if self.shuffle_service is not None:
+            self.shuffle_service.stop()
         if env is not None:
             env.shutdown()
             env.await_termination(10)

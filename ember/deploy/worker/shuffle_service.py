@@ -1,0 +1,124 @@
+"""The external shuffle service embedded in the worker (spark.shuffle.service.enabled).
+
+Why: an executor's map output normally dies with it, so removing an idle executor (dynamic
+allocation) or losing one to a crash means recomputing its map tasks. With the service on,
+each executor registers its local directory here (RegisterExecutorShuffleInfo) and leaves
+its files on disk when it exits; map statuses name this service's address, so reducers
+fetch from it whether the writer is alive or not. The service forgets (and deletes) an
+application's directories when the worker cleans the application up (ApplicationFinished).
+
+It listens on its own port (spark.shuffle.service.port, Spark's 7337) with the worker's RPC
+configuration, so it authenticates exactly as the worker does; it serves only files under
+directories an executor of a live application registered.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from typing import Any, Mapping, Optional
+
+from ember import config
+from ember.deploy.messages import RegisterExecutorShuffleInfo, ShuffleBlockRequest
+from ember.rpc import RpcCallContext, RpcEndpoint, RpcEnv
+from ember.shuffle.reader import read_shuffle_segment
+
+log = logging.getLogger("ember.ExternalShuffleService")
+
+ENDPOINT_NAME = "ExternalShuffleService"
+SYSTEM_NAME = "sparkShuffleService"
+MULTIPLE_WORKERS_ERROR = (
+    "Starting multiple workers on one host is failed because we may launch no more than one "
+    "external shuffle service on each host, please set spark.shuffle.service.enabled to "
+    "false or set SPARK_WORKER_INSTANCES to 1 to resolve the conflict.")
+
+
+class ShuffleServiceEndpoint(RpcEndpoint):
+    """Registered executor directories per application; serves their map output."""
+
+    def __init__(self) -> None:
+        self.dirs: dict[str, dict[str, list[str]]] = {}   # app id -> executor id -> dirs
+
+    def receive_and_reply(self, msg: Any, context: RpcCallContext) -> None:
+        if isinstance(msg, RegisterExecutorShuffleInfo):
+            dirs = [os.path.realpath(d) for d in msg.localDirs]
+            if not msg.appId or not dirs or not all(os.path.isdir(d) for d in dirs):
+                context.send_failure(ValueError(
+                    f"Invalid shuffle registration of executor {msg.execId}: {msg.localDirs}"))
+                return
+            self.dirs.setdefault(msg.appId, {})[msg.execId] = dirs
+            log.info("Registered executor %s of %s with local dirs %s", msg.execId, msg.appId,
+                     ", ".join(dirs))
+            context.reply(True)
+        elif isinstance(msg, ShuffleBlockRequest):
+            path = os.path.realpath(msg.mapPath)
+            if not self._registered(path):
+                context.send_failure(ValueError(f"Invalid shuffle block path: {msg.mapPath}"))
+                return
+
+            def read() -> None:
+                try:
+                    data = read_shuffle_segment(path, msg.reduceId)
+                except OSError as e:
+                    self.rpc_env.call_soon(context.send_failure, FileNotFoundError(str(e)))
+                    return
+                self.rpc_env.call_soon(context.reply, data)
+            self.rpc_env.run_in_executor(read)
+        else:
+            context.send_failure(ValueError(f"Unsupported message {type(msg).__name__}"))
+
+    def _registered(self, path: str) -> bool:
+        return any(path.startswith(d + os.sep) for execs in self.dirs.values()
+                   for dirs in execs.values() for d in dirs)
+
+    def application_removed(self, app_id: str) -> None:
+        """Forget the application and delete what its executors registered (off the loop)."""
+        execs = self.dirs.pop(app_id, None)
+        if not execs:
+            return
+        dirs = [d for ds in execs.values() for d in ds]
+        log.info("Application %s removed, cleaning up %d local dirs", app_id, len(dirs))
+        self.rpc_env.run_in_executor(
+            lambda: [shutil.rmtree(d, ignore_errors=True) for d in dirs])
+
+
+class ExternalShuffleService:
+    """The service's own RpcEnv, started and stopped by the worker daemon."""
+
+    def __init__(self, host: str, conf: Mapping[str, Any]) -> None:
+        self.host = host
+        self.conf = conf
+        self.port = config.read(conf, "spark.shuffle.service.port")
+        self.env: Optional[RpcEnv] = None
+        self.endpoint = ShuffleServiceEndpoint()
+
+    def start(self) -> None:
+        """Bind spark.shuffle.service.port; OSError/ValueError with the reason if it cannot."""
+        instances = os.environ.get("SPARK_WORKER_INSTANCES", "1").strip() or "1"
+        if instances.isdigit() and int(instances) > 1:
+            raise ValueError(MULTIPLE_WORKERS_ERROR)
+        try:
+            # exactly this port (executors and reducers are told it), no retries on others
+            self.env = RpcEnv.create(SYSTEM_NAME, self.host, self.port,
+                                     {**self.conf, "spark.port.maxRetries": "0"})
+        except OSError as e:
+            raise OSError(f"Failed to start the external shuffle service on port "
+                          f"{self.port}: {e.strerror or e} (is another worker on this host "
+                          f"running one? {MULTIPLE_WORKERS_ERROR})") from None
+        self.env.setup_endpoint(ENDPOINT_NAME, self.endpoint)
+        log.info("Starting shuffle service on port %d (auth enabled = %s)",
+                 self.env.address.port, self.conf.get("spark.authenticate", "false"))
+
+    @property
+    def bound_port(self) -> Optional[int]:
+        return self.env.address.port if self.env is not None else None
+
+    def application_removed(self, app_id: str) -> None:
+        """Thread-safe: called from the worker's loop."""
+        if self.env is not None:
+            self.env.call_soon(self.endpoint.application_removed, app_id)
+
+    def stop(self) -> None:
+        if self.env is not None:
+            self.env.shutdown()
+            self.env = None

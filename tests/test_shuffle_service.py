@@ -1,0 +1,109 @@
+"""The worker's external shuffle service over real sockets: registration, serving map output
+only under registered directories, authentication, cleanup, Spark's start errors."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from ember.deploy.local_cluster import free_port
+from ember.deploy.messages import RegisterExecutorShuffleInfo, ShuffleBlockRequest
+from ember.deploy.worker.shuffle_service import (ENDPOINT_NAME, MULTIPLE_WORKERS_ERROR,
+                                                 ExternalShuffleService)
+from ember.partitioner import portable_hash
+from ember.rpc import RpcAddress, RpcEnv
+from ember.shuffle.reader import _records_from_bytes
+from ember.shuffle.writer import write_map_output
+
+SECRET = {"spark.authenticate": "true", "spark.authenticate.secret": "s3cret"}
+
+
+@pytest.fixture
+def service():
+    svc = ExternalShuffleService("127.0.0.1", {"spark.shuffle.service.port": str(free_port()),
+                                               **SECRET})
+    svc.start()
+    yield svc
+    svc.stop()
+
+
+@pytest.fixture
+def client():
+    env = RpcEnv.create("test", "127.0.0.1", 0, dict(SECRET), client_mode=True)
+    yield env
+    env.shutdown()
+
+
+def ref(env, svc):
+    return env.setup_endpoint_ref_sync(RpcAddress("127.0.0.1", svc.bound_port), ENDPOINT_NAME,
+                                       timeout=10)
+
+
+def test_serves_registered_map_output_and_nothing_else(service, client, tmp_path):
+    exec_dir = tmp_path / "executor-1"
+    exec_dir.mkdir()
+    base = str(exec_dir / "shuffle_0_0_0")
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    write_map_output([(k, k * 10) for k in range(20)], 2, portable_hash, base, 64, "1",
+                     "127.0.0.1", f"127.0.0.1:{service.bound_port}", None, ENDPOINT_NAME)
+    svc = ref(client, service)
+    with pytest.raises(Exception, match="Invalid shuffle block path"):
+        svc.ask_sync(ShuffleBlockRequest(0, base, 0), 10)        # not registered yet
+    assert svc.ask_sync(RegisterExecutorShuffleInfo("app-1", "1", [str(exec_dir)]), 10)
+    records = []
+    for reduce_id in (0, 1):
+        records += list(_records_from_bytes(svc.ask_sync(ShuffleBlockRequest(0, base,
+                                                                             reduce_id), 10)))
+    assert sorted(records) == [(k, k * 10) for k in range(20)]
+    for bad in ("/etc/passwd", str(exec_dir / ".." / "x")):
+        with pytest.raises(Exception, match="Invalid shuffle block path"):
+            svc.ask_sync(ShuffleBlockRequest(0, bad, 0), 10)
+    with pytest.raises(Exception, match="Invalid shuffle registration"):
+        svc.ask_sync(RegisterExecutorShuffleInfo("app-1", "2", [str(tmp_path / "nope")]), 10)
+    # the application ends: the service forgets it and deletes what it registered
+    service.application_removed("app-1")
+    deadline = time.time() + 10
+    while exec_dir.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    assert not exec_dir.exists()
+    with pytest.raises(Exception, match="Invalid shuffle block path"):
+        svc.ask_sync(ShuffleBlockRequest(0, base, 0), 10)
+
+
+def test_authenticates_like_the_worker(service):
+    stranger = RpcEnv.create("stranger", "127.0.0.1", 0,
+                             {"spark.authenticate": "true",
+                              "spark.authenticate.secret": "wrong"}, client_mode=True)
+    try:
+        with pytest.raises(Exception):
+            ref(stranger, service)
+    finally:
+        stranger.shutdown()
+
+
+def test_spark_errors_for_two_services_on_one_host(service, monkeypatch):
+    taken = ExternalShuffleService("127.0.0.1",
+                                   {"spark.shuffle.service.port": str(service.bound_port)})
+    with pytest.raises(OSError, match="Failed to start the external shuffle service"):
+        taken.start()
+    monkeypatch.setenv("SPARK_WORKER_INSTANCES", "2")
+    with pytest.raises(ValueError) as e:
+        ExternalShuffleService("127.0.0.1", {"spark.shuffle.service.port": "0"}).start()
+    assert str(e.value) == MULTIPLE_WORKERS_ERROR
+
+
+def test_a_lost_worker_takes_the_outputs_its_service_served():
+    """With the service on, a lost executor keeps its outputs; when its worker goes too,
+    every output that worker's service served goes, and another worker's on the same host
+    stays."""
+    from ember.scheduler.map_output_tracker import MapOutputTracker
+    from ember.shuffle.base import MapStatus
+    t = MapOutputTracker()
+    t.register_shuffle(0, 3)
+    w1, w2 = "127.0.0.1:7001", "127.0.0.1:7002"
+    t.register_map_output(0, 0, MapStatus("1", "127.0.0.1", "/a", 1, 1, w1, ENDPOINT_NAME))
+    t.register_map_output(0, 1, MapStatus("2", "127.0.0.1", "/b", 1, 1, w1, ENDPOINT_NAME))
+    t.register_map_output(0, 2, MapStatus("3", "127.0.0.1", "/c", 1, 1, w2, ENDPOINT_NAME))
+    assert t.remove_outputs_served_with("2") == 2
+    assert t.missing(0) == [0, 1]
