@@ -46,7 +46,7 @@ def test_serves_registered_map_output_and_nothing_else(service, client, tmp_path
     base = str(exec_dir / "shuffle_0_0_0")
     os.environ.setdefault("PYTHONHASHSEED", "0")
     write_map_output([(k, k * 10) for k in range(20)], 2, portable_hash, base, 64, "1",
-                     "127.0.0.1", f"127.0.0.1:{service.bound_port}", None, ENDPOINT_NAME)
+                     "127.0.0.1", f"127.0.0.1:{service.bound_port}", None, endpoint=ENDPOINT_NAME)
     svc = ref(client, service)
     with pytest.raises(Exception, match="Invalid shuffle block path"):
         svc.ask_sync(ShuffleBlockRequest(0, base, 0), 10)        # not registered yet
