@@ -170,6 +170,55 @@ _entry("spark.dynamicAllocation.executorIdleTimeout", 60.0, parse_time_seconds,
        "Idle time after which an executor beyond its profile's target is released.")
 
 
+# --- speculation (Spark's TaskSetManager.checkSpeculatableTasks) --------------------------
+_entry("spark.speculation", False, parse_bool,
+       "Launch a second attempt of a task running much longer than its stage's others.")
+_entry("spark.speculation.interval", 0.1, lambda v: parse_time_seconds(v, "ms"),
+       "How often running tasks are checked for speculation.")
+_entry("spark.speculation.multiplier", 3.0, _float,
+       "A task is speculatable when running longer than this times the median success.")
+_entry("spark.speculation.quantile", 0.9, _float,
+       "Fraction of a stage's tasks that must succeed before speculation is considered.")
+_entry("spark.speculation.minTaskRuntime", 0.1, lambda v: parse_time_seconds(v, "ms"),
+       "Minimum run time of a task before it may be speculated.")
+_entry("spark.speculation.task.duration.threshold", None,
+       lambda v: parse_time_seconds(v, "ms"),
+       "Speculate a task running longer than this even before the quantile is reached, when "
+       "the stage has no more tasks than one executor's slots.")
+_entry("spark.speculation.efficiency.enabled", True, parse_bool,
+       "Speculate only inefficient tasks (Ember measures no per-task record rate, so every "
+       "task past the threshold counts as inefficient, as Spark treats a task without one).")
+_entry("spark.speculation.efficiency.processRateMultiplier", 0.75, _float,
+       "Spark's process-rate bound for inefficient tasks (no record rate in Ember).")
+_entry("spark.speculation.efficiency.longRunTaskFactor", 2.0, _float,
+       "A task running longer than this times the threshold is speculated regardless of rate.")
+
+# --- exclude on failure (Spark's HealthTracker / TaskSetExcludelist) ---------------------
+_entry("spark.excludeOnFailure.enabled", False, parse_bool,
+       "Stop scheduling on executors and nodes that keep failing tasks.")
+_entry("spark.excludeOnFailure.timeout", 3600.0, parse_time_seconds,
+       "How long an executor or node stays excluded for the whole application.")
+_entry("spark.excludeOnFailure.task.maxTaskAttemptsPerExecutor", 1, _int,
+       "Failed attempts of one task on an executor before that task avoids it.")
+_entry("spark.excludeOnFailure.task.maxTaskAttemptsPerNode", 2, _int,
+       "Failed attempts of one task on a node before that task avoids it.")
+_entry("spark.excludeOnFailure.stage.maxFailedTasksPerExecutor", 2, _int,
+       "Distinct failed tasks of a stage on an executor before the stage avoids it.")
+_entry("spark.excludeOnFailure.stage.maxFailedExecutorsPerNode", 2, _int,
+       "Executors of a node excluded for a stage before the stage avoids the node.")
+_entry("spark.excludeOnFailure.application.maxFailedTasksPerExecutor", 2, _int,
+       "Failed tasks (of successful task sets) on an executor before the app excludes it.")
+_entry("spark.excludeOnFailure.application.maxFailedExecutorsPerNode", 2, _int,
+       "Excluded executors on a node before the application excludes the node.")
+_entry("spark.excludeOnFailure.killExcludedExecutors", False, parse_bool,
+       "Kill executors (and all executors of a node) when the application excludes them.")
+_entry("spark.excludeOnFailure.application.fetchFailure.enabled", False, parse_bool,
+       "Exclude an executor (its node with the shuffle service) at its first fetch failure.")
+_entry("spark.scheduler.excludeOnFailure.unschedulableTaskSetTimeout", 120.0,
+       parse_time_seconds,
+       "Wait for a new executor before aborting a task set no executor may run.")
+
+
 def get_entry(key: str) -> ConfigEntry | None:
     return REGISTRY.get(key)
 

@@ -235,12 +235,28 @@ class SparkContext:
             threads, max_failures = local
         else:
             threads, max_failures = 0, config.read(self._conf, "spark.task.maxFailures")
+        from ember.clock import SystemClock
+        from ember.errors import IllegalArgumentException
+        from ember.scheduler.health_tracker import ExcludeSettings, HealthTracker
+        from ember.scheduler.speculation import SpeculationSettings
+        try:
+            exclude = ExcludeSettings.from_conf(self._conf)
+        except ValueError as e:
+            raise IllegalArgumentException(str(e)) from None
+        clock = SystemClock()
+        health_tracker = None if exclude is None else HealthTracker(
+            exclude, clock, self._bus.post,
+            shuffle_service_enabled=str(self._conf.get("spark.shuffle.service.enabled",
+                                                       "false")).lower() == "true")
+        # Spark speculates only on clusters: one local "host" never runs two attempts
+        speculation = None if local is not None else SpeculationSettings.from_conf(self._conf)
         sched = TaskSchedulerImpl(
             max_failures, config.read(self._conf, "spark.scheduler.mode"),
             self._conf.get("spark.scheduler.allocation.file"), self._bus, self._block_master,
             config.read(self._conf, "spark.ember.worker.maxCrashes"),
             config.read(self._conf, "spark.locality.wait"),
-            config.read(self._conf, "spark.barrier.sync.timeout"))
+            config.read(self._conf, "spark.barrier.sync.timeout"),
+            clock, speculation, health_tracker)
         sched.rp_manager = self._resource_profile_manager
         backend: Any
         if local is not None:
@@ -282,11 +298,16 @@ class SparkContext:
                            dynamic_allocation=local is None and config.read(
                                self._conf, "spark.dynamicAllocation.enabled"))
         sched.initialize(backend, dag)
+        if health_tracker is not None:
+            health_tracker.kill_executors = getattr(backend, "kill_executors", None)
+            health_tracker.kill_executors_on_host = getattr(backend, "kill_executors_on_host",
+                                                            None)
         self._task_scheduler = sched
         self._backend = backend
         self._dag = dag
         self._loop.start()
         backend.start()
+        sched.start_speculation()
         self._app_id = backend.application_id() if local is None else f"local-{self._start_time}"
         if local is not None:       # Spark's LocalSchedulerBackend announces its executor
             from ember.scheduler.listener import ExecutorAdded
@@ -527,6 +548,8 @@ class SparkContext:
             self._bus.post(ApplicationEnd(time.time()))
         if getattr(self, "_progress_bar", None) is not None:
             self._progress_bar.stop()
+        if getattr(self, "_task_scheduler", None) is not None:
+            self._task_scheduler.stop()
         backend = getattr(self, "_backend", None)
         if backend is not None:
             backend.stop()

@@ -38,6 +38,11 @@ class FileAlreadyExistsException(SparkException, FileExistsError):
         return str(self.args[0])
 
 
+class IllegalArgumentException(SparkException, ValueError):
+    """A configuration Spark refuses when the context starts (Java's IllegalArgumentException,
+    which PySpark surfaces under this name)."""
+
+
 class TaskKilledException(BaseException):
     """Raised inside a task process when the driver kills the running task (cancellation)."""
 

@@ -77,6 +77,18 @@ def call_site() -> str:
     return name
 
 
+def _commit_part(tmp: str, final: str) -> None:
+    """Commit one task attempt's part file: the first attempt to commit wins (a hard link
+    never replaces an existing file), so a speculative or retried duplicate of the task can
+    neither overwrite nor duplicate the part another attempt committed."""
+    try:
+        os.link(tmp, final)
+    except FileExistsError:
+        pass
+    finally:
+        _ignore_errors_unlink(tmp)
+
+
 def _ignore_errors_unlink(path: str) -> None:
     try:
         os.unlink(path)
@@ -1129,7 +1141,7 @@ class RDD:
                 for x in it:
                     f.write(to_line(x))
                     f.write(b"\n")
-            os.replace(tmp, os.path.join(out_dir, name))
+            _commit_part(tmp, os.path.join(out_dir, name))
         self._save(path, write)
 
     def saveAsPickleFile(self, path: str, batchSize: int = 10) -> None:
@@ -1137,7 +1149,10 @@ class RDD:
         size = max(batchSize, 1) if batchSize else 1024
 
         def write(ctx: Any, it: Iterator, out_dir: str) -> None:
-            write_batches(os.path.join(out_dir, f"part-{ctx.partitionId():05d}"), it, size)
+            name = f"part-{ctx.partitionId():05d}"
+            tmp = os.path.join(out_dir, f".{name}.{ctx.taskAttemptId()}.tmp")
+            write_batches(tmp, it, size)
+            _commit_part(tmp, os.path.join(out_dir, name))
         self._save(path, write)
 
     def _save(self, path: str, write: Callable) -> None:

@@ -377,6 +377,15 @@ class StandaloneSchedulerBackend(SchedulerBackend):
     def max_num_concurrent_tasks(self) -> int:
         return sum(e.cores for e in list(self.executors.values()))
 
+    def kill_executors(self, ids: list[str]) -> bool:
+        """Ask the master to kill these executors (exclude-on-failure); their removal
+        reaches the driver as ExecutorRemoved with the master's reason."""
+        return self.client is not None and self.client.kill_executors(ids)
+
+    def kill_executors_on_host(self, host: str) -> bool:
+        ids = [e.executor_id for e in list(self.executors.values()) if e.host == host]
+        return bool(ids) and self.kill_executors(ids)
+
     def kill_task(self, task_id: int, executor_id: str, slot: int, reason: str) -> None:
         data = self.executors.get(executor_id)
         if data is not None:
