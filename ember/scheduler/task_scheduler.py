@@ -40,6 +40,7 @@ class TaskSchedulerImpl:
         self._speculation_stop = threading.Event()
         self.executor_hosts: dict[str, str] = {}          # from offers: executor -> host
         self.unschedulable_expiry: dict[TaskSetManager, float] = {}
+        self.kill_reasons: dict[int, str] = {}     # tid -> why the driver killed it
         self.max_task_failures = max_task_failures
         self.max_crashes = max_crashes
         self.locality_wait = locality_wait
@@ -150,6 +151,7 @@ class TaskSchedulerImpl:
             loc = self.task_id_to_location.get(tid)
             if loc is None:
                 return False
+            self.kill_reasons[tid] = reason
             self.backend.kill_task(tid, loc[0], loc[1], reason)
             return True
 
@@ -342,6 +344,7 @@ class TaskSchedulerImpl:
             tsm = self.task_id_to_tsm.pop(tid, None)
             loc = self.task_id_to_location.pop(tid, None)
             held = self.task_id_to_resources.pop(tid, None)
+            kill_reason = self.kill_reasons.pop(tid, None)
             if held is not None and held[0] in self.executor_resources:
                 self.executor_resources[held[0]].release(held[1], held[2])
             if blocks and self.block_master is not None and loc is not None:
@@ -358,7 +361,7 @@ class TaskSchedulerImpl:
                 exc_type, message, tb, retryable = payload
                 reason: Any = ExceptionFailure(exc_type, message, tb, retryable)
             elif state == "KILLED":
-                reason = TaskKilled(str(payload))
+                reason = TaskKilled(kill_reason or str(payload))
             elif state == "FETCH_FAILED":
                 reason = FetchFailed(*payload)
             elif state == "LOST":
