@@ -113,3 +113,57 @@ def test_straggler_with_and_without_speculation(two_hosts, tmp_path):
         assert without_spec > 1.5 * baseline_off, (without_spec, baseline_off)
     finally:
         sc.stop()
+
+
+def test_executor_whose_tasks_always_fail_is_excluded(two_hosts, tmp_path):
+    import glob
+    import json
+    import urllib.request
+    logs = tmp_path / "events"
+    logs.mkdir()
+    sc = _context(two_hosts, "exclude-on-failure", **{
+        "spark.excludeOnFailure.enabled": "true", "spark.ui.enabled": "true",
+        "spark.ui.port": "0", "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": str(logs)})
+    try:
+        bad = _executor_on(sc, "127.0.0.2")
+
+        def work(i):
+            time.sleep(0.1)
+            if os.path.basename(os.getcwd()) == bad:
+                raise RuntimeError("this executor's disk is broken")
+            return i
+
+        assert sc.parallelize(range(32), 32).map(work).sum() == sum(range(32))
+        ht = sc._task_scheduler.health_tracker
+        assert ht.is_executor_excluded(bad)
+        assert not ht.is_node_excluded("127.0.0.2")
+        # the next job runs nowhere near it
+        ends = []
+
+        class Recorder:
+            def on_event(self, e):
+                if type(e).__name__ == "TaskEnd":
+                    ends.append(e.task_info.executor_id)
+        sc._bus.add_sync(Recorder())
+        assert sc.parallelize(range(32), 32).map(work).sum() == sum(range(32))
+        assert ends and bad not in ends
+        url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/executors"
+        deadline = time.monotonic() + 30
+        while True:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                execs = {e["id"]: e for e in json.loads(r.read())}
+            if execs.get(bad, {}).get("isExcluded") or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        assert execs[bad]["isExcluded"] is True and execs[bad]["isBlacklisted"] is True
+        assert not any(e["isExcluded"] for i, e in execs.items() if i != bad)
+    finally:
+        sc.stop()
+    (log_file,) = glob.glob(str(logs / "*"))
+    events = [json.loads(l) for l in open(log_file)]
+    excluded = [e for e in events
+                if e["Event"] == "org.apache.spark.scheduler.SparkListenerExecutorExcluded"]
+    assert [(e["executorId"], e["taskFailures"]) for e in excluded] == [(bad, 2)]
+    assert any(e["Event"].endswith("SparkListenerExecutorExcludedForStage")
+               and e["executorId"] == bad for e in events)

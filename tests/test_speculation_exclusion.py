@@ -261,3 +261,29 @@ def test_task_that_cannot_run_anywhere_aborts_with_sparks_message():
            "node and executor excludeOnFailure." in msg
     assert "RuntimeError: bad disk" in msg
     assert "ExcludeOnFailure behavior can be configured via spark.excludeOnFailure.*." in msg
+
+
+def test_context_refuses_exclude_config_spark_refuses(fresh_sc):
+    from ember import SparkConf
+    from ember.errors import IllegalArgumentException
+    conf = (SparkConf().set("spark.excludeOnFailure.enabled", "true")
+            .set("spark.task.maxFailures", "2"))
+    with pytest.raises(IllegalArgumentException, match=r"maxTaskAttemptsPerNode \( = 2\) was "
+                       r">= spark.task.maxFailures \( = 2 \)"):
+        fresh_sc("local[2]", "bad-exclude", conf)
+
+
+def test_exclusion_and_speculation_events_round_trip_as_sparks_jackson_json():
+    from ember.scheduler import listener as L
+    from ember.ui.event_log import event_to_json, json_to_event
+    events = [L.SpeculativeTaskSubmitted(3, 0, 7, 7), L.ExecutorExcluded(12.5, "4", 2),
+              L.ExecutorUnexcluded(13.0, "4"), L.NodeExcluded(14.0, "hostA", 2),
+              L.NodeUnexcluded(15.0, "hostA"), L.ExecutorExcludedForStage(16.0, "4", 2, 3, 0),
+              L.NodeExcludedForStage(17.0, "hostA", 2, 3, 0)]
+    for e in events:
+        d = event_to_json(e)
+        assert d["Event"] == "org.apache.spark.scheduler.SparkListener" + type(e).__name__
+        assert json_to_event(d) == e
+    assert event_to_json(events[1]) == {
+        "Event": "org.apache.spark.scheduler.SparkListenerExecutorExcluded", "time": 12500,
+        "executorId": "4", "taskFailures": 2}

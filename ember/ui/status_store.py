@@ -186,7 +186,8 @@ class _Job:
 
 class _Executor:
     __slots__ = ("executor_id", "host", "cores", "add_time", "remove_time", "remove_reason",
-                 "log_urls", "resources", "resource_profile_id")
+                 "log_urls", "resources", "resource_profile_id", "is_excluded",
+                 "excluded_in_stages")
 
     def __init__(self, executor_id: str, host: str, cores: int, add_time: int | None,
                  log_urls: Mapping[str, str]) -> None:
@@ -199,6 +200,8 @@ class _Executor:
         self.log_urls = dict(log_urls)
         self.resources: dict[str, list[str]] = {}
         self.resource_profile_id = 0
+        self.is_excluded = False
+        self.excluded_in_stages: set[int] = set()
 
 
 class _RDD:
@@ -236,7 +239,8 @@ class AppStatusStore:
         self._rdds: dict[int, _RDD] = {}
         self._ending: set[int] = set()      # tasks whose TaskEnd is in the current batch
         self.counters = dict.fromkeys(("jobs_succeeded", "jobs_failed", "stages_completed",
-                                       "stages_failed"), 0)
+                                       "stages_failed", "speculative_tasks_submitted",
+                                       "executors_excluded", "nodes_excluded"), 0)
         self._handlers: dict[type, Callable[[Any], None]] = {
             L.TaskStart: self._task_start, L.TaskEnd: self._task_end,
             L.JobStart: self._job_start, L.JobEnd: self._job_end,
@@ -245,7 +249,12 @@ class AppStatusStore:
             L.ApplicationStart: self._app_start, L.ApplicationEnd: self._app_end,
             L.EnvironmentUpdate: self._environment, L.BlockUpdated: self._block_updated,
             L.UnpersistRDD: self._unpersist, L.LogStart: self._log_start,
-            L.ResourceProfileAdded: self._resource_profile_added}
+            L.ResourceProfileAdded: self._resource_profile_added,
+            L.SpeculativeTaskSubmitted: self._speculative_submitted,
+            L.ExecutorExcluded: self._exclusion, L.ExecutorUnexcluded: self._exclusion,
+            L.NodeExcluded: self._exclusion, L.NodeUnexcluded: self._exclusion,
+            L.ExecutorExcludedForStage: self._excluded_for_stage,
+            L.NodeExcludedForStage: self._excluded_for_stage}
 
     # --- writing (bus thread or replay) -------------------------------------------------
     def on_event(self, e: Any) -> None:
@@ -366,6 +375,8 @@ class AppStatusStore:
         if st.submission_time is None:
             st.submission_time = ms(info.submission_time)
         self.counters["stages_failed" if failed else "stages_completed"] += 1
+        for ex in self._executors.values():
+            ex.excluded_in_stages.discard(info.stage_id)
         for jid in st.job_ids:
             job = self._jobs.get(jid)
             if job is None:
@@ -436,6 +447,33 @@ class AppStatusStore:
         ex = self._executors[e.executor_id]
         ex.resources = dict(e.resources)
         ex.resource_profile_id = e.resource_profile_id
+
+    def _speculative_submitted(self, e: L.SpeculativeTaskSubmitted) -> None:
+        self.counters["speculative_tasks_submitted"] += 1
+
+    def _executors_of(self, e: Any) -> list[_Executor]:
+        """The live executors an exclusion event names: one, or all on its host."""
+        eid = getattr(e, "executor_id", None)
+        if eid is not None:
+            ex = self._executors.get(eid)
+            return [ex] if ex is not None else []
+        return [x for x in self._executors.values()
+                if x.remove_time is None and x.host.split(":")[0] == e.host_id]
+
+    def _exclusion(self, e: Any) -> None:
+        """Spark's AppStatusListener: an excluded executor, or every executor of an excluded
+        node, shows isExcluded until it is unexcluded."""
+        excluded = type(e) in (L.ExecutorExcluded, L.NodeExcluded)
+        if type(e) is L.ExecutorExcluded:
+            self.counters["executors_excluded"] += 1
+        elif type(e) is L.NodeExcluded:
+            self.counters["nodes_excluded"] += 1
+        for ex in self._executors_of(e):
+            ex.is_excluded = excluded
+
+    def _excluded_for_stage(self, e: Any) -> None:
+        for ex in self._executors_of(e):
+            ex.excluded_in_stages.add(e.stage_id)
 
     def _executor_removed(self, e: L.ExecutorRemoved) -> None:
         ex = self._executors.get(e.executor_id)
@@ -808,14 +846,16 @@ class AppStatusStore:
                     "totalDuration": s.task_time, "totalGCTime": 0, "totalInputBytes": 0,
                     "totalShuffleRead": s.read_bytes(),
                     "totalShuffleWrite": s.metrics.get("shuffleBytesWritten", 0),
-                    "isBlacklisted": False, "maxMemory": 0, "addTime": ex.add_time,
+                    "isBlacklisted": ex.is_excluded, "maxMemory": 0, "addTime": ex.add_time,
                     "removeTime": ex.remove_time, "removeReason": ex.remove_reason,
-                    "executorLogs": dict(ex.log_urls), "blacklistedInStages": [],
+                    "executorLogs": dict(ex.log_urls),
+                    "blacklistedInStages": sorted(ex.excluded_in_stages),
                     "attributes": {},
                     "resources": {n: {"name": n, "addresses": list(a)}
                                   for n, a in ex.resources.items()},
                     "resourceProfileId": ex.resource_profile_id,
-                    "isExcluded": False, "excludedInStages": []})
+                    "isExcluded": ex.is_excluded,
+                    "excludedInStages": sorted(ex.excluded_in_stages)})
             return out
 
     def rdds(self, cached_only: bool = True) -> list[dict[str, Any]]:
@@ -890,6 +930,7 @@ class AppStatusStore:
                     "tasks_active": total.active, "tasks_completed": total.succeeded,
                     "tasks_failed": total.failed, "tasks_killed": total.killed,
                     "executors_active": len(live), "cores": sum(x.cores for x in live),
+                    "executors_excluded_now": sum(x.is_excluded for x in live),
                     "cached_rdds": sum(1 for r in self._rdds.values() if r.blocks),
                     "shuffle_read_bytes": total.read_bytes(),
                     "shuffle_write_bytes": g("shuffleBytesWritten", 0),
