@@ -218,6 +218,11 @@ _entry("spark.scheduler.excludeOnFailure.unschedulableTaskSetTimeout", 120.0,
        parse_time_seconds,
        "Wait for a new executor before aborting a task set no executor may run.")
 
+_entry("spark.ember.deploy.driverAdmission.reserveExecutor", True, parse_bool,
+       "Master: launch a cluster-mode driver only where it and one executor of its "
+       "application (spark.executor.cores / memory) fit beside the running drivers and "
+       "their reservations, so drivers cannot take every core (false: Spark's behaviour).")
+
 
 def get_entry(key: str) -> ConfigEntry | None:
     return REGISTRY.get(key)
