@@ -99,6 +99,9 @@ _entry("spark.python.worker.memory", 512, parse_memory_mb,
        "Memory per task process for aggregation before spilling to disk (e.g. 512m).")
 _entry("spark.executor.memory", 1024, parse_memory_mb, "Memory per executor (MB).")
 _entry("spark.driver.memory", 1024, parse_memory_mb, "Driver memory (MB).")
+_entry("spark.executor.pyspark.memory", None, parse_memory_mb,
+       "Address-space limit (RLIMIT_AS) of the executor's Python task processes, divided "
+       "among spark.executor.cores; a task allocating past it fails with MemoryError.")
 _entry("spark.memory.fraction", 0.6, _float, "Fraction of (heap - 300MB) for execution+storage.")
 _entry("spark.ember.storage.memory", None, parse_memory_mb,
        "Storage memory per task process for cached blocks; default from spark.memory.fraction.")

@@ -260,6 +260,7 @@ class SparkContext:
         sched.rp_manager = self._resource_profile_manager
         backend: Any
         if local is not None:
+            from ember.executor.backend import pyspark_worker_memory_mb
             from ember.scheduler.local_backend import LocalSchedulerBackend
             storage = config.read(self._conf, "spark.ember.storage.memory")
             if storage is None:
@@ -273,7 +274,8 @@ class SparkContext:
                 sched, threads, self._local_dir, self._python_worker_memory_mb, storage << 20,
                 self._files_dir, dict(self.environment),
                 config.read(self._conf, "spark.python.task.killTimeout"),
-                int(dp) if dp else None, self._loop, self._fork_client)
+                int(dp) if dp else None, self._loop, self._fork_client,
+                pyspark_worker_memory_mb(dict(self._conf.getAll())))
             from ember.scheduler.local_backend import EXECUTOR_ID
             # Spark's local mode: tasks take their cores and the driver's resources
             sched.register_executor_resources(EXECUTOR_ID, threads, {

@@ -95,7 +95,7 @@ def make_python_exception(message: str, exc_type: str, exc_message: str,
             except TypeError:  # layout conflict: fall back to the plain class
                 cls = PythonException
             _combined_types[exc_type] = cls
-    err = cls.__new__(cls)
+    err = BaseException.__new__(cls)    # MemoryError's own __new__ refuses subclasses
     PythonException.__init__(err, message, exc_type, exc_message, traceback_text)
     return err
 

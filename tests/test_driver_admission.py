@@ -72,3 +72,68 @@ def test_max_drivers_still_caps_admitted_drivers():
     register_worker(m, "worker-1", cores=8, memory=8192)
     outs = [submit_driver(m, desc(**{"spark.executor.memory": "256m"})) for _ in range(3)]
     assert sum(len(msgs(out, LaunchDriver)) for _, out in outs) == 1
+
+
+def test_fifty_cluster_drivers_on_two_small_workers_all_finish_once(tmp_path):
+    """Measured on Spark's rules: 4 drivers take all 4 cores and their applications wait
+    forever. With admission they run 2 at a time and every one finishes exactly once."""
+    import json
+    import os
+    import textwrap
+    import time
+    import urllib.request
+
+    from tests.cluster import LocalCluster
+    marks = tmp_path / "marks.txt"
+    app = tmp_path / "tiny.py"
+    app.write_text(textwrap.dedent(f"""
+        import os, sys
+        from ember import SparkContext
+        sc = SparkContext(appName="tiny-" + sys.argv[1])
+        assert sc.parallelize(range(10), 2).sum() == 45
+        sc.stop()
+        fd = os.open({str(marks)!r}, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        os.write(fd, (sys.argv[1] + "\\n").encode())
+        os.close(fd)
+    """))
+    n = 50
+    with LocalCluster(str(tmp_path / "c"), workers=2, cores=2, memory="1g",
+                      conf={"spark.master.rest.enabled": "true"}) as c:
+        ids = []
+        for i in range(n):
+            body = {"action": "CreateSubmissionRequest", "appArgs": [str(app), str(i)],
+                    "appResource": "", "clientSparkVersion": "4.1.1",
+                    "environmentVariables": {},
+                    "mainClass": "org.apache.spark.deploy.SparkSubmit",
+                    "sparkProperties": {
+                        "spark.app.name": f"tiny-{i}", "spark.driver.cores": "1",
+                        "spark.driver.memory": "256m", "spark.executor.memory": "256m",
+                        "spark.executor.cores": "1", "spark.ui.enabled": "false",
+                        "spark.master": c.rest_url}}
+            req = urllib.request.Request(
+                f"http://127.0.0.1:{c.rest_port}/v1/submissions/create",
+                data=json.dumps(body).encode(), method="POST",
+                headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=30) as r:
+                resp = json.loads(r.read())
+            assert resp["success"] is True, resp
+            ids.append(resp["submissionId"])
+        # while drivers queue, the master UI says why
+        with urllib.request.urlopen(f"http://127.0.0.1:{c.master_ui}/", timeout=10) as r:
+            page = r.read().decode()
+        assert "waiting: launching it would leave no room for an executor" in page
+        j = c.json()
+        assert len([d for d in j["activedrivers"] if d["state"] == "RUNNING"]) <= 2
+        final = {"FINISHED", "FAILED", "ERROR", "KILLED"}
+        deadline = time.monotonic() + 900
+        while True:
+            j = c.json()
+            done = {d["id"]: d["state"] for d in j["completeddrivers"]}
+            if len(done) == n or time.monotonic() > deadline:
+                break
+            time.sleep(2)
+        assert sorted(done) == sorted(ids), f"{len(done)} of {n} drivers finished"
+        assert set(done.values()) == {"FINISHED"}, done
+        assert "waits: launching it would leave no room" in c.log("master.log")
+    lines = marks.read_text().split()
+    assert sorted(lines, key=int) == [str(i) for i in range(n)]       # each exactly once
