@@ -1,0 +1,45 @@
+"""spark.executor.pyspark.memory on real processes: a task allocating past it fails with
+the memory reason, and its executor (and the executor's other work) carries on."""
+from __future__ import annotations
+
+import pytest
+
+from ember import SparkConf, SparkContext
+
+
+def _hog(it):
+    data = bytearray(3 << 30)           # far past the limit
+    yield len(data)
+
+
+def test_task_past_pyspark_memory_fails_with_the_reason_and_executor_survives(cluster):
+    conf = (SparkConf().setMaster(cluster.url).setAppName("pyspark-memory")
+            .set("spark.executor.pyspark.memory", "500m").set("spark.task.maxFailures", "2")
+            .set("spark.ui.enabled", "false"))
+    sc = SparkContext(conf=conf)
+    try:
+        assert sc.parallelize(range(8), 4).sum() == 28
+        before = {e.executor_id: e.address for e in sc._backend.executors.values()}
+        with pytest.raises(MemoryError) as e:           # a PythonException that is one
+            sc.parallelize([1], 1).mapPartitions(_hog).collect()
+        assert "exceeded its memory limit (spark.executor.pyspark.memory: 500 MiB" in \
+            str(e.value)
+        # the same executors run the next job: nothing was lost
+        assert sc.parallelize(range(100), 4).map(lambda x: x * 2).sum() == 9900
+        after = {e.executor_id: e.address for e in sc._backend.executors.values()}
+        assert after == before
+    finally:
+        sc.stop()
+
+
+def test_local_mode_applies_the_limit_too(fresh_sc):
+    sc = fresh_sc("local[2]", "pyspark-memory-local",
+                  SparkConf().set("spark.executor.pyspark.memory", "500m"))
+
+    def limit(_):
+        import resource
+        yield resource.getrlimit(resource.RLIMIT_AS)[0]
+    assert sc.parallelize([1], 1).mapPartitions(limit).collect() == [500 << 20]
+    with pytest.raises(MemoryError, match="exceeded its memory limit"):
+        sc.parallelize([1], 1).mapPartitions(_hog).collect()
+    assert sc.parallelize(range(10), 2).sum() == 45
