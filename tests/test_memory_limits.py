@@ -43,3 +43,43 @@ def test_local_mode_applies_the_limit_too(fresh_sc):
     with pytest.raises(MemoryError, match="exceeded its memory limit"):
         sc.parallelize([1], 1).mapPartitions(_hog).collect()
     assert sc.parallelize(range(10), 2).sum() == 45
+
+
+def test_executor_past_its_memory_is_killed_and_the_reason_reaches_the_driver_log(
+        cluster, caplog):
+    """spark.executor.memory (+ memoryOverhead) bounds the executor process: an executor
+    whose resident size passes it is killed by its worker, and the driver logs why."""
+    import logging
+    import time
+    caplog.set_level(logging.ERROR, logger="ember.scheduler.standalone")
+    conf = (SparkConf().setMaster(cluster.url).setAppName("executor-memory")
+            .set("spark.executor.memory", "8m").set("spark.executor.memoryOverhead", "2m")
+            .set("spark.ui.enabled", "false"))
+    sc = SparkContext(conf=conf)
+    try:
+        deadline = time.monotonic() + 60
+        while "exceeded memory limit" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "was removed by the cluster: FAILED: Executor app-" in caplog.text or \
+            "Lost executor" in caplog.text and "exceeded memory limit" in caplog.text
+        assert "MiB resident > 10 MiB (spark.executor.memory plus overhead); killed by the " \
+               "worker" in caplog.text
+    finally:
+        sc.stop()
+
+
+def test_cluster_driver_past_driver_memory_fails_with_the_reason(cluster, tmp_path):
+    from tests.test_cluster_mode import submit, wait_driver, write_app
+    app = write_app(tmp_path, "big_driver.py", """
+        import time
+        time.sleep(30)
+    """)
+    r = submit(cluster, "--driver-memory", "8m", "--conf", "spark.driver.memoryOverhead=2m",
+               app)
+    driver_id = r.stdout.split()[0]
+    d = wait_driver(cluster, driver_id)
+    assert d["state"] == "FAILED", d
+    from tests.test_cluster_mode import ember
+    st = ember("submit", "--master", cluster.url, "--status", driver_id)
+    assert "exceeded memory limit" in st.stdout + st.stderr
+    assert "> 10 MiB (spark.driver.memory plus overhead)" in st.stdout + st.stderr

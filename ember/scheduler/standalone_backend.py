@@ -123,6 +123,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self.client: Any = None
         self._allocation: ExecutorAllocationManager | None = None
         self._releasing: set[str] = set()
+        self._disassociated: dict[str, str] = {}   # executor -> host, until the master's reason
         if scheduler.rp_manager is not None and scheduler.rp_manager.dynamic_enabled:
             self._allocation = ExecutorAllocationManager(
                 dict(self.conf.getAll()), scheduler.rp_manager, self._request_totals)
@@ -279,6 +280,12 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         data = self.executors.pop(exec_id, None)
         self._releasing.discard(exec_id)
         if data is None:
+            earlier = self._disassociated.pop(exec_id, None)
+            if earlier is not None and reason:
+                # the connection dropped before the master's report: its reason is the real
+                # one (e.g. the worker killed the executor for exceeding its memory limit)
+                log.error("Executor %s on %s was removed by the cluster: %s", exec_id,
+                          earlier, reason)
             return
         with self._registered:
             self.total_cores -= data.cores
@@ -292,6 +299,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             return
         for eid, data in list(self.executors.items()):
             if data.address == remote:
+                self._disassociated[eid] = data.host
                 self.remove_executor(eid, "Remote RPC client disassociated. Likely due to "
                                           "containers exceeding thresholds, or network "
                                           "issues. Check driver logs for WARN messages.",
