@@ -158,6 +158,12 @@ def test_executor_whose_tasks_always_fail_is_excluded(two_hosts, tmp_path):
             time.sleep(0.3)
         assert execs[bad]["isExcluded"] is True and execs[bad]["isBlacklisted"] is True
         assert not any(e["isExcluded"] for i, e in execs.items() if i != bad)
+        with urllib.request.urlopen(f"{sc.uiWebUrl}/metrics/prometheus", timeout=10) as r:
+            metrics = r.read().decode()
+        assert any(l.startswith("ember_driver_executors_excluded_total{") and
+                   l.endswith(" 1") for l in metrics.splitlines()), metrics
+        assert any(l.startswith("ember_driver_executors_excluded{") and l.endswith(" 1")
+                   for l in metrics.splitlines())
     finally:
         sc.stop()
     (log_file,) = glob.glob(str(logs / "*"))
