@@ -158,6 +158,11 @@ def test_executor_whose_tasks_always_fail_is_excluded(two_hosts, tmp_path):
             time.sleep(0.3)
         assert execs[bad]["isExcluded"] is True and execs[bad]["isBlacklisted"] is True
         assert not any(e["isExcluded"] for i, e in execs.items() if i != bad)
+        stages = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/stages/0/0"
+        with urllib.request.urlopen(stages, timeout=10) as r:
+            summary = json.loads(r.read())["executorSummary"]
+        assert summary[bad]["isExcludedForStage"] is True
+        assert not any(v["isExcludedForStage"] for k, v in summary.items() if k != bad)
         with urllib.request.urlopen(f"{sc.uiWebUrl}/metrics/prometheus", timeout=10) as r:
             metrics = r.read().decode()
         assert any(l.startswith("ember_driver_executors_excluded_total{") and

@@ -123,11 +123,13 @@ class _Stage:
     __slots__ = ("stage_id", "attempt_id", "name", "num_tasks", "details", "status",
                  "submission_time", "first_launch", "completion_time", "failure_reason",
                  "description", "pool", "rdd_ids", "job_ids", "indices", "killed_summary",
-                 "tasks", "task_metrics", "executors", "resource_profile_id")
+                 "tasks", "task_metrics", "executors", "resource_profile_id",
+                 "excluded_executors")
 
     def __init__(self, info: L.StageInfo, props: Mapping[str, str]) -> None:
         self.stage_id = info.stage_id
         self.resource_profile_id = info.resource_profile_id
+        self.excluded_executors: set[str] = set()
         self.attempt_id = info.attempt_id
         self.name = info.name
         self.num_tasks = info.num_tasks
@@ -472,8 +474,11 @@ class AppStatusStore:
             ex.is_excluded = excluded
 
     def _excluded_for_stage(self, e: Any) -> None:
+        st = self._stages.get((e.stage_id, e.stage_attempt_id))
         for ex in self._executors_of(e):
             ex.excluded_in_stages.add(e.stage_id)
+            if st is not None:
+                st.excluded_executors.add(ex.executor_id)
 
     def _executor_removed(self, e: L.ExecutorRemoved) -> None:
         ex = self._executors.get(e.executor_id)
@@ -678,10 +683,11 @@ class AppStatusStore:
             return out
 
     def _exec_summaries(self, st: _Stage) -> dict[str, dict[str, Any]]:
-        return {eid: self._exec_stage_dict(s) for eid, s in sorted(st.executors.items())}
+        return {eid: self._exec_stage_dict(s, eid in st.excluded_executors)
+                for eid, s in sorted(st.executors.items())}
 
     @staticmethod
-    def _exec_stage_dict(s: _Sums) -> dict[str, Any]:
+    def _exec_stage_dict(s: _Sums, excluded: bool = False) -> dict[str, Any]:
         g = s.metrics.get
         return {"taskTime": s.task_time, "failedTasks": s.failed, "succeededTasks": s.succeeded,
                 "killedTasks": s.killed, "inputBytes": 0, "inputRecords": 0, "outputBytes": 0,
@@ -690,7 +696,7 @@ class AppStatusStore:
                 "shuffleWriteRecords": g("shuffleRecordsWritten", 0),
                 "memoryBytesSpilled": g("memoryBytesSpilled", 0),
                 "diskBytesSpilled": g("diskBytesSpilled", 0),
-                "isBlacklistedForStage": False, "isExcludedForStage": False}
+                "isBlacklistedForStage": excluded, "isExcludedForStage": excluded}
 
     def tasks(self, stage_id: int, attempt: int, offset: int = 0, length: int = 20,
               sort_by: str = "ID", status: str | None = None) -> list[dict[str, Any]] | None:
