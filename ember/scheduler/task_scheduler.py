@@ -124,7 +124,12 @@ class TaskSchedulerImpl:
             while not self._speculation_stop.wait(self.speculation.interval):
                 try:
                     if self.check_speculatable_tasks():
-                        self.backend.revive_offers()
+                        # on the backend's own thread when it has one (its executors map)
+                        loop = getattr(self.backend, "loop", None)
+                        if loop is not None:
+                            loop.post(self.backend.revive_offers)
+                        else:
+                            self.backend.revive_offers()
                 except Exception:
                     log.exception("Speculation check failed")
         threading.Thread(target=run, name="task-scheduler-speculation", daemon=True).start()
