@@ -79,11 +79,15 @@ def test_straggler_with_and_without_speculation(two_hosts, tmp_path):
     try:
         slow = _executor_on(sc, "127.0.0.2")
         _straggler_job(sc, "none")                           # warm the executors
-        baseline, acc = _straggler_job(sc, "none")
+        # the best of two runs: a loaded machine only ever adds time
+        baseline, acc = min(_straggler_job(sc, "none") for _ in range(2))
         assert acc == TASKS * 5
-        out = str(tmp_path / "out")
-        with_spec, acc = _straggler_job(sc, slow, out)
+        with_spec, acc = _straggler_job(sc, slow)
         assert acc == TASKS * 5, "a speculative duplicate counted its accumulators twice"
+        out = str(tmp_path / "out")
+        again, acc = _straggler_job(sc, slow, out)
+        assert acc == TASKS * 5
+        with_spec = min(with_spec, again)
         parts = sorted(os.listdir(out))
         assert parts == ["_SUCCESS"] + [f"part-{i:05d}" for i in range(TASKS)]
         lines = [int(l) for p in parts[1:] for l in open(os.path.join(out, p))]
