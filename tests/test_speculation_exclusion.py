@@ -287,3 +287,23 @@ def test_exclusion_and_speculation_events_round_trip_as_sparks_jackson_json():
     assert event_to_json(events[1]) == {
         "Event": "org.apache.spark.scheduler.SparkListenerExecutorExcluded", "time": 12500,
         "executorId": "4", "taskFailures": 2}
+
+
+def test_speculative_copy_prefers_the_tasks_preferred_host():
+    from ember.scheduler.task import TaskLocation
+    clock = ManualClock(1000.0)
+    sched = TaskSchedulerImpl(4, locality_wait=0.0, clock=clock,
+                              speculation=SpeculationSettings(quantile=0.5))
+    backend, dag = RecordingBackend(), RecordingDag()
+    sched.initialize(backend, dag)
+    tasks = [Task(0, 0, None, i, True, i, locations=[TaskLocation("hostB")]) for i in range(2)]
+    sched.submit_tasks(TaskSet(tasks, 0, 0, 0, {}, b"", b""))
+    clock.advance(5)                                   # past the locality wait: ANY
+    a, b = sched.resource_offers(offers(("1", "hostA", 2)))
+    clock.advance(1)
+    sched.status_update(a.task_id, "FINISHED", None, {}, {}, [])
+    clock.advance(4)
+    assert sched.check_speculatable_tasks()
+    (copy,) = sched.resource_offers(offers(("2", "hostB", 1)))
+    info = sched.task_id_to_tsm[copy.task_id].task_infos[copy.task_id]
+    assert info.speculative and info.locality == "NODE_LOCAL" and copy.index == b.index

@@ -74,7 +74,11 @@ class TaskSetManager:
         # yet launched, and the pending list they launch from
         self.successful_durations: list[float] = []
         self.speculatable: set[int] = set()
-        self.pending_speculatable: list[int] = []
+        # speculatable indices by locality, as the regular pending lists
+        self.spec_for_executor: dict[str, list[int]] = {}
+        self.spec_for_host: dict[str, list[int]] = {}
+        self.spec_no_prefs: list[int] = []
+        self.spec_all: list[int] = []
         if speculation is not None:
             self.min_finished_for_speculation = max(
                 int(speculation.quantile * self.num_tasks), 1)
@@ -177,16 +181,31 @@ class TaskSetManager:
             return found[0], found[1], False
         if not self.speculatable:
             return None
-        lst = self.pending_speculatable
+        order = LEVELS.index(max_level)
+        for lst, level, min_order in ((self.spec_for_executor.get(executor_id), PROCESS_LOCAL, 0),
+                                      (self.spec_for_host.get(host), NODE_LOCAL, 1),
+                                      (self.spec_no_prefs, PROCESS_LOCAL, 2),
+                                      (self.spec_all, ANY, 3)):
+            if order < min_order or not lst:
+                continue
+            i = self._pop_speculative(lst, executor_id, host)
+            if i is not None:
+                return i, level, True
+        return None
+
+    def _pop_speculative(self, lst: list[int], executor_id: str, host: str) -> int | None:
+        """Spark's dequeueTaskFromList for speculative copies: never on a host where the
+        task has an attempt, nor where it is excluded; only while one copy runs."""
         for j in range(len(lst) - 1, -1, -1):
             i = lst[j]
             if self._excluded_for_task(i, executor_id, host) or \
                     any(a.host == host for a in self.attempts[i]):
                 continue
             del lst[j]
-            self.speculatable.discard(i)
-            if not self.successful[i] and self.copies_running[i] == 1:
-                return i, ANY, True
+            if not self.successful[i] and self.copies_running[i] == 1 and \
+                    i in self.speculatable:
+                self.speculatable.discard(i)
+                return i
         return None
 
     def _dequeue_regular(self, executor_id: str, host: str, slot: int, max_level: str
@@ -429,10 +448,20 @@ class TaskSetManager:
                          "more than %.0f ms", index, self.task_set.id, info.host,
                          threshold * 1000)
                 self.speculatable.add(index)
-                self.pending_speculatable.append(index)
+                self._add_speculatable(index)
                 self.sched.speculative_task_submitted(self, index)
                 found = True
         return found
+
+    def _add_speculatable(self, index: int) -> None:
+        locs = self.tasks[index].locations
+        for loc in locs:
+            if loc.executor_id is not None:
+                self.spec_for_executor.setdefault(loc.executor_id, []).append(index)
+            self.spec_for_host.setdefault(loc.host, []).append(index)
+        if not locs:
+            self.spec_no_prefs.append(index)
+        self.spec_all.append(index)
 
     # --- exclusion: a task no executor may run -----------------------------------------------
     def completely_excluded_task(self, host_to_executors: dict[str, set[str]]) -> int | None:
