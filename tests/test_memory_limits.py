@@ -83,3 +83,25 @@ def test_cluster_driver_past_driver_memory_fails_with_the_reason(cluster, tmp_pa
     st = ember("submit", "--master", cluster.url, "--status", driver_id)
     assert "exceeded memory limit" in st.stdout + st.stderr
     assert "> 10 MiB (spark.driver.memory plus overhead)" in st.stdout + st.stderr
+
+
+def test_client_mode_driver_past_driver_memory_exits_with_the_reason(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.cluster import _env
+    app = tmp_path / "app.py"
+    app.write_text("import time\nprint('up', flush=True)\ntime.sleep(30)\n")
+    r = subprocess.run([sys.executable, "-m", "ember.cli", "submit", "--master", "local[1]",
+                        "--driver-memory", "8m", "--conf", "spark.driver.memoryOverhead=2m",
+                        str(app)], capture_output=True, text=True, timeout=60, env=_env())
+    assert r.returncode == 52, (r.returncode, r.stderr)
+    assert "ERROR Driver exceeded memory limit:" in r.stderr
+    assert "> 10 MiB (spark.driver.memory plus overhead); exiting" in r.stderr
+    # a driver within its memory is left alone
+    ok = tmp_path / "ok.py"
+    ok.write_text("import time\ntime.sleep(2.5)\nprint('done', flush=True)\n")
+    r = subprocess.run([sys.executable, "-m", "ember.cli", "submit", "--master", "local[1]",
+                        "--driver-memory", "512m", str(ok)],
+                       capture_output=True, text=True, timeout=60, env=_env())
+    assert r.returncode == 0 and "done" in r.stdout, r.stderr
