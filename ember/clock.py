@@ -18,7 +18,7 @@ class SystemClock(Clock):
 
 
 class ManualClock(Clock):
-    """Time moves only when told: advance(seconds) / set_time(t)."""
+    """Time moves only when told: advance(seconds)."""
 
     def __init__(self, start: float = 0.0) -> None:
         self._now = start
@@ -31,7 +31,3 @@ class ManualClock(Clock):
     def advance(self, seconds: float) -> None:
         with self._lock:
             self._now += seconds
-
-    def set_time(self, t: float) -> None:
-        with self._lock:
-            self._now = t

@@ -181,9 +181,6 @@ class HealthTracker:
     def is_node_excluded(self, host: str) -> bool:
         return host in self.node_to_expiry
 
-    def excluded_nodes(self) -> set[str]:
-        return set(self.node_to_expiry)
-
     # --- expiry -----------------------------------------------------------------------------
     def apply_exclude_on_failure_timeout(self) -> None:
         now = self.clock.time()

@@ -14,8 +14,6 @@ class SpeculationSettings:
     quantile: float = 0.9
     min_task_runtime: float = 0.1
     duration_threshold: float | None = None
-    efficiency_enabled: bool = True
-    long_run_task_factor: float = 2.0
     executor_cores: int = 1          # slots of one executor (SPARK-29976's bound)
 
     @classmethod
@@ -29,8 +27,6 @@ class SpeculationSettings:
                    config.read(conf, "spark.speculation.quantile"),
                    config.read(conf, "spark.speculation.minTaskRuntime"),
                    config.read(conf, "spark.speculation.task.duration.threshold"),
-                   config.read(conf, "spark.speculation.efficiency.enabled"),
-                   config.read(conf, "spark.speculation.efficiency.longRunTaskFactor"),
                    max(cores // max(config.read(conf, "spark.task.cpus"), 1), 1))
 
 
