@@ -97,8 +97,10 @@ def test_fifty_cluster_drivers_on_two_small_workers_all_finish_once(tmp_path):
         os.close(fd)
     """))
     n = 50
-    with LocalCluster(str(tmp_path / "c"), workers=2, cores=2, memory="1g",
-                      conf={"spark.master.rest.enabled": "true"}) as c:
+    c = LocalCluster(str(tmp_path / "c"), workers=2, cores=2, memory="1g",
+                     conf={"spark.master.rest.enabled": "true"})
+    try:
+        c.start(timeout=120)                 # a loaded machine starts daemons slowly
         ids = []
         for i in range(n):
             body = {"action": "CreateSubmissionRequest", "appArgs": [str(app), str(i)],
@@ -135,5 +137,7 @@ def test_fifty_cluster_drivers_on_two_small_workers_all_finish_once(tmp_path):
         assert sorted(done) == sorted(ids), f"{len(done)} of {n} drivers finished"
         assert set(done.values()) == {"FINISHED"}, done
         assert "waits: launching it would leave no room" in c.log("master.log")
+    finally:
+        c.stop()
     lines = marks.read_text().split()
     assert sorted(lines, key=int) == [str(i) for i in range(n)]       # each exactly once

@@ -202,7 +202,11 @@ class LocalCluster:
                     pass
 
     def __enter__(self) -> "LocalCluster":
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()         # __exit__ does not run when __enter__ raises: no strays
+            raise
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()

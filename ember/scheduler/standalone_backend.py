@@ -286,6 +286,9 @@ class StandaloneSchedulerBackend(SchedulerBackend):
                 # one (e.g. the worker killed the executor for exceeding its memory limit)
                 log.error("Executor %s on %s was removed by the cluster: %s", exec_id,
                           earlier, reason)
+            elif reason and not self._stopping:
+                log.error("Executor %s was removed before it registered: %s", exec_id,
+                          reason)
             return
         with self._registered:
             self.total_cores -= data.cores
