@@ -277,6 +277,29 @@ def add_py_files(conf: dict[str, str]) -> None:
         if f:
             sys.path.insert(0, os.path.abspath(f) if f.endswith((".zip", ".egg", ".whl"))
                             else os.path.dirname(os.path.abspath(f)))
+# Spark's SparkExitCode.OOM: the exit code of a driver that ran out of its memory
+OOM_EXIT_CODE = 52
+
+
+def limit_client_driver_memory(conf: dict[str, str]) -> None:
+    """Client mode: --driver-memory (+ spark.driver.memoryOverhead) bounds this process, as
+    the worker bounds a cluster-mode driver; past it the driver exits with the reason."""
+    from ember.config import parse_memory_mb
+    from ember.deploy.worker.memory_watchdog import (MemoryWatchdog, exceeded_message,
+                                                     memory_limit_mb)
+    try:
+        overhead = conf.get("spark.driver.memoryOverhead")
+        limit = memory_limit_mb(parse_memory_mb(conf["spark.driver.memory"]),
+                                parse_memory_mb(overhead) if overhead else None)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+
+    def exceeded(rss_mb: int) -> None:
+        message = exceeded_message("Driver", rss_mb, limit, "spark.driver.memory")
+        print(f"ERROR {message.replace('killed by the worker', 'exiting')}",
+              file=sys.stderr, flush=True)
+        os._exit(OOM_EXIT_CODE)
+    MemoryWatchdog(os.getpid(), limit, exceeded).start()
 
 
 def run_app(app: str, app_args: list[str], conf: dict[str, str]) -> int:
@@ -286,6 +309,8 @@ def run_app(app: str, app_args: list[str], conf: dict[str, str]) -> int:
     add_py_files(conf)
     sys.path.insert(0, os.path.dirname(app))
     sys.argv = [app] + list(app_args)
+    if conf.get("spark.driver.memory"):
+        limit_client_driver_memory(conf)
     try:
         runpy.run_path(app, run_name="__main__")
     except SystemExit as e:

@@ -99,6 +99,9 @@ _entry("spark.python.worker.memory", 512, parse_memory_mb,
        "Memory per task process for aggregation before spilling to disk (e.g. 512m).")
 _entry("spark.executor.memory", 1024, parse_memory_mb, "Memory per executor (MB).")
 _entry("spark.driver.memory", 1024, parse_memory_mb, "Driver memory (MB).")
+_entry("spark.executor.pyspark.memory", None, parse_memory_mb,
+       "Address-space limit (RLIMIT_AS) of the executor's Python task processes, divided "
+       "among spark.executor.cores; a task allocating past it fails with MemoryError.")
 _entry("spark.memory.fraction", 0.6, _float, "Fraction of (heap - 300MB) for execution+storage.")
 _entry("spark.ember.storage.memory", None, parse_memory_mb,
        "Storage memory per task process for cached blocks; default from spark.memory.fraction.")
@@ -203,6 +206,60 @@ _entry("spark.ember.deploy.zookeeper.sessionTimeout", 3.0, parse_time_seconds,
        "ZooKeeper session timeout: how soon a dead leader's standby takes over (Spark: 60s).")
 _entry("spark.ember.deploy.zookeeper.maxBlobSize", 32 << 20, parse_bytes,
        "Largest uploaded app resource kept in ZooKeeper (chunked znodes, SHA-256 checked).")
+
+
+# --- speculation (Spark's TaskSetManager.checkSpeculatableTasks) --------------------------
+_entry("spark.speculation", False, parse_bool,
+       "Launch a second attempt of a task running much longer than its stage's others.")
+_entry("spark.speculation.interval", 0.1, lambda v: parse_time_seconds(v, "ms"),
+       "How often running tasks are checked for speculation.")
+_entry("spark.speculation.multiplier", 3.0, _float,
+       "A task is speculatable when running longer than this times the median success.")
+_entry("spark.speculation.quantile", 0.9, _float,
+       "Fraction of a stage's tasks that must succeed before speculation is considered.")
+_entry("spark.speculation.minTaskRuntime", 0.1, lambda v: parse_time_seconds(v, "ms"),
+       "Minimum run time of a task before it may be speculated.")
+_entry("spark.speculation.task.duration.threshold", None,
+       lambda v: parse_time_seconds(v, "ms"),
+       "Speculate a task running longer than this even before the quantile is reached, when "
+       "the stage has no more tasks than one executor's slots.")
+_entry("spark.speculation.efficiency.enabled", True, parse_bool,
+       "Speculate only inefficient tasks (Ember measures no per-task record rate, so every "
+       "task past the threshold counts as inefficient, as Spark treats a task without one).")
+_entry("spark.speculation.efficiency.processRateMultiplier", 0.75, _float,
+       "Spark's process-rate bound for inefficient tasks (no record rate in Ember).")
+_entry("spark.speculation.efficiency.longRunTaskFactor", 2.0, _float,
+       "A task running longer than this times the threshold is speculated regardless of rate.")
+
+# --- exclude on failure (Spark's HealthTracker / TaskSetExcludelist) ---------------------
+_entry("spark.excludeOnFailure.enabled", False, parse_bool,
+       "Stop scheduling on executors and nodes that keep failing tasks.")
+_entry("spark.excludeOnFailure.timeout", 3600.0, parse_time_seconds,
+       "How long an executor or node stays excluded for the whole application.")
+_entry("spark.excludeOnFailure.task.maxTaskAttemptsPerExecutor", 1, _int,
+       "Failed attempts of one task on an executor before that task avoids it.")
+_entry("spark.excludeOnFailure.task.maxTaskAttemptsPerNode", 2, _int,
+       "Failed attempts of one task on a node before that task avoids it.")
+_entry("spark.excludeOnFailure.stage.maxFailedTasksPerExecutor", 2, _int,
+       "Distinct failed tasks of a stage on an executor before the stage avoids it.")
+_entry("spark.excludeOnFailure.stage.maxFailedExecutorsPerNode", 2, _int,
+       "Executors of a node excluded for a stage before the stage avoids the node.")
+_entry("spark.excludeOnFailure.application.maxFailedTasksPerExecutor", 2, _int,
+       "Failed tasks (of successful task sets) on an executor before the app excludes it.")
+_entry("spark.excludeOnFailure.application.maxFailedExecutorsPerNode", 2, _int,
+       "Excluded executors on a node before the application excludes the node.")
+_entry("spark.excludeOnFailure.killExcludedExecutors", False, parse_bool,
+       "Kill executors (and all executors of a node) when the application excludes them.")
+_entry("spark.excludeOnFailure.application.fetchFailure.enabled", False, parse_bool,
+       "Exclude an executor (its node with the shuffle service) at its first fetch failure.")
+_entry("spark.scheduler.excludeOnFailure.unschedulableTaskSetTimeout", 120.0,
+       parse_time_seconds,
+       "Wait for a new executor before aborting a task set no executor may run.")
+
+_entry("spark.ember.deploy.driverAdmission.reserveExecutor", True, parse_bool,
+       "Master: launch a cluster-mode driver only where it and one executor of its "
+       "application (spark.executor.cores / memory) fit beside the running drivers and "
+       "their reservations, so drivers cannot take every core (false: Spark's behaviour).")
 
 
 def get_entry(key: str) -> ConfigEntry | None:

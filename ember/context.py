@@ -255,15 +255,31 @@ class SparkContext:
             threads, max_failures = local
         else:
             threads, max_failures = 0, config.read(self._conf, "spark.task.maxFailures")
+        from ember.clock import SystemClock
+        from ember.errors import IllegalArgumentException
+        from ember.scheduler.health_tracker import ExcludeSettings, HealthTracker
+        from ember.scheduler.speculation import SpeculationSettings
+        try:
+            exclude = ExcludeSettings.from_conf(self._conf)
+        except ValueError as e:
+            raise IllegalArgumentException(str(e)) from None
+        clock = SystemClock()
+        health_tracker = None if exclude is None else HealthTracker(
+            exclude, clock, self._bus.post,
+            shuffle_service_enabled=config.read(self._conf, "spark.shuffle.service.enabled"))
+        # Spark speculates only on clusters: one local "host" never runs two attempts
+        speculation = None if local is not None else SpeculationSettings.from_conf(self._conf)
         sched = TaskSchedulerImpl(
             max_failures, config.read(self._conf, "spark.scheduler.mode"),
             self._conf.get("spark.scheduler.allocation.file"), self._bus, self._block_master,
             config.read(self._conf, "spark.ember.worker.maxCrashes"),
             config.read(self._conf, "spark.locality.wait"),
-            config.read(self._conf, "spark.barrier.sync.timeout"))
+            config.read(self._conf, "spark.barrier.sync.timeout"),
+            clock, speculation, health_tracker)
         sched.rp_manager = self._resource_profile_manager
         backend: Any
         if local is not None:
+            from ember.executor.backend import pyspark_worker_memory_mb
             from ember.scheduler.local_backend import LocalSchedulerBackend
             storage = config.read(self._conf, "spark.ember.storage.memory")
             if storage is None:
@@ -278,7 +294,8 @@ class SparkContext:
                 self._files_dir, dict(self.environment),
                 config.read(self._conf, "spark.python.task.killTimeout"),
                 int(dp) if dp else None, self._loop, self._fork_client,
-                fs_conf=fs.hadoop_conf(self._conf))
+                fs_conf=fs.hadoop_conf(self._conf),
+                pyspark_memory_mb=pyspark_worker_memory_mb(dict(self._conf.getAll())))
             from ember.scheduler.local_backend import EXECUTOR_ID
             # Spark's local mode: tasks take their cores and the driver's resources
             sched.register_executor_resources(EXECUTOR_ID, threads, {
@@ -305,11 +322,16 @@ class SparkContext:
                            shuffle_service_enabled=local is None and
                            config.read(self._conf, "spark.shuffle.service.enabled"))
         sched.initialize(backend, dag)
+        if health_tracker is not None:
+            health_tracker.kill_executors = getattr(backend, "kill_executors", None)
+            health_tracker.kill_executors_on_host = getattr(backend, "kill_executors_on_host",
+                                                            None)
         self._task_scheduler = sched
         self._backend = backend
         self._dag = dag
         self._loop.start()
         backend.start()
+        sched.start_speculation()
         self._app_id = backend.application_id() if local is None else f"local-{self._start_time}"
         if local is not None:       # Spark's LocalSchedulerBackend announces its executor
             from ember.scheduler.listener import ExecutorAdded
@@ -555,6 +577,8 @@ class SparkContext:
             self._bus.post(ApplicationEnd(time.time()))
         if getattr(self, "_progress_bar", None) is not None:
             self._progress_bar.stop()
+        if getattr(self, "_task_scheduler", None) is not None:
+            self._task_scheduler.stop()
         backend = getattr(self, "_backend", None)
         if backend is not None:
             backend.stop()

@@ -38,6 +38,11 @@ class FileAlreadyExistsException(SparkException, FileExistsError):
         return str(self.args[0])
 
 
+class IllegalArgumentException(SparkException, ValueError):
+    """A configuration Spark refuses when the context starts (Java's IllegalArgumentException,
+    which PySpark surfaces under this name)."""
+
+
 class TaskKilledException(BaseException):
     """Raised inside a task process when the driver kills the running task (cancellation)."""
 
@@ -91,7 +96,7 @@ def make_python_exception(message: str, exc_type: str, exc_message: str,
             except TypeError:  # layout conflict: fall back to the plain class
                 cls = PythonException
             _combined_types[exc_type] = cls
-    err = cls.__new__(cls)
+    err = BaseException.__new__(cls)    # MemoryError's own __new__ refuses subclasses
     PythonException.__init__(err, message, exc_type, exc_message, traceback_text)
     return err
 

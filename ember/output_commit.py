@@ -49,7 +49,7 @@ class OutputCommitter:
         if self.local:
             if os.path.exists(self.root):
                 raise FileAlreadyExistsException(f"Output directory {self.display} already exists")
-            os.makedirs(self._join(PENDING_DIR, _JOB_ATTEMPT))
+            os.makedirs(self._join(PENDING_DIR, _JOB_ATTEMPT, PENDING_DIR))
             return
         filesystem, path = fs.filesystem(self.root)
         if filesystem.exists(path):
@@ -64,7 +64,11 @@ class OutputCommitter:
         attempt = f"attempt_{ctx.stageId()}_{ctx.partitionId():05d}_{ctx.taskAttemptId()}"
         path = self._join(PENDING_DIR, _JOB_ATTEMPT, PENDING_DIR, attempt, name)
         if self.local:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+            # only the attempt's own directory: once the job has committed or aborted (its
+            # _temporary gone), a late attempt, e.g. a speculative copy being killed, fails
+            # here instead of recreating _temporary beside the committed parts
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(os.path.dirname(path))
         return path
 
     def commit_job(self, attempt_files: list[str]) -> None:

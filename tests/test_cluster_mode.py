@@ -248,7 +248,9 @@ def test_supervised_driver_restarts_after_kill_9_and_gives_up_after_the_limit(
 
 
 def test_worker_loss_relaunches_a_supervised_driver_and_errors_an_unsupervised_one(tmp_path):
-    with LocalCluster(str(tmp_path / "c"), workers=2, cores=2, memory="2g",
+    # each driver also keeps room for one executor (1 core, 1g) of its application on the
+    # master: the surviving worker must hold both drivers and both reservations
+    with LocalCluster(str(tmp_path / "c"), workers=2, cores=4, memory="4g",
                       conf={"spark.worker.timeout": "3"}) as c:
         app = write_app(tmp_path, "long.py", "import time\nprint('up', flush=True)\n"
                                              "time.sleep(120)\n")

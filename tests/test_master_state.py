@@ -647,7 +647,7 @@ def test_max_drivers():
 
 def test_kill_driver():
     m = new_master()
-    w, _ = register_worker(m, "worker-1", cores=1)
+    w, _ = register_worker(m, "worker-1", cores=2)
     running, _ = submit_driver(m)
     waiting, _ = submit_driver(m)
     out = m.handle(Ask(1, RequestKillDriver(running.driverId)), NOW)
@@ -672,7 +672,7 @@ def test_kill_driver():
 
 def test_kill_all_drivers():
     m = new_master()
-    w, _ = register_worker(m, "worker-1", cores=1)
+    w, _ = register_worker(m, "worker-1", cores=2)
     running, _ = submit_driver(m)
     waiting, _ = submit_driver(m)
     out = m.handle(Ask(1, RequestKillAllDrivers()), NOW)

@@ -57,9 +57,13 @@ def _parent_death_signal() -> Any:
 class LocalCluster:
     def __init__(self, workdir: str, workers: int = 2, cores: int = 2, memory: str = "1g",
                  conf: dict[str, str] | None = None,
-                 env: dict[str, str] | None = None, die_with_parent: bool = False) -> None:
+                 env: dict[str, str] | None = None, die_with_parent: bool = False,
+                 worker_hosts: list[str] | None = None) -> None:
         """die_with_parent: the daemons get SIGTERM if this process dies without stop()
-        (killed, os._exit), as Spark's in-process local-cluster daemons would die with it."""
+        (killed, os._exit), as Spark's in-process local-cluster daemons would die with it.
+        worker_hosts: loopback addresses (127.0.0.x) the workers bind, one per worker in
+        turn, so that they count as distinct hosts (speculation, exclusion per node)."""
+        self.worker_hosts = list(worker_hosts or ["127.0.0.1"])
         self.workdir = workdir
         self.die_with_parent = die_with_parent
         self.n_workers = workers
@@ -122,7 +126,8 @@ class LocalCluster:
         i = len(self.workers)
         ui = free_port()
         wdir = os.path.join(self.workdir, f"work-{i}")
-        p = self._spawn(["worker", "--host", "127.0.0.1", "--webui-port", str(ui), "-c",
+        host = self.worker_hosts[i % len(self.worker_hosts)]
+        p = self._spawn(["worker", "--host", host, "--webui-port", str(ui), "-c",
                          str(self.cores), "-m", self.memory, "-d", wdir, *self._conf_args(),
                          self.url], f"worker-{i}.log")
         self.workers.append(p)
@@ -208,7 +213,11 @@ class LocalCluster:
                     pass
 
     def __enter__(self) -> "LocalCluster":
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()         # __exit__ does not run when __enter__ raises: no strays
+            raise
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()

@@ -824,6 +824,7 @@ class DriverSummary:
     workerHostPort: Optional[str]
     resources: dict[str, ResourceInformation] = field(default_factory=dict)
     exception: Optional[str] = None
+    waitReason: Optional[str] = None    # Ember: why a waiting driver is not launched yet
 
 
 @message

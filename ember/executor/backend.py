@@ -241,6 +241,7 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
                     "block_dir": block_dir, "memory_limit_mb": memory,
                     "storage_budget": (storage_mb // max(self.cores, 1)) << 20,
                     "files_dir": files_dir, "cwd": os.getcwd(),
+                    "pyspark_memory_mb": pyspark_worker_memory_mb(conf),
                     "driver": [self.driver_address.host, self.driver_address.port],
                     "rpc_conf": {k: v for k, v in conf.items() if k.startswith("spark.authenticate")
                                  or k.startswith("spark.rpc.")},
@@ -357,6 +358,16 @@ def _endpoint_address(url: str) -> RpcAddress:
     if not url.startswith("spark://") or "@" not in url:
         raise ValueError(f"Invalid endpoint URL: {url}")
     return RpcAddress.from_spark_url("spark://" + url.split("@", 1)[1])
+
+
+def pyspark_worker_memory_mb(conf: dict[str, str]) -> int | None:
+    """Each task process's share of spark.executor.pyspark.memory: divided by
+    spark.executor.cores (default 1), as Spark's PythonRunner divides it."""
+    value = conf.get("spark.executor.pyspark.memory")
+    if not value:
+        return None
+    total = parse_memory_mb(value)
+    return max(total // max(int(conf.get("spark.executor.cores") or 1), 1), 1)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -44,6 +44,7 @@ class TaskEnv:
         self.local_dir: str = conf["local_dir"]
         self.memory_limit_mb: int = conf["memory_limit_mb"]
         self.cpus: int = conf.get("cpus", 1)
+        self.pyspark_memory_mb: int | None = conf.get("pyspark_memory_mb")
         self.block_manager = BlockManager(conf["block_dir"], conf["storage_budget"])
         fs.configure(conf.get("fs_conf", {}))    # the app's s3a endpoint and keys
         self.remote = None
@@ -138,13 +139,37 @@ def run_task(env: TaskEnv, stage: _Stage, task: tuple, tid: int) -> tuple:
             e = stop_iteration_error(stop)
             tb += ("\nDuring handling of the above exception, another exception occurred:\n\n"
                    f"{type(e).__name__}: {e}\n")
-        state, payload = "FAILED", (type(e).__name__, str(e), tb, True)
+        message = str(e)
+        if isinstance(e, MemoryError) and env.pyspark_memory_mb:
+            message = memory_limit_message(env.pyspark_memory_mb)
+            tb = f"{tb.rstrip()}\n{message}\n"
+        state, payload = "FAILED", (type(e).__name__, message, tb, True)
     TaskContext._setTaskContext(None)
     metrics = ctx.metrics
     metrics["executorRunTime"] = int((time.perf_counter() - start) * 1000)
     metrics["executorCpuTime"] = int((time.process_time() - cpu_start) * 1e9)
     updates = {a.aid: a._value for a in stage.accumulators} if state == "FINISHED" else {}
     return ("done", tid, state, payload, updates, metrics, env.block_manager.take_updates())
+
+
+def limit_address_space(limit_mb: int) -> None:
+    """PySpark's worker: cap this process's address space (RLIMIT_AS) at its share of
+    spark.executor.pyspark.memory, unless an existing limit is already lower; an allocation
+    past it raises MemoryError in the task instead of taking the executor's memory."""
+    import resource
+    soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+    new = limit_mb << 20
+    if soft == resource.RLIM_INFINITY or new < soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_AS, (new, new))
+        except (ValueError, OSError) as e:
+            print(f"WARN: Failed to set memory limit: {e}", file=sys.stderr, flush=True)
+
+
+def memory_limit_message(limit_mb: int) -> str:
+    return (f"MemoryError: the task's Python process exceeded its memory limit "
+            f"(spark.executor.pyspark.memory: {limit_mb} MiB per task process); increase "
+            f"spark.executor.pyspark.memory or use more partitions")
 
 
 _EMBER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -273,6 +298,8 @@ def run_in_process(sock: socket.socket) -> None:
     conf = read_msg(rfile)
     rfile.close()
     env = TaskEnv(conf)
+    if env.pyspark_memory_mb:
+        limit_address_space(env.pyspark_memory_mb)
     SparkFiles._root_directory = conf.get("files_dir")
     SparkFiles._is_running_on_worker = True
     for p in conf.get("sys_path", []):

@@ -111,6 +111,60 @@ class ExecutorRemoved:
 
 
 @dataclass
+class SpeculativeTaskSubmitted:
+    """Spark's SparkListenerSpeculativeTaskSubmitted: a running task got a speculative copy."""
+    stage_id: int
+    stage_attempt_id: int
+    task_index: int
+    partition_id: int
+
+
+@dataclass
+class ExecutorExcluded:
+    """The application excluded an executor (Spark's SparkListenerExecutorExcluded)."""
+    time: float
+    executor_id: str
+    task_failures: int
+
+
+@dataclass
+class ExecutorUnexcluded:
+    time: float
+    executor_id: str
+
+
+@dataclass
+class NodeExcluded:
+    time: float
+    host_id: str
+    executor_failures: int
+
+
+@dataclass
+class NodeUnexcluded:
+    time: float
+    host_id: str
+
+
+@dataclass
+class ExecutorExcludedForStage:
+    time: float
+    executor_id: str
+    task_failures: int
+    stage_id: int
+    stage_attempt_id: int
+
+
+@dataclass
+class NodeExcludedForStage:
+    time: float
+    host_id: str
+    executor_failures: int
+    stage_id: int
+    stage_attempt_id: int
+
+
+@dataclass
 class ApplicationStart:
     app_name: str
     app_id: str

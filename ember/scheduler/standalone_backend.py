@@ -161,6 +161,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self._releasing: dict[str, str] = {}     # executor id -> why we asked to remove it
         self._decommissioning: dict[str, str] = {}   # executor id -> decommission reason
         self._decommission_enabled = config.read(self.conf, "spark.decommission.enabled")
+        self._disassociated: dict[str, str] = {}   # executor -> host, until the master's reason
 
     # --- configuration shared with executors --------------------------------------------
     def app_conf(self) -> dict[str, str]:
@@ -379,6 +380,15 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         if self._allocation is not None:
             self._allocation.executor_removed(exec_id)
         if data is None:
+            earlier = self._disassociated.pop(exec_id, None)
+            if earlier is not None and reason:
+                # the connection dropped before the master's report: its reason is the real
+                # one (e.g. the worker killed the executor for exceeding its memory limit)
+                log.error("Executor %s on %s was removed by the cluster: %s", exec_id,
+                          earlier, reason)
+            elif reason and not self._stopping:
+                log.error("Executor %s was removed before it registered: %s", exec_id,
+                          reason)
             return
         with self._registered:
             self.total_cores -= data.cores
@@ -399,6 +409,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             return
         for eid, data in list(self.executors.items()):
             if data.address == remote:
+                self._disassociated[eid] = data.host
                 self.remove_executor(eid, "Remote RPC client disassociated. Likely due to "
                                           "containers exceeding thresholds, or network "
                                           "issues. Check driver logs for WARN messages.",
@@ -497,6 +508,15 @@ class StandaloneSchedulerBackend(SchedulerBackend):
 
     def max_num_concurrent_tasks(self) -> int:
         return sum(e.cores for e in list(self.executors.values()))
+
+    def kill_executors(self, ids: list[str]) -> bool:
+        """Ask the master to kill these executors (exclude-on-failure); their removal
+        reaches the driver as ExecutorRemoved with the master's reason."""
+        return self.client is not None and self.client.kill_executors(ids)
+
+    def kill_executors_on_host(self, host: str) -> bool:
+        ids = [e.executor_id for e in list(self.executors.values()) if e.host == host]
+        return bool(ids) and self.kill_executors(ids)
 
     def kill_task(self, task_id: int, executor_id: str, slot: int, reason: str) -> None:
         data = self.executors.get(executor_id)

@@ -84,8 +84,8 @@ class TaskInfo:
     successful: bool = False
     error_message: str = ""
 
-    def mark_finished(self, state: str) -> None:
-        self.finish_time = time.time()
+    def mark_finished(self, state: str, when: float | None = None) -> None:
+        self.finish_time = time.time() if when is None else when
         self.failed = state in ("FAILED", "LOST", "FETCH_FAILED")
         self.killed = state == "KILLED"
         self.successful = state == "FINISHED"

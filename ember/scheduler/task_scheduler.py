@@ -12,10 +12,13 @@ import random
 import threading
 from typing import Any
 
+from ember.clock import Clock, SystemClock
 from ember.scheduler.backend import SchedulerBackend, WorkerOffer
 from ember.scheduler.barrier_coordinator import BarrierCoordinator
+from ember.scheduler.health_tracker import HealthTracker
 from ember.scheduler.pool import SchedulableBuilder
 from ember.scheduler.resource_profiles import ExecutorResources, TaskRequirements
+from ember.scheduler.speculation import SpeculationSettings
 from ember.scheduler.task import (ExceptionFailure, ExecutorLostFailure, FetchFailed,
                                   TaskDescription, TaskKilled, TaskProcessCrashed, TaskSet)
 from ember.scheduler.task_set_manager import TaskSetManager
@@ -27,8 +30,17 @@ class TaskSchedulerImpl:
     def __init__(self, max_task_failures: int, scheduling_mode: str = "FIFO",
                  allocation_file: str | None = None, bus: Any = None,
                  block_master: Any = None, max_crashes: int = 4,
-                 locality_wait: float = 3.0, barrier_sync_timeout: float = 31536000.0) -> None:
+                 locality_wait: float = 3.0, barrier_sync_timeout: float = 31536000.0,
+                 clock: Clock | None = None, speculation: SpeculationSettings | None = None,
+                 health_tracker: HealthTracker | None = None) -> None:
         self.lock = threading.RLock()
+        self.clock = clock or SystemClock()
+        self.speculation = speculation
+        self.health_tracker = health_tracker
+        self._speculation_stop = threading.Event()
+        self.executor_hosts: dict[str, str] = {}          # from offers: executor -> host
+        self.unschedulable_expiry: dict[TaskSetManager, float] = {}
+        self.kill_reasons: dict[int, str] = {}     # tid -> why the driver killed it
         self.max_task_failures = max_task_failures
         self.max_crashes = max_crashes
         self.locality_wait = locality_wait
@@ -72,7 +84,8 @@ class TaskSchedulerImpl:
                 if self.bus is not None:
                     self.bus.add_sync(self.barrier_coordinator)
             tsm = TaskSetManager(self, task_set, self.max_task_failures, self.max_crashes,
-                                 self.locality_wait)
+                                 self.locality_wait, self.clock, self.speculation,
+                                 self.health_tracker)
             attempts = self.stage_tsms.setdefault(task_set.stage_id, {})
             for other in attempts.values():
                 other.is_zombie = True
@@ -101,11 +114,49 @@ class TaskSchedulerImpl:
         """No job needs the stage any more: its closure may be dropped everywhere."""
         self.backend.forget_stage(stage_id)
 
+    # --- speculation ----------------------------------------------------------------------
+    def start_speculation(self) -> None:
+        """Spark's task-scheduler-speculation thread: every spark.speculation.interval, mark
+        stragglers speculatable and revive offers so their copies launch."""
+        if self.speculation is None:
+            return
+        def run() -> None:
+            while not self._speculation_stop.wait(self.speculation.interval):
+                try:
+                    if self.check_speculatable_tasks():
+                        # on the backend's own thread when it has one (its executors map)
+                        loop = getattr(self.backend, "loop", None)
+                        if loop is not None:
+                            loop.post(self.backend.revive_offers)
+                        else:
+                            self.backend.revive_offers()
+                except Exception:
+                    log.exception("Speculation check failed")
+        threading.Thread(target=run, name="task-scheduler-speculation", daemon=True).start()
+
+    def stop(self) -> None:
+        self._speculation_stop.set()
+
+    def check_speculatable_tasks(self) -> bool:
+        with self.lock:
+            found = False
+            for attempts in list(self.stage_tsms.values()):
+                for tsm in list(attempts.values()):
+                    found |= tsm.check_speculatable_tasks(self.speculation.min_task_runtime)
+            return found
+
+    def speculative_task_submitted(self, tsm: TaskSetManager, index: int) -> None:
+        if self.bus is not None:
+            from ember.scheduler.listener import SpeculativeTaskSubmitted
+            self.bus.post(SpeculativeTaskSubmitted(tsm.stage_id, tsm.task_set.stage_attempt,
+                                                   index, tsm.tasks[index].partition_id))
+
     def kill_task_attempt(self, tid: int, reason: str) -> bool:
         with self.lock:
             loc = self.task_id_to_location.get(tid)
             if loc is None:
                 return False
+            self.kill_reasons[tid] = reason
             self.backend.kill_task(tid, loc[0], loc[1], reason)
             return True
 
@@ -123,7 +174,9 @@ class TaskSchedulerImpl:
     # --- from the backend ---------------------------------------------------------------
     def tasks_needed_by_profile(self) -> dict[int, tuple[int, int]]:
         """(pending, running) tasks of active task sets per resource profile (the demand
-        dynamic allocation turns into executor targets)."""
+        dynamic allocation turns into executor targets). As Spark's ExecutorAllocationManager:
+        running counts attempts (speculative copies included), pending counts indices with no
+        attempt plus speculative copies marked but not launched yet."""
         with self.lock:
             out: dict[int, tuple[int, int]] = {}
             for attempts in self.stage_tsms.values():
@@ -131,7 +184,11 @@ class TaskSchedulerImpl:
                     if not tsm.is_zombie:
                         rp = tsm.task_set.resource_profile_id
                         running = len(tsm.running)
-                        pending = max(0, tsm.num_tasks - tsm.tasks_successful - running)
+                        pending = tsm.num_tasks - tsm.tasks_successful - sum(
+                            1 for i, n in enumerate(tsm.copies_running)
+                            if n and not tsm.successful[i])
+                        pending += sum(1 for i in tsm.speculatable
+                                       if not tsm.successful[i] and tsm.copies_running[i])
                         p, r = out.get(rp, (0, 0))
                         out[rp] = (p + pending, r + running)
             return out
@@ -175,6 +232,13 @@ class TaskSchedulerImpl:
     def resource_offers(self, offers: list[WorkerOffer]) -> list[TaskDescription]:
         with self.lock:
             offers = [o for o in offers if o.executor_id not in self.dead_executors]
+            for o in offers:
+                self.executor_hosts[o.executor_id] = o.host
+            ht = self.health_tracker
+            if ht is not None:
+                ht.apply_exclude_on_failure_timeout()
+                offers = [o for o in offers if not ht.is_node_excluded(o.host)
+                          and not ht.is_executor_excluded(o.executor_id)]
             if len(offers) > 1:
                 random.shuffle(offers)
             launched: list[TaskDescription] = []
@@ -187,6 +251,7 @@ class TaskSchedulerImpl:
                     if tsm.can_launch_barrier(len(free)):
                         free = self._launch_barrier(tsm, free, launched, req)
                     continue
+                before = len(launched)
                 for level in list(tsm.levels):
                     while free:
                         progress = False
@@ -201,9 +266,46 @@ class TaskSchedulerImpl:
                         free = rest
                         if not progress:
                             break
+                if ht is not None and len(launched) == before:
+                    self._check_unschedulable(tsm)
+            if launched and ht is not None:
+                self.unschedulable_expiry.clear()
             if launched:
                 self.has_launched_task = True
             return launched
+
+    def _check_unschedulable(self, tsm: TaskSetManager) -> None:
+        """Spark's handling of a task set one of whose tasks no executor may run: with an
+        idle executor, kill it (a replacement may be allowed) and abort after
+        spark.scheduler.excludeOnFailure.unschedulableTaskSetTimeout unless something
+        launches meanwhile; with none idle, abort now."""
+        live = {e: h for e, h in self.executor_hosts.items() if e not in self.dead_executors}
+        host_to_executors: dict[str, set[str]] = {}
+        for e, h in live.items():
+            host_to_executors.setdefault(h, set()).add(e)
+        index = tsm.completely_excluded_task(host_to_executors)
+        if index is None:
+            return
+        expiry = self.unschedulable_expiry.get(tsm)
+        if expiry is not None:
+            if self.clock.time() >= expiry:
+                log.error("Aborting %s because no executor became available within the "
+                          "unschedulable task set timeout", tsm.name)
+                tsm.abort_since_completely_excluded(index)
+            return
+        busy = {loc[0] for loc in self.task_id_to_location.values()}
+        idle = sorted(e for e in live if e not in busy)
+        kill = getattr(self.backend, "kill_executors", None)
+        if idle and kill is not None:
+            log.info("Killing idle excluded executor %s so that %s may get a new one",
+                     idle[0], tsm.name)
+            kill([idle[0]])
+            self.unschedulable_expiry[tsm] = (self.clock.time() +
+                                              self.health_tracker.s.unschedulable_timeout)
+        else:
+            log.info("Cannot schedule any task because all executors excluded from failures. "
+                     "No idle executors can be found to kill. Aborting stage now.")
+            tsm.abort_since_completely_excluded(index)
 
     def _launched(self, tsm: TaskSetManager, td: TaskDescription, o: WorkerOffer,
                   launched: list[TaskDescription]) -> None:
@@ -256,6 +358,7 @@ class TaskSchedulerImpl:
             tsm = self.task_id_to_tsm.pop(tid, None)
             loc = self.task_id_to_location.pop(tid, None)
             held = self.task_id_to_resources.pop(tid, None)
+            kill_reason = self.kill_reasons.pop(tid, None)
             if held is not None and held[0] in self.executor_resources:
                 self.executor_resources[held[0]].release(held[1], held[2])
             if blocks and self.block_master is not None and loc is not None:
@@ -272,7 +375,7 @@ class TaskSchedulerImpl:
                 exc_type, message, tb, retryable = payload
                 reason: Any = ExceptionFailure(exc_type, message, tb, retryable)
             elif state == "KILLED":
-                reason = TaskKilled(str(payload))
+                reason = TaskKilled(kill_reason or str(payload))
             elif state == "FETCH_FAILED":
                 reason = FetchFailed(*payload)
             elif state == "LOST":
@@ -292,6 +395,9 @@ class TaskSchedulerImpl:
             self.dead_executors.add(executor_id)
             self.executor_resources.pop(executor_id, None)
             self.executor_rp_ids.pop(executor_id, None)
+            self.executor_hosts.pop(executor_id, None)
+            if self.health_tracker is not None:
+                self.health_tracker.handle_removed_executor(executor_id)
             lost = [tid for tid, loc in self.task_id_to_location.items() if loc[0] == executor_id]
         for tid in lost:
             self.status_update(tid, "EXECUTOR_LOST",

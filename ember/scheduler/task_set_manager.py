@@ -3,13 +3,19 @@
 Delay scheduling over locality levels PROCESS_LOCAL (the task process holding a cached
 block), NODE_LOCAL (same executor or host), NO_PREF and ANY, with spark.locality.wait per
 level; failures counted per task up to spark.task.maxFailures, as TaskSetManager.scala does.
+Speculation (checkSpeculatableTasks) and the task set's exclude list (TaskSetExcludelist)
+also live here; time comes from the scheduler's Clock so both are tested on a manual one.
 """
 from __future__ import annotations
 
+import bisect
 import logging
 import pickle
-import time
 from typing import Any
+
+from ember.clock import Clock, SystemClock
+from ember.scheduler.health_tracker import HealthTracker, TaskSetExcludelist
+from ember.scheduler.speculation import SpeculationSettings, median
 
 from ember.scheduler.task import (SUCCESS, ExceptionFailure, FetchFailed, TaskDescription,
                                   TaskInfo, TaskLocation, TaskProcessCrashed, TaskSet)
@@ -30,8 +36,18 @@ def _dumps(obj: Any) -> bytes:
 
 class TaskSetManager:
     def __init__(self, sched: Any, task_set: TaskSet, max_task_failures: int,
-                 max_crashes: int = 4, locality_wait: float = 3.0) -> None:
+                 max_crashes: int = 4, locality_wait: float = 3.0, clock: Clock | None = None,
+                 speculation: SpeculationSettings | None = None,
+                 health_tracker: HealthTracker | None = None) -> None:
         self.sched = sched
+        self.clock = clock or SystemClock()
+        self.speculation = speculation
+        self.health_tracker = health_tracker
+        self.excludelist: TaskSetExcludelist | None = None
+        if health_tracker is not None:
+            self.excludelist = TaskSetExcludelist(
+                health_tracker.s, task_set.stage_id, task_set.stage_attempt, self.clock,
+                health_tracker.post)
         self.task_set = task_set
         self.tasks = task_set.tasks
         self.num_tasks = len(self.tasks)
@@ -54,6 +70,18 @@ class TaskSetManager:
         self.tasks_successful = 0
         self.running: set[int] = set()
         self.task_infos: dict[int, TaskInfo] = {}
+        # speculation: sorted durations of successes, indices marked speculatable and not
+        # yet launched, and the pending list they launch from
+        self.successful_durations: list[float] = []
+        self.speculatable: set[int] = set()
+        # speculatable indices by locality, as the regular pending lists
+        self.spec_for_executor: dict[str, list[int]] = {}
+        self.spec_for_host: dict[str, list[int]] = {}
+        self.spec_no_prefs: list[int] = []
+        self.spec_all: list[int] = []
+        if speculation is not None:
+            self.min_finished_for_speculation = max(
+                int(speculation.quantile * self.num_tasks), 1)
         self.stage_key = (task_set.stage_id, task_set.stage_attempt)
         # pending indices by locality
         self.for_process: dict[tuple[str, int], list[int]] = {}
@@ -69,7 +97,7 @@ class TaskSetManager:
         self.locality_wait = locality_wait
         self.levels = self._valid_levels()
         self.current_level_index = 0
-        self.last_reset = time.monotonic()
+        self.last_reset = self.clock.time()
 
     @property
     def running_tasks(self) -> int:
@@ -160,9 +188,51 @@ class TaskSetManager:
                 return i
         return None
 
+    def _excluded_for_task(self, index: int, executor_id: str, host: str) -> bool:
+        ex = self.excludelist
+        return ex is not None and (ex.is_node_excluded_for_task(host, index)
+                                   or ex.is_executor_excluded_for_task(executor_id, index))
+
     def _dequeue(self, executor_id: str, host: str, slot: int, max_level: str
-                 ) -> tuple[int, str] | None:
-        ok = lambda i: not self.successful[i] and not self.copies_running[i]
+                 ) -> tuple[int, str, bool] | None:
+        """(index, locality, speculative): a regular pending task first, else a speculative
+        copy of a speculatable one, never on a host where the task already has an attempt."""
+        found = self._dequeue_regular(executor_id, host, slot, max_level)
+        if found is not None:
+            return found[0], found[1], False
+        if not self.speculatable:
+            return None
+        order = LEVELS.index(max_level)
+        for lst, level, min_order in ((self.spec_for_executor.get(executor_id), PROCESS_LOCAL, 0),
+                                      (self.spec_for_host.get(host), NODE_LOCAL, 1),
+                                      (self.spec_no_prefs, PROCESS_LOCAL, 2),
+                                      (self.spec_all, ANY, 3)):
+            if order < min_order or not lst:
+                continue
+            i = self._pop_speculative(lst, executor_id, host)
+            if i is not None:
+                return i, level, True
+        return None
+
+    def _pop_speculative(self, lst: list[int], executor_id: str, host: str) -> int | None:
+        """Spark's dequeueTaskFromList for speculative copies: never on a host where the
+        task has an attempt, nor where it is excluded; only while one copy runs."""
+        for j in range(len(lst) - 1, -1, -1):
+            i = lst[j]
+            if self._excluded_for_task(i, executor_id, host) or \
+                    any(a.host == host for a in self.attempts[i]):
+                continue
+            del lst[j]
+            if not self.successful[i] and self.copies_running[i] == 1 and \
+                    i in self.speculatable:
+                self.speculatable.discard(i)
+                return i
+        return None
+
+    def _dequeue_regular(self, executor_id: str, host: str, slot: int, max_level: str
+                         ) -> tuple[int, str] | None:
+        ok = lambda i: (not self.successful[i] and not self.copies_running[i]
+                        and not self._excluded_for_task(i, executor_id, host))
         i = self._pop(self.for_process.get((executor_id, slot)), ok)
         if i is None:
             i = self._pop(self.for_executor_cache.get(executor_id), ok)
@@ -191,7 +261,11 @@ class TaskSetManager:
         task is given (TaskContext.cpus() / resources())."""
         if self.is_zombie:
             return None
-        now = time.monotonic()
+        ex = self.excludelist
+        if ex is not None and (ex.is_node_excluded_for_task_set(host) or
+                               ex.is_executor_excluded_for_task_set(executor_id)):
+            return None
+        now = self.clock.time()
         allowed = max_level
         if self.is_barrier:
             # all tasks launch in one offer round or none do: no delay scheduling
@@ -203,12 +277,15 @@ class TaskSetManager:
         found = self._dequeue(executor_id, host, slot, allowed)
         if found is None:
             return None
-        index, level = found
+        index, level, speculative = found
         task = self.tasks[index]
         tid = self.sched.new_task_id()
         attempt = len(self.attempts[index])
-        info = TaskInfo(tid, index, attempt, task.partition_id, time.time(), executor_id,
-                        host, level)
+        info = TaskInfo(tid, index, attempt, task.partition_id, self.clock.time(), executor_id,
+                        host, level, speculative)
+        if speculative:
+            log.info("Starting speculative task %d.%d in stage %s (TID %d) (%s, executor %s)",
+                     index, attempt, self.task_set.id, tid, host, executor_id)
         self.attempts[index].append(info)
         self.task_infos[tid] = info
         self.copies_running[index] += 1
@@ -253,9 +330,11 @@ class TaskSetManager:
     def handle_success(self, tid: int, result: Any, accum: dict, metrics: dict) -> None:
         info = self.task_infos[tid]
         index = info.index
-        info.mark_finished("FINISHED")
+        info.mark_finished("FINISHED", self.clock.time())
         self.running.discard(tid)
         self.copies_running[index] -= 1
+        if self.speculation is not None and not self.successful[index]:
+            bisect.insort(self.successful_durations, info.duration)
         if self.successful[index]:
             log.info("Ignoring task-finished event for %s because it has already completed "
                      "successfully", info.task_id)
@@ -263,9 +342,13 @@ class TaskSetManager:
             return
         self.successful[index] = True
         self.tasks_successful += 1
-        # kill other running attempts of the same task
+        # first success wins: kill the other running attempts of the same task
         for other in self.attempts[index]:
             if other.task_id != tid and other.finish_time == 0:
+                log.info("Killing attempt %d for task %d.%d in stage %s (TID %d) on %s as the "
+                         "attempt %d succeeded on %s", other.attempt_number, index,
+                         other.attempt_number, self.task_set.id, other.task_id, other.host,
+                         info.attempt_number, info.host)
                 self.sched.kill_task_attempt(other.task_id, "another attempt succeeded")
         if self.tasks_successful == self.num_tasks:
             self.is_zombie = True
@@ -277,7 +360,7 @@ class TaskSetManager:
         if info is None or info.finish_time:
             return
         index = info.index
-        info.mark_finished(state)
+        info.mark_finished(state, self.clock.time())
         self.running.discard(tid)
         self.copies_running[index] -= 1
         task = self.tasks[index]
@@ -288,6 +371,10 @@ class TaskSetManager:
                 self.tasks_successful += 1
             self.is_zombie = True
             info.error_message = reason.to_error_string()
+            host_of_map = self.sched.executor_hosts.get(reason.executor_id or "")
+            if self.health_tracker is not None and host_of_map is not None:
+                self.health_tracker.update_excluded_for_fetch_failure(host_of_map,
+                                                                      reason.executor_id)
         else:
             info.error_message = reason.to_error_string()
             log.warning("Lost task %d.%d in stage %s (TID %d) (%s executor %s): %s", index,
@@ -310,6 +397,9 @@ class TaskSetManager:
                 self._abort_after_failures(index, info, reason, self.num_crashes[index])
                 return
         elif reason.count_towards_failures and not self.is_zombie:
+            if self.excludelist is not None:
+                self.excludelist.update_excluded_for_failed_task(
+                    host, info.executor_id, index, info.error_message)
             self.num_failures[index] += 1
             if self.num_failures[index] >= self.max_task_failures:
                 self._abort_after_failures(index, info, reason, self.num_failures[index])
@@ -336,6 +426,95 @@ class TaskSetManager:
     def _maybe_finish(self) -> None:
         if self.is_zombie and not self.running:
             self.sched.task_set_finished(self)
+            if self.tasks_successful == self.num_tasks and self.excludelist is not None \
+                    and not self._finished_reported:
+                self._finished_reported = True
+                self.health_tracker.update_excluded_for_successful_task_set(
+                    self.task_set.stage_id, self.task_set.stage_attempt,
+                    self.excludelist.exec_to_failures)
+
+    _finished_reported = False
+
+    # --- speculation (Spark's checkSpeculatableTasks) -------------------------------------
+    def check_speculatable_tasks(self, min_time_to_speculation: float) -> bool:
+        """Mark running tasks that may get a speculative copy: once `quantile` of the tasks
+        succeeded, those running longer than max(minTaskRuntime, multiplier x the median
+        successful duration); before that, with spark.speculation.task.duration.threshold
+        and no more tasks than one executor's slots, those running longer than it."""
+        sp = self.speculation
+        if sp is None or self.is_zombie or self.is_barrier or \
+                (self.num_tasks == 1 and sp.duration_threshold is None):
+            return False
+        now = self.clock.time()
+        if len(self.successful_durations) >= self.min_finished_for_speculation:
+            threshold = max(sp.multiplier * median(self.successful_durations),
+                            min_time_to_speculation)
+            return self._check_and_submit(now, threshold, customized=False)
+        if sp.duration_threshold is not None and self.num_tasks <= sp.executor_cores:
+            return self._check_and_submit(now, sp.duration_threshold, customized=True)
+        return False
+
+    def _check_and_submit(self, now: float, threshold: float, customized: bool) -> bool:
+        sp = self.speculation
+        found = False
+        for tid in sorted(self.running):
+            info = self.task_infos[tid]
+            index = info.index
+            if self.successful[index] or self.copies_running[index] != 1 or \
+                    index in self.speculatable:
+                continue
+            runtime = now - info.launch_time
+            # Ember measures no per-task record rate: with the efficiency check on, such a
+            # task counts as inefficient, as Spark treats a task whose rate it cannot compute
+            if runtime > threshold:
+                log.info("Marking task %d in stage %s (on %s) as speculatable because it ran "
+                         "more than %.0f ms", index, self.task_set.id, info.host,
+                         threshold * 1000)
+                self.speculatable.add(index)
+                self._add_speculatable(index)
+                self.sched.speculative_task_submitted(self, index)
+                found = True
+        return found
+
+    def _add_speculatable(self, index: int) -> None:
+        locs = self.tasks[index].locations
+        for loc in locs:
+            if loc.executor_id is not None:
+                self.spec_for_executor.setdefault(loc.executor_id, []).append(index)
+            self.spec_for_host.setdefault(loc.host, []).append(index)
+        if not locs:
+            self.spec_no_prefs.append(index)
+        self.spec_all.append(index)
+
+    # --- exclusion: a task no executor may run -----------------------------------------------
+    def completely_excluded_task(self, host_to_executors: dict[str, set[str]]) -> int | None:
+        """Spark's getCompletelyExcludedTaskIfAny: the last pending task, if every live
+        executor (or its node) is excluded for it by this task set or the application."""
+        ex, ht = self.excludelist, self.health_tracker
+        if ex is None or not host_to_executors:
+            return None
+        pending = [i for i in self.all_pending
+                   if self.copies_running[i] == 0 and not self.successful[i]]
+        if not pending:
+            return None
+        index = pending[-1]
+        for host, execs in host_to_executors.items():
+            if ht.is_node_excluded(host) or ex.is_node_excluded_for_task_set(host) or \
+                    ex.is_node_excluded_for_task(host, index):
+                continue
+            if all(ht.is_executor_excluded(e) or ex.is_executor_excluded_for_task_set(e) or
+                   ex.is_executor_excluded_for_task(e, index) for e in execs):
+                continue
+            return None
+        return index
+
+    def abort_since_completely_excluded(self, index: int) -> None:
+        partition = self.tasks[index].partition_id
+        self.abort(f"\nAborting TaskSet {self.task_set.id} because task {index} (partition "
+                   f"{partition})\ncannot run anywhere due to node and executor "
+                   f"excludeOnFailure.\nMost recent failure:\n"
+                   f"{self.excludelist.latest_failure_reason}\n\nExcludeOnFailure behavior "
+                   f"can be configured via spark.excludeOnFailure.*.\n", None)
 
     def executor_lost(self, executor_id: str) -> list[int]:
         return [tid for tid in self.running if self.task_infos[tid].executor_id == executor_id]

@@ -352,12 +352,24 @@ def rdd_page(store: AppStatusStore, query: Mapping[str, str], prefix: str) -> tu
     return 200, layout(store, prefix, "storage", f"RDD Storage Info for {rdd['name']}", content)
 
 
+def _executor_status(e: Mapping[str, Any]) -> str:
+    """Spark's executors page: Excluded, Active (with the stages excluding it), Dead."""
+    if not e["isActive"]:
+        return "Dead"
+    if e["isExcluded"]:
+        return "Excluded"
+    stages = e["excludedInStages"]
+    if stages:
+        return f"Active (Excluded in Stages: [{', '.join(map(str, stages))}])"
+    return "Active"
+
+
 def executors_page(store: AppStatusStore, query: Mapping[str, str], prefix: str
                    ) -> tuple[int, str]:
     rows = []
     for e in store.executors(active_only=False):
         logs = Html(" ".join(link(url, kind) for kind, url in sorted(e["executorLogs"].items())))
-        rows.append([e["id"], e["hostPort"], "Active" if e["isActive"] else "Dead",
+        rows.append([e["id"], e["hostPort"], _executor_status(e),
                      e["rddBlocks"], bytes_to_string(e["memoryUsed"]),
                      bytes_to_string(e["diskUsed"]), e["totalCores"], e["activeTasks"],
                      e["failedTasks"], e["completedTasks"], e["totalTasks"],
@@ -433,6 +445,16 @@ def prometheus_metrics(store: AppStatusStore) -> PrometheusText:
              s["tasks_failed"]),
             ("ember_driver_tasks_killed_total", "counter", "Tasks that were killed.",
              s["tasks_killed"]),
+            ("ember_driver_speculative_tasks_submitted_total", "counter",
+             "Running tasks that were given a speculative copy.",
+             s["speculative_tasks_submitted"]),
+            ("ember_driver_executors_excluded_total", "counter",
+             "Executors excluded for the application after task failures.",
+             s["executors_excluded"]),
+            ("ember_driver_nodes_excluded_total", "counter",
+             "Nodes excluded for the application after task failures.", s["nodes_excluded"]),
+            ("ember_driver_executors_excluded", "gauge", "Executors excluded now.",
+             s["executors_excluded_now"]),
             ("ember_driver_executors_active", "gauge", "Executors registered now.",
              s["executors_active"]),
             ("ember_driver_executor_cores", "gauge", "Cores of the registered executors.",

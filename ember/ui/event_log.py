@@ -249,7 +249,43 @@ def event_to_json(e: Any) -> dict[str, Any] | None:
         return {"Event": "SparkListenerApplicationEnd", "Timestamp": _ms(e.time)}
     if t is L.LogStart:
         return {"Event": "SparkListenerLogStart", "Spark Version": e.spark_version}
+    fields = _JACKSON_EVENTS.get(t)
+    if fields is not None:       # Spark writes these with Jackson: class name, camelCase
+        d = {"Event": _SCHEDULER_PKG + _JACKSON_NAMES[t]}
+        for attr, key in fields:
+            v = getattr(e, attr)
+            d[key] = _ms(v) if attr == "time" else v
+        return d
     return None
+
+
+# Events Spark serializes with Jackson (no JsonProtocol case): "Event" is the class's full
+# name and the fields are the case class's own names.
+_SCHEDULER_PKG = "org.apache.spark.scheduler."
+_JACKSON_NAMES = {
+    L.SpeculativeTaskSubmitted: "SparkListenerSpeculativeTaskSubmitted",
+    L.ExecutorExcluded: "SparkListenerExecutorExcluded",
+    L.ExecutorUnexcluded: "SparkListenerExecutorUnexcluded",
+    L.NodeExcluded: "SparkListenerNodeExcluded",
+    L.NodeUnexcluded: "SparkListenerNodeUnexcluded",
+    L.ExecutorExcludedForStage: "SparkListenerExecutorExcludedForStage",
+    L.NodeExcludedForStage: "SparkListenerNodeExcludedForStage"}
+_JACKSON_EVENTS = {
+    L.SpeculativeTaskSubmitted: (("stage_id", "stageId"), ("stage_attempt_id", "stageAttemptId"),
+                                 ("task_index", "taskIndex"), ("partition_id", "partitionId")),
+    L.ExecutorExcluded: (("time", "time"), ("executor_id", "executorId"),
+                         ("task_failures", "taskFailures")),
+    L.ExecutorUnexcluded: (("time", "time"), ("executor_id", "executorId")),
+    L.NodeExcluded: (("time", "time"), ("host_id", "hostId"),
+                     ("executor_failures", "executorFailures")),
+    L.NodeUnexcluded: (("time", "time"), ("host_id", "hostId")),
+    L.ExecutorExcludedForStage: (("time", "time"), ("executor_id", "executorId"),
+                                 ("task_failures", "taskFailures"), ("stage_id", "stageId"),
+                                 ("stage_attempt_id", "stageAttemptId")),
+    L.NodeExcludedForStage: (("time", "time"), ("host_id", "hostId"),
+                             ("executor_failures", "executorFailures"),
+                             ("stage_id", "stageId"), ("stage_attempt_id", "stageAttemptId"))}
+_JACKSON_BY_NAME = {_SCHEDULER_PKG + n: t for t, n in _JACKSON_NAMES.items()}
 
 
 def _dumps(e: Any) -> str:
@@ -645,6 +681,10 @@ def json_to_event(d: Mapping[str, Any]) -> Any:
         return L.ApplicationEnd(_s(d.get("Timestamp", 0)) or 0.0)
     if kind == "SparkListenerLogStart":
         return L.LogStart(d.get("Spark Version", ""))
+    t = _JACKSON_BY_NAME.get(kind)
+    if t is not None:
+        return t(*[(_s(d.get(key)) or 0.0) if attr == "time" else d.get(key)
+                   for attr, key in _JACKSON_EVENTS[t]])
     return None
 
 

@@ -123,11 +123,13 @@ class _Stage:
     __slots__ = ("stage_id", "attempt_id", "name", "num_tasks", "details", "status",
                  "submission_time", "first_launch", "completion_time", "failure_reason",
                  "description", "pool", "rdd_ids", "job_ids", "indices", "killed_summary",
-                 "tasks", "task_metrics", "executors", "resource_profile_id")
+                 "tasks", "task_metrics", "executors", "resource_profile_id",
+                 "excluded_executors")
 
     def __init__(self, info: L.StageInfo, props: Mapping[str, str]) -> None:
         self.stage_id = info.stage_id
         self.resource_profile_id = info.resource_profile_id
+        self.excluded_executors: set[str] = set()
         self.attempt_id = info.attempt_id
         self.name = info.name
         self.num_tasks = info.num_tasks
@@ -186,7 +188,8 @@ class _Job:
 
 class _Executor:
     __slots__ = ("executor_id", "host", "cores", "add_time", "remove_time", "remove_reason",
-                 "log_urls", "resources", "resource_profile_id")
+                 "log_urls", "resources", "resource_profile_id", "is_excluded",
+                 "excluded_in_stages")
 
     def __init__(self, executor_id: str, host: str, cores: int, add_time: int | None,
                  log_urls: Mapping[str, str]) -> None:
@@ -199,6 +202,8 @@ class _Executor:
         self.log_urls = dict(log_urls)
         self.resources: dict[str, list[str]] = {}
         self.resource_profile_id = 0
+        self.is_excluded = False
+        self.excluded_in_stages: set[int] = set()
 
 
 class _RDD:
@@ -248,7 +253,9 @@ class AppStatusStore:
         self._rdds: dict[int, _RDD] = {}
         self._ending: set[int] = set()      # tasks whose TaskEnd is in the current batch
         self.counters = dict.fromkeys(("jobs_succeeded", "jobs_failed", "stages_completed",
-                                       "stages_failed", "executors_added"), 0)
+                                       "stages_failed", "executors_added",
+                                       "speculative_tasks_submitted", "executors_excluded",
+                                       "nodes_excluded"), 0)
         self.executors_removed: dict[str, int] = {}   # cause -> count (removal_cause)
         self._handlers: dict[type, Callable[[Any], None]] = {
             L.TaskStart: self._task_start, L.TaskEnd: self._task_end,
@@ -258,7 +265,12 @@ class AppStatusStore:
             L.ApplicationStart: self._app_start, L.ApplicationEnd: self._app_end,
             L.EnvironmentUpdate: self._environment, L.BlockUpdated: self._block_updated,
             L.UnpersistRDD: self._unpersist, L.LogStart: self._log_start,
-            L.ResourceProfileAdded: self._resource_profile_added}
+            L.ResourceProfileAdded: self._resource_profile_added,
+            L.SpeculativeTaskSubmitted: self._speculative_submitted,
+            L.ExecutorExcluded: self._exclusion, L.ExecutorUnexcluded: self._exclusion,
+            L.NodeExcluded: self._exclusion, L.NodeUnexcluded: self._exclusion,
+            L.ExecutorExcludedForStage: self._excluded_for_stage,
+            L.NodeExcludedForStage: self._excluded_for_stage}
 
     # --- writing (bus thread or replay) -------------------------------------------------
     def on_event(self, e: Any) -> None:
@@ -379,6 +391,8 @@ class AppStatusStore:
         if st.submission_time is None:
             st.submission_time = ms(info.submission_time)
         self.counters["stages_failed" if failed else "stages_completed"] += 1
+        for ex in self._executors.values():
+            ex.excluded_in_stages.discard(info.stage_id)
         for jid in st.job_ids:
             job = self._jobs.get(jid)
             if job is None:
@@ -450,6 +464,36 @@ class AppStatusStore:
         ex = self._executors[e.executor_id]
         ex.resources = dict(e.resources)
         ex.resource_profile_id = e.resource_profile_id
+
+    def _speculative_submitted(self, e: L.SpeculativeTaskSubmitted) -> None:
+        self.counters["speculative_tasks_submitted"] += 1
+
+    def _executors_of(self, e: Any) -> list[_Executor]:
+        """The live executors an exclusion event names: one, or all on its host."""
+        eid = getattr(e, "executor_id", None)
+        if eid is not None:
+            ex = self._executors.get(eid)
+            return [ex] if ex is not None else []
+        return [x for x in self._executors.values()
+                if x.remove_time is None and x.host.split(":")[0] == e.host_id]
+
+    def _exclusion(self, e: Any) -> None:
+        """Spark's AppStatusListener: an excluded executor, or every executor of an excluded
+        node, shows isExcluded until it is unexcluded."""
+        excluded = type(e) in (L.ExecutorExcluded, L.NodeExcluded)
+        if type(e) is L.ExecutorExcluded:
+            self.counters["executors_excluded"] += 1
+        elif type(e) is L.NodeExcluded:
+            self.counters["nodes_excluded"] += 1
+        for ex in self._executors_of(e):
+            ex.is_excluded = excluded
+
+    def _excluded_for_stage(self, e: Any) -> None:
+        st = self._stages.get((e.stage_id, e.stage_attempt_id))
+        for ex in self._executors_of(e):
+            ex.excluded_in_stages.add(e.stage_id)
+            if st is not None:
+                st.excluded_executors.add(ex.executor_id)
 
     def _executor_removed(self, e: L.ExecutorRemoved) -> None:
         ex = self._executors.get(e.executor_id)
@@ -656,10 +700,11 @@ class AppStatusStore:
             return out
 
     def _exec_summaries(self, st: _Stage) -> dict[str, dict[str, Any]]:
-        return {eid: self._exec_stage_dict(s) for eid, s in sorted(st.executors.items())}
+        return {eid: self._exec_stage_dict(s, eid in st.excluded_executors)
+                for eid, s in sorted(st.executors.items())}
 
     @staticmethod
-    def _exec_stage_dict(s: _Sums) -> dict[str, Any]:
+    def _exec_stage_dict(s: _Sums, excluded: bool = False) -> dict[str, Any]:
         g = s.metrics.get
         return {"taskTime": s.task_time, "failedTasks": s.failed, "succeededTasks": s.succeeded,
                 "killedTasks": s.killed, "inputBytes": 0, "inputRecords": 0, "outputBytes": 0,
@@ -668,7 +713,7 @@ class AppStatusStore:
                 "shuffleWriteRecords": g("shuffleRecordsWritten", 0),
                 "memoryBytesSpilled": g("memoryBytesSpilled", 0),
                 "diskBytesSpilled": g("diskBytesSpilled", 0),
-                "isBlacklistedForStage": False, "isExcludedForStage": False}
+                "isBlacklistedForStage": excluded, "isExcludedForStage": excluded}
 
     def tasks(self, stage_id: int, attempt: int, offset: int = 0, length: int = 20,
               sort_by: str = "ID", status: str | None = None) -> list[dict[str, Any]] | None:
@@ -824,14 +869,16 @@ class AppStatusStore:
                     "totalDuration": s.task_time, "totalGCTime": 0, "totalInputBytes": 0,
                     "totalShuffleRead": s.read_bytes(),
                     "totalShuffleWrite": s.metrics.get("shuffleBytesWritten", 0),
-                    "isBlacklisted": False, "maxMemory": 0, "addTime": ex.add_time,
+                    "isBlacklisted": ex.is_excluded, "maxMemory": 0, "addTime": ex.add_time,
                     "removeTime": ex.remove_time, "removeReason": ex.remove_reason,
-                    "executorLogs": dict(ex.log_urls), "blacklistedInStages": [],
+                    "executorLogs": dict(ex.log_urls),
+                    "blacklistedInStages": sorted(ex.excluded_in_stages),
                     "attributes": {},
                     "resources": {n: {"name": n, "addresses": list(a)}
                                   for n, a in ex.resources.items()},
                     "resourceProfileId": ex.resource_profile_id,
-                    "isExcluded": False, "excludedInStages": []})
+                    "isExcluded": ex.is_excluded,
+                    "excludedInStages": sorted(ex.excluded_in_stages)})
             return out
 
     def rdds(self, cached_only: bool = True) -> list[dict[str, Any]]:
@@ -906,6 +953,7 @@ class AppStatusStore:
                     "tasks_active": total.active, "tasks_completed": total.succeeded,
                     "tasks_failed": total.failed, "tasks_killed": total.killed,
                     "executors_active": len(live), "cores": sum(x.cores for x in live),
+                    "executors_excluded_now": sum(x.is_excluded for x in live),
                     "cached_rdds": sum(1 for r in self._rdds.values() if r.blocks),
                     "shuffle_read_bytes": total.read_bytes(),
                     "shuffle_write_bytes": g("shuffleBytesWritten", 0),

@@ -416,8 +416,12 @@ def render_master_page(s: MasterStateResponse, title: str, *, kill_enabled: bool
         if kill_enabled and d.state in _KILLABLE_DRIVER:
             driver_id = Html(driver_id + _kill_form("/driver/kill/", "driver", d.id))
         worker = workers.get(d.workerId) if d.workerId else None
+        state: Any = d.state
+        if d.waitReason:
+            state = Html(f'{esc(d.state)}<br><span class="wait-reason">waiting: '
+                         f'{esc(d.waitReason)}</span>')
         return [driver_id, format_date(d.submitDate), _worker_link(worker, d.workerId),
-                d.state, d.desc.cores, _mb(d.desc.mem),
+                state, d.desc.cores, _mb(d.desc.mem),
                 format_resources(d.resources), driver_main_class(d.desc),
                 _log_links(worker, driverId=d.id)]
 

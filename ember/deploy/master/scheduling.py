@@ -181,6 +181,7 @@ class DriverInfo:
     resources: dict[str, ResourceInformation] = field(default_factory=dict)
     attempt: int = 1                   # Ember: master-level launches (see LaunchDriver.attempt)
     exitStatus: Optional[int] = None   # Ember: the driver process's last exit code
+    waitReason: Optional[str] = None   # Ember: why admission keeps a waiting driver waiting
 
 
 @dataclass(eq=False)
@@ -333,14 +334,82 @@ def app_warning(app_id: str) -> str:
 
 @dataclass
 class DriverPlacements:
-    """Result of `schedule_drivers`: (driver, worker) launches in order, and warning texts."""
+    """Result of `schedule_drivers`: (driver, worker) launches in order, warning texts, and
+    why each driver left waiting waits (admission), by driver id."""
     placements: list[tuple[DriverInfo, WorkerInfo]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    waiting_reasons: dict[str, str] = field(default_factory=dict)
+
+
+def executor_reservation(desc: DriverDescription) -> tuple[int, int]:
+    """(cores, MiB) of one executor of the driver's application, from the -Dspark.* options
+    the submission carries: spark.executor.cores (a standalone executor without it takes
+    what a worker has free, at least 1) and spark.executor.memory (Spark's 1g default)."""
+    from ember.config import parse_memory_mb
+    opts = {}
+    for o in desc.command.javaOpts:
+        if o.startswith("-D") and "=" in o:
+            k, v = o[2:].split("=", 1)
+            opts[k] = v
+    try:
+        cores = max(int(opts.get("spark.executor.cores", "1")), 1)
+        mem = parse_memory_mb(opts.get("spark.executor.memory", "1024m"))
+    except ValueError:
+        cores, mem = 1, 1024
+    return cores, mem
+
+
+class _DriverAdmission:
+    """Ember's admission rule (Spark has none: drivers can take every core, and their
+    applications then wait for executors forever). Every driver holds a reservation of one
+    executor of its application; a driver is launched only where it, and its reservation
+    somewhere, fit beside the running drivers and their reservations. Executors are not
+    counted: they end when their applications do, drivers only once they got executors."""
+
+    def __init__(self, alive_workers: Sequence[WorkerInfo]) -> None:
+        self.cores = {id(w): w.cores - sum(d.desc.cores for d in w.drivers.values())
+                      for w in alive_workers}
+        self.mem = {id(w): w.memory - sum(d.desc.mem for d in w.drivers.values())
+                    for w in alive_workers}
+        self.order = sorted(alive_workers, key=lambda w: w.id)
+        for w in self.order:
+            for d in sorted(w.drivers.values(), key=lambda d: d.id):
+                self.reserve(executor_reservation(d.desc))
+
+    def reserve(self, need: tuple[int, int]) -> bool:
+        for w in self.order:
+            k = id(w)
+            if self.cores[k] >= need[0] and self.mem[k] >= need[1]:
+                self.cores[k] -= need[0]
+                self.mem[k] -= need[1]
+                return True
+        return False
+
+    def admit(self, d: DriverInfo, w: WorkerInfo) -> bool:
+        """Take d's cores and memory on w and its reservation somewhere; False (nothing
+        taken) if either does not fit."""
+        k = id(w)
+        if self.cores[k] < d.desc.cores or self.mem[k] < d.desc.mem:
+            return False
+        self.cores[k] -= d.desc.cores
+        self.mem[k] -= d.desc.mem
+        if self.reserve(executor_reservation(d.desc)):
+            return True
+        self.cores[k] += d.desc.cores
+        self.mem[k] += d.desc.mem
+        return False
+
+    @staticmethod
+    def reason(d: DriverInfo) -> str:
+        cores, mem = executor_reservation(d.desc)
+        return (f"launching it would leave no room for an executor of its application "
+                f"({cores} core(s), {mem} MiB) beside the running drivers, whose "
+                f"applications each keep room for one; it waits for a driver to finish")
 
 
 def schedule_drivers(waiting_drivers: Sequence[DriverInfo], alive_workers: Sequence[WorkerInfo],
                      spread_out: bool, max_drivers: int, running_drivers: int,
-                     rng: random.Random) -> DriverPlacements:
+                     rng: random.Random, reserve_executor: bool = False) -> DriverPlacements:
     """Place waiting drivers (in submission order) on alive workers; mutates nothing.
 
     spread_out (spark.deploy.spreadOutDrivers, default): round-robin over a shuffled copy of
@@ -349,8 +418,11 @@ def schedule_drivers(waiting_drivers: Sequence[DriverInfo], alive_workers: Seque
     executors). Otherwise: the first fitting worker in worker-id order, else the warning.
     A driver is skipped (no warning) while `running_drivers` has reached `max_drivers`.
     Resources taken by earlier placements of the same call are accounted for.
+    reserve_executor: Ember's admission rule (`_DriverAdmission`) on top.
     """
     out = DriverPlacements()
+    admission = _DriverAdmission(alive_workers) if reserve_executor else None
+    refused: set[str] = set()
     used_cores: dict[int, int] = {}
     used_mem: dict[int, int] = {}
     used_res: dict[int, dict[str, int]] = {}
@@ -366,7 +438,11 @@ def schedule_drivers(waiting_drivers: Sequence[DriverInfo], alive_workers: Seque
         if desc.resourceReqs:
             taken = used_res.get(k, {})
             free = {n: a - taken.get(n, 0) for n, a in w.resourcesAmountFree.items()}
-            return resources_meet_requirements(free, desc.resourceReqs)
+            if not resources_meet_requirements(free, desc.resourceReqs):
+                return False
+        if admission is not None and not admission.admit(d, w):
+            refused.add(d.id)
+            return False
         return True
 
     def place(d: DriverInfo, w: WorkerInfo) -> None:
@@ -409,6 +485,10 @@ def schedule_drivers(waiting_drivers: Sequence[DriverInfo], alive_workers: Seque
                         break
                 else:
                     out.warnings.append(driver_warning(d.id))
+    placed = {d.id for d, _ in out.placements}
+    for d in waiting_drivers:
+        if d.id in refused and d.id not in placed:
+            out.waiting_reasons[d.id] = _DriverAdmission.reason(d)
     return out
 
 

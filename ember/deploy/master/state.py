@@ -280,6 +280,7 @@ class MasterConfig:
     app_number_modulo: int = 0
     use_app_name_as_app_id: bool = False
     use_driver_id_as_app_name: bool = False
+    reserve_executor_for_drivers: bool = True
 
     @staticmethod
     def from_conf(conf: Mapping[str, Any]) -> "MasterConfig":
@@ -330,6 +331,8 @@ class MasterConfig:
             use_app_name_as_app_id=_bool(conf, "spark.master.useAppNameAsAppId.enabled", False),
             use_driver_id_as_app_name=_bool(conf, "spark.master.useDriverIdAsAppName.enabled",
                                             False),
+            reserve_executor_for_drivers=_bool(
+                conf, "spark.ember.deploy.driverAdmission.reserveExecutor", True),
         )
 
 
@@ -1375,7 +1378,8 @@ class MasterState:
         if self.waitingDrivers:
             plan = schedule_drivers(list(self.waitingDrivers), alive, self.conf.spread_out_drivers,
                                     self.conf.max_drivers,
-                                    len(self.drivers) - len(self.waitingDrivers), self.rng)
+                                    len(self.drivers) - len(self.waitingDrivers), self.rng,
+                                    self.conf.reserve_executor_for_drivers)
             # Warnings and launches interleave in Spark; launches first is equivalent here.
             for driver, worker in plan.placements:
                 driver.resources = worker.acquire_resources(driver.desc.resourceReqs)
@@ -1383,6 +1387,11 @@ class MasterState:
                 self.waitingDrivers.remove(driver)
             for text in plan.warnings:
                 self._log(WARN, text)
+            for d in self.waitingDrivers:
+                reason = plan.waiting_reasons.get(d.id)
+                if reason is not None and reason != d.waitReason:
+                    self._log(INFO, f"Driver {d.id} waits: {reason}")
+                d.waitReason = reason
             self._warn_unplaceable_drivers(alive)
         self._start_executors_on_workers(alive)
 
@@ -1470,7 +1479,7 @@ def driver_summary(d: DriverInfo) -> DriverSummary:
     w = d.worker
     return DriverSummary(d.id, d.startTime, d.desc, d.submitDate, d.state,
                          w.id if w else None, w.hostPort if w else None, dict(d.resources),
-                         d.exception)
+                         d.exception, d.waitReason)
 
 
 __all__ = [

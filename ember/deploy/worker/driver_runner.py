@@ -47,7 +47,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 from urllib.parse import unquote, urlparse
 
 from ember import fs
-from ember.config import parse_time_seconds
+from ember.config import parse_memory_mb, parse_time_seconds
 from ember.deploy.master.uploads import SCHEME as UPLOAD_SCHEME
 from ember.deploy.master.uploads import UploadError, check_name, parse_upload_url
 from ember.deploy.messages import (AppResourceData, DriverDescription, DriverRunnerSummary,
@@ -55,6 +55,8 @@ from ember.deploy.messages import (AppResourceData, DriverDescription, DriverRun
 from ember.deploy.properties import parse_java_opts
 from ember.deploy.resources import write_resources_file
 from ember.deploy.worker.executor_runner import HEADER_RULE, GroupKiller
+from ember.deploy.worker.memory_watchdog import (MemoryWatchdog, exceeded_message,
+                                                  memory_limit_mb)
 
 log = logging.getLogger("ember.deploy.worker.DriverRunner")
 
@@ -457,6 +459,7 @@ class DriverRunner:
         self._group = GroupKiller(f"driver {self.driverId}", self.terminate_timeout)
         self._thread: Optional[threading.Thread] = None
         self._done = threading.Event()
+        self._memory_exceeded: Optional[str] = None
 
     # -- views ------------------------------------------------------------------------------
 
@@ -587,7 +590,7 @@ class DriverRunner:
             if code is None:   # killed before the process started
                 return DriverState.KILLED, None
             self.exit_status = code
-            exception = read_driver_exception(self.driver_dir)
+            exception = self._memory_exceeded or read_driver_exception(self.driver_dir)
             decision = supervisor.after_exit(code, self._killed.is_set(),
                                              time.monotonic() - started, time.monotonic())
             if decision.give_up is not None:
@@ -619,4 +622,28 @@ class DriverRunner:
                 proc = self._process = subprocess.Popen(
                     cmd, cwd=self.driver_dir, env=env, stdin=subprocess.DEVNULL, stdout=out,
                     stderr=err, close_fds=True, start_new_session=(os.name == "posix"))
-        return self._group.wait(proc)
+                self._memory_exceeded = None
+        watchdog = self._memory_watchdog(proc)
+        try:
+            return self._group.wait(proc)
+        finally:
+            watchdog.stop()
+
+    def _memory_watchdog(self, proc: subprocess.Popen) -> MemoryWatchdog:
+        """--driver-memory (+ spark.driver.memoryOverhead) enforced on the driver process."""
+        overhead = None
+        for opt in self.driverDesc.command.javaOpts:
+            if opt.startswith("-Dspark.driver.memoryOverhead="):
+                try:
+                    overhead = parse_memory_mb(opt.split("=", 1)[1])
+                except ValueError:
+                    pass
+        limit = memory_limit_mb(self.driverDesc.mem, overhead)
+
+        def exceeded(rss_mb: int) -> None:
+            message = exceeded_message(f"Driver {self.driverId}", rss_mb, limit,
+                                       "spark.driver.memory")
+            log.warning("%s", message)
+            self._memory_exceeded = message
+            self._group.kill(proc)
+        return MemoryWatchdog(proc.pid, limit, exceeded).start()

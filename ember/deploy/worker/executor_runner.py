@@ -41,6 +41,8 @@ from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, ApplicationDescr
                                    Command, ExecutorDescription, ExecutorRunnerSummary,
                                    ExecutorState, ExecutorStateChanged, ResourceInformation)
 from ember.deploy.resources import write_resources_file
+from ember.deploy.worker.memory_watchdog import (MemoryWatchdog, exceeded_message,
+                                                  memory_limit_mb)
 
 log = logging.getLogger("ember.deploy.worker.ExecutorRunner")
 
@@ -412,6 +414,20 @@ class ExecutorRunner:
         except Exception:
             log.exception("Cannot report %s of executor %s", state, self.fullId)
 
+    def _memory_watchdog(self, pid: int) -> MemoryWatchdog:
+        """spark.executor.memory (+ memoryOverhead) enforced on the executor process."""
+        profile = self.appDesc.defaultProfile
+        overhead = (profile.executorResources.get("memoryOverhead")
+                    if self.rpId == profile.id else None)
+        limit = memory_limit_mb(self.memory, int(overhead.amount) if overhead else None)
+
+        def exceeded(rss_mb: int) -> None:
+            message = exceeded_message(f"Executor {self.fullId}", rss_mb, limit,
+                                       "spark.executor.memory")
+            log.warning("%s", message)
+            self.kill(ExecutorState.FAILED, message)
+        return MemoryWatchdog(pid, limit, exceeded).start()
+
     def _build(self) -> tuple[list[str], dict[str, str]]:
         args = substitute_variables(
             self.appDesc.command.arguments, worker_url=self.worker_url, exec_id=self.execId,
@@ -454,7 +470,11 @@ class ExecutorRunner:
                         self.state = ExecutorState.RUNNING
                 if self.state == ExecutorState.RUNNING:
                     self._emit(ExecutorState.RUNNING, None, None)
-                code = self._group.wait(proc)
+                watchdog = self._memory_watchdog(proc.pid)
+                try:
+                    code = self._group.wait(proc)
+                finally:
+                    watchdog.stop()
                 with self._lock:
                     killed = self._kill_requested
                 if killed:
