@@ -307,3 +307,47 @@ def test_speculative_copy_prefers_the_tasks_preferred_host():
     (copy,) = sched.resource_offers(offers(("2", "hostB", 1)))
     info = sched.task_id_to_tsm[copy.task_id].task_infos[copy.task_id]
     assert info.speculative and info.locality == "NODE_LOCAL" and copy.index == b.index
+
+
+def test_allocation_demand_counts_speculative_copies_as_spark_does():
+    """Dynamic allocation's (pending, running): a marked copy is pending until it launches,
+    then a running attempt; it never hides a regular pending task."""
+    sched, _, _, clock, _, _ = make(10, SPEC)
+    assert sched.tasks_needed_by_profile() == {0: (10, 0)}
+    launched = sched.resource_offers(offers(("1", "hostA", 2), ("2", "hostB", 2)))
+    assert sched.tasks_needed_by_profile() == {0: (6, 4)}
+    clock.advance(1.0)
+    for td in launched[1:]:
+        sched.status_update(td.task_id, "FINISHED", "r", {}, {}, [])
+    rest = sched.resource_offers(offers(("2", "hostB", 3), ("3", "hostC", 3)))
+    clock.advance(1.0)
+    for td in rest:
+        sched.status_update(td.task_id, "FINISHED", "r", {}, {}, [])
+    assert sched.tasks_needed_by_profile() == {0: (0, 1)}
+    clock.advance(5.0)
+    assert sched.check_speculatable_tasks()
+    assert sched.tasks_needed_by_profile() == {0: (1, 1)}      # the marked copy
+    copy = sched.resource_offers(offers(("2", "hostB", 1)))
+    assert len(copy) == 1
+    assert sched.tasks_needed_by_profile() == {0: (0, 2)}      # two attempts of one task
+
+
+def test_attempt_starting_after_the_commit_leaves_nothing_behind(tmp_path):
+    """A speculative copy still starting when its job committed must neither write a part
+    nor recreate _temporary beside the committed output."""
+    from types import SimpleNamespace
+
+    from ember.output_commit import OutputCommitter
+    out = str(tmp_path / "out")
+    committer = OutputCommitter(out)
+    committer.setup_job()
+    ctx = lambda tid: SimpleNamespace(stageId=lambda: 0, partitionId=lambda: 0,
+                                      taskAttemptId=lambda: tid)
+    first = committer.attempt_file(ctx(1), "part-00000")
+    with open(first, "w") as f:
+        f.write("first\n")
+    committer.commit_job([first])
+    with pytest.raises(FileNotFoundError):
+        committer.attempt_file(ctx(2), "part-00000")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["_SUCCESS", "part-00000"]
+    assert (tmp_path / "out" / "part-00000").read_text() == "first\n"
