@@ -87,18 +87,23 @@ class S3RangeReader:
     def _get(self, first: int, last: int) -> tuple:
         """A sent request and its response headers (retrying connection failures, 5xx and
         a region S3 corrects)."""
-        for attempt in range(1, _ATTEMPTS + 1):
+        attempt = 0
+        while attempt < _ATTEMPTS:
             https, host, port, path = self._target()
-            conn = _acquire(https, host, port)
+            conn, reused = _acquire(https, host, port)
             try:
                 conn.request("GET", path, headers=self._headers(host, port, path, first, last))
                 resp = conn.getresponse()
             except (OSError, http.client.HTTPException):
                 conn.close()
+                if reused:                       # the server closed an idle connection
+                    continue
+                attempt += 1
                 if attempt == _ATTEMPTS:
                     raise OSError(f"Cannot reach the S3 endpoint for {self.url}") from None
                 time.sleep(_RETRY_PAUSE * attempt)
                 continue
+            attempt += 1
             region = resp.getheader("x-amz-bucket-region")
             if resp.status in (301, 400) and region and region != self._region():
                 resp.read()
@@ -131,7 +136,7 @@ class S3RangeReader:
         AWS's regional one; path style when asked (or a dotted bucket on AWS, whose
         virtual host would not match the certificate)."""
         endpoint = self._settings.endpoint
-        if endpoint and self.bucket not in _REGIONS:
+        if endpoint:
             parts = urlsplit(endpoint)
             https, host = parts.scheme == "https", parts.hostname or ""
             port = parts.port or (443 if https else 80)
@@ -210,17 +215,16 @@ def sigv4_headers(creds: tuple[str, str, str | None], region: str, host: str, pa
     return out
 
 
-def _acquire(https: bool, host: str, port: int) -> http.client.HTTPConnection:
-    idle = _IDLE.get((https, host, port))
-    if idle:
-        try:
-            return idle.pop()
-        except IndexError:       # another thread took it
-            pass
+def _acquire(https: bool, host: str, port: int) -> tuple[http.client.HTTPConnection, bool]:
+    """(a connection, whether it is a kept-alive one)."""
+    try:
+        return _IDLE.get((https, host, port), []).pop(), True
+    except IndexError:
+        pass
     if https:
         return http.client.HTTPSConnection(host, port, timeout=_TIMEOUT,
-                                           context=ssl.create_default_context())
-    return http.client.HTTPConnection(host, port, timeout=_TIMEOUT)
+                                           context=ssl.create_default_context()), False
+    return http.client.HTTPConnection(host, port, timeout=_TIMEOUT), False
 
 
 def _release(conn: http.client.HTTPConnection, reusable: bool) -> None:
