@@ -8,7 +8,10 @@ path is missing — raised when the job computes partitions, not when the RDD is
 
 A URL (`s3a://bucket/logs/*.gz`, `https://...`; see ember.fs) follows the same rules: one
 listing per directory gives the sizes, and a split is read with range requests - one per
-split where possible, prefetched - instead of seek and read. http(s) files are read whole.
+split where possible - instead of seek and read: from S3 as plain HTTP GETs streamed into a
+reused buffer (ember.s3_range), elsewhere through fsspec, prefetched. http(s) files are read
+whole. Lines are decoded from memoryviews of what was read: a byte is copied once, into the
+str, except the pieces of a line that spans two reads.
 """
 from __future__ import annotations
 
