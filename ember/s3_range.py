@@ -58,10 +58,13 @@ class S3RangeReader:
                 resp.read()
                 _release(conn, resp.isclosed() and not resp.will_close)
                 return
-            if resp.status != 206:
+            if resp.status == 200 and start == 0:     # a server that sends the whole object
+                total = resp.getheader("Content-Length") or ""
+            elif resp.status != 206:
                 _release(conn, False)
                 raise OSError(f"Range request for {self.url} got HTTP {resp.status}")
-            total = (resp.getheader("Content-Range") or "").rpartition("/")[2]
+            else:
+                total = (resp.getheader("Content-Range") or "").rpartition("/")[2]
             if total.isdigit():
                 self.size = int(total)
                 stop = min(stop, self.size)

@@ -476,13 +476,20 @@ def test_direct_s3_reads_sign_like_botocore_and_fail_without_secrets(monkeypatch
 
 def test_direct_s3_read_resumes_after_a_dropped_connection(monkeypatch, s3_keys):
     """A server that drops the connection half way through a body: the read goes on from
-    the byte it reached with a new request, and ends with the right bytes."""
+    the byte it reached with a new request, and ends with the right bytes; a server that
+    answers a range from 0 with the whole object is read as far as asked."""
     from ember import fs, s3_range
     body = bytes(range(256)) * 40
     seen: list[str] = []
 
     class Flaky(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
+            if self.path.endswith("/whole.bin"):      # a server that ignores Range
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
             first, last = (int(x) for x in
                            self.headers["Range"].split("=")[1].split("-"))
             last = min(last, len(body) - 1)
@@ -511,6 +518,9 @@ def test_direct_s3_read_resumes_after_a_dropped_connection(monkeypatch, s3_keys)
                        s3_range.reader("s3a://bkt/k.bin").stream(0, 1 << 20, buf))
         assert got == body and seen[0] == f"0-{len(body) - 1}"
         assert seen[1].startswith("1000-")
+        whole = s3_range.reader("s3a://bkt/whole.bin")
+        assert b"".join(bytes(buf[:n]) for n in whole.stream(0, 5000, buf)) == body[:5000]
+        assert whole.size == len(body)
     finally:
         server.shutdown()
         server.server_close()
