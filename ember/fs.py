@@ -189,6 +189,11 @@ class S3Settings(NamedTuple):
     region: str | None
     path_style: bool
 
+    def __repr__(self) -> str:            # never the keys, should it reach a log or a trace
+        return (f"S3Settings(endpoint={self.endpoint!r}, region={self.region!r}, "
+                f"path_style={self.path_style}, anonymous={self.anonymous}, "
+                f"keys={'given' if self.key else 'not given'})")
+
 
 def s3_settings(bucket: str, conf: Mapping[str, str] | None = None) -> S3Settings:
     """S3A's keys for `bucket` (per-bucket `fs.s3a.bucket.<b>.*` first, as S3A does) from

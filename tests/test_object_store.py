@@ -463,6 +463,7 @@ def test_direct_s3_reads_sign_like_botocore_and_fail_without_secrets(monkeypatch
     with pytest.raises(PermissionError, match=f"s3a://{name}/private.txt") as denied:
         list(s3_range.reader(f"s3a://{name}/private.txt").stream(0, 10, buf))
     monkeypatch.setattr(fs, "_process_conf", fs.hadoop_conf(s3_keys))
+    assert fs.s3_settings(name).secret == SECRET and SECRET not in repr(fs.s3_settings(name))
     with pytest.raises(FileNotFoundError, match=f"s3a://{name}/gone.txt") as missing:
         list(s3_range.reader(f"s3a://{name}/gone.txt").stream(0, 10, buf))
     closed = dict(s3_keys, **{"spark.hadoop.fs.s3a.endpoint": "http://127.0.0.1:9"})
