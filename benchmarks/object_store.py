@@ -9,6 +9,7 @@ benchmark, so its CPU time (printed) is part of what the S3 reads cost here. Run
 hand, once:
 
     python -m benchmarks.object_store [--size-mb 1024] [--file-mb 64] [--runs 2]
+                                      [--moto-keep-heap]
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def generate(directory: str, size_mb: int, file_mb: int) -> int:
     return total
 
 
-def start_server() -> tuple[subprocess.Popen, str]:
+def start_server(keep_heap: bool = False) -> tuple[subprocess.Popen, str]:
     from ember.deploy.local_cluster import free_port
     port = free_port()
     server = os.path.join(os.path.dirname(sys.executable), "moto_server")
@@ -54,6 +55,12 @@ def start_server() -> tuple[subprocess.Popen, str]:
     # and reads all of it back for every range request): the benchmark measures Ember's
     # reading, not moto's storage
     env = dict(os.environ, MOTO_S3_DEFAULT_KEY_BUFFER_SIZE=str(256 << 20))
+    if keep_heap:
+        # moto copies the whole object (and then the range) for every range GET; glibc maps
+        # each copy afresh and the kernel zero-fills it page by page (~1.5 s of the server's
+        # ~1.9 s of CPU per GB). Told to keep its heap, moto reuses that memory.
+        env.update(MALLOC_MMAP_THRESHOLD_=str(1 << 32), MALLOC_TRIM_THRESHOLD_=str(1 << 32),
+                   MALLOC_ARENA_MAX="1")
     proc = subprocess.Popen([server, "-H", "127.0.0.1", "-p", str(port)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
@@ -104,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size-mb", type=int, default=1024)
     p.add_argument("--file-mb", type=int, default=64)
     p.add_argument("--runs", type=int, default=2)
+    p.add_argument("--moto-keep-heap", action="store_true",
+                   help="run moto with glibc keeping its heap (see start_server)")
     args = p.parse_args(argv)
     os.environ.setdefault("PYTHONHASHSEED", "0")
     from ember import SparkConf, SparkContext
@@ -113,11 +122,12 @@ def main(argv: list[str] | None = None) -> int:
         data_dir = os.path.join(tmp, "data")
         os.makedirs(data_dir)
         total = generate(data_dir, args.size_mb, args.file_mb)
-        proc, endpoint = start_server()
+        proc, endpoint = start_server(args.moto_keep_heap)
         t0 = time.perf_counter()
         upload(endpoint, data_dir)
         print(f"{total / 1e6:.0f} MB in {len(os.listdir(data_dir))} files, uploaded in "
-              f"{time.perf_counter() - t0:.1f} s", flush=True)
+              f"{time.perf_counter() - t0:.1f} s; load average %.2f %.2f %.2f"
+              % os.getloadavg(), flush=True)
         conf = (SparkConf().setMaster("local[2]").setAppName("object-store-bench")
                 .set("spark.ui.enabled", "false")
                 .set("spark.hadoop.fs.s3a.endpoint", endpoint)
@@ -149,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             sc.stop()
         med = {k: statistics.median(v) for k, v in times.items()}
+        print("load average (1, 5, 15 min): %.2f %.2f %.2f" % os.getloadavg())
         for label, seconds in med.items():
             print(f"{label}: median {seconds:.2f} s = {total / 1e6 / seconds:.0f} MB/s, "
                   f"CPU {statistics.median(ember_cpu[label]):.2f} s Ember + "

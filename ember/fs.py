@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 from urllib.parse import urlparse
 
 from ember.errors import SparkException
@@ -179,31 +179,60 @@ def _options(target: str, parsed: Any, conf: Mapping[str, str]) -> dict[str, Any
     return {}
 
 
-def _s3_options(conf: Mapping[str, str], bucket: str) -> dict[str, Any]:
-    """S3A's keys (per-bucket `fs.s3a.bucket.<b>.*` first, as S3A does) -> s3fs options."""
+class S3Settings(NamedTuple):
+    """What S3A's keys say for one bucket (None: not given)."""
+    key: str | None
+    secret: str | None
+    token: str | None
+    anonymous: bool
+    endpoint: str | None        # with its scheme (connection.ssl.enabled picks it if absent)
+    region: str | None
+    path_style: bool
+
+    def __repr__(self) -> str:            # never the keys, should it reach a log or a trace
+        return (f"S3Settings(endpoint={self.endpoint!r}, region={self.region!r}, "
+                f"path_style={self.path_style}, anonymous={self.anonymous}, "
+                f"keys={'given' if self.key else 'not given'})")
+
+
+def s3_settings(bucket: str, conf: Mapping[str, str] | None = None) -> S3Settings:
+    """S3A's keys for `bucket` (per-bucket `fs.s3a.bucket.<b>.*` first, as S3A does) from
+    `conf` (default: this process's)."""
+    conf = _process_conf if conf is None else hadoop_conf(conf)
+
     def get(name: str) -> str | None:
         return conf.get(f"{_S3A}bucket.{bucket}.{name}") or conf.get(_S3A + name)
-    opts: dict[str, Any] = {}
     key, secret = get("access.key"), get("secret.key")
-    if key and secret:
-        opts["key"], opts["secret"] = key, secret
-        if get("session.token"):
-            opts["token"] = get("session.token")
-    if "Anonymous" in (get("aws.credentials.provider") or ""):
+    endpoint = get("endpoint")
+    if endpoint and "://" not in endpoint:
+        ssl = (get("connection.ssl.enabled") or "true").strip().lower() != "false"
+        endpoint = ("https://" if ssl else "http://") + endpoint
+    return S3Settings(
+        key=key if key and secret else None, secret=secret if key and secret else None,
+        token=get("session.token") if key and secret else None,
+        anonymous="Anonymous" in (get("aws.credentials.provider") or ""),
+        endpoint=endpoint or None, region=get("endpoint.region") or get("region"),
+        path_style=(get("path.style.access") or "").strip().lower() == "true")
+
+
+def _s3_options(conf: Mapping[str, str], bucket: str) -> dict[str, Any]:
+    """S3A's keys -> s3fs options."""
+    s3 = s3_settings(bucket, conf)
+    opts: dict[str, Any] = {}
+    if s3.key:
+        opts["key"], opts["secret"] = s3.key, s3.secret
+        if s3.token:
+            opts["token"] = s3.token
+    if s3.anonymous:
         opts["anon"] = True
     client: dict[str, Any] = {}
-    endpoint = get("endpoint")
-    if endpoint:
-        if "://" not in endpoint:
-            ssl = (get("connection.ssl.enabled") or "true").strip().lower() != "false"
-            endpoint = ("https://" if ssl else "http://") + endpoint
-        client["endpoint_url"] = endpoint
-    region = get("endpoint.region") or get("region")
-    if region:
-        client["region_name"] = region
+    if s3.endpoint:
+        client["endpoint_url"] = s3.endpoint
+    if s3.region:
+        client["region_name"] = s3.region
     if client:
         opts["client_kwargs"] = client
-    if (get("path.style.access") or "").strip().lower() == "true":
+    if s3.path_style:
         opts["config_kwargs"] = {"s3": {"addressing_style": "path"}}
     return opts
 

@@ -8,7 +8,10 @@ path is missing — raised when the job computes partitions, not when the RDD is
 
 A URL (`s3a://bucket/logs/*.gz`, `https://...`; see ember.fs) follows the same rules: one
 listing per directory gives the sizes, and a split is read with range requests - one per
-split where possible, prefetched - instead of seek and read. http(s) files are read whole.
+split where possible - instead of seek and read: from S3 as plain HTTP GETs streamed into a
+reused buffer (ember.s3_range), elsewhere through fsspec, prefetched. http(s) files are read
+whole. Lines are decoded from memoryviews of what was read: a byte is copied once, into the
+str, except the pieces of a line that spans two reads.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable, Iterator, NamedTuple
 
-from ember import fs
+from ember import fs, s3_range
 from ember.errors import InvalidInputException
 
 LOCAL_BLOCK_SIZE = 32 * 1024 * 1024
@@ -32,6 +35,7 @@ _REMOTE_CHUNK = 32 * 1024 * 1024   # about one range request (S3A's block size)
 _PREFETCH = 2                       # range requests in flight ahead of the reader
 _TAIL = 64 * 1024                   # read past a split's end for its last line
 _LINE_END = re.compile(r"\r\n|\r|\n")
+_BUFFERS: list[bytearray] = []      # reused _CHUNK buffers of direct S3 reads (no page faults)
 
 
 class Partition:
@@ -224,28 +228,45 @@ def open_input(path: str) -> Iterator[Any]:
             yield raw
 
 
-def _decode_lines(data: bytes, use_unicode: bool) -> list:
-    if data.endswith(b"\r"):
-        data = data[:-1]
-    if use_unicode:
-        text = data.decode("utf-8", errors="replace")
-        return _LINE_END.split(text) if "\r" in text else text.split("\n")
-    return re.split(rb"\r\n|\r|\n", data) if b"\r" in data else data.split(b"\n")
-
-
-def _lines(chunks: Iterable[bytes], use_unicode: bool) -> Iterator:
-    """Decode whole lines from a stream of byte chunks (a line may span chunks)."""
-    rest = b""
+def _whole(chunks: Iterable[bytes]) -> Iterator[tuple]:
+    """Byte chunks as segments `(data, lo, hi)`, i.e. data[lo:hi]. A segment's data may be a
+    buffer that the next segment overwrites: it is valid until the next one is pulled."""
     for chunk in chunks:
-        buf = rest + chunk
-        cut = buf.rfind(b"\n")
+        yield chunk, 0, len(chunk)
+
+
+def _decode_lines(data: Any, lo: int, hi: int, use_unicode: bool) -> list:
+    """The lines of data[lo:hi] (no line break at hi), decoded without copying the bytes."""
+    if hi > lo and data[hi - 1] == 13:            # the \r of a \r\n
+        hi -= 1
+    view = memoryview(data)[lo:hi]
+    if use_unicode:
+        text = str(view, "utf-8", "replace")
+        return _LINE_END.split(text) if "\r" in text else text.split("\n")
+    raw = bytes(view)
+    return re.split(rb"\r\n|\r|\n", raw) if b"\r" in raw else raw.split(b"\n")
+
+
+def _lines(segments: Iterable[tuple], use_unicode: bool) -> Iterator:
+    """Decode whole lines from a stream of segments (a line may span segments; only its
+    partial pieces are copied)."""
+    rest = b""
+    for data, lo, hi in segments:
+        cut = data.rfind(b"\n", lo, hi)
         if cut < 0:
-            rest = buf
+            rest += data[lo:hi]
             continue
-        rest = buf[cut + 1:]
-        yield from _decode_lines(buf[:cut], use_unicode)
+        if rest:                                  # finish the line the last segment began
+            first = data.find(b"\n", lo, hi)
+            rest += data[lo:first]
+            yield from _decode_lines(rest, 0, len(rest), use_unicode)
+            lo = first + 1
+        if cut >= lo:
+            yield from _decode_lines(data, lo, cut, use_unicode)
+        rest = bytes(memoryview(data)[cut + 1:hi])
     if rest:
-        yield from _decode_lines(rest.rstrip(b"\r"), use_unicode)
+        rest = rest.rstrip(b"\r")
+        yield from _decode_lines(rest, 0, len(rest), use_unicode)
 
 
 def _split_chunks(f: Any, start: int, end: int) -> Iterator[bytes]:
@@ -266,38 +287,69 @@ def _split_chunks(f: Any, start: int, end: int) -> Iterator[bytes]:
             yield line
 
 
-def _remote_split_chunks(url: str, start: int, end: int) -> Iterator[bytes]:
-    """`_split_chunks` for a URL, in as few range requests as possible (object stores
-    charge per request, and some servers read the whole object for each): [start, end +
-    _TAIL) - the split and, almost always, the rest of its last line - is fetched in
-    requests of about _REMOTE_CHUNK, a thread staying _PREFETCH requests ahead of the
-    decoding; a last line longer than that is finished with more requests."""
-    filesystem, path = fs.filesystem(url)
-    size = filesystem.size(path)
-    pos = start                       # absolute offset of the chunk below
-    lo = 0
+def _owned(segments: Iterable[tuple], start: int, end: int) -> Iterator[tuple]:
+    """`_split_chunks` for segments that cover a file from `start` on: the segments of the
+    lines starting in (start, end] (or [0, end] when start is 0), as Hadoop's
+    LineRecordReader reads them; it pulls no segment past the end of the last line."""
+    pos = start                       # file offset of data[lo]
     found_start = start == 0          # the first (partial) line belongs to the previous split
-    for chunk in _ranges(filesystem, path, start, min(end + _TAIL, size), size):
-        lo = 0
+    for data, lo, hi in segments:
         if not found_start:
-            cut = chunk.find(b"\n")
+            cut = data.find(b"\n", lo, hi)
             if cut < 0:
-                pos += len(chunk)
+                pos += hi - lo
                 continue
-            found_start, lo = True, cut + 1
-            if pos + lo > end:
+            found_start = True
+            pos += cut + 1 - lo
+            lo = cut + 1
+            if pos > end:
                 return
-        own = min(len(chunk), end - pos)         # chunk[:own] lies before `end`
-        view = memoryview(chunk)                  # pieces without copies: `_lines` copies
-        for i in range(lo, own, _CHUNK):          # each one once, cache-sized
-            yield view[i:min(i + _CHUNK, own)]
-        if pos + len(chunk) > end:               # then the line that started at <= end
-            lo = max(lo, own)
-            cut = chunk.find(b"\n", lo)
-            yield chunk[lo:] if cut < 0 else chunk[lo:cut + 1]
+        own = min(hi, lo + max(0, end - pos))    # data[lo:own] lies before `end`
+        if own > lo:
+            yield data, lo, own
+        if own < hi:                              # then the line that started at <= end
+            cut = data.find(b"\n", own, hi)
+            yield data, own, hi if cut < 0 else cut + 1
             if cut >= 0:
                 return
-        pos += len(chunk)
+        pos += hi - lo
+
+
+def _remote_split_segments(url: str, start: int, end: int) -> Iterator[tuple]:
+    """The segments of a URL's split, in as few range requests as possible (object stores
+    charge per request, and some servers read the whole object for each): [start, end +
+    _TAIL) - the split and, almost always, the rest of its last line - then, only for a
+    last line longer than that, more requests. S3 objects stream into a reused buffer
+    (ember.s3_range); other URLs go through fsspec, prefetched on a thread."""
+    reader = s3_range.reader(url)
+    if reader is not None:
+        return _owned(_direct_segments(reader, start, end + _TAIL), start, end)
+    filesystem, path = fs.filesystem(url)
+    size = filesystem.size(path)
+    return _owned(_whole(_ranges(filesystem, path, start, min(end + _TAIL, size), size)),
+                  start, end)
+
+
+def _direct_segments(reader: s3_range.S3RangeReader, start: int, stop: int
+                     ) -> Iterator[tuple]:
+    """[start, stop) through one request, then the object's rest in growing requests, as
+    far as the reader asks; every piece lands in the same buffer."""
+    try:
+        buffer = _BUFFERS.pop()
+    except IndexError:
+        buffer = bytearray(_CHUNK)
+    try:
+        for n in reader.stream(start, stop, buffer):
+            yield buffer, 0, n
+        step = _TAIL
+        while reader.size is not None and stop < reader.size:
+            step = min(step * 4, _REMOTE_CHUNK)
+            for n in reader.stream(stop, stop + step, buffer):
+                yield buffer, 0, n
+            stop += step
+    finally:
+        if len(_BUFFERS) < 2:
+            _BUFFERS.append(buffer)
 
 
 def _ranges(filesystem: Any, path: str, start: int, stop: int, size: int) -> Iterator[bytes]:
@@ -333,15 +385,15 @@ def read_lines(split: FileSplit, use_unicode: bool = True) -> Iterator:
     if split.length == 0 and split.start == 0 and _splittable(split.path):
         return
     if _splittable(split.path) and not fs.is_local(split.path):
-        yield from _lines(_remote_split_chunks(split.path, split.start,
-                                               split.start + split.length), use_unicode)
+        yield from _lines(_remote_split_segments(split.path, split.start,
+                                                 split.start + split.length), use_unicode)
         return
     with open_input(split.path) as f:
         if not _splittable(split.path):
-            yield from _lines(iter(lambda: f.read(_CHUNK), b""), use_unicode)
+            yield from _lines(_whole(iter(lambda: f.read(_CHUNK), b"")), use_unicode)
         else:
-            yield from _lines(_split_chunks(f, split.start, split.start + split.length),
-                              use_unicode)
+            yield from _lines(_whole(_split_chunks(f, split.start,
+                                                   split.start + split.length)), use_unicode)
 
 
 def read_whole_file(path: str) -> bytes:
