@@ -99,6 +99,9 @@ class StandaloneAppClient(RpcEndpoint):
         if isinstance(msg, RegisteredApplication):
             self.app_id = msg.appId
             self.master_ref = msg.master
+            # a client-mode driver holds the cluster secret: admit its own executors, whose
+            # credentials the workers derive for this app id (and no other app's)
+            self.rpc_env.admit_app_scopes(msg.appId)
             log.info("Connected to Spark cluster with app ID %s", msg.appId)
             if self._retry is not None:
                 self._retry.cancel()

@@ -43,6 +43,12 @@ def read_shuffle_segment(map_path: str, reduce_id: int) -> bytes:
         return f.read(end - start)
 
 
+# Only the driver that registered this executor sends these (checked on the connection).
+DRIVER_ONLY_MESSAGES: tuple[type, ...] = (
+    RegisteredExecutor, RegisterExecutorFailed, LaunchTask, KillTask, RemoveStage, RemoveRdd,
+    RemoveBroadcast, StopExecutor, Shutdown)
+
+
 class CoarseGrainedExecutorBackend(RpcEndpoint):
     def __init__(self, executor_id: str, hostname: str, cores: int, app_id: str,
                  driver_address: RpcAddress, worker_address: RpcAddress | None,
@@ -77,6 +83,14 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
         fut.add_done_callback(registered)
 
     def receive(self, msg: Any, sender: RpcAddress) -> None:
+        if isinstance(msg, DRIVER_ONLY_MESSAGES):
+            peer = self.rpc_env.current_sender()
+            if peer is None or peer.address != self.driver_address:
+                # trust by channel: tasks come from the driver that registered us, never
+                # from whoever else reached this port
+                log.warning("Refusing %s from %s: only the driver %s may send it",
+                            type(msg).__name__, sender, self.driver_address)
+                return
         if isinstance(msg, RegisteredExecutor):
             log.info("Successfully registered with driver")
             self.rpc_env.run_in_executor(self._start_pool)
@@ -117,6 +131,11 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
                     data = read_shuffle_segment(path, msg.reduceId)
                 except OSError as e:
                     self.rpc_env.call_soon(context.send_failure, FileNotFoundError(str(e)))
+                    return
+                except Exception as e:   # a malformed request is answered, never left to hang
+                    self.rpc_env.call_soon(context.send_failure, ValueError(
+                        f"Invalid shuffle block request for {msg.mapPath} "
+                        f"(reduce {msg.reduceId}): {type(e).__name__}: {e}"))
                     return
                 self.rpc_env.call_soon(context.reply, data)
             self.rpc_env.run_in_executor(read)

@@ -49,11 +49,15 @@ class DriverEndpoint(RpcEndpoint):
 
     def __init__(self, backend: "StandaloneSchedulerBackend") -> None:
         self.backend = backend
+        self._channels: dict[str, int] = {}   # executor id -> the connection it registered on
 
     def receive_and_reply(self, msg: Any, context: RpcCallContext) -> None:
         b = self.backend
         if isinstance(msg, RegisterExecutor):
+            first = msg.executorId not in b.executors
             b.register_executor(msg, context)
+            if first and msg.executorId in b.executors:
+                self._channels[msg.executorId] = context.sender.channel_id
         elif isinstance(msg, RetrieveSparkAppConfig):
             context.reply(SparkAppConfig(sorted(b.app_conf().items())))
         elif isinstance(msg, FetchBroadcast):
@@ -77,6 +81,14 @@ class DriverEndpoint(RpcEndpoint):
 
     def receive(self, msg: Any, sender: RpcAddress) -> None:
         b = self.backend
+        if isinstance(msg, (StatusUpdate, RemoveExecutor)):
+            peer = self.rpc_env.current_sender()
+            if peer is None or (not peer.local and
+                                self._channels.get(msg.executorId) != peer.channel_id):
+                # trust by channel: only executor X's own connection speaks for X
+                log.warning("Refusing %s for executor %s from %s: not that registered "
+                            "executor's connection", type(msg).__name__, msg.executorId, sender)
+                return
         if isinstance(msg, StatusUpdate):
             b.status_update(msg)
         elif isinstance(msg, RemoveExecutor):
