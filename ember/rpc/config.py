@@ -25,6 +25,7 @@ EXECUTOR_THREADS = "spark.ember.rpc.executorThreads"
 HANDSHAKE_TIMEOUT = "spark.ember.rpc.handshakeTimeout"
 MAX_PENDING = "spark.ember.rpc.maxPendingConnections"
 INBOUND_BUDGET = "spark.ember.rpc.inboundBufferBudget"
+STALLED_FRAME_TIMEOUT = "spark.ember.rpc.stalledFrameTimeout"
 
 _TIME_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0,
                "d": 86400.0}
@@ -101,6 +102,7 @@ class RpcConf:
     handshake_timeout: float = 5.0
     max_pending_connections: int = 64
     inbound_budget: int = 1 << 30
+    stalled_frame_timeout: float = 30.0
     ask_timeout: float = 120.0
     max_message_size: int = 128 * 1024 * 1024
     connect_timeout: float = 10.0
@@ -148,6 +150,8 @@ class RpcConf:
             max_pending_connections=max(1, _parse_number(
                 MAX_PENDING, conf.get(MAX_PENDING, "64"), int)),
             inbound_budget=max(1 << 20, int(budget_mb * 1024 * 1024)),
+            stalled_frame_timeout=parse_time(STALLED_FRAME_TIMEOUT,
+                                             conf.get(STALLED_FRAME_TIMEOUT, "30s")),
             ask_timeout=parse_time(ASK_TIMEOUT, conf.get(ASK_TIMEOUT, "120s")),
             max_message_size=int(max_mb * 1024 * 1024),
             connect_timeout=parse_time(CONNECT_TIMEOUT, conf.get(CONNECT_TIMEOUT, "10s")),

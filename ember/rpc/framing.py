@@ -23,7 +23,6 @@ TAG_LEN = 16                                        # per-frame MAC / GCM tag
 GREETING_LEN = len(MAGIC) + 2 + NONCE_LEN          # magic, version, flags, nonce
 CLIENT_AUTH_LEN = MAC_LEN + NONCE_LEN + 2           # proof, client nonce, flags, scope length
 SERVER_AUTH_LEN = MAC_LEN                           # proof
-MAX_PRE_AUTH_BYTES = 4096                           # all a peer may send before proving itself
 
 # Frame types (the byte after the 4-byte length).
 HELLO = 0

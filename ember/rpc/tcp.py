@@ -229,13 +229,7 @@ class TcpConnection(asyncio.Protocol, Channel):
             if self.closed:
                 return
             if self._state is not _OPEN:
-                if (self._state in (_S_AUTH, _S_AUTH_SCOPE)
-                        and self._reader.buffered() > framing.MAX_PRE_AUTH_BYTES):
-                    log.warning("Authentication failed for connection from %s: it sent more "
-                                "than a handshake before proving the shared secret",
-                                self._remote)
-                    self.abort()
-                return
+                return     # before the proof, at most one read (<= 321 bytes used) is held
         self._read_frames()
         if not self.closed:
             held = self._reader.buffered()
@@ -248,6 +242,18 @@ class TcpConnection(asyncio.Protocol, Channel):
             log.warning("Pausing reads from %s: partial frames of this process exceed "
                         "spark.ember.rpc.inboundBufferBudget", self._describe())
             self._transport.pause_reading()
+            # a paused connection cannot finish its frame nor see its peer go away: past
+            # the timeout it is closed and its bytes returned to the budget
+            self._timer = self._env._loop.call_later(self._conf.stalled_frame_timeout,
+                                                     self._stalled)
+
+    def _stalled(self) -> None:
+        self._timer = None
+        if self._paused and not self.closed:
+            log.warning("Closing the connection with %s: its partial frame stayed paused for "
+                        "%g s (spark.ember.rpc.stalledFrameTimeout)", self._describe(),
+                        self._conf.stalled_frame_timeout)
+            self.abort()
 
     def _resume_threadsafe(self) -> None:
         try:
@@ -258,6 +264,9 @@ class TcpConnection(asyncio.Protocol, Channel):
     def _resume(self) -> None:
         if self._paused and not self.closed and self._transport is not None:
             self._paused = False
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
             self._transport.resume_reading()
 
     def eof_received(self) -> bool:

@@ -910,6 +910,10 @@ class WorkerDaemon:
     def start(self) -> "WorkerDaemon":
         s = self.settings
         work_dir = os.path.abspath(s.work_dir)
+        # Work, driver, executor and log directories 0700, files 0600: logs and executor
+        # directories hold application data and environments. Launched drivers and
+        # executors inherit the umask (they run as the daemon's user anyway).
+        os.umask(0o077)
         try:
             os.makedirs(work_dir, exist_ok=True)
             if not os.access(work_dir, os.W_OK | os.X_OK):
