@@ -491,6 +491,8 @@ class Worker(RpcEndpoint):
         """Trust by channel: work is started or stopped only by the master this worker is
         registered with, on its own connection (never on a message's masterUrl field)."""
         peer = self.rpc_env.current_sender()
+        if peer is not None and peer.local:
+            return True     # this process itself
         if (peer is not None and peer.scope is None and self.master is not None
                 and (peer.address == self.master.address
                      or peer.address == self.master_address_to_connect)):
