@@ -192,8 +192,8 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
                     "storage_budget": (storage_mb // max(self.cores, 1)) << 20,
                     "files_dir": files_dir, "cwd": os.getcwd(),
                     "driver": [self.driver_address.host, self.driver_address.port],
-                    "rpc_conf": {k: v for k, v in conf.items() if k.startswith("spark.authenticate")
-                                 or k.startswith("spark.rpc.")}}
+                    "rpc_conf": {k: v for k, v in conf.items() if k.startswith(
+                        ("spark.authenticate", "spark.rpc.", "spark.network.crypto."))}}
         extra = {k[len("spark.executorEnv."):]: v for k, v in conf.items()
                  if k.startswith("spark.executorEnv.")}
         pool = TaskProcessPool(self.cores, env_conf, self._on_task_end, extra,
@@ -271,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     conf = {k: v for k, v in cfg.sparkProperties}
     conf.update(boot_conf)
+    if boot_conf and conf.get("spark.network.crypto.enabled", "").lower() == "true":
+        env.require_encryption()   # shuffle fetches from other executors too
     dirs = [d for d in os.environ.get("SPARK_EXECUTOR_DIRS", "").split(os.pathsep) if d]
     root = dirs[0] if dirs else tempfile.gettempdir()
     work_dir = tempfile.mkdtemp(prefix=f"executor-{args.executor_id}-", dir=root)

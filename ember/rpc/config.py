@@ -125,8 +125,8 @@ class RpcConf:
         if auth:
             scope, secret = security.parse_credential(resolve_secret(conf))
             security.check_secret(secret)
-        insecure = parse_bool(security.INSECURE_OPT_OUT,
-                              conf.get(security.INSECURE_OPT_OUT, "false"))
+        insecure = parse_bool(security.INSECURE_OPT_OUT, conf.get(
+            security.INSECURE_OPT_OUT, os.environ.get(security.INSECURE_OPT_OUT_ENV, "false")))
         mode = (security.MODE_SECRET if auth else security.MODE_INSECURE if insecure
                 else security.MODE_LOCAL_USER)
         crypto = parse_bool(security.CRYPTO_ENABLED, conf.get(security.CRYPTO_ENABLED, "false"))

@@ -1004,6 +1004,14 @@ class RpcEnv:
                 self._admit_any_scope = True
             self._admitted_scopes.update(scopes)
 
+    def require_encryption(self) -> None:
+        """Encrypt every connection opened from now on (an executor learns that its
+        application asked for spark.network.crypto.enabled only after connecting)."""
+        from dataclasses import replace
+        if not self._conf.authenticate:
+            raise ValueError("spark.network.crypto.enabled needs spark.authenticate=true")
+        self._conf = replace(self._conf, crypto=True)
+
     def _admits_scope(self, scope: str) -> bool:
         return self._admit_any_scope or scope in self._admitted_scopes
 

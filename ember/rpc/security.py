@@ -34,6 +34,9 @@ from typing import Sequence
 log = logging.getLogger("ember.rpc")
 
 INSECURE_OPT_OUT = "spark.ember.network.insecure.allowUnauthenticated"
+# The same opt-out for a whole cluster: daemons pass their environment on to the drivers and
+# executors they launch, which read no configuration before their first connection.
+INSECURE_OPT_OUT_ENV = "EMBER_NETWORK_INSECURE_ALLOW_UNAUTHENTICATED"
 CRYPTO_ENABLED = "spark.network.crypto.enabled"
 MIN_SECRET_BYTES = 32
 APP_CREDENTIAL_PREFIX = "ember-app-v1:"
@@ -220,19 +223,39 @@ def socket_owner_uid(local: tuple[str, int], remote: tuple[str, int]) -> int | N
         try:
             needle = (_proc_hex(local[0], local[1], v6) + b" "
                       + _proc_hex(remote[0], remote[1], v6) + b" 01 ")
-            with open(name, "rb") as f:
-                data = f.read()
-        except (OSError, ValueError):
+        except ValueError:
             continue
-        i = data.find(needle)
-        if i < 0:
-            continue
-        line = data[i:data.find(b"\n", i)].split()
-        try:
-            return int(line[6])   # local rem st tx:rx tr:when retrnsmt uid
-        except (IndexError, ValueError):
-            return None
+        for fresh in (False, True):
+            data = _socket_table(name, fresh)
+            i = data.find(needle)
+            if i >= 0:
+                line = data[i:data.find(b"\n", i)].split()
+                try:
+                    return int(line[6])   # local rem st tx:rx tr:when retrnsmt uid
+                except (IndexError, ValueError):
+                    return None
     return None
+
+
+_tables: dict[str, tuple[float, bytes]] = {}
+_TABLE_TTL = 0.2
+
+
+def _socket_table(name: str, fresh: bool) -> bytes:
+    """/proc/net/tcp{,6}, re-read at most every 0.2 s unless `fresh` (a burst of accepted
+    connections costs one read, not one each; a miss in a cached copy re-reads)."""
+    import time
+    now = time.monotonic()
+    cached = _tables.get(name)
+    if not fresh and cached is not None and now - cached[0] < _TABLE_TTL:
+        return cached[1]
+    try:
+        with open(name, "rb") as f:
+            data = f.read()
+    except OSError:
+        data = b""
+    _tables[name] = (now, data)
+    return data
 
 
 def peer_is_same_user(sock_local: tuple[str, int], sock_remote: tuple[str, int]) -> tuple[bool, str]:

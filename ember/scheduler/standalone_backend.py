@@ -118,7 +118,9 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             or "127.0.0.1"
         port = int(self.conf.get("spark.driver.port") or 0)
         rpc_conf = {k: v for k, v in self.conf.getAll()
-                    if k.startswith(("spark.authenticate", "spark.rpc.", "spark.port."))}
+                    if k.startswith(("spark.authenticate", "spark.rpc.", "spark.port.",
+                                     "spark.network.crypto.", "spark.ember.rpc.",
+                                     "spark.ember.network."))}
         self.rpc_env = RpcEnv.create("sparkDriver", host, port, rpc_conf)
         self.loop = RpcLoop(self.rpc_env)
         self.driver_endpoint = DriverEndpoint(self)
