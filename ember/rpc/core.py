@@ -476,6 +476,7 @@ class RpcEnv:
         the operator opted out by name); a secret on the command line draws a warning."""
         from ember.rpc import security
         security.warn_secret_on_command_line()
+        security.install_pickle_audit()
         if self.client_mode or self._conf.inprocess:
             return
         security.raise_open_files_limit()

@@ -21,7 +21,6 @@ A listener on a non-loopback address without a secret refuses to start unless op
 """
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import logging
 import os
@@ -276,9 +275,28 @@ def peer_is_same_user(sock_local: tuple[str, int], sock_remote: tuple[str, int])
     return True, ""
 
 
-def transcript_hash(*parts: bytes) -> bytes:
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(len(p).to_bytes(4, "big"))
-        h.update(p)
-    return h.digest()
+PICKLE_AUDIT_ENV = "EMBER_FUZZ_PICKLE_AUDIT"
+_audit_installed = False
+
+
+def install_pickle_audit() -> None:
+    """Fuzzing instrumentation (`python -m benchmarks.fuzz`): with EMBER_FUZZ_PICKLE_AUDIT=dir
+    set, count every pickle `find_class` (what any code-running pickle needs) of this
+    process into dir/<pid>, so the fuzzer can show no input of its reached pickle."""
+    global _audit_installed
+    directory = os.environ.get(PICKLE_AUDIT_ENV)
+    if not directory or _audit_installed:
+        return
+    _audit_installed = True
+    path = os.path.join(directory, str(os.getpid()))
+    count = [0]
+
+    def hook(event: str, args: tuple) -> None:
+        if event == "pickle.find_class":
+            count[0] += 1
+            try:
+                with open(path, "w") as f:
+                    f.write(str(count[0]))
+            except OSError:
+                pass
+    sys.addaudithook(hook)
