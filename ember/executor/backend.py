@@ -26,6 +26,7 @@ from ember.deploy.messages import (KillTask, LaunchTask, RegisteredExecutor,
 from ember.executor.process_pool import TaskProcessPool
 from ember.scheduler.event_loop import RpcLoop
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv
+from ember.shuffle.crypto import key_from_conf
 from ember.shuffle.writer import read_index
 
 log = logging.getLogger("ember.executor")
@@ -192,6 +193,7 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
                     "storage_budget": (storage_mb // max(self.cores, 1)) << 20,
                     "files_dir": files_dir, "cwd": os.getcwd(),
                     "driver": [self.driver_address.host, self.driver_address.port],
+                    "io_key": (lambda k: k.hex() if k else None)(key_from_conf(conf)),
                     "rpc_conf": {k: v for k, v in conf.items() if k.startswith(
                         ("spark.authenticate", "spark.rpc.", "spark.network.crypto."))}}
         extra = {k[len("spark.executorEnv."):]: v for k, v in conf.items()

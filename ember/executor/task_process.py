@@ -39,6 +39,8 @@ class TaskEnv:
         self.memory_limit_mb: int = conf["memory_limit_mb"]
         self.cpus: int = conf.get("cpus", 1)
         self.block_manager = BlockManager(conf["block_dir"], conf["storage_budget"])
+        # spark.io.encryption.enabled: the application's key for shuffle and spill files
+        self.io_key: bytes | None = bytes.fromhex(conf["io_key"]) if conf.get("io_key") else None
         self.remote = None
         self.fetch_remote = None
         if conf.get("driver"):        # an executor of a cluster application

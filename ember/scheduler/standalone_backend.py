@@ -26,6 +26,7 @@ from ember.deploy.messages import (ApplicationDescription, Command, FetchBroadca
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv
 from ember.scheduler.backend import SchedulerBackend, WorkerOffer
 from ember.scheduler.event_loop import RpcLoop
+from ember.shuffle.crypto import IO_ENCRYPTION, IO_KEY, new_key_hex
 from ember.scheduler.listener import ExecutorAdded, ExecutorRemoved
 
 log = logging.getLogger("ember.scheduler.standalone")
@@ -126,12 +127,17 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self.driver_endpoint = DriverEndpoint(self)
         self.rpc_env.setup_endpoint(ENDPOINT_NAME, self.driver_endpoint)
         self.client: Any = None
+        self._io_key: str | None = None
 
     # --- configuration shared with executors --------------------------------------------
     def app_conf(self) -> dict[str, str]:
         conf = dict(self.conf.getAll())
         conf["spark.app.id"] = self.app_id or ""
         conf.pop("spark.authenticate.secret", None)   # executors get it from the worker env
+        if conf.get(IO_ENCRYPTION, "false").strip().lower() == "true":
+            if self._io_key is None:
+                self._io_key = conf.get(IO_KEY) or new_key_hex()
+            conf[IO_KEY] = self._io_key      # one key per application, drawn here
         return conf
 
     def _app_description(self) -> ApplicationDescription:

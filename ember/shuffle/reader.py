@@ -15,15 +15,21 @@ from ember.shuffle.base import FetchFailedError, MapStatus
 from ember.shuffle.writer import read_index
 
 
-def _records_from_file(path: str, start: int, end: int) -> Iterator:
+def _records_from_file(path: str, start: int, end: int, sealer: Any = None) -> Iterator:
     load = pickle.load
     with open(path, "rb") as f:
         f.seek(start)
+        if sealer is not None:
+            yield from sealer.records(f, end)
+            return
         while f.tell() < end:
             yield from load(f)
 
 
-def _records_from_bytes(data: bytes) -> Iterator:
+def _records_from_bytes(data: bytes, sealer: Any = None) -> Iterator:
+    if sealer is not None:
+        yield from sealer.records_from_bytes(data)
+        return
     buf = io.BytesIO(data)
     load = pickle.load
     n = len(data)
@@ -38,6 +44,11 @@ def read_partition(shuffle_id: int, reduce_id: int, ctx: Any) -> Iterator:
                                f"Missing an output location for shuffle {shuffle_id}")
     env = ctx.env
     metrics = ctx.metrics
+    key = getattr(env, "io_key", None)
+    sealer = None
+    if key is not None:
+        from ember.shuffle.crypto import Sealer
+        sealer = Sealer(key)
     for map_index, st in enumerate(statuses):
         if st is None:
             raise FetchFailedError(shuffle_id, map_index, reduce_id, None,
@@ -54,7 +65,7 @@ def read_partition(shuffle_id: int, reduce_id: int, ctx: Any) -> Iterator:
                                        f"Shuffle data file {st.path}.data is missing")
             metrics["shuffleLocalBytesRead"] = metrics.get("shuffleLocalBytesRead", 0) + end - start
             if end > start:
-                yield from _records_from_file(st.path + ".data", start, end)
+                yield from _records_from_file(st.path + ".data", start, end, sealer)
         else:
             try:
                 data = env.fetch_remote(st, shuffle_id, map_index, reduce_id)
@@ -66,4 +77,4 @@ def read_partition(shuffle_id: int, reduce_id: int, ctx: Any) -> Iterator:
                                        f"{e}") from None
             metrics["shuffleRemoteBytesRead"] = metrics.get("shuffleRemoteBytesRead", 0) + len(data)
             if data:
-                yield from _records_from_bytes(data)
+                yield from _records_from_bytes(data, sealer)

@@ -37,9 +37,16 @@ def shuffle_file_base(local_dir: str, shuffle_id: int, map_index: int, attempt_i
 def write_map_output(records: Iterable, num_partitions: int,
                      partition_func: Callable[[Any], int], base_path: str,
                      memory_limit_mb: int, executor_id: str, host: str,
-                     address: str = "", metrics: dict | None = None) -> MapStatus:
+                     address: str = "", metrics: dict | None = None,
+                     io_key: bytes | None = None) -> MapStatus:
     n = num_partitions
     dumps = pickle.dumps
+    if io_key is not None:            # spark.io.encryption.enabled: every chunk sealed
+        from ember.shuffle.crypto import Sealer
+        seal = Sealer(io_key).seal
+
+        def dumps(obj: Any, protocol: int) -> bytes:   # noqa: F811
+            return seal(pickle.dumps(obj, protocol))
     buckets: list[list] = [[] for _ in range(n)]
     chunks: list[list[bytes]] = [[] for _ in range(n)]
     held = 0                      # bytes of serialized chunks in memory
@@ -145,4 +152,4 @@ class ShuffleWriteFunc:
                                  task_attempt_id)
         return write_map_output(records, self.num_partitions, self.partition_func, base,
                                 env.memory_limit_mb, env.executor_id, env.host, env.address,
-                                ctx.metrics)
+                                ctx.metrics, getattr(env, "io_key", None))
