@@ -198,6 +198,8 @@ class Harness:
         self.audit_dir = os.path.join(workdir, "audit")
         os.makedirs(self.audit_dir, exist_ok=True)
         os.environ["EMBER_FUZZ_PICKLE_AUDIT"] = self.audit_dir
+        import datetime   # this process's count so far lands in the new directory
+        pickle.loads(pickle.dumps(datetime.date.today()))
         self.conf = {} if mode == "default" else {
             "spark.authenticate": "true", "spark.authenticate.secret": os.urandom(24).hex()}
         self.cluster = LocalCluster(os.path.join(workdir, mode), workers=1, cores=2,
