@@ -13,23 +13,41 @@ its endpoints travel back through that connection.
 
 Wire protocol (TCP), per connection
 -----------------------------------
-1. Server greeting, 38 bytes, sent by the accepting side as soon as it accepts::
+0. Admission (`ember.rpc.security`): without a secret an env listens on loopback only and
+   both ends look the other up in /proc/net/tcp: a socket of another Unix user is closed
+   before a byte is read or written. A non-loopback listener needs a secret or the named
+   opt-out spark.ember.network.insecure.allowUnauthenticated.
 
-       b"EMBR" | version (1 byte, =1) | flags (1 byte, bit 0 = authentication required)
-       | server nonce (32 random bytes; zeros without auth)
+1. Server greeting, sent by the accepting side as soon as it accepts::
 
-2. Authentication, only if the flag is set (spark.authenticate=true with a shared secret)::
+       b"EMBR" | version (1 byte, =2) | flags (1 byte: bit 0 authentication required,
+       bit 1 encryption requested) | server nonce (32 random bytes; zeros without auth)
+       [with auth: scope length (u8) | server scope (UTF-8; empty = the cluster)]
 
-       client -> server: HMAC-SHA256(secret, server_nonce || client_nonce) | client_nonce
-       server -> client: HMAC-SHA256(secret, client_nonce || server_nonce)
+2. Authentication, only if the flag is set (spark.authenticate=true with a secret)::
 
-   Both sides verify with ``hmac.compare_digest``. Until the client's proof checks out the
-   server reads exactly 64 raw bytes and nothing else: no frame is parsed, no payload is
-   decoded. A wrong proof is logged ("Authentication failed for connection from <peer>",
-   WARNING) and the connection closed. A client whose own auth setting differs from the
-   server's flag refuses to continue (logged as an error on the client; the server sees
-   the connection close during the handshake and logs it too). Every handshake is bounded
-   by spark.rpc.connect.timeout, so a mismatch never hangs.
+       client -> server: proof | client_nonce (32) | client flags (1) | scope length (u8)
+                         | client scope
+       server -> client: proof'
+
+   The key K is the cluster secret for the scope "" and HKDF-SHA256(cluster secret,
+   scope) for an application's scope (what workers give the drivers and executors they
+   launch). T = "ember-rpc-v2" | server nonce | client nonce | server flags | client flags
+   | len | server scope | len | client scope; proof = HMAC-SHA256(K, "client" | T),
+   proof' = HMAC-SHA256(K, "server" | T). An application's env admits only its own scope;
+   a daemon admits the cluster and the applications it was told to. Both sides verify with
+   ``hmac.compare_digest``. Until the client's proof checks out the server reads only
+   these bytes: no frame is parsed, no payload is decoded. A wrong proof is logged
+   ("Authentication failed for connection from <peer>", WARNING) and the connection
+   closed; at most spark.ember.rpc.maxPendingConnections connections may be in this phase
+   (the oldest is dropped), each for at most spark.ember.rpc.handshakeTimeout.
+
+   After it, every frame (both directions, the hello first) is sealed with keys
+   HKDF(K, salt=SHA-256(T)): the 4-byte length counts a 16-byte tag, HMAC-SHA256(key,
+   sequence number (u64) | length | frame)[:16]; with spark.network.crypto.enabled on
+   either side the frame is AES-256-GCM encrypted instead (nonce = sequence number, the
+   length as associated data). One key per direction; the sequence numbers are implicit,
+   so a tampered, replayed, dropped or reordered frame closes the connection.
 
 3. Frames, in both directions::
 
@@ -38,7 +56,9 @@ Wire protocol (TCP), per connection
 
    A length above spark.rpc.message.maxSize is refused before its body is read: the
    connection is logged and closed (the stream cannot be re-synchronised); the env keeps
-   serving its other connections.
+   serving its other connections. Partial frames of all connections of a process share
+   spark.ember.rpc.inboundBufferBudget: above it a connection is paused (TCP pushes back)
+   and closed if it stays paused for spark.ember.rpc.stalledFrameTimeout.
 
    ======  ========  ===========================================================
    type    name      payload
@@ -54,6 +74,11 @@ Wire protocol (TCP), per connection
    pickle); a failure body is msgpack ``[exception type name, message]``. A malformed
    frame or message, an unknown frame type or an unknown endpoint name is logged and, for
    a request, answered with a failure; the connection stays up.
+
+Authorization by channel: an endpoint reads who sent the message it handles from
+``rpc_env.current_sender()`` (one-way) or ``context.sender`` (ask): the connection's id,
+peer address and scope. ``RpcEndpoint.app_messages`` lists what an endpoint takes from a
+connection that authenticated as an application; anything else is refused before delivery.
 
 Connections: one outbound connection per remote address, shared by every ref to it, opened
 lazily by the first send/ask and re-opened by the next send after it fails. Messages queued
