@@ -256,3 +256,31 @@ def test_crypto_hides_a_jobs_data_on_the_wire(tmp_path):
             finally:
                 sc.stop()
     assert results == {"false": True, "true": False}
+
+
+def test_cluster_mode_driver_runs_on_its_application_credential(tmp_path):
+    """spark.authenticate with a cluster-mode driver: the worker hands it a credential for
+    its own scope (never the secret), its executors get the same scope, and the job runs."""
+    from test_cluster_mode import submit, wait_driver, write_app
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(SECRET + "\n")
+    conf = {"spark.authenticate": "true", "spark.authenticate.secret.file": str(secret_file)}
+    app = write_app(tmp_path, "job.py", """
+        import os
+        from ember import SparkContext
+        cred = os.environ["_SPARK_AUTH_SECRET"]
+        print("CRED", cred.split(":")[0], cred.split(":")[1])
+        sc = SparkContext()
+        print("SUM", sc.parallelize(range(100), 4).map(lambda x: x * 2).sum())
+        sc.stop()
+    """)
+    with LocalCluster(str(tmp_path / "c"), workers=1, cores=2, memory="3g",
+                      conf=conf) as cluster:
+        r = submit(cluster, "--follow", "--conf", "spark.authenticate=true", "--conf",
+                   f"spark.authenticate.secret.file={secret_file}", "--conf",
+                   "spark.executor.memory=256m", app)
+        assert r.returncode == 0, r.stdout + r.stderr
+        driver_id, out = r.stdout.split("\n", 1)
+        assert f"CRED ember-app-v1 {driver_id}" in out and "SUM 9900" in out
+        assert SECRET not in out
+        assert wait_driver(cluster, driver_id)["state"] == "FINISHED"
