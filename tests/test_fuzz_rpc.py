@@ -106,8 +106,7 @@ def test_sealed_frames_round_trip_and_any_flipped_bit_is_caught(contents, gcm, p
     out, inn = make(key), make(key)
     wire = []
     for c in contents:
-        content = bytes([framing.ONE_WAY]) + c
-        parts = out.seal(content[:1], content[1:])
+        parts = out.seal([bytes([framing.ONE_WAY]), c])
         wire.append(b"".join(bytes(p) for p in parts))
     for w, c in zip(wire, contents):
         assert bytes(inn.open(w[4:])) == bytes([framing.ONE_WAY]) + c

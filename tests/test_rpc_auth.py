@@ -144,10 +144,10 @@ def test_manual_handshake_matches_the_documented_protocol(envs):
         seq["out"] += 1
         return prefix + content + tag
 
-    hello = framing.hello_frame(None, "manual", "manual")
-    s.sendall(sealed(hello[4:]))
+    # after the handshake: records of whole frames, each with its MAC
+    s.sendall(sealed(framing.hello_frame(None, "manual", "manual")))
     body = encode(RtEcho("hand made"))
-    s.sendall(sealed(bytes([framing.REQUEST]) + struct.pack(">QH", 42, 3) + b"rec" + body))
+    s.sendall(sealed(_frame(framing.REQUEST, struct.pack(">QH", 42, 3) + b"rec" + body)))
     head = b""
     while len(head) < 4:
         head += s.recv(4 - len(head))
@@ -157,7 +157,8 @@ def test_manual_handshake_matches_the_documented_protocol(envs):
         data += s.recv(length - len(data))
     tag = hmac.new(s2c, struct.pack(">Q", 0) + head + data[:-16], hashlib.sha256).digest()[:16]
     assert data[-16:] == tag
-    req_id, ok, reply = framing.parse_response(data[1:-16])
+    assert struct.unpack(">I", data[:4])[0] == length - 16 - 4 and data[4] == framing.RESPONSE
+    req_id, ok, reply = framing.parse_response(data[5:-16])
     assert (req_id, ok, msgpack.unpackb(reply, raw=False)) == (42, True, "hand made")
     s.close()
 

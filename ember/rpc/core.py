@@ -42,12 +42,14 @@ Wire protocol (TCP), per connection
    closed; at most spark.ember.rpc.maxPendingConnections connections may be in this phase
    (the oldest is dropped), each for at most spark.ember.rpc.handshakeTimeout.
 
-   After it, every frame (both directions, the hello first) is sealed with keys
-   HKDF(K, salt=SHA-256(T)): the 4-byte length counts a 16-byte tag, HMAC-SHA256(key,
-   sequence number (u64) | length | frame)[:16]; with spark.network.crypto.enabled on
-   either side the frame is AES-256-GCM encrypted instead (nonce = sequence number, the
-   length as associated data). One key per direction; the sequence numbers are implicit,
-   so a tampered, replayed, dropped or reordered frame closes the connection.
+   After it the stream is a sequence of sealed records, each holding one or more whole
+   frames (what one write carries; the hello is the first), with keys HKDF(K,
+   salt=SHA-256(T)): ``length (u32, counting the tag) | frames | tag``, tag =
+   HMAC-SHA256(key, sequence number (u64) | length | frames)[:16]; with
+   spark.network.crypto.enabled on either side the record is AES-256-GCM encrypted instead
+   (nonce = sequence number, the length as associated data). One key per direction; the
+   sequence numbers are implicit, so a tampered, replayed, dropped or reordered record
+   closes the connection, and no frame of a record is used before the record checked out.
 
 3. Frames, in both directions::
 

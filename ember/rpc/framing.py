@@ -139,9 +139,11 @@ def session_keys(key: bytes, transcript_bytes: bytes) -> tuple[bytes, bytes, byt
 
 
 class MacSealer:
-    """Appends HMAC-SHA256(key, seq || length || frame)[:16] to every frame it writes; the
-    sequence number is implicit (counted on both sides), so a replayed, dropped or
-    reordered frame fails the check."""
+    """Seals records (one or more whole frames written together) with
+    HMAC-SHA256(key, seq || length || record)[:16]; the sequence number is implicit (counted
+    on both sides), so a replayed, dropped or reordered record fails the check. One MAC per
+    write batch keeps a flood of small messages cheap; no frame is used before its record
+    checked out."""
 
     __slots__ = ("_base", "_seq")
     overhead = TAG_LEN
@@ -150,31 +152,33 @@ class MacSealer:
         self._base = hmac.new(key, digestmod=hashlib.sha256)
         self._seq = 0
 
-    def seal(self, head: bytes, body: Any) -> tuple:
-        prefix = _LEN.pack(len(head) + len(body) + TAG_LEN)
+    def seal(self, parts: list) -> list:
+        """The record (length prefix, the parts, the tag) to write, as a list of buffers."""
+        prefix = _LEN.pack(sum(len(p) for p in parts) + TAG_LEN)
         h = self._base.copy()
-        h.update(_SEQ.pack(self._seq) + prefix + head)
-        h.update(body)
+        h.update(_SEQ.pack(self._seq) + prefix)
+        for p in parts:
+            h.update(p)
         self._seq += 1
-        return prefix + head, body, h.digest()[:TAG_LEN]
+        return [prefix, *parts, h.digest()[:TAG_LEN]]
 
     def open(self, content: bytes) -> bytes:
-        """The frame without its tag; FrameError if the tag does not match."""
+        """The record without its tag; FrameError if the tag does not match."""
         if len(content) < TAG_LEN + 1:
-            raise FrameError("frame shorter than its MAC")
+            raise FrameError("record shorter than its MAC")
         h = self._base.copy()
         h.update(_SEQ.pack(self._seq) + _LEN.pack(len(content)))
         view = memoryview(content)[:-TAG_LEN]
         h.update(view)
         self._seq += 1
         if not hmac.compare_digest(h.digest()[:TAG_LEN], content[-TAG_LEN:]):
-            raise FrameError("frame MAC does not match (tampered, replayed or reordered)")
-        return view   # type: ignore[return-value]  (zero-copy; parsers take any buffer)
+            raise FrameError("record MAC does not match (tampered, replayed or reordered)")
+        return view   # type: ignore[return-value]  (zero-copy; the reader copies it)
 
 
 class GcmSealer:
-    """AES-256-GCM per frame: nonce = sequence number (one key per direction, so a nonce is
-    never reused), the length prefix as associated data."""
+    """AES-256-GCM per record: nonce = sequence number (one key per direction, so a nonce
+    is never reused), the length prefix as associated data."""
 
     __slots__ = ("_aead", "_seq")
     overhead = TAG_LEN
@@ -189,18 +193,19 @@ class GcmSealer:
         self._seq += 1
         return n
 
-    def seal(self, head: bytes, body: Any) -> tuple:
-        prefix = _LEN.pack(len(head) + len(body) + TAG_LEN)
-        return prefix, self._aead.encrypt(self._nonce(), head + bytes(body), prefix)
+    def seal(self, parts: list) -> list:
+        plain = b"".join(parts)
+        prefix = _LEN.pack(len(plain) + TAG_LEN)
+        return [prefix, self._aead.encrypt(self._nonce(), plain, prefix)]
 
     def open(self, content: bytes) -> bytes:
         if len(content) < TAG_LEN + 1:
-            raise FrameError("frame shorter than its GCM tag")
+            raise FrameError("record shorter than its GCM tag")
         from cryptography.exceptions import InvalidTag
         try:
             return self._aead.decrypt(self._nonce(), content, _LEN.pack(len(content)))
         except InvalidTag:
-            raise FrameError("frame does not decrypt (tampered, replayed or reordered)") \
+            raise FrameError("record does not decrypt (tampered, replayed or reordered)") \
                 from None
 
 

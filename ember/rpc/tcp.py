@@ -166,6 +166,7 @@ class TcpConnection(asyncio.Protocol, Channel):
         self._key = b""
         self._sealer: Any = None        # seals what we write (after authentication)
         self._opener: Any = None        # checks/decrypts what we read
+        self._frames: framing.FrameReader | None = None   # frames of opened records
         self._scope_len = -1            # length of the scope being read in the handshake
         self._held = 0                  # bytes counted in _BUDGET
         self._paused = False
@@ -313,8 +314,13 @@ class TcpConnection(asyncio.Protocol, Channel):
         else:
             send, recv = (c2s_mac, s2c_mac) if self.outbound else (s2c_mac, c2s_mac)
             self._sealer, self._opener = framing.MacSealer(send), framing.MacSealer(recv)
-        self._reader.limit = self._conf.max_message_size + framing.TAG_LEN
+        # the outer reader now reads sealed records; frames come out of opened ones
+        self._frames = framing.FrameReader(self._conf.max_message_size)
+        self._reader.limit = self._record_limit()
         self._key = b""
+
+    def _record_limit(self) -> int:
+        return self._conf.max_message_size + 64 + framing.TAG_LEN
 
     def _transcript(self) -> bytes:
         return framing.transcript(self._server_nonce, self._client_nonce, self._server_flags,
@@ -366,10 +372,14 @@ class TcpConnection(asyncio.Protocol, Channel):
                         if frame is None:
                             return
                     else:
-                        content = reader.next_content(framing.MAX_HELLO_LEN)
-                        if content is None:
-                            return
-                        frame = framing.split_frame(self._opener.open(content))
+                        assert self._frames is not None
+                        frame = self._frames.next_frame(framing.MAX_HELLO_LEN)
+                        if frame is None:
+                            content = reader.next_content(framing.MAX_HELLO_LEN + 64)
+                            if content is None:
+                                return
+                            self._frames.feed(self._opener.open(content))
+                            continue
                     ftype, payload = frame
                     if ftype != framing.HELLO:
                         raise framing.FrameError(f"expected a hello frame, got type {ftype}")
@@ -466,7 +476,7 @@ class TcpConnection(asyncio.Protocol, Channel):
         addr = None if env.client_mode else (env.address.host, env.address.port)
         hello = framing.hello_frame(addr, env._client_id, env.name)
         if self._sealer is not None:
-            self._transport.writelines(self._sealer.seal(hello[4:], b""))  # type: ignore[union-attr]
+            self._transport.writelines(self._sealer.seal([hello]))  # type: ignore[union-attr]
         else:
             self._transport.write(hello)  # type: ignore[union-attr]
         self._open()
@@ -514,20 +524,26 @@ class TcpConnection(asyncio.Protocol, Channel):
         reader = self._reader
         env = self._env
         opener = self._opener
+        frames = self._frames
         while not self.closed:
             try:
                 if opener is None:
                     frame = reader.next_frame()
                 else:
-                    content = reader.next_content()
-                    if content is None:
-                        return
-                    try:
-                        frame = framing.split_frame(opener.open(content))
-                    except framing.FrameError as e:
-                        log.warning("Closing the connection with %s: %s", self._describe(), e)
-                        self.abort(RpcConnectionError(f"integrity check failed: {e}"))
-                        return
+                    assert frames is not None
+                    frame = frames.next_frame()
+                    if frame is None:
+                        content = reader.next_content()
+                        if content is None:
+                            return
+                        try:
+                            frames.feed(opener.open(content))
+                        except framing.FrameError as e:
+                            log.warning("Closing the connection with %s: %s",
+                                        self._describe(), e)
+                            self.abort(RpcConnectionError(f"integrity check failed: {e}"))
+                            return
+                        continue
             except framing.FrameTooLargeError as e:
                 log.error("Closing the connection with %s: a frame of %d bytes exceeds "
                           "spark.rpc.message.maxSize (%d bytes)", self._describe(), e.size,
@@ -570,20 +586,35 @@ class TcpConnection(asyncio.Protocol, Channel):
         turn into one write at its end (throughput under a flood of small messages)."""
         if self.closed:
             return
-        parts = (header, body) if self._sealer is None else self._sealer.seal(header[4:], body)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._env._loop.call_soon(self._flush)
-            self._transport.writelines(parts)  # type: ignore[union-attr]
+            parts = [header, body]
+            self._transport.writelines(  # type: ignore[union-attr]
+                parts if self._sealer is None else self._sealer.seal(parts))
             return
-        self._out.extend(parts)
+        self._out.append(header)
+        self._out.append(body)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
         out = self._out
         if out and not self.closed and self._transport is not None:
             self._out = []
-            self._transport.write(b"".join(out))
+            if self._sealer is None:
+                self._transport.write(b"".join(out))
+                return
+            # one sealed record per batch of whole frames, each within the record limit
+            limit = self._conf.max_message_size
+            batch: list = []
+            size = 0
+            for part in out:
+                if batch and size + len(part) > limit and len(batch) % 2 == 0:
+                    self._transport.writelines(self._sealer.seal(batch))
+                    batch, size = [], 0
+                batch.append(part)
+                size += len(part)
+            self._transport.writelines(self._sealer.seal(batch))
 
     def write_one_way(self, name: str, body: bytes) -> None:
         self._queue(framing.one_way_header(name.encode(), len(body)), body)
@@ -616,6 +647,8 @@ class TcpConnection(asyncio.Protocol, Channel):
         self.closed = True
         self._out = []
         self._reader.release()
+        if self._frames is not None:
+            self._frames.release()
         if self._held:
             _BUDGET.update(self, 0, self._conf.inbound_budget)
         with _BUDGET.lock:
