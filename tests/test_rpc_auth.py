@@ -137,10 +137,14 @@ def test_manual_handshake_matches_the_documented_protocol(envs):
     c2s, s2c, _, _ = framing.session_keys(key, transcript)
     seq = {"out": 0, "in": 0}
 
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    def gmac(key: bytes, n: int, data: bytes) -> bytes:   # AES-GCM, empty plaintext
+        return AESGCM(key).encrypt(b"\0" * 4 + struct.pack(">Q", n), b"", data)
+
     def sealed(content: bytes) -> bytes:
         prefix = struct.pack(">I", len(content) + 16)
-        tag = hmac.new(c2s, struct.pack(">Q", seq["out"]) + prefix + content,
-                       hashlib.sha256).digest()[:16]
+        tag = gmac(c2s, seq["out"], prefix + content)
         seq["out"] += 1
         return prefix + content + tag
 
@@ -155,8 +159,7 @@ def test_manual_handshake_matches_the_documented_protocol(envs):
     data = b""
     while len(data) < length:
         data += s.recv(length - len(data))
-    tag = hmac.new(s2c, struct.pack(">Q", 0) + head + data[:-16], hashlib.sha256).digest()[:16]
-    assert data[-16:] == tag
+    assert data[-16:] == gmac(s2c, 0, head + data[:-16])
     assert struct.unpack(">I", data[:4])[0] == length - 16 - 4 and data[4] == framing.RESPONSE
     req_id, ok, reply = framing.parse_response(data[5:-16])
     assert (req_id, ok, msgpack.unpackb(reply, raw=False)) == (42, True, "hand made")

@@ -44,8 +44,9 @@ Wire protocol (TCP), per connection
 
    After it the stream is a sequence of sealed records, each holding one or more whole
    frames (what one write carries; the hello is the first), with keys HKDF(K,
-   salt=SHA-256(T)): ``length (u32, counting the tag) | frames | tag``, tag =
-   HMAC-SHA256(key, sequence number (u64) | length | frames)[:16]; with
+   salt=SHA-256(T)): ``length (u32, counting the tag) | frames | tag``, tag = GMAC
+   (AES-256-GCM of nothing, nonce = 4 zero bytes | sequence number (u64), associated
+   data = length | frames); with
    spark.network.crypto.enabled on either side the record is AES-256-GCM encrypted instead
    (nonce = sequence number, the length as associated data). One key per direction; the
    sequence numbers are implicit, so a tampered, replayed, dropped or reordered record
