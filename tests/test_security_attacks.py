@@ -189,29 +189,44 @@ def test_fd_exhaustion_with_half_open_connections_is_bounded(mode):
     master = psutil.Process(mode.cluster.master.pid)
     before = master.num_fds()
     n = 300
-    measured: list[int] = []
+    samples: list[int] = []
+    stop = threading.Event()
 
     def hold() -> int:
         import socket as s
-        socks = [s.create_connection(("127.0.0.1", mode.cluster.master_port), timeout=5)
-                 for _ in range(n)]
-        time.sleep(4)           # the parent measures the master meanwhile
+        socks = []
+        for _ in range(n):
+            try:
+                socks.append(s.create_connection(("127.0.0.1", mode.cluster.master_port),
+                                                 timeout=30))
+            except OSError:
+                pass       # refused or reset: fine, that is the point
+        time.sleep(3)       # the parent samples the master meanwhile
         for x in socks:
             x.close()
-        return len(socks)
+        return n
 
-    def measure() -> None:
-        time.sleep(2.5)
-        measured.append(master.num_fds())
-    t = threading.Thread(target=measure)
+    def sample() -> None:
+        while not stop.is_set():
+            samples.append(master.num_fds())
+            time.sleep(0.1)
+    t = threading.Thread(target=sample)
     t.start()
-    if mode.name == "default":
-        assert as_other_user(hold, timeout=60) == n
-    else:
-        assert hold() == n
-    t.join()
-    # refused at once (other user) or capped (64 pending handshakes, oldest dropped)
-    assert measured[0] - before <= 64 + 16, (before, measured)
+    try:
+        if mode.name == "default":
+            as_other_user(hold, timeout=120)
+        else:
+            hold()
+    finally:
+        stop.set()
+        t.join()
+    # refused at once (another user) or capped (64 in their handshake, the oldest
+    # dropped); at most one accept batch (asyncio takes up to 100 per loop turn) in flight
+    assert max(samples) - before <= 64 + 100 + 16, (before, max(samples))
+    deadline = time.monotonic() + 30
+    while master.num_fds() - before > 16 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert master.num_fds() - before <= 16
     _master_still_serves(mode)
 
 
@@ -224,7 +239,7 @@ def test_parked_frames_cannot_grow_the_daemon(mode):
     def park() -> int:
         return sum(raw_exchange(mode.cluster.master_port,
                                 framing.hello_frame(None, "p", "p") + frame_start,
-                                wait=0.5)["closed"] for _ in range(20))
+                                wait=5)["closed"] for _ in range(20))
     closed = as_other_user(park, timeout=90) if mode.name == "default" else park()
     assert closed == 20            # every parker was thrown out
     grown = master.memory_info().rss - rss_before
