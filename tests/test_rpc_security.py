@@ -16,7 +16,7 @@ import pytest
 from ember.rpc import RpcAuthenticationError, RpcEndpoint, RpcEnv, RpcRemoteError, framing
 from ember.rpc import security, tcp
 from ember.rpc.security import app_credential
-from security_helpers import LoopbackCapture, as_other_user, raw_exchange
+from security_helpers import as_other_user, raw_exchange
 from test_rpc import Recorder, RtEcho
 
 SECRET = "a-cluster-secret-of-more-than-32-bytes!"
@@ -119,17 +119,7 @@ def test_default_env_refuses_another_users_connection_before_reading_it(envs, ca
 
 @needs_root
 def test_default_client_refuses_a_server_run_by_another_user(envs):
-    port_box: list[int] = []
-    ready = threading.Event()
-
-    def fake_server() -> object:
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        s.listen(1)
-        port_box.append(s.getsockname()[1])
-        ready.set()
-        return None
-    # the impostor listens as uid 65534 in a child; the parent learns its port via a file
+    # the impostor listens as uid 65534 in a child; the parent learns its port via a pipe
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
