@@ -257,7 +257,8 @@ def _socket_table(name: str, fresh: bool) -> bytes:
     return data
 
 
-def peer_is_same_user(sock_local: tuple[str, int], sock_remote: tuple[str, int]) -> tuple[bool, str]:
+def peer_is_same_user(sock_local: tuple[str, int],
+                      sock_remote: tuple[str, int]) -> tuple[bool, str]:
     """(admitted?, why not): the other end of our socket must be a loopback socket of a
     process running as our own uid."""
     try:

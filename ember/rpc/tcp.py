@@ -78,6 +78,9 @@ class TcpTransport(Transport):
         self.server: asyncio.AbstractServer | None = None
         self.pending: dict["TcpConnection", None] = {}   # inbound, not yet authenticated
         self._pending_warned = 0.0
+        self._auth_window = 0.0
+        self._auth_logged = 0
+        self._auth_suppressed = 0
 
     async def start(self, host: str, port: int, client_mode: bool) -> RpcAddress:
         if client_mode:
@@ -88,6 +91,22 @@ class TcpTransport(Transport):
         self.server = await loop.create_server(
             lambda: TcpConnection(env, outbound=False), sock=sock)
         return RpcAddress(host, sock.getsockname()[1])
+
+    def auth_warning(self, fmt: str, *args: Any) -> None:
+        """Refused peers are logged, at most 20 per 10 s per env, then counted: a flood
+        of strangers must not fill the disk with log lines."""
+        now = time.monotonic()
+        if now - self._auth_window >= 10.0:
+            if self._auth_suppressed:
+                log.warning("RpcEnv %s: %d more connections failed authentication in the last "
+                            "%.0f s (not logged one by one)", self.env.name,
+                            self._auth_suppressed, now - self._auth_window)
+            self._auth_window, self._auth_logged, self._auth_suppressed = now, 0, 0
+        if self._auth_logged < 20:
+            self._auth_logged += 1
+            log.warning(fmt, *args)
+        else:
+            self._auth_suppressed += 1
 
     def admit_pending(self, conn: "TcpConnection") -> None:
         """Count an unauthenticated connection; past the cap the oldest one is dropped (a
@@ -217,9 +236,12 @@ class TcpConnection(asyncio.Protocol, Channel):
             self._fail_connect(RpcAuthenticationError(
                 f"Refusing to talk to {self.peer} ({self._remote}): {why}"))
         else:
-            log.warning("Authentication failed for connection from %s: %s", self._remote, why)
+            self._auth_failed("Authentication failed for connection from %s: %s", self._remote, why)
             self.abort()
         return False
+
+    def _auth_failed(self, fmt: str, *args: Any) -> None:
+        self._env._transport.auth_warning(fmt, *args)  # type: ignore[attr-defined]
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
@@ -285,8 +307,8 @@ class TcpConnection(asyncio.Protocol, Channel):
                         f"Connection to {self.peer} closed during the handshake"
                         + (f": {exc}" if exc else "")))
             elif self._state in (_S_AUTH, _S_AUTH_SCOPE):
-                log.warning("Authentication failed for connection from %s: it closed before "
-                            "proving the shared secret", self._remote)
+                self._auth_failed("Authentication failed for connection from %s: it closed "
+                                  "before proving the shared secret", self._remote)
         self._teardown(exc)
 
     # -- handshake -------------------------------------------------------------------------
@@ -350,14 +372,15 @@ class TcpConnection(asyncio.Protocol, Channel):
                     claim = None
                 key = self._server_key(claim) if claim is not None else None
                 if key is None:
-                    log.warning("Authentication failed for connection from %s: this RpcEnv "
-                                "does not admit the identity %r", self._remote, claim)
+                    self._auth_failed("Authentication failed for connection from %s: this "
+                                      "RpcEnv does not admit the identity %r", self._remote,
+                                      claim)
                     self.abort()
                     return
                 self.scope = claim or None
                 t = self._transcript()
                 if not hmac.compare_digest(self._proof, framing.client_proof(key, t)):
-                    log.warning("Authentication failed for connection from %s", self._remote)
+                    self._auth_failed("Authentication failed for connection from %s", self._remote)
                     self.abort()
                     return
                 self._transport.write(framing.server_proof(key, t))  # type: ignore[union-attr]
@@ -512,8 +535,8 @@ class TcpConnection(asyncio.Protocol, Channel):
             return
         t = min(t, self._conf.handshake_timeout)
         if self._state in (_S_AUTH, _S_AUTH_SCOPE):
-            log.warning("Authentication failed for connection from %s: no proof of the shared "
-                        "secret within %g s", self._remote, t)
+            self._auth_failed("Authentication failed for connection from %s: no proof of the "
+                              "shared secret within %g s", self._remote, t)
         else:
             log.warning("Closing connection from %s: no hello within %g s", self._remote, t)
         self.abort()
