@@ -383,3 +383,15 @@ def test_io_encryption_seals_shuffle_files(tmp_path):
     assert list(Sealer(b"k" * 32).records_from_bytes(sealed)) == [1, 2]
     with pytest.raises(ValueError, match="does not decrypt"):
         list(Sealer(b"x" * 32).records_from_bytes(sealed))
+
+
+def test_a_flood_of_refused_peers_is_not_logged_line_by_line(envs, caplog):
+    caplog.set_level(logging.WARNING, logger="ember.rpc")
+    server = envs("server", auth())
+    for _ in range(40):
+        raw_exchange(server.address.port, b"\0" * 200, wait=0.2)
+    deadline = time.monotonic() + 10
+    while caplog.text.count("Authentication failed") < 20 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    assert caplog.text.count("Authentication failed for connection from") == 20
