@@ -216,6 +216,7 @@ class SparkContext:
         backend: Any
         if local is not None:
             from ember.scheduler.local_backend import LocalSchedulerBackend
+            from ember.shuffle.crypto import IO_ENCRYPTION, new_key_hex
             storage = config.read(self._conf, "spark.ember.storage.memory")
             if storage is None:
                 mem = config.read(self._conf, "spark.driver.memory")
@@ -228,7 +229,10 @@ class SparkContext:
                 sched, threads, self._local_dir, self._python_worker_memory_mb, storage << 20,
                 self._files_dir, dict(self.environment),
                 config.read(self._conf, "spark.python.task.killTimeout"),
-                int(dp) if dp else None, self._loop, self._fork_client)
+                int(dp) if dp else None, self._loop, self._fork_client,
+                # spark.io.encryption.enabled: a key for this application's shuffle files
+                bytes.fromhex(new_key_hex()) if self._conf.get(IO_ENCRYPTION, "false")
+                .strip().lower() == "true" else None)
         else:
             from ember.scheduler.standalone_backend import StandaloneSchedulerBackend
             backend = StandaloneSchedulerBackend(self, sched, self.master)

@@ -395,3 +395,23 @@ def test_a_flood_of_refused_peers_is_not_logged_line_by_line(envs, caplog):
         time.sleep(0.05)
     time.sleep(0.3)
     assert caplog.text.count("Authentication failed for connection from") == 20
+
+
+def test_io_encryption_in_local_mode(tmp_path):
+    from ember import SparkConf, SparkContext
+    if SparkContext._active_spark_context is not None:
+        SparkContext._active_spark_context.stop()
+    mark = "LOCALSHUFFLE-" + os.urandom(6).hex()
+    sc = SparkContext(conf=SparkConf().setMaster("local[2]").setAppName("io-local")
+                      .set("spark.io.encryption.enabled", "true")
+                      .set("spark.local.dir", str(tmp_path)))
+    try:
+        counts = dict(sc.parallelize([(i % 3, mark) for i in range(300)], 3)
+                      .groupByKey().mapValues(len).collect())
+        assert counts == {0: 100, 1: 100, 2: 100}
+        files = [os.path.join(d, f) for d, _, fs in os.walk(sc._local_dir) for f in fs
+                 if f.startswith("shuffle_") and f.endswith(".data")]
+        assert files
+        assert not any(mark.encode() in open(p, "rb").read() for p in files)
+    finally:
+        sc.stop()

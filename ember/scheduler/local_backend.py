@@ -20,7 +20,7 @@ class LocalSchedulerBackend(SchedulerBackend):
     def __init__(self, scheduler: Any, num_slots: int, local_dir: str, memory_limit_mb: int,
                  storage_budget: int, files_dir: str, extra_env: dict[str, str],
                  kill_timeout: float, default_parallelism: int | None = None,
-                 loop: Any = None, forks: Any = None) -> None:
+                 loop: Any = None, forks: Any = None, io_key: bytes | None = None) -> None:
         self.scheduler = scheduler
         self.num_slots = num_slots
         self._default_parallelism = default_parallelism or num_slots
@@ -29,7 +29,7 @@ class LocalSchedulerBackend(SchedulerBackend):
         env_conf = {"executor_id": EXECUTOR_ID, "host": HOST, "local_dir": local_dir,
                     "block_dir": block_dir, "memory_limit_mb": memory_limit_mb,
                     "storage_budget": storage_budget, "files_dir": files_dir,
-                    "cwd": os.getcwd()}
+                    "cwd": os.getcwd(), "io_key": io_key.hex() if io_key else None}
         self.pool = TaskProcessPool(num_slots, env_conf, self._on_task_end, extra_env,
                                     kill_timeout, on_slot_restarted=self._on_slot_restarted,
                                     loop=loop, forks=forks)
