@@ -415,3 +415,60 @@ def test_io_encryption_in_local_mode(tmp_path):
         assert not any(mark.encode() in open(p, "rb").read() for p in files)
     finally:
         sc.stop()
+
+
+def test_generate_secret_cluster_end_to_end(tmp_path):
+    """`ember master --generate-secret` creates the 0600 secret, says how to use it, and
+    authenticates; a worker on this machine finds it with just spark.authenticate=true;
+    a peer without it is refused."""
+    import subprocess
+    import sys
+    from ember.deploy.local_cluster import _env, free_port
+    from ember.deploy.messages import RequestMasterState
+    env = _env({"SPARK_CONF_DIR": str(tmp_path / "conf")})
+    port = free_port()
+    procs = []
+    try:
+        master = subprocess.Popen(
+            [sys.executable, "-m", "ember.cli", "master", "--generate-secret", "--host",
+             "127.0.0.1", "--port", str(port), "--webui-port", "0", "--conf",
+             "spark.master.rest.enabled=false"], env=env, stderr=subprocess.PIPE, text=True)
+        procs.append(master)
+        first = master.stderr.readline()
+        secret = tmp_path / "conf" / security.SECRET_FILE_NAME
+        assert str(secret) in first and "spark.authenticate=true" in first
+        assert os.stat(secret).st_mode & 0o777 == 0o600
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "ember.cli", "worker", "--host", "127.0.0.1", "--webui-port",
+             "0", "-c", "1", "-m", "256m", "-d", str(tmp_path / "work"), "--conf",
+             "spark.authenticate=true", f"spark://127.0.0.1:{port}"], env=env,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        client = RpcEnv.create("c", "127.0.0.1", 0, {"spark.authenticate": "true",
+                                                     "spark.authenticate.secret.file":
+                                                     str(secret)}, client_mode=True)
+        try:
+            ref = client.endpoint_ref(f"spark://127.0.0.1:{port}", "Master")
+            deadline = time.monotonic() + 60
+            workers = []
+            while time.monotonic() < deadline and not workers:
+                try:
+                    workers = ref.ask_sync(RequestMasterState(), timeout=10).workers
+                except Exception:
+                    pass
+                time.sleep(0.3)
+            assert len(workers) == 1
+        finally:
+            client.shutdown()
+        stranger = RpcEnv.create("s", "127.0.0.1", 0, {"spark.rpc.connect.timeout": "5s"},
+                                 client_mode=True)
+        try:
+            with pytest.raises(RpcAuthenticationError, match="requires authentication"):
+                stranger.endpoint_ref(f"spark://127.0.0.1:{port}", "Master").ask_sync(
+                    RequestMasterState(), timeout=10)
+        finally:
+            stranger.shutdown()
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(30)
