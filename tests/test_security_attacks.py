@@ -185,6 +185,25 @@ def test_status_update_to_a_driver_from_strangers_is_refused(mode, app):
     assert app.parallelize(range(10), 2).count() == 10
 
 
+def test_application_removed_from_an_executor_identity_is_refused(mode, app):
+    """The master connects to a client-mode driver as the cluster; a connection holding the
+    application's own credential (what its executors have) cannot play the master."""
+    from ember.deploy.messages import ApplicationRemoved
+    driver = app._backend.rpc_env.address
+    if mode.name == "authenticated":
+        executor_like = mode.env("executor-like", {**AUTH, "spark.authenticate.secret":
+                                                   app_credential(SECRET.encode(),
+                                                                  app.applicationId)})
+    else:   # default: a same-user process is in the trust domain; a stranger is refused
+        executor_like = None
+        assert_refused(stranger(mode, driver.port,
+                                _one_way("AppClient", ApplicationRemoved("by a stranger"))))
+    if executor_like is not None:
+        executor_like.endpoint_ref(driver, "AppClient").send(ApplicationRemoved("forged"))
+    time.sleep(2)
+    assert app.parallelize(range(10), 2).sum() == 45
+
+
 def test_fd_exhaustion_with_half_open_connections_is_bounded(mode):
     master = psutil.Process(mode.cluster.master.pid)
     before = master.num_fds()

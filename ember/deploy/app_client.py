@@ -96,6 +96,13 @@ class StandaloneAppClient(RpcEndpoint):
             self.listener.dead(reason)
 
     def receive(self, msg: Any, sender: RpcAddress) -> None:
+        peer = self.rpc_env.current_sender()
+        if (peer is not None and peer.scope is not None and self.rpc_env.scope is None):
+            # this driver holds the cluster secret, so the master connects as the cluster:
+            # a connection with an application's credential (an executor) is not the master
+            log.warning("Refusing %s from %s: it authenticated as application %r, not as the "
+                        "master", type(msg).__name__, sender, peer.scope)
+            return
         if isinstance(msg, RegisteredApplication):
             self.app_id = msg.appId
             self.master_ref = msg.master

@@ -1014,6 +1014,12 @@ class RpcEnv:
 
     # -- identities ---------------------------------------------------------------------------
 
+    @property
+    def scope(self) -> str | None:
+        """The application this env's credential is for (None: the cluster secret, or no
+        secret at all)."""
+        return self._conf.scope
+
     def current_sender(self) -> PeerInfo | None:
         """Who sent the one-way message being handled (inside ``receive`` only; an ask's
         is ``context.sender``)."""
