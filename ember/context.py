@@ -265,6 +265,7 @@ class SparkContext:
         backend: Any
         if local is not None:
             from ember.scheduler.local_backend import LocalSchedulerBackend
+            from ember.shuffle.crypto import IO_ENCRYPTION, new_key_hex
             storage = config.read(self._conf, "spark.ember.storage.memory")
             if storage is None:
                 mem = config.read(self._conf, "spark.driver.memory")
@@ -278,7 +279,10 @@ class SparkContext:
                 self._files_dir, dict(self.environment),
                 config.read(self._conf, "spark.python.task.killTimeout"),
                 int(dp) if dp else None, self._loop, self._fork_client,
-                fs_conf=fs.hadoop_conf(self._conf))
+                fs_conf=fs.hadoop_conf(self._conf),
+                # spark.io.encryption.enabled: a key for this application's shuffle files
+                io_key=bytes.fromhex(new_key_hex()) if self._conf.get(IO_ENCRYPTION, "false")
+                .strip().lower() == "true" else None)
             from ember.scheduler.local_backend import EXECUTOR_ID
             # Spark's local mode: tasks take their cores and the driver's resources
             sched.register_executor_resources(EXECUTOR_ID, threads, {

@@ -111,7 +111,9 @@ class RpcGateway:
         from ember.rpc import RpcEnv
         self.url = master
         rpc_conf = {k: v for k, v in conf.items()
-                    if k.startswith(("spark.authenticate", "spark.rpc.", "spark.port."))}
+                    if k.startswith(("spark.authenticate", "spark.rpc.", "spark.port.",
+                                     "spark.network.crypto.", "spark.ember.rpc.",
+                                     "spark.ember.network."))}
         rpc_conf.setdefault("spark.rpc.askTimeout", "10s")   # ClientApp's default
         self.env = RpcEnv.create("driverClient", "127.0.0.1", 0, rpc_conf, client_mode=True)
         self.masters = [self.env.endpoint_ref(a, "Master") for a in parse_master_urls(master)]

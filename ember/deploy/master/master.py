@@ -50,6 +50,8 @@ from ember.deploy.messages import (
     BoundPortsRequest, CheckForWorkerTimeOut, CompleteRecovery, DecommissionWorkers,
     DecommissionWorkersOnHosts,
     ElectedLeader, ExecutorStateChanged, RevokedLeadership,
+    MasterChangeAcknowledged, RegisterApplication,
+    UnregisterApplication,
     KillExecutors, RequestClearCompletedDriversAndApps, RequestDriverStatus, RequestExecutors,
     RequestKillAllDrivers, RequestKillApplication, RequestKillDriver, RequestMasterState,
     RequestReadyz, RequestSubmitDriver, RequestAppStatus,
@@ -57,6 +59,8 @@ from ember.deploy.messages import (
 from ember.errors import SparkException
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv, Cancellable
 from ember.rpc.config import RpcConf
+from ember.rpc.core import PeerInfo
+from ember.rpc.security import SCOPE_ENV
 
 log = logging.getLogger("ember.deploy.master.Master")
 
@@ -82,6 +86,12 @@ SHELL_ASK_MESSAGES: tuple[type, ...] = (UploadAppResource, FetchAppResource, Req
 # Spark's master only sends itself, from DecommissionWorkersOnHosts): never from a peer.
 INTERNAL_MESSAGES: tuple[type, ...] = (ElectedLeader, RevokedLeadership, CheckForWorkerTimeOut,
                                        CompleteRecovery, DecommissionWorkers)
+
+# What a connection that authenticated as an application (a cluster-mode driver holding its
+# derived credential) may send; each names an app, which must be that connection's own.
+APP_MESSAGES: tuple[type, ...] = (RegisterApplication, UnregisterApplication,
+                                  MasterChangeAcknowledged, RequestExecutors, KillExecutors,
+                                  RequestAppStatus)
 
 _LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": logging.WARNING,
            "WARNING": logging.WARNING, "ERROR": logging.ERROR}
@@ -171,7 +181,38 @@ class Master(RpcEndpoint):
         finally:
             self.ready.set()
 
+    app_messages = APP_MESSAGES
+
+    def _for_sender(self, msg: Any, peer: Optional[PeerInfo]) -> Any:
+        """Authorization by channel for application messages: the scope the driver's
+        executors get is the one its connection proved (recorded in the description, so
+        the workers derive their credentials from it), and an application may only act on
+        its own app. Returns the message to handle, or None if it is refused."""
+        scope = peer.scope if peer is not None else None
+        if isinstance(msg, RegisterApplication):
+            desc = msg.appDescription
+            env = dict(desc.command.environment)
+            if scope is None:
+                env.pop(SCOPE_ENV, None)
+            else:
+                env[SCOPE_ENV] = scope
+            return replace(msg, appDescription=replace(
+                desc, command=replace(desc.command, environment=env)))
+        if scope is not None:
+            app = self.state.idToApp.get(getattr(msg, "appId", ""))
+            if app is None and isinstance(msg, RequestAppStatus):
+                return msg   # "not found" tells a driver after failover to give up; no leak
+            if app is None or app.desc.command.environment.get(SCOPE_ENV) != scope:
+                log.warning("Refusing %s for %s from %s: it authenticated as application %r",
+                            type(msg).__name__, getattr(msg, "appId", "?"), peer.address
+                            if peer else "?", scope)
+                return None
+        return msg
+
     def receive(self, msg: Any, sender: RpcAddress) -> None:
+        msg = self._for_sender(msg, self.rpc_env.current_sender())
+        if msg is None:
+            return
         if isinstance(msg, INTERNAL_MESSAGES):
             # Only the master produces these (timers and leadership are fed in directly, see
             # `post_internal`), so one arriving over RPC is a peer's: a RevokedLeadership
@@ -191,6 +232,11 @@ class Master(RpcEndpoint):
             text = f"Unsupported message {type(msg).__name__} from {context.sender_address}"
             log.warning("Refusing an ask: %s", text)
             context.send_failure(SparkException(text))
+            return
+        msg = self._for_sender(msg, context.sender)
+        if msg is None:
+            context.send_failure(SparkException(
+                f"{context.sender_address} may not act on another application"))
             return
         self._feed(msg, context)
 
@@ -475,6 +521,7 @@ def start_master(host: str, port: int = DEFAULT_PORT, webui_port: int = DEFAULT_
     retries = RpcConf.from_conf(conf).port_max_retries
 
     env = RpcEnv.create(SYSTEM_NAME, host, port, conf)
+    env.admit_app_scopes(any_scope=True)   # cluster-mode drivers, with derived credentials
     web_ui = rest = engine = None
     try:
         url = env.address.to_spark_url()

@@ -39,7 +39,7 @@ from ember.deploy.rest.protocol import (
     BASE_CONTEXT, ClearResponse, CreateSubmissionResponse, KillAllSubmissionResponse,
     KillSubmissionResponse, ReadyzResponse, SubmissionStatusResponse, SubmitRestProtocolException,
     SubmitRestProtocolResponse, UnexpectedMessageTypeException, UnknownActionException,
-    build_driver_description_fields, error_response, format_exception, malformed_request_message,
+    build_driver_description_fields, error_response, placeholder_env, format_exception, malformed_request_message,
     parse_request, route, to_json,
 )
 from ember.deploy.web import WebServerThread
@@ -357,7 +357,7 @@ class StandaloneRestServer:
                     from None
             req, unknown = parse_request(text)
             f = build_driver_description_fields(req, self.master_rpc_url, self.port,
-                                                os.environ)
+                                                placeholder_env(os.environ, self.conf))
             resource_reqs = driver_resource_requirements(
                 {k: v for k, v in (req.sparkProperties or {}).items() if v is not None})
         except ResourceError as e:
