@@ -283,11 +283,11 @@ class SparkContext:
     def _environment_details(self) -> dict[str, list[tuple[str, str]]]:
         """The Environment tab's sections; values of keys matching spark.redaction.regex are
         hidden, as Spark's Utils.redact does."""
-        secret = re.compile(config.read(self._conf, "spark.redaction.regex"))
+        from ember.redaction import redact_pairs, redaction_pattern
+        secret = redaction_pattern(self._conf)
 
         def redact(items: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-            return sorted((k, "*********(redacted)" if secret.search(k) or secret.search(v)
-                           else v) for k, v in items)
+            return sorted(redact_pairs(secret, items))
         props = dict(self._conf.getAll())
         props["spark.app.id"] = self._app_id
         props["spark.app.startTime"] = str(self._start_time)

@@ -156,7 +156,8 @@ class Master(RpcEndpoint):
             self._execute(self.state.on_start(now_ms()))
             log.info("Running Spark version %s", spark_version())
             logging.getLogger("ember.deploy.master.MasterWebUI").info(
-                "Bound MasterWebUI to %s, and started at %s", _ui_bind_host(), self.web_ui_url)
+                "Bound MasterWebUI to %s, and started at %s", _ui_bind_host(self.state.host),
+                self.web_ui_url)
             # Recovery mode NONE: MonarchyLeaderAgent elects this master at once.
             self._feed(ElectedLeader(), None)
         except BaseException as e:
@@ -352,9 +353,11 @@ def _start_rest_server(master_ref: Any, url: str, conf: Mapping[str, str], maste
     return rest, rest.start(rest_host, policy.port, retries)
 
 
-def _ui_bind_host() -> str:
-    """Where the web UI listens: SPARK_LOCAL_IP, else every interface (Spark's WebUI.bind)."""
-    return os.environ.get("SPARK_LOCAL_IP") or "0.0.0.0"
+def _ui_bind_host(host: str = "") -> str:
+    """Where the web UI listens: the master's host (--host), else SPARK_LOCAL_IP, else every
+    interface (Spark's WebUI.bind always takes SPARK_LOCAL_IP or 0.0.0.0: a UI on every
+    interface of a master bound to loopback is exactly what issue 11 forbids)."""
+    return host or os.environ.get("SPARK_LOCAL_IP") or "0.0.0.0"
 
 
 def max_upload_bytes(conf: Mapping[str, Any]) -> int:
@@ -439,8 +442,9 @@ def start_master(host: str, port: int = DEFAULT_PORT, webui_port: int = DEFAULT_
         url = env.address.to_spark_url()
         master_ref = env.endpoint_ref(env.address, ENDPOINT_NAME)
         web_ui = MasterWebUI(master_ref, url, conf)
-        bound = web_ui.start(_ui_bind_host(), webui_port, retries)
-        web_ui_url = f"http://{public_host(env.address.host)}:{bound}"
+        public = public_host(env.address.host)
+        bound = web_ui.start(_ui_bind_host(host), webui_port, retries, public_hosts=(public,))
+        web_ui_url = f"{web_ui.scheme}://{public}:{bound}"
         uploads = AppResourceStore(max_bytes=max_upload_bytes(conf))
         rest, rest_port = _start_rest_server(master_ref, url, conf, env.address.host, uploads,
                                              retries)
