@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import time
 from hashlib import sha256
 from typing import Any, Iterator, Optional
 
@@ -307,7 +308,12 @@ def test_master_failure_and_timeout_are_500s(serve) -> None:
 @pytest.mark.parametrize("header,message", [
     (None, "Authorization header is missing."),
     ("Basic dXNlcjpwdw==", "Malformed Authorization header."),
-    ("Bearer " + jws.sign_hs256({"sub": "x"}, b"w" * 32), "JWT Validate Fail"),
+    ("Bearer " + jws.sign_hs256({"sub": "x", "exp": time.time() + 60}, b"w" * 32),
+     "JWT Validate Fail"),
+    ("Bearer " + jws.sign_hs256({"sub": "x"}, SECRET.encode()), jws.EXPIRATION_REQUIRED),
+    ("Bearer " + jws.sign_hs256({"sub": "x", "exp": time.time() + 10 * 86400},
+                                SECRET.encode()), "Token lifetime exceeds "
+                                                  "spark.ember.ui.token.maxLifetime"),
     ("Bearer not.a.token", "JWT Validate Fail"),
 ])
 def test_jws_refusals_come_first(serve, header: Optional[str], message: str) -> None:
@@ -337,7 +343,8 @@ def test_spark_jws_filter_config(serve) -> None:
             jws.SECRET_KEY_PARAM: jws.b64url_encode(key)}
     server, _ = serve(conf)
     assert call(server, "GET", f"{BASE}/readyz")[0] == 403
-    token = jws.sign_hs256({"sub": "spark"}, key)   # a token minted for Spark works here
+    # A token minted for Spark works here, if it expires (Ember requires `exp`).
+    token = jws.sign_hs256({"sub": "spark", "exp": int(time.time()) + 600}, key)
     assert call(server, "GET", f"{BASE}/readyz", None,
                 {"Authorization": f"Bearer {token}"})[0] == 200
     client = RestSubmissionClient(f"spark://127.0.0.1:{server.port}",

@@ -183,6 +183,9 @@ class RestSubmissionClient:
         """One HTTP exchange with Spark's readResponse semantics."""
         if data is None and method == "POST":
             data = b""   # a bodiless POST still says Content-Length: 0
+            # ... and JSON, not urllib's default form type, which the server refuses as a
+            # possible cross-site request.
+            content_type = content_type or "application/json"
         req = urllib.request.Request(url, data=data, method=method)
         if content_type is not None:
             req.add_header("Content-Type", content_type)
