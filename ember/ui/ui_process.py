@@ -179,7 +179,7 @@ def main() -> int:
         from ember.ui.spark_ui import SparkUI
         from ember.ui.status_store import AppStatusStore
         store = AppStatusStore(conf)
-        SparkUI(store, socket.socket(fileno=ui_fd)).start()
+        SparkUI(store, socket.socket(fileno=ui_fd), conf).start()
     _idle_priority()
     lines = _TaskLines()
     writer: Any = None
