@@ -260,7 +260,9 @@ def _event_logs(provider: Any, app_id: str, attempt_id: str | None
             if path is None:
                 z.writestr(zipfile.ZipInfo(name), b"")      # a directory entry
             else:
-                z.write(path, name)
+                from ember.ui.event_log import open_regular
+                with open_regular(path) as f:      # never a symlink's target
+                    z.writestr(zipfile.ZipInfo(name), f.read(), zipfile.ZIP_DEFLATED)
     name = f"eventLogs-{app_id}" + (f"-{attempt_id}" if attempt_id else "") + ".zip"
     return 200, {"Content-Type": "application/octet-stream",
                  "Content-Disposition": f"attachment; filename={name}"}, buf.getvalue()

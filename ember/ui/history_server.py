@@ -10,6 +10,13 @@ Logs are re-read only when their size or modification time changed (Spark's
 FsHistoryProvider polls every spark.history.fs.update.interval; here the directory is
 listed on each request, which is cheap, and stores are cached).
 
+Security (`ember.http_security`): it binds `--host`, else spark.history.ui.host, else
+SPARK_LOCAL_IP, else 127.0.0.1 (never every interface unless asked: `--host 0.0.0.0`);
+with spark.authenticate=true every page and `/api/v1` answer needs a bearer token or the
+login cookie, checked against spark.history.ui.acls.enable / spark.history.ui.admin.acls
+(Spark's history ACL keys); spark.ssl.historyServer.* serves HTTPS. Only regular files of
+the log directory are read: symbolic links are skipped and never followed.
+
 Configuration as in Spark's HistoryServerArguments and sbin/start-history-server.sh:
 `--conf k=v` > `-Dk=v` in SPARK_HISTORY_OPTS > `--properties-file` (else spark-defaults.conf),
 through `ember.deploy.properties`, the same resolution the master and the worker use.
@@ -24,7 +31,9 @@ import sys
 import threading
 from typing import Mapping, Optional, Sequence
 
-from ember.ui.event_log import EventLogInfo, list_event_logs, replay, resolve_log_dir
+from ember.ui.event_log import (
+    EventLogInfo, is_regular_file, list_event_logs, replay, resolve_log_dir,
+)
 from ember.ui.status_store import AppStatusStore
 
 log = logging.getLogger("ember.deploy.history.HistoryServer")
@@ -100,7 +109,8 @@ class HistoryProvider:
             return [(base, path)]
         return [(base + "/", None)] + [(f"{base}/{n}", os.path.join(path, n))
                                       for n in sorted(os.listdir(path))
-                                      if not n.startswith(".")]
+                                      if not n.startswith(".")
+                                      and is_regular_file(os.path.join(path, n))]
 
     def store(self, app_id: Optional[str], attempt_id: Optional[str] = None
               ) -> Optional[AppStatusStore]:
@@ -145,6 +155,7 @@ class HistoryServer:
         self.provider = HistoryProvider(log_dir, conf)
         self.conf = dict(conf or {})
         self.port = 0
+        self.scheme = "http"
         self._server = WebServerThread(SERVICE_NAME)
 
     def start(self, host: str, port: int, max_retries: int = 16) -> int:
@@ -153,18 +164,24 @@ class HistoryServer:
         from ember.rpc.bind import bind_with_retries
         from ember.ui.api import api_routes
         from ember.ui.app_ui import make_routes
+        from ember.deploy.web import security_middleware
+        from ember.http_security import HttpGuard, server_ssl_context
         from ember.ui_common import html_response, ui_middleware
 
         async def index(request: web.Request) -> web.Response:
             return html_response(render_index(self.provider))
 
-        app = web.Application(middlewares=[ui_middleware(log, "HistoryServer")])
+        tls = server_ssl_context(self.conf, "historyServer")
+        guard = HttpGuard(self.conf, host, acl_prefix="spark.history.ui", tls=tls is not None)
+        app = web.Application(middlewares=[ui_middleware(log, "HistoryServer"),
+                                           security_middleware(guard)])
         app.add_routes([web.get("/", index)] + api_routes(self.provider)
                        + make_routes(self.provider, "/history/{app_id}"))
         sock = bind_with_retries(SERVICE_NAME, host, port, max_retries)
-        self.port = sock.getsockname()[1]
-        self._server.start(sock, app)
-        log.info("Bound HistoryServer to %s, and started at http://%s:%d", host,
+        self.port = guard.port = sock.getsockname()[1]
+        self.scheme = "https" if tls is not None else "http"
+        self._server.start(sock, app, ssl_context=tls, limits=guard.limits)
+        log.info("Bound HistoryServer to %s, and started at %s://%s:%d", host, self.scheme,
                  "127.0.0.1" if host in ("0.0.0.0", "") else host, self.port)
         return self.port
 
@@ -176,7 +193,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog,
                                 description="Serve finished (and incomplete) applications' "
                                             "UIs from their event logs.")
-    p.add_argument("--host", help="address to bind (default: SPARK_LOCAL_IP, else 0.0.0.0)")
+    p.add_argument("--host", help="address to bind (default: spark.history.ui.host, else "
+                                  "SPARK_LOCAL_IP, else 127.0.0.1)")
     p.add_argument("--port", type=int, help=f"web UI port (spark.history.ui.port, default "
                                             f"{DEFAULT_PORT})")
     p.add_argument("--dir", help="event log directory (spark.history.fs.logDirectory, "
@@ -217,7 +235,8 @@ def resolve_history_conf(argv: Sequence[str], environ: Optional[Mapping[str, str
         except ValueError:
             raise ValueError(f"Invalid spark.history.ui.port: {raw!r} (expected an integer)"
                              ) from None
-    host = args.host if args.host is not None else env.get("SPARK_LOCAL_IP", "0.0.0.0")
+    host = (args.host if args.host is not None
+            else conf.get("spark.history.ui.host") or env.get("SPARK_LOCAL_IP", "127.0.0.1"))
     return log_dir, port, host, conf
 
 
