@@ -37,6 +37,7 @@ class WebServerThread:
         self._thread: Optional[threading.Thread] = None
         self._runner: Optional[web.AppRunner] = None
         self._server: Optional[asyncio.AbstractServer] = None
+        self._reaper: Optional[asyncio.Task] = None
 
     def start(self, sock: socket.socket, app: web.Application, timeout: float = 30.0, *,
               ssl_context: Optional[ssl.SSLContext] = None,
@@ -61,7 +62,7 @@ class WebServerThread:
                 lambda: _GuardedProtocol(handler(), limits, open_connections), sock=sock,
                 ssl=ssl_context, ssl_handshake_timeout=(
                     limits.header_timeout if ssl_context is not None else None))
-            loop.create_task(_reap(open_connections, limits))
+            self._reaper = loop.create_task(_reap(open_connections, limits))
 
         def run() -> None:
             asyncio.set_event_loop(loop)
@@ -77,6 +78,8 @@ class WebServerThread:
                 loop.run_forever()
             finally:
                 try:
+                    if self._reaper is not None:
+                        self._reaper.cancel()
                     if self._server is not None:
                         self._server.close()
                     if self._runner is not None:
