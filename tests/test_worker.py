@@ -831,7 +831,8 @@ def test_registration_failed_exits_1(tmp_path):
 
 
 def test_auth_secret_reaches_executor(tmp_path):
-    auth = {"spark.authenticate": "true", "spark.authenticate.secret": "s3cret"}
+    secret = "s3cret-of-at-least-thirty-two-bytes"
+    auth = {"spark.authenticate": "true", "spark.authenticate.secret": secret}
     master = MasterProcess(conf=auth)
     daemon = start_daemon_in_process(tmp_path, [master], **auth)
     try:
@@ -840,7 +841,7 @@ def test_auth_secret_reaches_executor(tmp_path):
         reg.worker.send(LaunchExecutor(master.url, "app-auth", 0, 0,
                                        sleeper_app(EMBER_SLEEPER_INFO=info_path), 1, 256))
         info = read_info(info_path)
-        assert info["env"]["_SPARK_AUTH_SECRET"] == "s3cret"
+        assert info["env"]["_SPARK_AUTH_SECRET"] == secret
         assert "s3cret" not in " ".join(info["argv"])
         pid = info["pid"]
     finally:
