@@ -550,3 +550,18 @@ def test_history_server_skips_symlinks_out_of_its_directory(tmp_path):
             assert status == 404 and "SECRET-LINE" not in text, path
     finally:
         server.stop()
+
+
+def test_uploads_have_a_total_quota(tmp_path):
+    from ember.deploy.master.uploads import AppResourceStore, UploadError
+    store = AppResourceStore(str(tmp_path), max_bytes=100, max_total_bytes=150)
+    url = store.put("a.py", b"a" * 100)
+    assert store.put("a.py", b"a" * 100) == url           # the same file again: free
+    store.put("b.py", b"b" * 50)
+    with pytest.raises(UploadError, match="maxTotalUploadSize"):
+        store.put("c.py", b"c")
+    assert sorted(os.listdir(tmp_path)) == sorted(u.split("/")[2] for u in (
+        url, store.put("b.py", b"b" * 50)))
+    from ember.deploy.master.master import validate_master_conf
+    with pytest.raises(ValueError, match="maxTotalUploadSize"):
+        validate_master_conf({"spark.ember.submit.maxTotalUploadSize": "lots"})

@@ -106,6 +106,7 @@ def validate_master_conf(conf: Mapping[str, Any]) -> None:
         raise ValueError(f"spark.deploy.recoveryMode={mode} is not supported by Ember yet; "
                          "only NONE is (remove the setting to run without recovery)")
     max_upload_bytes(conf)
+    max_upload_bytes(conf, TOTAL_UPLOAD_SIZE)
     ui_port = conf.get("spark.master.ui.port")
     if ui_port is not None:
         check_port("spark.master.ui.port", ui_port)
@@ -136,7 +137,8 @@ class Master(RpcEndpoint):
                  uploads: Optional[AppResourceStore] = None) -> None:
         self.conf = dict(conf)
         self.uploads = uploads if uploads is not None else AppResourceStore(
-            max_bytes=max_upload_bytes(self.conf))
+            max_bytes=max_upload_bytes(self.conf),
+            max_total_bytes=max_upload_bytes(self.conf, TOTAL_UPLOAD_SIZE))
         # The ref setup_endpoint will hand out (equal by address and name), known before
         # registration so the state can put it in RegisteredWorker / RegisteredApplication.
         ref = rpc_env.endpoint_ref(rpc_env.address, ENDPOINT_NAME)
@@ -360,14 +362,19 @@ def _ui_bind_host(host: str = "") -> str:
     return host or os.environ.get("SPARK_LOCAL_IP") or "0.0.0.0"
 
 
-def max_upload_bytes(conf: Mapping[str, Any]) -> int:
-    """spark.ember.submit.maxUploadSize (default 100m): the largest app resource kept."""
+TOTAL_UPLOAD_SIZE = "spark.ember.submit.maxTotalUploadSize"
+
+
+def max_upload_bytes(conf: Mapping[str, Any],
+                     key: str = "spark.ember.submit.maxUploadSize") -> int:
+    """spark.ember.submit.maxUploadSize (default 100m): the largest app resource kept; with
+    `key` TOTAL_UPLOAD_SIZE (default 1g), what all uploads together may hold."""
     import re
-    value = str(conf.get("spark.ember.submit.maxUploadSize", "100m")).strip().lower()
+    default = "1g" if key == TOTAL_UPLOAD_SIZE else "100m"
+    value = str(conf.get(key, default)).strip().lower()
     m = re.fullmatch(r"(\d+)\s*([kmgt]?)b?", value)
     if not m:
-        raise ValueError("spark.ember.submit.maxUploadSize must be a size like 100m or 512k, "
-                         f"but was {value!r}")
+        raise ValueError(f"{key} must be a size like 100m or 512k, but was {value!r}")
     return int(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " ")
 
 
@@ -445,7 +452,8 @@ def start_master(host: str, port: int = DEFAULT_PORT, webui_port: int = DEFAULT_
         public = public_host(env.address.host)
         bound = web_ui.start(_ui_bind_host(host), webui_port, retries, public_hosts=(public,))
         web_ui_url = f"{web_ui.scheme}://{public}:{bound}"
-        uploads = AppResourceStore(max_bytes=max_upload_bytes(conf))
+        uploads = AppResourceStore(max_bytes=max_upload_bytes(conf),
+                                   max_total_bytes=max_upload_bytes(conf, TOTAL_UPLOAD_SIZE))
         rest, rest_port = _start_rest_server(master_ref, url, conf, env.address.host, uploads,
                                              retries)
         handle: Optional[MasterHandle] = None

@@ -8,8 +8,10 @@ them. Content addressing makes a re-upload free and a supervised relaunch safe (
 never change under a URL).
 
 Nothing here trusts the client: names are reduced to a plain file name, the checksum is
-recomputed, size is bounded, and lookups only ever join a validated hex digest and a plain
-name under the store's directory.
+recomputed, size is bounded - each upload (spark.ember.submit.maxUploadSize) and all of them
+together (spark.ember.submit.maxTotalUploadSize: a client cannot fill the master's disk) -
+and lookups only ever join a validated hex digest and a plain name under the store's
+directory.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from urllib.parse import quote, unquote, urlparse
 
 SCHEME = "ember-upload"
 DEFAULT_MAX_BYTES = 100 * 1024 * 1024
+DEFAULT_MAX_TOTAL_BYTES = 1024 * 1024 * 1024
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _BAD_NAME = re.compile(r"[\x00-\x1f/\\]")
 
@@ -56,11 +59,14 @@ class AppResourceStore:
     """Content-addressed files under one directory (a fresh temporary one by default, removed
     by `close`). Thread-safe: the RPC loop and the REST thread both put and get."""
 
-    def __init__(self, root: Optional[str] = None, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(self, root: Optional[str] = None, max_bytes: int = DEFAULT_MAX_BYTES,
+                 max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES) -> None:
         self._owned = root is None
         self.root = root or tempfile.mkdtemp(prefix="ember-master-uploads-")
         os.makedirs(self.root, exist_ok=True)
         self.max_bytes = max_bytes
+        self.max_total_bytes = max_total_bytes
+        self._sizes: dict[str, int] = {}      # "<sha256>/<name>" -> bytes held
         self._lock = threading.Lock()
 
     def put(self, name: str, data: bytes, sha256: Optional[str] = None) -> str:
@@ -76,6 +82,15 @@ class AppResourceStore:
         folder = os.path.join(self.root, digest)
         path = os.path.join(folder, name)
         with self._lock:
+            key = f"{digest}/{name}"
+            if key not in self._sizes:
+                held = sum(self._sizes.values())
+                if held + len(data) > self.max_total_bytes:
+                    raise UploadError(
+                        f"Resource {name} ({len(data)} bytes) would take the master's uploads "
+                        f"past {self.max_total_bytes} bytes (spark.ember.submit."
+                        f"maxTotalUploadSize; {held} bytes held until their drivers end)")
+                self._sizes[key] = len(data)
             if not os.path.isfile(path):
                 os.makedirs(folder, exist_ok=True)
                 tmp = path + ".part"
