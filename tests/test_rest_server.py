@@ -331,7 +331,9 @@ def test_valid_bearer_token_is_accepted(serve) -> None:
     server, fake = serve(AUTH_CONF)
     token = bearer_token_for(AUTH_CONF)
     assert token is not None
-    assert jws.verify_token(token, SECRET.encode())["sub"] == "ember-submit"
+    from ember.http_security import current_user
+    claims = jws.verify_token(token, SECRET.encode())
+    assert claims["sub"] == current_user() and claims["exp"] - claims["iat"] <= 300
     status, _, _ = call(server, "POST", f"{BASE}/create", create_body(server.port),
                         {"Authorization": f"Bearer {token}"})
     assert status == 200 and len(fake.received) == 1
