@@ -220,14 +220,17 @@ def master_ui():
        query=st.dictionaries(st.sampled_from(["appId", "self", "logType", "offset",
                                               "byteLength", "junk"]), query_value, max_size=4),
        form=st.dictionaries(st.sampled_from(["id", "terminate", "csrf"]), query_value,
-                            max_size=3))
-def test_master_ui_queries_and_kill_forms(master_ui, path, field, query, form):
+                            max_size=3),
+       ctype=st.sampled_from(["application/x-www-form-urlencoded", "text/plain",
+                              "multipart/form-data; boundary=x", "multipart/form-data"]),
+       method=st.sampled_from(["POST", "PUT", "DELETE"]))
+def test_master_ui_queries_and_kill_forms(master_ui, path, field, query, form, ctype, method):
     from urllib.parse import urlencode
     port = master_ui.ui.port
     target = path + (field if path == "/json/" else "") + "?" + urlencode(query)
     status, _ = exchange(port, "GET", target)
     assert status < 500 or status == 503       # 503: the (fake) master cannot answer
-    status, _ = exchange(port, "POST", "/app/kill/", urlencode(form).encode(),
-                         {"Content-Type": "application/x-www-form-urlencoded"})
-    assert status == 403          # none of these carries the page's CSRF token
+    status, _ = exchange(port, method, "/app/kill/", urlencode(form).encode(),
+                         {"Content-Type": ctype})
+    assert status in (400, 403)   # none of these carries the page's CSRF token
     assert [m for m in master_ui.master.asks if not isinstance(m, RequestMasterState)] == []

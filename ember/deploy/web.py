@@ -265,7 +265,10 @@ def security_middleware(guard: HttpGuard, *, forms: bool = True) -> Any:
         if denied is not None:
             return denial_response(request, denied)
         if forms and request.method not in SAFE_METHODS:
-            form = await request.post()
+            try:
+                form = await request.post()
+            except ValueError:          # a malformed multipart or urlencoded body
+                return web.Response(status=400, text="400: Malformed form\n")
             if not guard.csrf_ok(form.get(CSRF_FIELD), user):
                 return web.Response(status=403, text="403: Missing or invalid CSRF token\n")
         request[USER_KEY] = user
@@ -278,7 +281,10 @@ def security_middleware(guard: HttpGuard, *, forms: bool = True) -> Any:
         if not guard.host_ok(request.headers.get("Host")) or not guard.origin_ok(
                 request.headers.get("Origin")):
             return web.Response(status=403, text="403: Cross-origin request refused\n")
-        form = await request.post()
+        try:
+            form = await request.post()
+        except ValueError:
+            return web.Response(status=400, text="400: Malformed form\n")
         cookie, denied = guard.login(str(form.get("token", "")))
         if denied is not None:
             return web.Response(status=401, text=login_page(target, denied.text.strip()),

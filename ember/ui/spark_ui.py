@@ -145,6 +145,18 @@ class SparkUI:
                 assert cookie is not None
                 self._send(303, {"Location": target, "Set-Cookie": cookie}, b"")
 
+            def __getattr__(self, name: str) -> Any:
+                """Every other method (PUT, DELETE, even malformed ones): 405, where the
+                standard library would answer 501."""
+                if name.startswith("do_"):
+                    return self._not_allowed
+                raise AttributeError(name)
+
+            def _not_allowed(self) -> None:
+                server.disarm(self.connection)
+                self._send(405, {"Content-Type": "text/plain; charset=utf-8", "Allow": "GET"},
+                           b"405: Method Not Allowed\n")
+
             def _deny(self, d: Denial) -> None:
                 if d.status == 401 and wants_html(self.headers):
                     body = login_page(self.path, d.text.strip()).encode()
