@@ -430,16 +430,20 @@ class HttpGuard:
         return Denial(401, f"401: {text}\n", {"WWW-Authenticate": 'Bearer realm="ember"',
                                                "Cache-Control": jws.CACHE_CONTROL})
 
-    def authorize(self, user: Optional[str], action: str) -> Optional[Denial]:
-        ok = self.acls.can_modify(user) if action == MODIFY else self.acls.can_view(user)
+    def authorize(self, user: Optional[str], action: str, acls: Optional[Acls] = None
+                  ) -> Optional[Denial]:
+        """Spark's view/modify check against `acls` (one application's, in the history
+        server), else this server's."""
+        acls = acls or self.acls
+        ok = acls.can_modify(user) if action == MODIFY else acls.can_view(user)
         if ok:
             return None
         return Denial(403, f"403: User {user} is not authorized to {action} this resource\n")
 
     # -- the whole check --------------------------------------------------------------------
 
-    def check(self, method: str, headers: Mapping[str, str], action: Optional[str] = None
-              ) -> tuple[Optional[str], Optional[Denial]]:
+    def check(self, method: str, headers: Mapping[str, str], action: Optional[str] = None,
+              acls: Optional[Acls] = None) -> tuple[Optional[str], Optional[Denial]]:
         """Rules 1-4 of the module doc: (user, None) when the request may go on, else
         (None, the answer). `action` defaults to view for safe methods, modify otherwise."""
         if not self.host_ok(headers.get("Host")):
@@ -451,7 +455,7 @@ class HttpGuard:
         user, denied = self.user(headers)
         if denied is not None:
             return None, denied
-        denied = self.authorize(user, action or (MODIFY if unsafe else VIEW))
+        denied = self.authorize(user, action or (MODIFY if unsafe else VIEW), acls)
         return (None, denied) if denied is not None else (user, None)
 
     # -- CSRF -------------------------------------------------------------------------------

@@ -565,3 +565,26 @@ def test_uploads_have_a_total_quota(tmp_path):
     from ember.deploy.master.master import validate_master_conf
     with pytest.raises(ValueError, match="maxTotalUploadSize"):
         validate_master_conf({"spark.ember.submit.maxTotalUploadSize": "lots"})
+
+
+def test_history_server_checks_each_applications_own_acls(tmp_path):
+    """spark.history.ui.acls.enable: an app's pages follow the ACLs in its event log (its
+    view ACLs and user), plus the history server's admins."""
+    from ember.ui.history_server import HistoryServer
+    env = {"Event": "SparkListenerEnvironmentUpdate", "JVM Information": {},
+           "Spark Properties": {"spark.ui.view.acls": "alice"}, "Hadoop Properties": {},
+           "System Properties": {}, "Classpath Entries": {}}
+    start = {"Event": "SparkListenerApplicationStart", "App Name": "a", "App ID": "app-acl",
+             "Timestamp": 1, "User": "bob"}
+    (tmp_path / "app-acl").write_text(json.dumps(env) + "\n" + json.dumps(start) + "\n")
+    conf = {**AUTH, "spark.history.ui.acls.enable": "true", "spark.history.ui.admin.acls": "ops"}
+    server = HistoryServer(str(tmp_path), conf)
+    port = server.start("127.0.0.1", 0)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for path in ("/history/app-acl/jobs/", "/api/v1/applications/app-acl/jobs"):
+            assert request(base + path)[0] == 401
+            for user, status in (("alice", 200), ("bob", 200), ("ops", 200), ("eve", 403)):
+                assert request(base + path, headers=bearer(user))[0] == status, (path, user)
+    finally:
+        server.stop()

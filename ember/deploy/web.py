@@ -246,10 +246,13 @@ def denial_response(request: web.Request, d: Denial) -> web.Response:
     return web.Response(status=d.status, text=d.text, headers=dict(d.headers))
 
 
-def security_middleware(guard: HttpGuard, *, forms: bool = True) -> Any:
+def security_middleware(guard: HttpGuard, *, forms: bool = True,
+                        acls_for: Optional[Callable[[web.Request], Any]] = None) -> Any:
     """aiohttp middleware applying `guard` to every request (see ember.http_security):
-    Host, Origin, credentials, ACLs; the login form at `/login`; with `forms`, a POST must
-    carry the `csrf` field of the page that showed the form."""
+    Host, Origin, credentials, ACLs (`acls_for(request)`, when given and not None, instead
+    of the server's: an application's own in the history server); the login form at
+    `/login`; with `forms`, a POST must carry the `csrf` field of the page that showed the
+    form."""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -261,7 +264,8 @@ def security_middleware(guard: HttpGuard, *, forms: bool = True) -> Any:
     async def _guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path == LOGIN_PATH and guard.authenticates:
             return await _login(request)
-        user, denied = guard.check(request.method, request.headers)
+        acls = acls_for(request) if acls_for is not None else None
+        user, denied = guard.check(request.method, request.headers, acls=acls)
         if denied is not None:
             return denial_response(request, denied)
         if forms and request.method not in SAFE_METHODS:

@@ -14,7 +14,9 @@ Security (`ember.http_security`): it binds `--host`, else spark.history.ui.host,
 SPARK_LOCAL_IP, else 127.0.0.1 (never every interface unless asked: `--host 0.0.0.0`);
 with spark.authenticate=true every page and `/api/v1` answer needs a bearer token or the
 login cookie, checked against spark.history.ui.acls.enable / spark.history.ui.admin.acls
-(Spark's history ACL keys); spark.ssl.historyServer.* serves HTTPS. Only regular files of
+(Spark's history ACL keys: an application's pages and API answers are checked against
+that application's own ACLs, from its event log, plus the history server's admins);
+spark.ssl.historyServer.* serves HTTPS. Only regular files of
 the log directory are read: symbolic links are skipped and never followed.
 
 Configuration as in Spark's HistoryServerArguments and sbin/start-history-server.sh:
@@ -26,10 +28,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import signal
 import sys
 import threading
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
+from urllib.parse import unquote
 
 from ember.ui.event_log import (
     EventLogInfo, is_regular_file, list_event_logs, replay, resolve_log_dir,
@@ -146,6 +150,25 @@ def render_index(provider: HistoryProvider) -> str:
     return page("History Server", body)
 
 
+_APP_PATH = re.compile(r"^/(?:history|api/v1/applications)/([^/]+)")
+
+
+def app_acls(conf: Mapping[str, str], store: AppStatusStore) -> Any:
+    """Spark's HistoryServer ACLs for one application: its own view ACLs and user (from
+    its event log's Spark properties), enabled by spark.history.ui.acls.enable, with the
+    history server's admins (spark.history.ui.admin.acls[.groups]) added to its own."""
+    from ember.http_security import Acls, current_user
+    props = dict(store.environment.get("Spark Properties", []))
+
+    def joined(key: str) -> str:
+        return ",".join(v for v in (props.get(key), conf.get(f"spark.history.ui.{key[6:]}"))
+                        if v)
+    app_conf = {**props, "spark.acls.enable": conf.get("spark.history.ui.acls.enable", "false"),
+                "spark.admin.acls": joined("spark.admin.acls"),
+                "spark.admin.acls.groups": joined("spark.admin.acls.groups")}
+    return Acls.from_conf(app_conf, [store.app.get("user") or "", current_user()])
+
+
 class HistoryServer:
     """The aiohttp server: `/` index, `/history/<appId>/...` pages, `/api/v1`."""
 
@@ -173,8 +196,14 @@ class HistoryServer:
 
         tls = server_ssl_context(self.conf, "historyServer")
         guard = HttpGuard(self.conf, host, acl_prefix="spark.history.ui", tls=tls is not None)
+
+        def acls_for(request: web.Request) -> Any:
+            m = _APP_PATH.match(request.path)
+            store = self.provider.store(unquote(m.group(1))) if m else None
+            return app_acls(self.conf, store) if store is not None else None
+
         app = web.Application(middlewares=[ui_middleware(log, "HistoryServer"),
-                                           security_middleware(guard)])
+                                           security_middleware(guard, acls_for=acls_for)])
         app.add_routes([web.get("/", index)] + api_routes(self.provider)
                        + make_routes(self.provider, "/history/{app_id}"))
         sock = bind_with_retries(SERVICE_NAME, host, port, max_retries)
