@@ -588,3 +588,27 @@ def test_history_server_checks_each_applications_own_acls(tmp_path):
                 assert request(base + path, headers=bearer(user))[0] == status, (path, user)
     finally:
         server.stop()
+
+
+def test_tls_for_the_application_ui_and_the_history_server(tmp_path):
+    from ember.ui.history_server import HistoryServer
+    from ember.ui.spark_ui import SparkUI, bind_ui
+    from ember.ui.status_store import AppStatusStore
+    cert, key = write_self_signed(str(tmp_path / "tls"), ["127.0.0.1"])
+    trust = ssl.create_default_context(cafile=cert)
+    conf = {"spark.ui.port": "0", "spark.ssl.ui.enabled": "true",
+            "spark.ssl.ui.certChain": cert, "spark.ssl.ui.privateKey": key}
+    sock, url = bind_ui(conf)
+    assert url.startswith("https://127.0.0.1:")
+    SparkUI(AppStatusStore(conf), sock, conf).start()
+    assert request(url + "/api/v1/applications", context=trust)[0] == 200
+    (tmp_path / "events").mkdir()
+    server = HistoryServer(str(tmp_path / "events"), {
+        "spark.ssl.historyServer.enabled": "true", "spark.ssl.historyServer.keyStore": cert,
+        "spark.ssl.historyServer.keyFile": key})
+    port = server.start("127.0.0.1", 0)
+    try:
+        assert server.scheme == "https"
+        assert request(f"https://127.0.0.1:{port}/api/v1/applications", context=trust)[0] == 200
+    finally:
+        server.stop()
