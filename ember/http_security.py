@@ -321,6 +321,28 @@ def client_ssl_context(conf: Mapping[str, Any], namespace: str) -> Optional[ssl.
     return ctx
 
 
+def secure_port(conf: Mapping[str, Any], namespace: str, http_port: int) -> int:
+    """Spark's HTTPS port (JettyUtils.startJettyServer): `spark.ssl.<ns>.port`, else the
+    HTTP port + 400 (Utils.userPort: wrapping above 65535 to 1024 and up), else 0 when the
+    HTTP port is 0. The HTTP port then only redirects to it."""
+    raw = ssl_setting(conf, namespace, "port")
+    if raw is not None:
+        try:
+            return int(raw)
+        except ValueError:
+            raise ValueError(f"spark.ssl.{namespace}.port must be an integer, but was "
+                             f"{raw!r}") from None
+    return (http_port + 400 - 1024) % (65536 - 1024) + 1024 if http_port > 0 else 0
+
+
+def https_redirect(host_header: Optional[str], port: int, target: str) -> str:
+    """Spark's createRedirectURI: `https://<the request's host>:<port><path?query>`."""
+    host = normalize_host(host_header or "localhost")
+    if ":" in host:
+        host = f"[{host}]"
+    return f"https://{host}:{port}{target}"
+
+
 def _min_version(protocol: Optional[str]) -> ssl.TLSVersion:
     if protocol is None or protocol.upper() in ("TLS", "TLSV1.2"):
         return ssl.TLSVersion.TLSv1_2
@@ -528,5 +550,6 @@ def cors_simple_content_type(content_type: Optional[str]) -> bool:
 __all__ = ["HttpGuard", "Denial", "Acls", "ConnectionLimits", "ui_secret_key", "mint_token",
            "verify_token", "max_token_lifetime", "allowed_hosts", "normalize_host",
            "server_ssl_context", "client_ssl_context", "ssl_enabled", "ssl_setting",
+           "secure_port", "https_redirect",
            "login_page", "safe_next", "wants_html", "cors_simple_content_type", "current_user",
            "CSRF_FIELD", "LOGIN_PATH", "VIEW", "MODIFY", "TOKEN_MAX_LIFETIME", "ALLOWED_HOSTS"]

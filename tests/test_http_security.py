@@ -145,6 +145,16 @@ def test_allowed_hosts_and_origins():
         assert not g.origin_ok(origin), origin
 
 
+def test_https_port_rule_is_sparks():
+    from ember.http_security import https_redirect, secure_port
+    assert secure_port({}, "ui", 4040) == 4440 and secure_port({}, "ui", 0) == 0
+    assert secure_port({}, "standalone", 65500) == 1388          # wraps above 65535
+    assert secure_port({"spark.ssl.port": "9000", "spark.ssl.ui.port": "4443"}, "ui", 4040) \
+        == 4443
+    assert secure_port({"spark.ssl.port": "9000"}, "historyServer", 18080) == 9000
+    assert https_redirect("[::1]:80", 8443, "/a?b=1") == "https://[::1]:8443/a?b=1"
+
+
 def test_csrf_tokens_are_per_user_and_per_process():
     g, other = HttpGuard({}, "127.0.0.1"), HttpGuard({}, "127.0.0.1")
     t = g.csrf_token("alice")
@@ -325,6 +335,11 @@ def test_tls_with_a_generated_certificate(tmp_path):
             request(url + "/json", context=ssl.create_default_context())   # untrusted
         with pytest.raises((OSError, http.client.HTTPException)):
             request(f"http://127.0.0.1:{ui.ui.port}/json")                 # plain HTTP
+        # Spark's HTTP port of a TLS UI: a redirect to the HTTPS port (Host still checked).
+        status, headers, _ = request(f"http://127.0.0.1:{ui.ui.http_port}/json?x=1")
+        assert status == 302 and headers["location"] == f"{url}/json?x=1"
+        assert request(f"http://127.0.0.1:{ui.ui.http_port}/json",
+                       headers={"Host": "evil.example"})[0] == 403
     with pytest.raises(ValueError, match="certChain"):
         FakeMasterUI(synthetic_state(1, 1), {"spark.ssl.enabled": "true"})
 
@@ -363,7 +378,7 @@ def test_app_ui_pool_header_deadline_and_auth(tmp_path):
     from ember.ui.status_store import AppStatusStore
     conf = {**AUTH, "spark.ui.port": "0", "spark.ember.ui.headerTimeout": "1s",
             "spark.ember.ui.maxConnections": "4"}
-    sock, url = bind_ui(conf)
+    sock, url, redirect = bind_ui(conf)
     assert sock.getsockname()[0] == "127.0.0.1" and url.startswith("http://127.0.0.1:")
     SparkUI(AppStatusStore(conf), sock, conf).start()
     assert request(url + "/api/v1/applications")[0] == 401
@@ -598,17 +613,20 @@ def test_tls_for_the_application_ui_and_the_history_server(tmp_path):
     trust = ssl.create_default_context(cafile=cert)
     conf = {"spark.ui.port": "0", "spark.ssl.ui.enabled": "true",
             "spark.ssl.ui.certChain": cert, "spark.ssl.ui.privateKey": key}
-    sock, url = bind_ui(conf)
-    assert url.startswith("https://127.0.0.1:")
-    SparkUI(AppStatusStore(conf), sock, conf).start()
+    sock, url, redirect = bind_ui(conf)
+    assert url.startswith("https://127.0.0.1:") and redirect is not None
+    SparkUI(AppStatusStore(conf), sock, conf, redirect).start()
     assert request(url + "/api/v1/applications", context=trust)[0] == 200
+    status, headers, _ = request(f"http://127.0.0.1:{redirect.getsockname()[1]}/jobs/")
+    assert status == 302 and headers["location"] == f"{url}/jobs/"
     (tmp_path / "events").mkdir()
     server = HistoryServer(str(tmp_path / "events"), {
         "spark.ssl.historyServer.enabled": "true", "spark.ssl.historyServer.keyStore": cert,
         "spark.ssl.historyServer.keyFile": key})
     port = server.start("127.0.0.1", 0)
     try:
-        assert server.scheme == "https"
+        assert server.scheme == "https" and server.http_port != port
         assert request(f"https://127.0.0.1:{port}/api/v1/applications", context=trust)[0] == 200
+        assert request(f"http://127.0.0.1:{server.http_port}/")[0] == 302
     finally:
         server.stop()

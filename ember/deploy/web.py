@@ -23,9 +23,10 @@ from typing import Any, Awaitable, Callable, Optional
 from aiohttp import web
 
 from ember.http_security import (
-    CSRF_FIELD, LOGIN_PATH, SAFE_METHODS, ConnectionLimits, Denial, HttpGuard, login_page,
-    safe_next, wants_html,
+    CSRF_FIELD, LOGIN_PATH, SAFE_METHODS, ConnectionLimits, Denial, HttpGuard,
+    https_redirect, login_page, safe_next, secure_port, server_ssl_context, wants_html,
 )
+from ember.rpc.bind import bind_with_retries
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +39,17 @@ class WebServerThread:
         self._runner: Optional[web.AppRunner] = None
         self._server: Optional[asyncio.AbstractServer] = None
         self._reaper: Optional[asyncio.Task] = None
+        self._redirector: Optional[web.AppRunner] = None
+        self._redirect_server: Optional[asyncio.AbstractServer] = None
 
     def start(self, sock: socket.socket, app: web.Application, timeout: float = 30.0, *,
               ssl_context: Optional[ssl.SSLContext] = None,
-              limits: ConnectionLimits = ConnectionLimits()) -> None:
+              limits: ConnectionLimits = ConnectionLimits(),
+              redirect: Optional[tuple[socket.socket, HttpGuard]] = None) -> None:
         """Serve app on the bound, listening sock (over TLS with `ssl_context`), each
-        connection under `limits`; returns once serving. Re-raises a start failure (and
-        closes sock)."""
+        connection under `limits`; with `redirect` (a plain-HTTP socket and the guard whose
+        Host rule applies), answer every request there with Spark's redirect to this HTTPS
+        port. Returns once serving. Re-raises a start failure (and closes the sockets)."""
         loop = asyncio.new_event_loop()
         self._loop = loop
         ready = threading.Event()
@@ -63,6 +68,18 @@ class WebServerThread:
                 ssl=ssl_context, ssl_handshake_timeout=(
                     limits.header_timeout if ssl_context is not None else None))
             self._reaper = loop.create_task(_reap(open_connections, limits))
+            if redirect is not None:
+                plain, guard = redirect
+                secure = sock.getsockname()[1]
+                redirector = web.AppRunner(_redirect_app(guard, secure), access_log=None,
+                                           handle_signals=False,
+                                           keepalive_timeout=limits.idle_timeout)
+                await redirector.setup()
+                self._redirector = redirector
+                handler2 = redirector.server
+                assert handler2 is not None
+                self._redirect_server = await loop.create_server(
+                    lambda: _GuardedProtocol(handler2(), limits, open_connections), sock=plain)
 
         def run() -> None:
             asyncio.set_event_loop(loop)
@@ -82,6 +99,10 @@ class WebServerThread:
                         self._reaper.cancel()
                     if self._server is not None:
                         self._server.close()
+                    if self._redirect_server is not None:
+                        self._redirect_server.close()
+                    if self._redirector is not None:
+                        loop.run_until_complete(self._redirector.cleanup())
                     if self._runner is not None:
                         loop.run_until_complete(self._runner.cleanup())
                     loop.run_until_complete(loop.shutdown_asyncgens())
@@ -94,6 +115,8 @@ class WebServerThread:
         ready.wait(timeout)
         if errors:
             sock.close()
+            if redirect is not None:
+                redirect[0].close()
             raise errors[0]
 
     def stop(self) -> None:
@@ -107,6 +130,43 @@ class WebServerThread:
         except RuntimeError:
             pass  # loop already closed
         thread.join(10)
+
+
+def bind_web(service: str, host: str, port: int, max_retries: int, conf: Any,
+             namespace: str) -> tuple[socket.socket, Optional[socket.socket],
+                                      Optional[ssl.SSLContext]]:
+    """Bind a UI as Spark does (JettyUtils.startJettyServer): without TLS in `namespace`,
+    one HTTP socket on `port`; with it, the HTTPS socket on `secure_port` first, then the
+    HTTP socket on `port`, which only redirects. Returns (the socket the UI serves on, the
+    redirect socket or None, the TLS context or None). Raises OSError / ValueError."""
+    tls = server_ssl_context(conf, namespace)
+    if tls is None:
+        return bind_with_retries(service, host, port, max_retries), None, None
+    main = bind_with_retries(f"{service} (HTTPS)", host, secure_port(conf, namespace, port),
+                             max_retries)
+    try:
+        plain = bind_with_retries(service, host, port, max_retries)
+    except BaseException:
+        main.close()
+        raise
+    return main, plain, tls
+
+
+def _redirect_app(guard: HttpGuard, secure: int) -> web.Application:
+    """The HTTP port of a TLS UI: Spark's redirect to `https://<host>:<secure><path>`
+    (the Host must still name this server, so a rebinding name is never echoed)."""
+    async def redirect(request: web.Request) -> web.StreamResponse:
+        try:
+            if not guard.host_ok(request.headers.get("Host")):
+                return web.Response(status=403, text="403: Host header does not name this "
+                                                     "server\n")
+            return web.Response(status=302, headers={"Location": https_redirect(
+                request.headers.get("Host"), secure, request.raw_path)})
+        finally:
+            request_done(request)
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", redirect)
+    return app
 
 
 # ---------------------------------------------------------------------------------------------

@@ -177,25 +177,23 @@ class HistoryServer:
         resolve_log_dir(log_dir)          # a missing directory fails here, before binding
         self.provider = HistoryProvider(log_dir, conf)
         self.conf = dict(conf or {})
-        self.port = 0
+        self.port = self.http_port = 0
         self.scheme = "http"
         self._server = WebServerThread(SERVICE_NAME)
 
     def start(self, host: str, port: int, max_retries: int = 16) -> int:
         from aiohttp import web
 
-        from ember.rpc.bind import bind_with_retries
         from ember.ui.api import api_routes
         from ember.ui.app_ui import make_routes
-        from ember.deploy.web import security_middleware
-        from ember.http_security import HttpGuard, server_ssl_context
+        from ember.deploy.web import bind_web, security_middleware
+        from ember.http_security import HttpGuard
         from ember.ui_common import html_response, ui_middleware
 
         async def index(request: web.Request) -> web.Response:
             return html_response(render_index(self.provider))
 
-        tls = server_ssl_context(self.conf, "historyServer")
-        guard = HttpGuard(self.conf, host, acl_prefix="spark.history.ui", tls=tls is not None)
+        guard = HttpGuard(self.conf, host, acl_prefix="spark.history.ui")
 
         def acls_for(request: web.Request) -> Any:
             m = _APP_PATH.match(request.path)
@@ -206,10 +204,14 @@ class HistoryServer:
                                            security_middleware(guard, acls_for=acls_for)])
         app.add_routes([web.get("/", index)] + api_routes(self.provider)
                        + make_routes(self.provider, "/history/{app_id}"))
-        sock = bind_with_retries(SERVICE_NAME, host, port, max_retries)
+        sock, plain, tls = bind_web(SERVICE_NAME, host, port, max_retries, self.conf,
+                                    "historyServer")
+        guard.tls = tls is not None
         self.port = guard.port = sock.getsockname()[1]
+        self.http_port = plain.getsockname()[1] if plain is not None else self.port
         self.scheme = "https" if tls is not None else "http"
-        self._server.start(sock, app, ssl_context=tls, limits=guard.limits)
+        self._server.start(sock, app, ssl_context=tls, limits=guard.limits,
+                           redirect=(plain, guard) if plain is not None else None)
         log.info("Bound HistoryServer to %s, and started at %s://%s:%d", host, self.scheme,
                  "127.0.0.1" if host in ("0.0.0.0", "") else host, self.port)
         return self.port

@@ -23,8 +23,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 from ember import config
 from ember.http_security import (
-    LOGIN_PATH, ConnectionLimits, Denial, HttpGuard, login_page, safe_next,
-    server_ssl_context, ssl_enabled, wants_html,
+    LOGIN_PATH, ConnectionLimits, Denial, HttpGuard, https_redirect, login_page, safe_next,
+    secure_port, server_ssl_context, ssl_enabled, wants_html,
 )
 from ember.ui.api import API_ROOT, LiveStoreProvider, api_response, flat_query
 from ember.ui.status_store import AppStatusStore
@@ -47,20 +47,34 @@ def ui_bind_host(conf: Any) -> str:
             or os.environ.get("SPARK_LOCAL_IP") or "127.0.0.1")
 
 
-def bind_ui(conf: Any) -> tuple[socket.socket, str]:
-    """Bind spark.ui.port (or the next free one): (the listening socket, the UI's URL).
+def bind_ui(conf: Any) -> tuple[socket.socket, str, Optional[socket.socket]]:
+    """Bind spark.ui.port (or the next free one): (the listening socket, the UI's URL, None).
+    With spark.ssl.ui, as Spark: the HTTPS socket (spark.ssl.ui.port, else spark.ui.port +
+    400), the https URL, and the HTTP socket on spark.ui.port, which only redirects.
     Raises OSError (Spark's 'Service SparkUI failed after N retries') when no port is free."""
     from ember.rpc.bind import bind_with_retries
     host = ui_bind_host(conf)
-    sock = bind_with_retries(SERVICE_NAME, host, config.read(conf, "spark.ui.port"),
-                             config.read(conf, "spark.port.maxRetries"))
+    port = config.read(conf, "spark.ui.port")
+    retries = config.read(conf, "spark.port.maxRetries")
+    redirect = None
+    if ssl_enabled(conf, "ui"):
+        sock = bind_with_retries(f"{SERVICE_NAME} (HTTPS)", host,
+                                 secure_port(conf, "ui", port), retries)
+        try:
+            redirect = bind_with_retries(SERVICE_NAME, host, port, retries)
+        except BaseException:
+            sock.close()
+            raise
+        redirect.setblocking(True)
+    else:
+        sock = bind_with_retries(SERVICE_NAME, host, port, retries)
     sock.setblocking(True)
     public = os.environ.get("SPARK_PUBLIC_DNS") or conf.get("spark.driver.host") \
         or os.environ.get("SPARK_LOCAL_IP") or "127.0.0.1"
-    scheme = "https" if ssl_enabled(conf, "ui") else "http"
+    scheme = "https" if redirect is not None else "http"
     url = f"{scheme}://{public}:{sock.getsockname()[1]}"
     log.info("Bound SparkUI to %s, and started at %s", host, url)
-    return sock, url
+    return sock, url, redirect
 
 
 class SparkUI:
@@ -71,11 +85,13 @@ class SparkUI:
     served by a pool of UI_THREADS threads, not a thread per connection."""
 
     def __init__(self, store: AppStatusStore, sock: socket.socket,
-                 conf: Optional[Mapping[str, str]] = None) -> None:
+                 conf: Optional[Mapping[str, str]] = None,
+                 redirect: Optional[socket.socket] = None) -> None:
         conf = dict(conf or {})
         self.store = store
         self._provider = LiveStoreProvider(store)
         self._sock = sock
+        self._redirect = redirect
         self._tls = server_ssl_context(conf, "ui")
         owners = [conf.get("spark.user", ""), os.environ.get("SPARK_USER", "")]
         self.guard = HttpGuard(conf, sock.getsockname()[0], owners=owners,
@@ -85,6 +101,47 @@ class SparkUI:
 
     def start(self) -> None:
         threading.Thread(target=self._serve, name="SparkUI", daemon=True).start()
+        if self._redirect is not None:
+            threading.Thread(target=self._serve_redirect, name="SparkUI-redirect",
+                             daemon=True).start()
+
+    def _serve_redirect(self) -> None:
+        """The HTTP port of a TLS UI: Spark's redirect to the HTTPS port."""
+        from http.server import BaseHTTPRequestHandler
+        guard, secure = self.guard, self._sock.getsockname()[1]
+        assert self._redirect is not None
+        server = _PooledServer(self._redirect, guard.limits, None)
+
+        class Redirect(BaseHTTPRequestHandler):
+            server_version = "Ember"
+            sys_version = ""
+            timeout = guard.limits.idle_timeout
+
+            def handle_one_request(self) -> None:
+                server.arm(self.connection)
+                super().handle_one_request()
+
+            def __getattr__(self, name: str) -> Any:
+                if name.startswith("do_"):
+                    return self._redirect
+                raise AttributeError(name)
+
+            def _redirect(self) -> None:
+                server.disarm(self.connection)
+                if guard.host_ok(self.headers.get("Host")):
+                    self.send_response(302)
+                    self.send_header("Location", https_redirect(self.headers.get("Host"),
+                                                                secure, self.path))
+                else:
+                    self.send_response(403)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                log.debug("%s - %s", self.address_string(), format % args)
+
+        server.handler = Redirect
+        server.serve_forever()
 
     def _serve(self) -> None:
         from http.server import BaseHTTPRequestHandler

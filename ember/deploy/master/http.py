@@ -60,13 +60,12 @@ from ember.deploy.messages import (
     ExecutorSummary, MasterStateResponse, RecoveryState, RequestKillApplication,
     RequestKillDriver, RequestMasterState, WorkerState, WorkerSummary,
 )
-from ember.deploy.web import WebServerThread, csrf_token, security_middleware
+from ember.deploy.web import WebServerThread, bind_web, csrf_token, security_middleware
 from ember.deploy.worker.http import (
     SELF_LOG_QUERY, LogRequest, parse_self_log_request, serve_log,
 )
-from ember.http_security import CSRF_FIELD, HttpGuard, server_ssl_context
+from ember.http_security import CSRF_FIELD, HttpGuard
 from ember.rpc import RpcEndpointRef
-from ember.rpc.bind import bind_with_retries
 from ember.ui_common import (
     Html, PrometheusText, esc, format_date, format_duration, format_resource_usage,
     format_resources, html_response, link, not_found, page, prometheus_response, table,
@@ -182,6 +181,7 @@ class MasterWebUI:
         self.history_server_url: Optional[str] = str(history).rstrip("/") if history else None
         self.conf = conf
         self.port = 0
+        self.http_port = 0
         self.scheme = "http"
         self.guard: Optional[HttpGuard] = None
         self._server = WebServerThread("MasterWebUI")
@@ -190,12 +190,15 @@ class MasterWebUI:
 
     def start(self, host: str, port: int, max_retries: int = 16,
               public_hosts: tuple[str, ...] = ()) -> int:
-        """Bind `host` (with retries) and serve; returns the bound port. Raises OSError, or
-        ValueError for a bad security configuration (secret, TLS files)."""
-        tls = server_ssl_context(self.conf, "standalone")
-        guard = HttpGuard(self.conf, host, public_hosts=public_hosts, tls=tls is not None)
-        sock = bind_with_retries(SERVICE_NAME, host, port, max_retries)
+        """Bind `host` (with retries) and serve; returns the port the UI is served on (with
+        spark.ssl.standalone, the HTTPS port; `port` then redirects to it). Raises OSError,
+        or ValueError for a bad security configuration (secret, TLS files)."""
+        guard = HttpGuard(self.conf, host, public_hosts=public_hosts)
+        sock, plain, tls = bind_web(SERVICE_NAME, host, port, max_retries, self.conf,
+                                    "standalone")
+        guard.tls = tls is not None
         self.port = guard.port = sock.getsockname()[1]
+        self.http_port = plain.getsockname()[1] if plain is not None else self.port
         self.scheme = "https" if tls is not None else "http"
         self.guard = guard
         app = web.Application(middlewares=[ui_middleware(log, "Master"),
@@ -216,7 +219,8 @@ class MasterWebUI:
             r.add_get(path, self._log)
         r.add_get("/json", self._json)
         r.add_get("/json/{tail:.*}", self._json)
-        self._server.start(sock, app, ssl_context=tls, limits=guard.limits)
+        self._server.start(sock, app, ssl_context=tls, limits=guard.limits,
+                           redirect=(plain, guard) if plain is not None else None)
         return self.port
 
     def stop(self) -> None:

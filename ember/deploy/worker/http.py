@@ -50,12 +50,11 @@ from ember.deploy.messages import (
     DriverRunnerSummary, ExecutorRunnerSummary, ExecutorState, RequestWorkerState,
     WorkerStateResponse,
 )
-from ember.deploy.web import WebServerThread, security_middleware
+from ember.deploy.web import WebServerThread, bind_web, security_middleware
 from ember.deploy.worker import log_files
-from ember.http_security import HttpGuard, server_ssl_context
+from ember.http_security import HttpGuard
 from ember.redaction import redact_command, redaction_pattern
 from ember.rpc import RpcEndpointRef
-from ember.rpc.bind import bind_with_retries
 from ember.ui_common import (
     Html, PrometheusText, esc, format_resource_usage, format_resources, html_response, link,
     page, prometheus_response, safe_url, table, ui_middleware, url_with_query,
@@ -262,11 +261,10 @@ class WorkerWebUI:
     # -- server lifecycle ------------------------------------------------------------------
 
     def start(self) -> "WorkerWebUI":
-        tls = server_ssl_context(self.conf, "standalone")
-        guard = HttpGuard(self.conf, self.host, public_hosts=(self.public_host,),
-                          tls=tls is not None)
-        sock = bind_with_retries(SERVICE_NAME, self.host, self.requested_port,
-                                 self.max_retries)
+        guard = HttpGuard(self.conf, self.host, public_hosts=(self.public_host,))
+        sock, plain, tls = bind_web(SERVICE_NAME, self.host, self.requested_port,
+                                    self.max_retries, self.conf, "standalone")
+        guard.tls = tls is not None
         self.bound_port = guard.port = sock.getsockname()[1]
         self.scheme = "https" if tls is not None else "http"
         app = web.Application(middlewares=[ui_middleware(log, "Worker"),
@@ -277,7 +275,8 @@ class WorkerWebUI:
         for path, handler in routes.items():
             app.router.add_get(path, handler)
         try:
-            self._server.start(sock, app, ssl_context=tls, limits=guard.limits)
+            self._server.start(sock, app, ssl_context=tls, limits=guard.limits,
+                               redirect=(plain, guard) if plain is not None else None)
         except Exception as e:
             raise OSError(f"Cannot start the worker web UI: {e}") from e
         log.info("Bound %s to %s, and started at %s", SERVICE_NAME, self.host, self.url)
