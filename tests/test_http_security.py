@@ -15,9 +15,7 @@ import ssl
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
-from typing import Any, Optional
+from typing import Optional
 from urllib.parse import urlencode, urlsplit
 
 import psutil
@@ -30,7 +28,7 @@ from ember.deploy.messages import (
 )
 from ember.deploy.web_cli import write_self_signed
 from ember.http_security import (
-    Acls, ConnectionLimits, HttpGuard, allowed_hosts, mint_token, normalize_host,
+    Acls, HttpGuard, allowed_hosts, mint_token, normalize_host,
     verify_token,
 )
 from ember.redaction import REDACTED, redact_args, redaction_pattern
