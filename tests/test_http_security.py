@@ -281,9 +281,21 @@ def test_authenticated_ui_needs_credentials_and_honours_acls():
 
 
 def test_slow_clients_are_dropped_and_connections_capped():
-    conf = {"spark.ember.ui.headerTimeout": "1s", "spark.ember.ui.maxConnections": "6"}
+    conf = {"spark.ember.ui.headerTimeout": "1s", "spark.ember.ui.idleTimeout": "1s",
+            "spark.ember.ui.maxConnections": "6"}
     with FakeMasterUI(synthetic_state(1, 1), conf) as ui:
         port = ui.ui.port
+        stalled = socket.create_connection(("127.0.0.1", port), timeout=15)
+        stalled.sendall(b"POST /app/kill/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                        b"Content-Type: application/x-www-form-urlencoded\r\n"
+                        b"Content-Length: 1000\r\n\r\nid=")      # then the body stalls
+        t0 = time.monotonic()
+        try:
+            closed = stalled.recv(1000) == b""
+        except OSError:
+            closed = True
+        assert closed and time.monotonic() - t0 < 8       # dropped after idleTimeout
+        stalled.close()
         slow = socket.create_connection(("127.0.0.1", port), timeout=15)
         slow.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
         t0 = time.monotonic()
