@@ -351,20 +351,22 @@ class SparkContext:
         when the UI port or the event log directory is unusable; so do we. Both live in the
         driver's UI process (ember.ui.ui_process), fed by the bus."""
         self._event_log = self._ui_process = self._ui_url = None
-        sock = None
+        sock = redirect = None
         if config.read(self._conf, "spark.eventLog.enabled"):
             from ember.ui.event_log import EventLog
             self._event_log = EventLog(self._conf)
         if config.read(self._conf, "spark.ui.enabled"):
             from ember.ui.spark_ui import bind_ui
-            sock, self._ui_url = bind_ui(self._conf)
+            sock, self._ui_url, redirect = bind_ui(self._conf)
         if self._event_log is not None or sock is not None:
             from ember.ui.ui_process import UiProcess
             try:
-                self._ui_process = UiProcess(self._conf, sock, self._event_log is not None)
+                self._ui_process = UiProcess(self._conf, sock, self._event_log is not None,
+                                             redirect)
             finally:
-                if sock is not None:
-                    sock.close()
+                for s in (sock, redirect):
+                    if s is not None:
+                        s.close()
             self._bus.add(self._ui_process)
 
     def _post_application_start(self) -> None:

@@ -201,9 +201,15 @@ class RestGateway:
     """Spark's RestSubmissionClient path, plus Ember's upload and log endpoints."""
 
     def __init__(self, master: str, conf: Mapping[str, str]) -> None:
-        from ember.deploy.rest.client import RestSubmissionClient, bearer_token_for
+        from ember.deploy.rest.client import RestSubmissionClient, bearer_token_source
+        from ember.http_security import client_ssl_context
         self.url = master
-        self._client = RestSubmissionClient(master, token=bearer_token_for(conf))
+        try:
+            tls = client_ssl_context(conf, "standalone")
+        except ValueError as e:
+            raise SubmitError(str(e)) from None
+        self._client = RestSubmissionClient(master, token=bearer_token_source(conf),
+                                            ssl_context=tls)
 
     def _call(self, method: str, *args: Any) -> dict:
         """One REST exchange; a protocol or connection failure becomes a one-line

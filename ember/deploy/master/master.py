@@ -120,6 +120,7 @@ def validate_master_conf(conf: Mapping[str, Any]) -> None:
     RpcConf.from_conf(conf)
     check_recovery_conf(conf)
     max_upload_bytes(conf)
+    max_upload_bytes(conf, TOTAL_UPLOAD_SIZE)
     ui_port = conf.get("spark.master.ui.port")
     if ui_port is not None:
         check_port("spark.master.ui.port", ui_port)
@@ -154,7 +155,8 @@ class Master(RpcEndpoint):
             engine, agent = create_recovery({})
         self.engine, self.agent = engine, agent
         self.uploads = uploads if uploads is not None else AppResourceStore(
-            max_bytes=max_upload_bytes(self.conf), blobs=engine)
+            max_bytes=max_upload_bytes(self.conf), blobs=engine,
+            max_total_bytes=max_upload_bytes(self.conf, TOTAL_UPLOAD_SIZE))
         # The ref setup_endpoint will hand out (equal by address and name), known before
         # registration so the state can put it in RegisteredWorker / RegisteredApplication.
         ref = rpc_env.endpoint_ref(rpc_env.address, ENDPOINT_NAME)
@@ -173,7 +175,8 @@ class Master(RpcEndpoint):
             self._execute(self.state.on_start(now_ms()))
             log.info("Running Spark version %s", spark_version())
             logging.getLogger("ember.deploy.master.MasterWebUI").info(
-                "Bound MasterWebUI to %s, and started at %s", _ui_bind_host(), self.web_ui_url)
+                "Bound MasterWebUI to %s, and started at %s", _ui_bind_host(self.state.host),
+                self.web_ui_url)
             self.agent.start(self._on_elected, self._on_revoked)
         except BaseException as e:
             self.start_error = e
@@ -442,19 +445,26 @@ def _start_rest_server(master_ref: Any, url: str, conf: Mapping[str, str], maste
     return rest, rest.start(rest_host, policy.port, retries)
 
 
-def _ui_bind_host() -> str:
-    """Where the web UI listens: SPARK_LOCAL_IP, else every interface (Spark's WebUI.bind)."""
-    return os.environ.get("SPARK_LOCAL_IP") or "0.0.0.0"
+def _ui_bind_host(host: str = "") -> str:
+    """Where the web UI listens: the master's host (--host), else SPARK_LOCAL_IP, else every
+    interface (Spark's WebUI.bind always takes SPARK_LOCAL_IP or 0.0.0.0: a UI on every
+    interface of a master bound to loopback is exactly what issue 11 forbids)."""
+    return host or os.environ.get("SPARK_LOCAL_IP") or "0.0.0.0"
 
 
-def max_upload_bytes(conf: Mapping[str, Any]) -> int:
-    """spark.ember.submit.maxUploadSize (default 100m): the largest app resource kept."""
+TOTAL_UPLOAD_SIZE = "spark.ember.submit.maxTotalUploadSize"
+
+
+def max_upload_bytes(conf: Mapping[str, Any],
+                     key: str = "spark.ember.submit.maxUploadSize") -> int:
+    """spark.ember.submit.maxUploadSize (default 100m): the largest app resource kept; with
+    `key` TOTAL_UPLOAD_SIZE (default 1g), what all uploads together may hold."""
     import re
-    value = str(conf.get("spark.ember.submit.maxUploadSize", "100m")).strip().lower()
+    default = "1g" if key == TOTAL_UPLOAD_SIZE else "100m"
+    value = str(conf.get(key, default)).strip().lower()
     m = re.fullmatch(r"(\d+)\s*([kmgt]?)b?", value)
     if not m:
-        raise ValueError("spark.ember.submit.maxUploadSize must be a size like 100m or 512k, "
-                         f"but was {value!r}")
+        raise ValueError(f"{key} must be a size like 100m or 512k, but was {value!r}")
     return int(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " ")
 
 
@@ -528,9 +538,11 @@ def start_master(host: str, port: int = DEFAULT_PORT, webui_port: int = DEFAULT_
         engine, agent = create_recovery(conf, master_url=url)
         master_ref = env.endpoint_ref(env.address, ENDPOINT_NAME)
         web_ui = MasterWebUI(master_ref, url, conf)
-        bound = web_ui.start(_ui_bind_host(), webui_port, retries)
-        web_ui_url = f"http://{public_host(env.address.host)}:{bound}"
-        uploads = AppResourceStore(max_bytes=max_upload_bytes(conf), blobs=engine)
+        public = public_host(env.address.host)
+        bound = web_ui.start(_ui_bind_host(host), webui_port, retries, public_hosts=(public,))
+        web_ui_url = f"{web_ui.scheme}://{public}:{bound}"
+        uploads = AppResourceStore(max_bytes=max_upload_bytes(conf), blobs=engine,
+                                   max_total_bytes=max_upload_bytes(conf, TOTAL_UPLOAD_SIZE))
         rest, rest_port = _start_rest_server(master_ref, url, conf, env.address.host, uploads,
                                              retries)
         master = Master(env, conf, web_ui_url=web_ui_url, web_ui_port=bound,

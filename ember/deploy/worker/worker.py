@@ -1021,11 +1021,12 @@ class WorkerDaemon:
             from ember.deploy.worker.http import WorkerWebUI
             ui_port = self.wconf.ui_port if self.wconf.ui_port is not None else s.web_ui_port
             public = s.public_address or os.environ.get("SPARK_PUBLIC_DNS") or s.host
-            bind_host = s.ui_bind_host or os.environ.get("SPARK_LOCAL_IP") or "0.0.0.0"
+            bind_host = s.host or s.ui_bind_host or os.environ.get("SPARK_LOCAL_IP") or "0.0.0.0"
             self.ui = WorkerWebUI(self.env.endpoint_ref(self.env.address, ENDPOINT_NAME),
                                   work_dir, bind_host, ui_port, public_host=public,
                                   max_retries=self.wconf.port_max_retries,
-                                  ask_timeout=min(self.wconf.ask_timeout, 30.0))
+                                  ask_timeout=min(self.wconf.ask_timeout, 30.0),
+                                  conf=s.conf)
             self.ui.start()
             address = self.env.address
             self.worker = Worker(
