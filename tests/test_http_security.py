@@ -668,3 +668,17 @@ def test_cluster_mode_driver_ui_takes_app_tokens_only(capsys):
     assert daemon_ui.user(bearer(app_token))[1].status == 401
     # another application's token does not open this driver's UI either
     assert driver_ui.user(bearer(token("--app", "driver-20260101000000-0002")))[1].status == 401
+
+
+def test_deleting_an_upload_frees_its_share_of_the_quota():
+    """i12a deletes uploads no driver needs; the total quota must count them out again."""
+    from ember.deploy.master.uploads import AppResourceStore, UploadError
+    store = AppResourceStore(max_bytes=100, max_total_bytes=150)
+    try:
+        url = store.put("a.py", b"a" * 100)
+        with pytest.raises(UploadError, match="maxTotalUploadSize"):
+            store.put("b.py", b"b" * 100)
+        assert store.delete(url, keep_recent_s=0)
+        store.put("b.py", b"b" * 100)
+    finally:
+        store.close()
