@@ -417,6 +417,30 @@ def test_io_encryption_in_local_mode(tmp_path):
         sc.stop()
 
 
+def test_io_encryption_with_the_applications_serializer(tmp_path):
+    """spark.io.encryption.enabled seals the batches SparkContext(serializer=) makes: the
+    shuffle still round-trips, and the files hold no record in the clear."""
+    from ember import SparkConf, SparkContext
+    from ember.serializers import MarshalSerializer
+    if SparkContext._active_spark_context is not None:
+        SparkContext._active_spark_context.stop()
+    mark = "MARSHALSHUFFLE-" + os.urandom(6).hex()
+    sc = SparkContext(conf=SparkConf().setMaster("local[2]").setAppName("io-marshal")
+                      .set("spark.io.encryption.enabled", "true")
+                      .set("spark.local.dir", str(tmp_path)),
+                      serializer=MarshalSerializer(), batchSize=5)
+    try:
+        counts = dict(sc.parallelize([(i % 3, mark) for i in range(300)], 3)
+                      .groupByKey().mapValues(len).collect())
+        assert counts == {0: 100, 1: 100, 2: 100}
+        files = [os.path.join(d, f) for d, _, fs in os.walk(sc._local_dir) for f in fs
+                 if f.startswith("shuffle_") and f.endswith(".data")]
+        assert files
+        assert not any(mark.encode() in open(p, "rb").read() for p in files)
+    finally:
+        sc.stop()
+
+
 def test_generate_secret_cluster_end_to_end(tmp_path):
     """`ember master --generate-secret` creates the 0600 secret, says how to use it, and
     authenticates; a worker on this machine finds it with just spark.authenticate=true;
