@@ -47,6 +47,9 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     p.add_argument("--only", default="", help="comma-separated workloads: " + ",".join(WORKLOADS))
     p.add_argument("--runs", type=int, default=3, help="runs per workload and engine (median reported)")
     p.add_argument("--master", default="local[2]", help="master URL for ember/pyspark, e.g. spark://host:7077")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark property for the --cluster daemons and Ember's driver "
+                        "(e.g. spark.authenticate=true, spark.network.crypto.enabled=true)")
     p.add_argument("--cluster", type=int, default=0, metavar="N",
                    help="start a local standalone cluster of N workers (2 cores each) and use it as the master")
     p.add_argument("--engines", default=",".join(ALL_ENGINES), help="comma-separated: " + ",".join(ALL_ENGINES))
@@ -206,8 +209,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.cluster:
         import tempfile
         from ember.deploy.local_cluster import LocalCluster
+        extra = dict(kv.split("=", 1) for kv in args.conf)
+        if extra:   # Ember's SparkConf loads these too (the driver side)
+            os.environ["EMBER_SPARK_CONF"] = "\n".join(f"{k}={v}" for k, v in extra.items())
         cluster = LocalCluster(tempfile.mkdtemp(prefix="ember-bench-cluster-"),
-                               workers=args.cluster, cores=2, memory="2g").start()
+                               workers=args.cluster, cores=2, memory="2g", conf=extra).start()
         args.master = cluster.url
         log(f"started a {args.cluster}-worker cluster at {cluster.url}")
     try:

@@ -330,6 +330,8 @@ _DAEMON_COMMANDS = {
     "history-server": ("ember.ui.history_server", "main"),
     "start-history-server": ("ember.ui.history_server", "start_main"),
     "stop-history-server": ("ember.ui.history_server", "stop_main"),
+    "token": ("ember.deploy.web_cli", "token_main"),
+    "gen-cert": ("ember.deploy.web_cli", "gen_cert_main"),
 }
 
 
@@ -394,6 +396,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               "                 the same as background daemons (pid and log files)\n"
               "  decommission-worker [--block-until-exit]\n"
               "                 drain the worker daemons (SIGPWR, spark.decommission.enabled)\n"
+              "  token          a bearer token for the web UIs and REST (ember token --help)\n"
+              "  gen-cert       a self-signed PEM pair for HTTPS (ember gen-cert --help)\n"
               "  version        print the version")
         return 0 if argv else 1
     cmd, rest = argv[0], argv[1:]

@@ -288,6 +288,5 @@ REDACTED = "*********(redacted)"
 def redact(conf: Any, items: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     """Spark's Utils.redact, sorted: the value of every entry whose key or value matches
     spark.redaction.regex (secrets, tokens, S3A access and secret keys) is hidden."""
-    secret = re.compile(read(conf, "spark.redaction.regex"))
-    return sorted((k, REDACTED if secret.search(k) or secret.search(v) else v)
-                  for k, v in items)
+    from ember.redaction import redact_pairs, redaction_pattern   # the one rule
+    return sorted(redact_pairs(redaction_pattern(conf), items))

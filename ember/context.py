@@ -281,6 +281,7 @@ class SparkContext:
         if local is not None:
             from ember.executor.backend import pyspark_worker_memory_mb
             from ember.scheduler.local_backend import LocalSchedulerBackend
+            from ember.shuffle.crypto import IO_ENCRYPTION, new_key_hex
             storage = config.read(self._conf, "spark.ember.storage.memory")
             if storage is None:
                 mem = config.read(self._conf, "spark.driver.memory")
@@ -295,7 +296,10 @@ class SparkContext:
                 config.read(self._conf, "spark.python.task.killTimeout"),
                 int(dp) if dp else None, self._loop, self._fork_client,
                 fs_conf=fs.hadoop_conf(self._conf),
-                pyspark_memory_mb=pyspark_worker_memory_mb(dict(self._conf.getAll())))
+                pyspark_memory_mb=pyspark_worker_memory_mb(dict(self._conf.getAll())),
+                # spark.io.encryption.enabled: a key for this application's shuffle files
+                io_key=bytes.fromhex(new_key_hex()) if self._conf.get(IO_ENCRYPTION, "false")
+                .strip().lower() == "true" else None)
             from ember.scheduler.local_backend import EXECUTOR_ID
             # Spark's local mode: tasks take their cores and the driver's resources
             sched.register_executor_resources(EXECUTOR_ID, threads, {
@@ -371,20 +375,22 @@ class SparkContext:
         when the UI port or the event log directory is unusable; so do we. Both live in the
         driver's UI process (ember.ui.ui_process), fed by the bus."""
         self._event_log = self._ui_process = self._ui_url = None
-        sock = None
+        sock = redirect = None
         if config.read(self._conf, "spark.eventLog.enabled"):
             from ember.ui.event_log import EventLog
             self._event_log = EventLog(self._conf)
         if config.read(self._conf, "spark.ui.enabled"):
             from ember.ui.spark_ui import bind_ui
-            sock, self._ui_url = bind_ui(self._conf)
+            sock, self._ui_url, redirect = bind_ui(self._conf)
         if self._event_log is not None or sock is not None:
             from ember.ui.ui_process import UiProcess
             try:
-                self._ui_process = UiProcess(self._conf, sock, self._event_log is not None)
+                self._ui_process = UiProcess(self._conf, sock, self._event_log is not None,
+                                             redirect)
             finally:
-                if sock is not None:
-                    sock.close()
+                for s in (sock, redirect):
+                    if s is not None:
+                        s.close()
             self._bus.add(self._ui_process)
 
     def _post_application_start(self) -> None:

@@ -299,7 +299,7 @@ def test_ui_process_serves_what_an_in_process_store_would(tmp_path) -> None:
     """The driver's UI process: fed packed events over its pipe, it serves the same API
     answers as a store fed the events directly; closing the pipe ends it and its port."""
     from ember.ui.spark_ui import bind_ui
-    sock, url = bind_ui({"spark.ui.port": "0"})
+    sock, url, _ = bind_ui({"spark.ui.port": "0"})
     ui = UiProcess({}, sock, event_log=False)
     sock.close()
     events = app_events()

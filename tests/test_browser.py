@@ -201,3 +201,45 @@ def test_kill_button_ends_the_driver(browser, running):     # last: it kills the
     page.goto(f"http://127.0.0.1:{cluster.master_ui}/")
     shot(page, "master-after-kill")
     page.close()
+
+
+def test_authenticated_cluster_login_form_and_kill_button(browser, tmp_path):
+    """With spark.authenticate=true the browser logs in with a token (`ember token`) at the
+    login form, then sees the master page and kills a driver with the kill button (its
+    cookie and the form's CSRF token); without logging in it sees only the form."""
+    from ember.http_security import mint_token
+    secret = "a-browser-test-secret-of-at-least-32-bytes"
+    auth = ["--conf", "spark.authenticate=true", "--conf",
+            f"spark.authenticate.secret={secret}"]
+    cluster = LocalCluster(os.path.join(str(tmp_path), "cluster"), workers=1, cores=1,
+                           memory="1g", conf={"spark.authenticate": "true",
+                                              "spark.authenticate.secret": secret})
+    cluster.start()
+    try:
+        app = write_app(str(tmp_path), "sleeper.py", "import time\ntime.sleep(300)\n")
+        r = submit(cluster, *auth, "--driver-memory", "256m", app)
+        assert r.returncode == 0, r.stderr
+        driver_id = r.stdout.split()[0]
+        master = f"http://127.0.0.1:{cluster.master_ui}/"
+        page = browser.new_page()
+        dialogs: list[str] = []
+
+        def on_dialog(dialog):           # only the kill confirmation may appear
+            dialogs.append(dialog.message)
+            dialog.accept()
+        page.on("dialog", on_dialog)
+        page.goto(master)
+        assert driver_id not in page.inner_text("body")
+        page.fill("input[name=token]", mint_token(secret.encode(), "ember-test", 600))
+        page.click("input[type=submit]")
+        page.wait_for_url(master)
+        assert driver_id in page.inner_text("body") and dialogs == []
+        shot(page, "master-after-login")
+        form = page.locator(f"form[action*='driver/kill']:has(input[value='{driver_id}'])")
+        form.locator("a, button, input[type=submit]").first.click()
+        cluster.wait_for(lambda j: any(d["id"] == driver_id and d["state"] == "KILLED"
+                                       for d in j["completeddrivers"]), 30)
+        assert len(dialogs) == 1 and "kill driver" in dialogs[0]
+        page.close()
+    finally:
+        cluster.stop()

@@ -69,8 +69,9 @@ def driver_processes(driver_id: str) -> list[psutil.Process]:
 
 def rest(cluster: LocalCluster, method: str, path: str, body: bytes | None = None,
          headers: dict | None = None, port: int | None = None) -> tuple[int, dict]:
+    hdrs = {"Content-Type": "application/json", **(headers or {})}
     req = urllib.request.Request(f"http://127.0.0.1:{port or cluster.rest_port}{path}",
-                                 data=body, method=method, headers=headers or {})
+                                 data=body, method=method, headers=hdrs)
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
             return r.status, json.loads(r.read())
@@ -298,19 +299,21 @@ def test_rest_requires_a_valid_bearer_token_when_authentication_is_on(tmp_path):
                            "environmentVariables": {}, "mainClass": "json",
                            "sparkProperties": {"spark.master": c.rest_url,
                                                "spark.app.name": "authed"}}).encode()
-        wrong = sign_hs256({"sub": "x"}, b"another-secret")
+        wrong = sign_hs256({"sub": "x", "exp": time.time() + 60}, b"another-secret")
         for headers, text in (({}, "Authorization header is missing."),
                               ({"Authorization": "Basic abc"}, "Malformed Authorization header."),
                               ({"Authorization": "Bearer not.a.jwt"}, "JWT Validate Fail"),
                               ({"Authorization": f"Bearer {wrong}"}, "JWT Validate Fail")):
             req = urllib.request.Request(f"http://127.0.0.1:{c.rest_port}/v1/submissions/create",
-                                         data=body, method="POST", headers=headers)
+                                         data=body, method="POST",
+                                         headers={"Content-Type": "application/json",
+                                                  **headers})
             with pytest.raises(urllib.error.HTTPError) as refused:
                 urllib.request.urlopen(req, timeout=10)
             assert refused.value.code == 403
             assert refused.value.read().decode() == text, headers
         assert c.json()["activedrivers"] == [] and c.json()["completeddrivers"] == []
-        good = sign_hs256({"sub": "ember-test"}, secret.encode())
+        good = sign_hs256({"sub": "ember-test", "exp": time.time() + 60}, secret.encode())
         code, resp = rest(c, "POST", "/v1/submissions/create", body,
                           {"Authorization": f"Bearer {good}"})
         assert code == 200 and resp["success"] is True

@@ -62,6 +62,13 @@ def request(url: str, method: str = "GET", form: Optional[dict] = None,
         conn.close()
 
 
+def csrf_of(page: str) -> str:
+    """The CSRF token a page's kill forms carry."""
+    m = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
+    assert m, "no CSRF token in the page"
+    return m.group(1)
+
+
 def get_ok(url: str) -> str:
     status, _, body = request(url)
     assert status == 200, (url, status, body[:500])
@@ -184,15 +191,21 @@ def test_kill_buttons_post_only_with_kill_enabled():
             status, _, _ = request(f"{ui.url}{path}?id={app_id}&terminate=true")
             assert status == 405
         assert kill_asks(ui) == []
+        token = csrf_of(page)
+        # A plain POST without the page's CSRF token is refused, even with auth off.
+        status, _, _ = request(ui.url + "/app/kill/", "POST",
+                               {"id": app_id, "terminate": "true"})
+        assert status == 403 and kill_asks(ui) == []
         status, headers, _ = request(ui.url + "/app/kill/", "POST",
-                                     {"id": app_id, "terminate": "true"})
+                                     {"id": app_id, "terminate": "true", "csrf": token})
         assert status == 302 and headers["location"] == "/"
         status, _, _ = request(ui.url + "/driver/kill/", "POST",
-                               {"id": "driver-x", "terminate": "true"})
+                               {"id": "driver-x", "terminate": "true", "csrf": token})
         assert status == 302
-        request(ui.url + "/driver/kill/", "POST", {"id": "driver-y"})   # no terminate=true
+        request(ui.url + "/driver/kill/", "POST", {"id": "driver-y", "csrf": token})
         status, _, _ = request(ui.url + "/app/kill/", "POST", {"id": app_id, "terminate":
-                               "true"}, headers={"Origin": "http://evil.example"})
+                               "true", "csrf": token},
+                               headers={"Origin": "http://evil.example"})
         assert status == 403
         assert kill_asks(ui) == [RequestKillApplication(app_id), RequestKillDriver("driver-x")]
     with FakeMasterUI(state, {"spark.ui.killEnabled": "false"}) as ui:
@@ -598,6 +611,7 @@ def test_kill_button_ends_the_driver_and_get_does_not(running):   # last: kills 
     time.sleep(0.5)
     states = {d["id"]: d["state"] for d in running.cluster.json()["activedrivers"]}
     assert states[running.driver_id] == "RUNNING"
+    form["csrf"] = csrf_of(get_ok(running.master + "/"))
     status, headers, _ = request(running.master + "/driver/kill/", "POST", form)
     assert status == 302 and headers["location"] == "/"
     running.cluster.wait_for(lambda j: any(

@@ -165,7 +165,7 @@ def test_history_conf_from_spark_history_opts_and_properties_file(tmp_path, caps
                      "spark.history.ui.port 18181\nspark.history.retainedApplications 7\n")
     opts = {"SPARK_HISTORY_OPTS": "-Dspark.history.fs.logDirectory=/from/opts -Xmx1g"}
 
-    assert resolve_history_conf([], {}) == (DEFAULT_LOG_DIR, DEFAULT_PORT, "0.0.0.0", {})
+    assert resolve_history_conf([], {}) == (DEFAULT_LOG_DIR, DEFAULT_PORT, "127.0.0.1", {})
     log_dir, port, host, conf = resolve_history_conf([], {**opts, "SPARK_LOCAL_IP": "10.0.0.1"})
     assert (log_dir, port, host) == ("/from/opts", DEFAULT_PORT, "10.0.0.1")
     log_dir, port, _, conf = resolve_history_conf(["--properties-file", str(props)], {})

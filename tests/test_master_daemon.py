@@ -177,7 +177,7 @@ def test_startup_log_lines(master):
     for line in (f"Successfully started service 'sparkMaster' on port {master.port}.",
                  f"Starting Spark master at {master.url}",
                  "Running Spark version ",
-                 f"Bound MasterWebUI to 0.0.0.0, and started at {master.ui}",
+                 f"Bound MasterWebUI to 127.0.0.1, and started at {master.ui}",
                  "I have been elected leader! New state: ALIVE"):
         assert line in text
     assert re.search(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d INFO Master: Starting Spark master",

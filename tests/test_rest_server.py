@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import time
 from hashlib import sha256
 from typing import Any, Iterator, Optional
 
@@ -322,7 +323,12 @@ def test_master_failure_and_timeout_are_500s(serve) -> None:
 @pytest.mark.parametrize("header,message", [
     (None, "Authorization header is missing."),
     ("Basic dXNlcjpwdw==", "Malformed Authorization header."),
-    ("Bearer " + jws.sign_hs256({"sub": "x"}, b"w" * 32), "JWT Validate Fail"),
+    ("Bearer " + jws.sign_hs256({"sub": "x", "exp": time.time() + 60}, b"w" * 32),
+     "JWT Validate Fail"),
+    ("Bearer " + jws.sign_hs256({"sub": "x"}, SECRET.encode()), jws.EXPIRATION_REQUIRED),
+    ("Bearer " + jws.sign_hs256({"sub": "x", "exp": time.time() + 10 * 86400},
+                                SECRET.encode()), "Token lifetime exceeds "
+                                                  "spark.ember.ui.token.maxLifetime"),
     ("Bearer not.a.token", "JWT Validate Fail"),
 ])
 def test_jws_refusals_come_first(serve, header: Optional[str], message: str) -> None:
@@ -340,7 +346,9 @@ def test_valid_bearer_token_is_accepted(serve) -> None:
     server, fake = serve(AUTH_CONF)
     token = bearer_token_for(AUTH_CONF)
     assert token is not None
-    assert jws.verify_token(token, SECRET.encode())["sub"] == "ember-submit"
+    from ember.http_security import current_user
+    claims = jws.verify_token(token, SECRET.encode())
+    assert claims["sub"] == current_user() and claims["exp"] - claims["iat"] <= 300
     status, _, _ = call(server, "POST", f"{BASE}/create", create_body(server.port),
                         {"Authorization": f"Bearer {token}"})
     assert status == 200 and len(fake.received) == 1
@@ -352,7 +360,8 @@ def test_spark_jws_filter_config(serve) -> None:
             jws.SECRET_KEY_PARAM: jws.b64url_encode(key)}
     server, _ = serve(conf)
     assert call(server, "GET", f"{BASE}/readyz")[0] == 403
-    token = jws.sign_hs256({"sub": "spark"}, key)   # a token minted for Spark works here
+    # A token minted for Spark works here, if it expires (Ember requires `exp`).
+    token = jws.sign_hs256({"sub": "spark", "exp": int(time.time()) + 600}, key)
     assert call(server, "GET", f"{BASE}/readyz", None,
                 {"Authorization": f"Bearer {token}"})[0] == 200
     client = RestSubmissionClient(f"spark://127.0.0.1:{server.port}",

@@ -33,6 +33,17 @@ from ember.rpc import framing
 
 HERE = os.path.abspath(__file__)
 BASE_CONF = {"spark.rpc.connect.timeout": "3s"}
+# `test_rpc.py bench` with EMBER_BENCH_RPC_SECURITY=mac (spark.authenticate: per-frame MAC)
+# or =gcm (spark.network.crypto.enabled: AES-GCM); unset: the default, no per-frame work.
+_BENCH_SECURITY = {
+    "mac": {"spark.authenticate": "true", "spark.authenticate.secret": "b" * 40},
+    "gcm": {"spark.authenticate": "true", "spark.authenticate.secret": "b" * 40,
+            "spark.network.crypto.enabled": "true"},
+}
+
+
+def _bench_conf() -> dict[str, str]:
+    return {**BASE_CONF, **_BENCH_SECURITY.get(os.environ.get("EMBER_BENCH_RPC_SECURITY", ""), {})}
 
 
 # ------------------------------------------------------------------------------------------
@@ -825,7 +836,7 @@ def _serve(argv: list[str]) -> None:
     """Child side: an env with a Recorder "rec" and a Sink "sink"; says hello to the
     parent's "watcher"."""
     logging.basicConfig(level=logging.WARNING)
-    env = RpcEnv.create("child", "127.0.0.1", 0, BASE_CONF)
+    env = RpcEnv.create("child", "127.0.0.1", 0, _bench_conf())
     ref = env.setup_endpoint("rec", Recorder())
     env.setup_endpoint("sink", Sink())
     if argv:
@@ -839,7 +850,7 @@ def _serve(argv: list[str]) -> None:
 def _bench() -> None:
     """Ask round-trip latency and one-way throughput between two processes on loopback."""
     import statistics
-    env = RpcEnv.create("bench", "127.0.0.1", 0, BASE_CONF)
+    env = RpcEnv.create("bench", "127.0.0.1", 0, _bench_conf())
     proc, port = _spawn_peer()
     try:
         ref = env.endpoint_ref(RpcAddress("127.0.0.1", port), "sink")

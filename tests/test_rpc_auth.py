@@ -18,7 +18,7 @@ from ember.rpc import (RpcAuthenticationError, RpcConnectionError, RpcEnv, core,
                        framing, messages)
 from test_rpc import Recorder, RtEcho, RtSeq, _closed_by_peer, _frame, _raw_connect
 
-SECRET = "s3cret-shared"
+SECRET = "s3cret-shared-by-both-sides-of-these-tests"
 
 
 def auth_conf(secret: str | None = SECRET, **extra: str) -> dict[str, str]:
@@ -116,26 +116,52 @@ def test_unauthenticated_raw_peers_refused_nothing_decoded(envs, caplog, monkeyp
 
 def test_manual_handshake_matches_the_documented_protocol(envs):
     """A hand-written client that follows ember.rpc.core's docstring can talk to an env."""
+    import hashlib
+    import hmac
     server = envs("server", auth_conf())
     server.setup_endpoint("rec", Recorder())
     s, greeting = _raw_connect(server)
-    _, snonce = framing.parse_greeting(greeting)
-    import hashlib
-    import hmac
+    auth, snonce = framing.parse_greeting(greeting)
+    assert auth and greeting[5] == framing.FLAG_AUTH
+    assert s.recv(1) == b"\x00"                       # server scope: "" (the cluster)
     cnonce = os.urandom(32)
-    s.sendall(hmac.new(SECRET.encode(), snonce + cnonce, hashlib.sha256).digest() + cnonce)
+    transcript = (b"ember-rpc-v2" + snonce + cnonce + bytes([greeting[5], 0])
+                  + b"\x00" + b"\x00")
+    key = SECRET.encode()
+    s.sendall(hmac.new(key, b"client" + transcript, hashlib.sha256).digest() + cnonce
+              + b"\x00" + b"\x00")                      # flags, client scope ""
     proof = b""
     while len(proof) < 32:
         proof += s.recv(32 - len(proof))
-    assert proof == hmac.new(SECRET.encode(), cnonce + snonce, hashlib.sha256).digest()
-    s.sendall(framing.hello_frame(None, "manual", "manual"))
+    assert proof == hmac.new(key, b"server" + transcript, hashlib.sha256).digest()
+    c2s, s2c, _, _ = framing.session_keys(key, transcript)
+    seq = {"out": 0, "in": 0}
+
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    def gmac(key: bytes, n: int, data: bytes) -> bytes:   # AES-GCM, empty plaintext
+        return AESGCM(key).encrypt(b"\0" * 4 + struct.pack(">Q", n), b"", data)
+
+    def sealed(content: bytes) -> bytes:
+        prefix = struct.pack(">I", len(content) + 16)
+        tag = gmac(c2s, seq["out"], prefix + content)
+        seq["out"] += 1
+        return prefix + content + tag
+
+    # after the handshake: records of whole frames, each with its MAC
+    s.sendall(sealed(framing.hello_frame(None, "manual", "manual")))
     body = encode(RtEcho("hand made"))
-    s.sendall(_frame(framing.REQUEST, struct.pack(">QH", 42, 3) + b"rec" + body))
-    (length,) = struct.unpack(">I", s.recv(4))
+    s.sendall(sealed(_frame(framing.REQUEST, struct.pack(">QH", 42, 3) + b"rec" + body)))
+    head = b""
+    while len(head) < 4:
+        head += s.recv(4 - len(head))
+    (length,) = struct.unpack(">I", head)
     data = b""
     while len(data) < length:
         data += s.recv(length - len(data))
-    req_id, ok, reply = framing.parse_response(data[1:])
+    assert data[-16:] == gmac(s2c, 0, head + data[:-16])
+    assert struct.unpack(">I", data[:4])[0] == length - 16 - 4 and data[4] == framing.RESPONSE
+    req_id, ok, reply = framing.parse_response(data[5:-16])
     assert (req_id, ok, msgpack.unpackb(reply, raw=False)) == (42, True, "hand made")
     s.close()
 
@@ -148,7 +174,7 @@ def test_wrong_secret_and_mismatched_settings_fail_cleanly(envs, caplog, inproce
     plain = envs("plain", {"spark.rpc.connect.timeout": "2s"}, inprocess=inprocess)
     plain.setup_endpoint("rec", Recorder())
 
-    wrong = envs("wrong", auth_conf("not-the-secret"), inprocess=inprocess)
+    wrong = envs("wrong", auth_conf("not-the-secret-but-just-as-long-as-it"), inprocess=inprocess)
     start = time.monotonic()
     with pytest.raises(RpcAuthenticationError, match="Authentication failed"):
         wrong.endpoint_ref(server.address, "rec").ask_sync(RtEcho(1), timeout=5)
@@ -196,7 +222,7 @@ def test_client_verifies_the_server_too(envs, caplog):
     def fake_server() -> None:
         conn, _ = listener.accept()
         conn.sendall(framing.greeting(True, os.urandom(32)))
-        got.append(conn.recv(64))
+        got.append(conn.recv(66))
         conn.sendall(os.urandom(32))           # a proof made without the secret
         conn.settimeout(5)
         try:
@@ -213,7 +239,7 @@ def test_client_verifies_the_server_too(envs, caplog):
         client.endpoint_ref(f"spark://127.0.0.1:{port}", "rec").ask_sync(RtEcho(1), timeout=5)
     t.join(10)
     listener.close()
-    assert len(got[0]) == 64 and got[1] == b""
+    assert len(got[0]) == 66 and got[1] == b""
 
 
 def test_silent_server_does_not_hang_the_client(envs):

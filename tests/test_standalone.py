@@ -151,7 +151,7 @@ def test_worker_killed_mid_job_job_completes_and_worker_goes_dead(tmp_path):
 
 
 def test_auth_refuses_peers_without_the_secret(tmp_path):
-    secret = "s3cr3t-for-tests"
+    secret = "s3cr3t-for-tests-long-enough-to-be-accepted"
     conf = {"spark.authenticate": "true", "spark.authenticate.secret": secret}
     with LocalCluster(str(tmp_path / "c"), workers=1, cores=1, conf=conf) as cluster:
         # a driver without the secret is refused

@@ -833,7 +833,8 @@ def test_registration_failed_exits_1(tmp_path):
 
 
 def test_auth_secret_reaches_executor(tmp_path):
-    auth = {"spark.authenticate": "true", "spark.authenticate.secret": "s3cret"}
+    secret = "s3cret-of-at-least-thirty-two-bytes"
+    auth = {"spark.authenticate": "true", "spark.authenticate.secret": secret}
     master = MasterProcess(conf=auth)
     daemon = start_daemon_in_process(tmp_path, [master], **auth)
     try:
@@ -842,7 +843,10 @@ def test_auth_secret_reaches_executor(tmp_path):
         reg.worker.send(LaunchExecutor(master.url, "app-auth", 0, 0,
                                        sleeper_app(EMBER_SLEEPER_INFO=info_path), 1, 256))
         info = read_info(info_path)
-        assert info["env"]["_SPARK_AUTH_SECRET"] == "s3cret"
+        # the executor gets a credential derived for its application, never the secret
+        from ember.rpc.security import app_credential
+        assert info["env"]["_SPARK_AUTH_SECRET"] == app_credential(secret.encode(), "app-auth")
+        assert secret not in info["env"]["_SPARK_AUTH_SECRET"]
         assert "s3cret" not in " ".join(info["argv"])
         pid = info["pid"]
     finally:
@@ -897,7 +901,9 @@ def test_start_and_stop_worker_daemon(tmp_path, monkeypatch, capsys):
 def test_a_deposed_masters_instructions_are_refused_by_epoch(tmp_path):
     """Fencing over real sockets: once a master at epoch 7 has taken over, whatever the
     deposed one (epoch 3) still sends - a driver, an executor, a MasterChanged back to
-    itself - is refused; a message from the same sender at a newer epoch is not."""
+    itself - is refused (its work messages already by channel: it is no longer the current
+    master; its MasterChanged by the fence), and an instruction carrying the old epoch is
+    refused even on the new master's own connection; a newer epoch there is accepted."""
     new = MasterProcess(mode="standby", ui_url="http://new:8080")
     old = MasterProcess(ui_url="http://old:8080")
     daemon = start_daemon_in_process(tmp_path, [new, old])
@@ -912,11 +918,13 @@ def test_a_deposed_masters_instructions_are_refused_by_epoch(tmp_path):
         reg.worker.send(LaunchDriver("driver-stale", bad_driver, {}, 1, 3))
         reg.worker.send(LaunchExecutor(new.url, "app-stale", 0, 0, sleeper_app(), 1, 256, {}, 3))
         reg.worker.send(MasterChanged(old.ref, "http://old:8080", 3))
-        # same sender, newer epoch: processed after the three above, and accepted
-        reg.worker.send(LaunchDriver("driver-fresh", bad_driver, {}, 1, 8))
+        # the current master's connection, an old epoch: the fence alone refuses it
+        worker_ref.send(LaunchDriver("driver-stale-epoch", bad_driver, {}, 1, 3))
+        # same connection, newer epoch: processed after the one above, and accepted
+        worker_ref.send(LaunchDriver("driver-fresh", bad_driver, {}, 1, 8))
         new.endpoint.wait_for(DriverStateChanged, lambda m: m.driverId == "driver-fresh")
         assert not [m for m in new.endpoint.of(DriverStateChanged) + old.endpoint.of(
-            DriverStateChanged) if m.driverId == "driver-stale"]
+            DriverStateChanged) if m.driverId in ("driver-stale", "driver-stale-epoch")]
         assert daemon.run_on_loop(lambda: (daemon.worker.active_master_url,
                                            sorted(daemon.worker.executors),
                                            daemon.worker.fence.newest)) == (new.url, [], 8)

@@ -125,6 +125,14 @@ class StandaloneAppClient(RpcEndpoint):
     def receive(self, msg: Any, sender: RpcAddress) -> None:
         if self.already_dead:
             return
+        peer = self.rpc_env.current_sender()
+        if (peer is not None and peer.scope is not None and self.rpc_env.scope is None):
+            # this driver holds the cluster secret, so the master connects as the cluster:
+            # a connection with an application's credential (an executor) is not the master.
+            # Checked before the fence, so a refused sender cannot advance the epoch.
+            log.warning("Refusing %s from %s: it authenticated as application %r, not as the "
+                        "master", type(msg).__name__, sender, peer.scope)
+            return
         refusal = self.fence.refusal(msg)
         if refusal is not None:
             log.warning("%s", refusal)
@@ -132,6 +140,9 @@ class StandaloneAppClient(RpcEndpoint):
         if isinstance(msg, RegisteredApplication):
             self.app_id = msg.appId
             self.master_ref = msg.master
+            # a client-mode driver holds the cluster secret: admit its own executors, whose
+            # credentials the workers derive for this app id (and no other app's)
+            self.rpc_env.admit_app_scopes(msg.appId)
             log.info("Connected to Spark cluster with app ID %s", msg.appId)
             if self._retry is not None:
                 self._retry.cancel()

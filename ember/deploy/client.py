@@ -112,7 +112,9 @@ class RpcGateway:
         from ember.rpc import RpcEnv
         self.url = master
         rpc_conf = {k: v for k, v in conf.items()
-                    if k.startswith(("spark.authenticate", "spark.rpc.", "spark.port."))}
+                    if k.startswith(("spark.authenticate", "spark.rpc.", "spark.port.",
+                                     "spark.network.crypto.", "spark.ember.rpc.",
+                                     "spark.ember.network."))}
         rpc_conf.setdefault("spark.rpc.askTimeout", "10s")   # ClientApp's default
         self.env = RpcEnv.create("driverClient", "127.0.0.1", 0, rpc_conf, client_mode=True)
         self.masters = [self.env.endpoint_ref(a, "Master") for a in parse_master_urls(master)]
@@ -201,9 +203,15 @@ class RestGateway:
     """Spark's RestSubmissionClient path, plus Ember's upload and log endpoints."""
 
     def __init__(self, master: str, conf: Mapping[str, str]) -> None:
-        from ember.deploy.rest.client import RestSubmissionClient, bearer_token_for
+        from ember.deploy.rest.client import RestSubmissionClient, bearer_token_source
+        from ember.http_security import client_ssl_context
         self.url = master
-        self._client = RestSubmissionClient(master, token=bearer_token_for(conf))
+        try:
+            tls = client_ssl_context(conf, "standalone")
+        except ValueError as e:
+            raise SubmitError(str(e)) from None
+        self._client = RestSubmissionClient(master, token=bearer_token_source(conf),
+                                            ssl_context=tls)
 
     def _call(self, method: str, *args: Any) -> dict:
         """One REST exchange; a protocol or connection failure becomes a one-line

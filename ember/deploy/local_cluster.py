@@ -134,8 +134,17 @@ class LocalCluster:
         self.worker_ui.append(ui)
         return p
 
+    def auth_headers(self) -> dict[str, str]:
+        """A fresh bearer token for the web UIs when the cluster authenticates, else {}."""
+        from ember.http_security import mint_token, ui_secret_key
+        key = ui_secret_key(self.conf)
+        return {} if key is None else {"Authorization": "Bearer "
+                                       + mint_token(key, "ember-test", 300)}
+
     def json(self, path: str = "/json") -> Any:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.master_ui}{path}", timeout=5) as r:
+        req = urllib.request.Request(f"http://127.0.0.1:{self.master_ui}{path}",
+                                     headers=self.auth_headers())
+        with urllib.request.urlopen(req, timeout=5) as r:
             return json.loads(r.read().decode())
 
     def wait_for(self, predicate: Any, timeout: float = 30.0) -> Any:

@@ -34,6 +34,7 @@ from ember.executor.decommission import (migrate_blocks, migrated_block_path,
 from ember.executor.process_pool import TaskProcessPool
 from ember.scheduler.event_loop import RpcLoop
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv, RpcRemoteError
+from ember.shuffle.crypto import key_from_conf
 from ember.shuffle.reader import read_shuffle_segment
 
 log = logging.getLogger("ember.executor")
@@ -44,6 +45,12 @@ ENDPOINT_NAME = "Executor"
 BARRIER_ASK_TIMEOUT = 366 * 24 * 3600.0
 
 SHUFFLE_SERVICE_ENDPOINT = "ExternalShuffleService"   # the worker's service (deploy/worker)
+
+
+# Only the driver that registered this executor sends these (checked on the connection).
+DRIVER_ONLY_MESSAGES: tuple[type, ...] = (
+    RegisteredExecutor, RegisterExecutorFailed, LaunchTask, KillTask, RemoveStage, RemoveRdd,
+    RemoveBroadcast, StopExecutor, Shutdown)
 
 
 class CoarseGrainedExecutorBackend(RpcEndpoint):
@@ -88,6 +95,14 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
         fut.add_done_callback(registered)
 
     def receive(self, msg: Any, sender: RpcAddress) -> None:
+        if isinstance(msg, DRIVER_ONLY_MESSAGES):
+            peer = self.rpc_env.current_sender()
+            if peer is None or peer.address != self.driver_address:
+                # trust by channel: tasks come from the driver that registered us, never
+                # from whoever else reached this port
+                log.warning("Refusing %s from %s: only the driver %s may send it",
+                            type(msg).__name__, sender, self.driver_address)
+                return
         if isinstance(msg, RegisteredExecutor):
             log.info("Successfully registered with driver")
             self.rpc_env.run_in_executor(self._start_pool)
@@ -135,6 +150,11 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
                     data = read_shuffle_segment(path, msg.reduceId)
                 except OSError as e:
                     self.rpc_env.call_soon(context.send_failure, FileNotFoundError(str(e)))
+                    return
+                except Exception as e:   # a malformed request is answered, never left to hang
+                    self.rpc_env.call_soon(context.send_failure, ValueError(
+                        f"Invalid shuffle block request for {msg.mapPath} "
+                        f"(reduce {msg.reduceId}): {type(e).__name__}: {e}"))
                     return
                 self.rpc_env.call_soon(context.reply, data)
             self.rpc_env.run_in_executor(read)
@@ -243,8 +263,9 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
                     "files_dir": files_dir, "cwd": os.getcwd(),
                     "pyspark_memory_mb": pyspark_worker_memory_mb(conf),
                     "driver": [self.driver_address.host, self.driver_address.port],
-                    "rpc_conf": {k: v for k, v in conf.items() if k.startswith("spark.authenticate")
-                                 or k.startswith("spark.rpc.")},
+                    "io_key": (lambda k: k.hex() if k else None)(key_from_conf(conf)),
+                    "rpc_conf": {k: v for k, v in conf.items() if k.startswith(
+                        ("spark.authenticate", "spark.rpc.", "spark.network.crypto."))},
                     "fs_conf": fs.hadoop_conf(conf)}
         extra = {k[len("spark.executorEnv."):]: v for k, v in conf.items()
                  if k.startswith("spark.executorEnv.")}
@@ -391,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     conf = {k: v for k, v in cfg.sparkProperties}
     conf.update(boot_conf)
+    if boot_conf and conf.get("spark.network.crypto.enabled", "").lower() == "true":
+        env.require_encryption()   # shuffle fetches from other executors too
     profile_memory = cfg.resourceProfile.getExecutorMemory()
     if profile_memory:   # an executor of a stage-level profile sizes itself by the profile
         conf["spark.executor.memory"] = f"{profile_memory}m"

@@ -47,6 +47,8 @@ class TaskEnv:
         self.pyspark_memory_mb: int | None = conf.get("pyspark_memory_mb")
         self.block_manager = BlockManager(conf["block_dir"], conf["storage_budget"])
         fs.configure(conf.get("fs_conf", {}))    # the app's s3a endpoint and keys
+        # spark.io.encryption.enabled: the application's key for shuffle and spill files
+        self.io_key: bytes | None = bytes.fromhex(conf["io_key"]) if conf.get("io_key") else None
         self.remote = None
         self.fetch_remote = None
         if conf.get("driver"):        # an executor of a cluster application

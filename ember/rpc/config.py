@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from ember.rpc import security
+
 AUTH = "spark.authenticate"
 AUTH_SECRET = "spark.authenticate.secret"
 AUTH_SECRET_FILE = "spark.authenticate.secret.file"
@@ -20,6 +22,10 @@ CONNECT_TIMEOUT = "spark.rpc.connect.timeout"
 PORT_MAX_RETRIES = "spark.port.maxRetries"
 INPROCESS = "spark.ember.rpc.inprocess"
 EXECUTOR_THREADS = "spark.ember.rpc.executorThreads"
+HANDSHAKE_TIMEOUT = "spark.ember.rpc.handshakeTimeout"
+MAX_PENDING = "spark.ember.rpc.maxPendingConnections"
+INBOUND_BUDGET = "spark.ember.rpc.inboundBufferBudget"
+STALLED_FRAME_TIMEOUT = "spark.ember.rpc.stalledFrameTimeout"
 
 _TIME_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0,
                "d": 86400.0}
@@ -77,13 +83,26 @@ def resolve_secret(conf: Mapping[str, Any]) -> bytes:
     env = os.environ.get(ENV_AUTH_SECRET)
     if env:
         return env.encode("utf-8")
-    raise ValueError("A secret key must be specified via the spark.authenticate.secret config.")
+    default = security.default_secret_path()
+    if os.path.isfile(default):
+        return resolve_secret({AUTH_SECRET_FILE: default})
+    raise ValueError("A secret key must be specified via the spark.authenticate.secret config. "
+                     f"(none at the default path {default}: run `ember master "
+                     "--generate-secret`, or set spark.authenticate.secret.file or "
+                     f"{ENV_AUTH_SECRET})")
 
 
 @dataclass(frozen=True)
 class RpcConf:
     authenticate: bool = False
-    secret: bytes | None = None
+    secret: bytes | None = None          # key bytes (cluster secret or application key)
+    scope: str | None = None             # application scope of an application credential
+    mode: str = security.MODE_LOCAL_USER
+    crypto: bool = False
+    handshake_timeout: float = 5.0
+    max_pending_connections: int = 64
+    inbound_budget: int = 1 << 30
+    stalled_frame_timeout: float = 30.0
     ask_timeout: float = 120.0
     max_message_size: int = 128 * 1024 * 1024
     connect_timeout: float = 10.0
@@ -92,7 +111,8 @@ class RpcConf:
     executor_threads: int = 8
 
     def __repr__(self) -> str:  # never print the secret
-        return (f"RpcConf(authenticate={self.authenticate}, ask_timeout={self.ask_timeout}, "
+        return (f"RpcConf(mode={self.mode}, scope={self.scope}, crypto={self.crypto}, "
+                f"ask_timeout={self.ask_timeout}, "
                 f"max_message_size={self.max_message_size}, "
                 f"connect_timeout={self.connect_timeout}, inprocess={self.inprocess})")
 
@@ -100,7 +120,20 @@ class RpcConf:
     def from_conf(cls, conf: Mapping[str, Any] | None) -> "RpcConf":
         conf = conf or {}
         auth = parse_bool(AUTH, conf.get(AUTH, "false"))
-        secret = resolve_secret(conf) if auth else None
+        scope = None
+        secret = None
+        if auth:
+            scope, secret = security.parse_credential(resolve_secret(conf))
+            security.check_secret(secret)
+        insecure = parse_bool(security.INSECURE_OPT_OUT, conf.get(
+            security.INSECURE_OPT_OUT, os.environ.get(security.INSECURE_OPT_OUT_ENV, "false")))
+        mode = (security.MODE_SECRET if auth else security.MODE_INSECURE if insecure
+                else security.MODE_LOCAL_USER)
+        crypto = parse_bool(security.CRYPTO_ENABLED, conf.get(security.CRYPTO_ENABLED, "false"))
+        if crypto and not auth:
+            raise ValueError(f"{security.CRYPTO_ENABLED}=true needs spark.authenticate=true "
+                             "(its keys are derived from the authentication handshake)")
+        budget_mb = _parse_number(INBOUND_BUDGET, conf.get(INBOUND_BUDGET, "1024"), float)
         max_mb = _parse_number(MAX_SIZE, conf.get(MAX_SIZE, "128"), float)
         if not 0 < max_mb <= 2047:
             raise ValueError(f"{MAX_SIZE} should not be greater than 2047 MB (and must be "
@@ -110,6 +143,15 @@ class RpcConf:
         return cls(
             authenticate=auth,
             secret=secret,
+            scope=scope,
+            mode=mode,
+            crypto=crypto,
+            handshake_timeout=parse_time(HANDSHAKE_TIMEOUT, conf.get(HANDSHAKE_TIMEOUT, "5s")),
+            max_pending_connections=max(1, _parse_number(
+                MAX_PENDING, conf.get(MAX_PENDING, "64"), int)),
+            inbound_budget=max(1 << 20, int(budget_mb * 1024 * 1024)),
+            stalled_frame_timeout=parse_time(STALLED_FRAME_TIMEOUT,
+                                             conf.get(STALLED_FRAME_TIMEOUT, "30s")),
             ask_timeout=parse_time(ASK_TIMEOUT, conf.get(ASK_TIMEOUT, "120s")),
             max_message_size=int(max_mb * 1024 * 1024),
             connect_timeout=parse_time(CONNECT_TIMEOUT, conf.get(CONNECT_TIMEOUT, "10s")),

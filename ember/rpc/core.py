@@ -13,23 +13,44 @@ its endpoints travel back through that connection.
 
 Wire protocol (TCP), per connection
 -----------------------------------
-1. Server greeting, 38 bytes, sent by the accepting side as soon as it accepts::
+0. Admission (`ember.rpc.security`): without a secret an env listens on loopback only and
+   both ends look the other up in /proc/net/tcp: a socket of another Unix user is closed
+   before a byte is read or written. A non-loopback listener needs a secret or the named
+   opt-out spark.ember.network.insecure.allowUnauthenticated.
 
-       b"EMBR" | version (1 byte, =1) | flags (1 byte, bit 0 = authentication required)
-       | server nonce (32 random bytes; zeros without auth)
+1. Server greeting, sent by the accepting side as soon as it accepts::
 
-2. Authentication, only if the flag is set (spark.authenticate=true with a shared secret)::
+       b"EMBR" | version (1 byte, =2) | flags (1 byte: bit 0 authentication required,
+       bit 1 encryption requested) | server nonce (32 random bytes; zeros without auth)
+       [with auth: scope length (u8) | server scope (UTF-8; empty = the cluster)]
 
-       client -> server: HMAC-SHA256(secret, server_nonce || client_nonce) | client_nonce
-       server -> client: HMAC-SHA256(secret, client_nonce || server_nonce)
+2. Authentication, only if the flag is set (spark.authenticate=true with a secret)::
 
-   Both sides verify with ``hmac.compare_digest``. Until the client's proof checks out the
-   server reads exactly 64 raw bytes and nothing else: no frame is parsed, no payload is
-   decoded. A wrong proof is logged ("Authentication failed for connection from <peer>",
-   WARNING) and the connection closed. A client whose own auth setting differs from the
-   server's flag refuses to continue (logged as an error on the client; the server sees
-   the connection close during the handshake and logs it too). Every handshake is bounded
-   by spark.rpc.connect.timeout, so a mismatch never hangs.
+       client -> server: proof | client_nonce (32) | client flags (1) | scope length (u8)
+                         | client scope
+       server -> client: proof'
+
+   The key K is the cluster secret for the scope "" and HKDF-SHA256(cluster secret,
+   scope) for an application's scope (what workers give the drivers and executors they
+   launch). T = "ember-rpc-v2" | server nonce | client nonce | server flags | client flags
+   | len | server scope | len | client scope; proof = HMAC-SHA256(K, "client" | T),
+   proof' = HMAC-SHA256(K, "server" | T). An application's env admits only its own scope;
+   a daemon admits the cluster and the applications it was told to. Both sides verify with
+   ``hmac.compare_digest``. Until the client's proof checks out the server reads only
+   these bytes: no frame is parsed, no payload is decoded. A wrong proof is logged
+   ("Authentication failed for connection from <peer>", WARNING) and the connection
+   closed; at most spark.ember.rpc.maxPendingConnections connections may be in this phase
+   (the oldest is dropped), each for at most spark.ember.rpc.handshakeTimeout.
+
+   After it the stream is a sequence of sealed records, each holding one or more whole
+   frames (what one write carries; the hello is the first), with keys HKDF(K,
+   salt=SHA-256(T)): ``length (u32, counting the tag) | frames | tag``, tag = GMAC
+   (AES-256-GCM of nothing, nonce = 4 zero bytes | sequence number (u64), associated
+   data = length | frames); with
+   spark.network.crypto.enabled on either side the record is AES-256-GCM encrypted instead
+   (nonce = sequence number, the length as associated data). One key per direction; the
+   sequence numbers are implicit, so a tampered, replayed, dropped or reordered record
+   closes the connection, and no frame of a record is used before the record checked out.
 
 3. Frames, in both directions::
 
@@ -38,7 +59,9 @@ Wire protocol (TCP), per connection
 
    A length above spark.rpc.message.maxSize is refused before its body is read: the
    connection is logged and closed (the stream cannot be re-synchronised); the env keeps
-   serving its other connections.
+   serving its other connections. Partial frames of all connections of a process share
+   spark.ember.rpc.inboundBufferBudget: above it a connection is paused (TCP pushes back)
+   and closed if it stays paused for spark.ember.rpc.stalledFrameTimeout.
 
    ======  ========  ===========================================================
    type    name      payload
@@ -54,6 +77,11 @@ Wire protocol (TCP), per connection
    pickle); a failure body is msgpack ``[exception type name, message]``. A malformed
    frame or message, an unknown frame type or an unknown endpoint name is logged and, for
    a request, answered with a failure; the connection stays up.
+
+Authorization by channel: an endpoint reads who sent the message it handles from
+``rpc_env.current_sender()`` (one-way) or ``context.sender`` (ask): the connection's id,
+peer address and scope. ``RpcEndpoint.app_messages`` lists what an endpoint takes from a
+connection that authenticated as an application; anything else is refused before delivery.
 
 Connections: one outbound connection per remote address, shared by every ref to it, opened
 lazily by the first send/ask and re-opened by the next send after it fails. Messages queued
@@ -110,8 +138,25 @@ def _describe(msg: Any) -> str:
     return type(msg).__name__
 
 
+@dataclass(frozen=True)
+class PeerInfo:
+    """Who sent the message being handled: the connection's peer address (its own claim in
+    the hello), `scope` (None: the cluster - cluster secret, same-user loopback peer or the
+    insecure opt-out; else the application it authenticated as), the connection's id, and
+    whether it came from this env itself."""
+    address: RpcAddress
+    scope: str | None
+    channel_id: int
+    local: bool = False
+
+
 class RpcEndpoint:
     """Base class of everything that receives messages. Subclass it.
+
+    ``app_messages``: when a tuple, the only message types this endpoint takes from a
+    connection that authenticated as an application (its derived credential, not the
+    cluster secret); anything else from such a connection is refused before delivery.
+    None (the default) delivers everything the env admitted.
 
     All callbacks run on the env's event-loop thread, one message at a time per endpoint
     and never concurrently, so the endpoint's state needs no locks. They are plain methods
@@ -121,6 +166,7 @@ class RpcEndpoint:
 
     rpc_env: "RpcEnv"
     self_ref: "RpcEndpointRef"
+    app_messages: tuple[type, ...] | None = None
 
     def on_start(self) -> None:
         """Called once, before any message is delivered."""
@@ -152,11 +198,12 @@ class RpcEndpoint:
 class RpcCallContext:
     """The reply channel of one ask. Reply exactly once; later replies are ignored."""
 
-    __slots__ = ("sender_address", "_env", "_channel", "_req_id", "_done")
+    __slots__ = ("sender_address", "sender", "_env", "_channel", "_req_id", "_done")
 
     def __init__(self, env: "RpcEnv", sender_address: RpcAddress, channel: Channel | None,
                  req_id: int) -> None:
         self.sender_address = sender_address
+        self.sender = env._peer_info(channel)     # who asked (authorization by channel)
         self._env = env
         self._channel = channel       # None: a local ask
         self._req_id = req_id
@@ -423,6 +470,10 @@ class RpcEnv:
         self._terminated = threading.Event()
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._max_size = self._conf.max_message_size
+        self._current: PeerInfo | None = None
+        self._admit_any_scope = False
+        self._admitted_scopes: set[str] = set()
+        self._derived: dict[str, bytes] = {}
         self._transport: Transport
         if self._conf.inprocess:
             from ember.rpc.inprocess import InProcessTransport
@@ -444,8 +495,27 @@ class RpcEnv:
         if no port could be bound.
         """
         env = RpcEnv(name, host, port, conf, client_mode)
+        env._check_start_rules(host)
         env._start(host, port)
         return env
+
+    def _check_start_rules(self, host: str) -> None:
+        """Secure by default: no listener on a network address without a secret (unless
+        the operator opted out by name); a secret on the command line draws a warning."""
+        from ember.rpc import security
+        security.warn_secret_on_command_line()
+        security.install_pickle_audit()
+        if self.client_mode or self._conf.inprocess:
+            return
+        security.raise_open_files_limit()
+        mode = self._conf.mode
+        if mode == security.MODE_SECRET or security.is_loopback_host(host):
+            return
+        if mode == security.MODE_LOCAL_USER:
+            raise ValueError(security.refuse_unauthenticated_listener(host))
+        log.warning("RpcEnv %s listens on %s WITHOUT authentication (%s=true): anyone who "
+                    "reaches it can run code as this user", self.name, host or "*",
+                    security.INSECURE_OPT_OUT)
 
     def _start(self, host: str, port: int) -> None:
         ready = threading.Event()
@@ -580,8 +650,8 @@ class RpcEnv:
         self._call_endpoint(slot, "on_start", slot.endpoint.on_start)
         backlog = slot.backlog
         while backlog and not slot.stopped:
-            kind, a, b = backlog.popleft()
-            self._invoke(slot, kind, a, b)
+            kind, a, b, info = backlog.popleft()
+            self._invoke(slot, kind, a, b, info)
         slot.started = True
         slot.backlog = None
 
@@ -657,10 +727,14 @@ class RpcEnv:
                         "endpoint callbacks must not block (use rpc_env.run_in_executor)",
                         slot.name, self.name, elapsed, what if isinstance(what, str) else what())
 
-    def _invoke(self, slot: _Slot, kind: int, a: Any, b: Any) -> None:
+    def _invoke(self, slot: _Slot, kind: int, a: Any, b: Any, info: PeerInfo | None = None) -> None:
         ep = slot.endpoint
         if kind == _RECEIVE:
-            self._call_endpoint(slot, lambda: f"receive({_describe(a)})", ep.receive, a, b)
+            self._current = info
+            try:
+                self._call_endpoint(slot, lambda: f"receive({_describe(a)})", ep.receive, a, b)
+            finally:
+                self._current = None
         elif kind == _ASK:
             self._call_endpoint(slot, lambda: f"receive_and_reply({_describe(a)})",
                                 self._reply_or_fail, slot, ep, a, b)
@@ -683,7 +757,8 @@ class RpcEnv:
             if not ctx._done:
                 ctx.send_failure(e)
 
-    def _deliver(self, slot: _Slot, kind: int, a: Any, b: Any) -> None:
+    def _deliver(self, slot: _Slot, kind: int, a: Any, b: Any,
+                 info: PeerInfo | None = None) -> None:
         if slot.stopped:
             if kind == _ASK:
                 b._respond(False, _not_found(slot.name))
@@ -691,9 +766,9 @@ class RpcEnv:
                 log.warning("Dropping %s from %s: Could not find %s.", _describe(a), b, slot.name)
             return
         if not slot.started:
-            slot.backlog.append((kind, a, b))  # type: ignore[union-attr]
+            slot.backlog.append((kind, a, b, info))  # type: ignore[union-attr]
             return
-        self._invoke(slot, kind, a, b)
+        self._invoke(slot, kind, a, b, info)
 
     def _post_all(self, kind: int, a: Any, b: Any = None) -> None:
         for slot in list(self._endpoints.values()):
@@ -760,7 +835,7 @@ class RpcEnv:
             log.warning("Dropping %s from %s: Could not find %s.", _describe(msg), self.address,
                         name)
             return
-        self._deliver(slot, _RECEIVE, msg, self.address)
+        self._deliver(slot, _RECEIVE, msg, self.address, self._peer_info(None))
 
     def _local_ask(self, p: _PendingAsk, name: str, msg: Any) -> None:
         if not self._arm(p):
@@ -841,7 +916,11 @@ class RpcEnv:
         except MessageDecodeError as e:
             log.warning("Dropping a malformed message from %s to %s: %s", ch.peer, name, e)
             return
-        self._deliver(slot, _RECEIVE, msg, ch.peer)
+        refusal = _app_refusal(slot, ch, msg)
+        if refusal:
+            log.warning("Dropping %s", refusal)
+            return
+        self._deliver(slot, _RECEIVE, msg, ch.peer, self._peer_info(ch))
 
     def _on_request(self, ch: Channel, req_id: int, name: str, body: Any) -> None:
         ctx = RpcCallContext(self, ch.peer, ch, req_id)
@@ -855,6 +934,11 @@ class RpcEnv:
         except MessageDecodeError as e:
             log.warning("Failing a malformed ask from %s to %s: %s", ch.peer, name, e)
             ctx._respond(False, e)
+            return
+        refusal = _app_refusal(slot, ch, msg)
+        if refusal:
+            log.warning("Refusing %s", refusal)
+            ctx._respond(False, RpcRemoteError("SecurityException", refusal))
             return
         self._deliver(slot, _ASK, msg, ctx)
 
@@ -927,6 +1011,55 @@ class RpcEnv:
         if p is not None:
             p.timer = None
             self._finish(p, exc=RpcTimeoutError(_timeout_message(p.address, p.timeout)))
+
+    # -- identities ---------------------------------------------------------------------------
+
+    @property
+    def scope(self) -> str | None:
+        """The application this env's credential is for (None: the cluster secret, or no
+        secret at all)."""
+        return self._conf.scope
+
+    def current_sender(self) -> PeerInfo | None:
+        """Who sent the one-way message being handled (inside ``receive`` only; an ask's
+        is ``context.sender``)."""
+        return self._current
+
+    def _peer_info(self, ch: Channel | None) -> PeerInfo:
+        if ch is None:
+            return PeerInfo(self.address, self._conf.scope, 0, local=True)
+        return PeerInfo(ch.peer, ch.scope, ch.channel_id)
+
+    def admit_app_scopes(self, *scopes: str, any_scope: bool = False) -> None:
+        """Let connections that authenticated with these applications' derived
+        credentials in (a daemon admits any: ``any_scope=True``). Only meaningful for an env
+        holding the cluster secret; an application's env admits its own scope only."""
+        with self._lock:
+            if any_scope:
+                self._admit_any_scope = True
+            self._admitted_scopes.update(scopes)
+
+    def require_encryption(self) -> None:
+        """Encrypt every connection opened from now on (an executor learns that its
+        application asked for spark.network.crypto.enabled only after connecting)."""
+        from dataclasses import replace
+        if not self._conf.authenticate:
+            raise ValueError("spark.network.crypto.enabled needs spark.authenticate=true")
+        self._conf = replace(self._conf, crypto=True)
+
+    def _admits_scope(self, scope: str) -> bool:
+        return self._admit_any_scope or scope in self._admitted_scopes
+
+    def _derived_key(self, scope: str) -> bytes:
+        key = self._derived.get(scope)
+        if key is None:
+            from ember.rpc.security import app_credential, parse_credential
+            assert self._conf.secret is not None
+            key = parse_credential(app_credential(self._conf.secret, scope).encode())[1]
+            if len(self._derived) > 4096:
+                self._derived.clear()
+            self._derived[scope] = key
+        return key
 
     # -- connections ------------------------------------------------------------------------
 
@@ -1173,6 +1306,16 @@ def _set_exc(fut: concurrent.futures.Future, exc: BaseException) -> None:
         fut.set_exception(exc)
     except concurrent.futures.InvalidStateError:
         pass
+
+
+def _app_refusal(slot: _Slot, ch: Channel, msg: Any) -> str:
+    """Why `msg` from an application-identity connection is refused by this endpoint ("" if
+    it is not)."""
+    allowed = slot.endpoint.app_messages
+    if ch.scope is None or allowed is None or isinstance(msg, allowed):
+        return ""
+    return (f"{_describe(msg)} from {ch.peer}: the connection authenticated as application "
+            f"{ch.scope!r}, and {slot.name} takes it only from the cluster's daemons")
 
 
 def _not_found(name: str) -> RpcRemoteError:

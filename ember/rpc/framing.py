@@ -14,12 +14,14 @@ from typing import Any
 import msgpack
 
 MAGIC = b"EMBR"
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 FLAG_AUTH = 0x01
+FLAG_CRYPTO = 0x02
 NONCE_LEN = 32
 MAC_LEN = 32
+TAG_LEN = 16                                        # per-frame MAC / GCM tag
 GREETING_LEN = len(MAGIC) + 2 + NONCE_LEN          # magic, version, flags, nonce
-CLIENT_AUTH_LEN = MAC_LEN + NONCE_LEN               # proof, client nonce
+CLIENT_AUTH_LEN = MAC_LEN + NONCE_LEN + 2           # proof, client nonce, flags, scope length
 SERVER_AUTH_LEN = MAC_LEN                           # proof
 
 # Frame types (the byte after the 4-byte length).
@@ -35,6 +37,7 @@ STATUS_FAILURE = 1
 MAX_HELLO_LEN = 64 * 1024
 
 _LEN = struct.Struct(">I")
+_SEQ = struct.Struct(">Q")
 _ONE_WAY_HDR = struct.Struct(">IBH")       # length, type, name length
 _REQUEST_HDR = struct.Struct(">IBQH")      # length, type, request id, name length
 _RESPONSE_HDR = struct.Struct(">IBQB")     # length, type, request id, status
@@ -64,10 +67,19 @@ class HandshakeError(ValueError):
 # Handshake
 # ------------------------------------------------------------------------------------------
 
-def greeting(auth: bool, nonce: bytes) -> bytes:
-    """Server's first bytes on every connection: magic, version, flags, 32-byte nonce."""
+def greeting(auth: bool, nonce: bytes, crypto: bool = False, scope: str = "") -> bytes:
+    """Server's first bytes on every connection: magic, version, flags, 32-byte nonce; with
+    authentication also the server's scope (u8 length | UTF-8; empty = the cluster)."""
     assert len(nonce) == NONCE_LEN
-    return MAGIC + bytes([PROTOCOL_VERSION, FLAG_AUTH if auth else 0]) + nonce
+    flags = (FLAG_AUTH if auth else 0) | (FLAG_CRYPTO if crypto else 0)
+    out = MAGIC + bytes([PROTOCOL_VERSION, flags]) + nonce
+    if auth:
+        out += _scope_bytes(scope)
+    return out
+
+
+def greeting_flags(data: bytes) -> int:
+    return data[5]
 
 
 def parse_greeting(data: bytes) -> tuple[bool, bytes]:
@@ -80,14 +92,125 @@ def parse_greeting(data: bytes) -> tuple[bool, bytes]:
     return bool(data[5] & FLAG_AUTH), bytes(data[6:6 + NONCE_LEN])
 
 
-def client_proof(secret: bytes, server_nonce: bytes, client_nonce: bytes) -> bytes:
-    """HMAC-SHA256(secret, server_nonce || client_nonce): the client knows the secret."""
-    return hmac.new(secret, server_nonce + client_nonce, hashlib.sha256).digest()
+def _scope_bytes(scope: str) -> bytes:
+    b = scope.encode("utf-8")
+    if len(b) > 255:
+        raise ValueError(f"scope {scope[:40]!r}... is longer than 255 bytes")
+    return bytes([len(b)]) + b
 
 
-def server_proof(secret: bytes, server_nonce: bytes, client_nonce: bytes) -> bytes:
-    """HMAC-SHA256(secret, client_nonce || server_nonce): the server knows it too."""
-    return hmac.new(secret, client_nonce + server_nonce, hashlib.sha256).digest()
+def decode_scope(data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise HandshakeError("scope is not UTF-8") from None
+
+
+def transcript(server_nonce: bytes, client_nonce: bytes, server_flags: int,
+               client_flags: int, server_scope: str, client_scope: str) -> bytes:
+    """Everything both sides said in the handshake; the proofs and the session keys bind
+    it, so a flag or scope changed on the way (a downgrade) fails the proof."""
+    return (b"ember-rpc-v2" + server_nonce + client_nonce + bytes([server_flags, client_flags])
+            + _scope_bytes(server_scope) + _scope_bytes(client_scope))
+
+
+def client_proof(key: bytes, transcript_bytes: bytes) -> bytes:
+    """HMAC-SHA256(key, "client" || transcript): the client knows the key."""
+    return hmac.new(key, b"client" + transcript_bytes, hashlib.sha256).digest()
+
+
+def server_proof(key: bytes, transcript_bytes: bytes) -> bytes:
+    """HMAC-SHA256(key, "server" || transcript): the server knows it too (no reflection)."""
+    return hmac.new(key, b"server" + transcript_bytes, hashlib.sha256).digest()
+
+
+def client_auth(proof: bytes, client_nonce: bytes, client_flags: int, scope: str) -> bytes:
+    return proof + client_nonce + bytes([client_flags]) + _scope_bytes(scope)
+
+
+def session_keys(key: bytes, transcript_bytes: bytes) -> tuple[bytes, bytes, bytes, bytes]:
+    """(client->server MAC, server->client MAC, client->server AES, server->client AES)."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+    okm = HKDF(algorithm=hashes.SHA256(), length=128,
+               salt=hashlib.sha256(transcript_bytes).digest(),
+               info=b"ember-rpc-v2 session keys").derive(key)
+    return okm[:32], okm[32:64], okm[64:96], okm[96:]
+
+
+class MacSealer:
+    """Seals records (one or more whole frames written together) with a 16-byte GMAC tag:
+    AES-256-GCM over an empty plaintext with ``length || record`` as associated data and the
+    sequence number as nonce (implicit, counted on both sides), so a tampered, replayed,
+    dropped or reordered record fails the check. GMAC rather than HMAC-SHA256: with AES-NI
+    it costs ~55 us per MiB instead of ~1.5 ms. One tag per write batch keeps a flood of
+    small messages cheap; no frame is used before its record checked out."""
+
+    __slots__ = ("_aead", "_seq")
+    overhead = TAG_LEN
+
+    def __init__(self, key: bytes) -> None:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        self._aead = AESGCM(key)
+        self._seq = 0
+
+    def _nonce(self) -> bytes:
+        n = b"\0\0\0\0" + _SEQ.pack(self._seq)
+        self._seq += 1
+        return n
+
+    def seal(self, parts: list) -> list:
+        """The record (length prefix, the parts, the tag) to write, as a list of buffers."""
+        prefix = _LEN.pack(sum(len(p) for p in parts) + TAG_LEN)
+        tag = self._aead.encrypt(self._nonce(), b"", b"".join([prefix, *parts]))
+        return [prefix, *parts, tag]
+
+    def open(self, content: bytes) -> bytes:
+        """The record without its tag; FrameError if the tag does not match."""
+        if len(content) < TAG_LEN + 1:
+            raise FrameError("record shorter than its MAC")
+        from cryptography.exceptions import InvalidTag
+        view = memoryview(content)[:-TAG_LEN]
+        try:
+            self._aead.decrypt(self._nonce(), content[-TAG_LEN:],
+                               b"".join([_LEN.pack(len(content)), view]))
+        except InvalidTag:
+            raise FrameError("record MAC does not match (tampered, replayed or reordered)") \
+                from None
+        return view   # type: ignore[return-value]  (zero-copy; the reader copies it)
+
+
+class GcmSealer:
+    """AES-256-GCM per record: nonce = sequence number (one key per direction, so a nonce
+    is never reused), the length prefix as associated data."""
+
+    __slots__ = ("_aead", "_seq")
+    overhead = TAG_LEN
+
+    def __init__(self, key: bytes) -> None:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        self._aead = AESGCM(key)
+        self._seq = 0
+
+    def _nonce(self) -> bytes:
+        n = b"\0\0\0\0" + _SEQ.pack(self._seq)
+        self._seq += 1
+        return n
+
+    def seal(self, parts: list) -> list:
+        plain = b"".join(parts)
+        prefix = _LEN.pack(len(plain) + TAG_LEN)
+        return [prefix, self._aead.encrypt(self._nonce(), plain, prefix)]
+
+    def open(self, content: bytes) -> bytes:
+        if len(content) < TAG_LEN + 1:
+            raise FrameError("record shorter than its GCM tag")
+        from cryptography.exceptions import InvalidTag
+        try:
+            return self._aead.decrypt(self._nonce(), content, _LEN.pack(len(content)))
+        except InvalidTag:
+            raise FrameError("record does not decrypt (tampered, replayed or reordered)") \
+                from None
 
 
 def hello_frame(address: tuple[str, int] | None, client_id: str, env_name: str) -> bytes:
@@ -142,7 +265,7 @@ def _name_at(payload: bytes, offset: int, length: int) -> str:
     if end > len(payload):
         raise FrameError("endpoint name runs past the end of the frame")
     try:
-        return payload[offset:end].decode("utf-8")
+        return bytes(payload[offset:end]).decode("utf-8")
     except UnicodeDecodeError:
         raise FrameError("endpoint name is not UTF-8") from None
 
@@ -223,8 +346,9 @@ class FrameReader:
         self._consume(n)
         return out
 
-    def next_frame(self, limit: int | None = None) -> tuple[int, bytes] | None:
-        """(type, payload) of the next complete frame, or None if incomplete.
+    def next_content(self, limit: int | None = None) -> bytes | None:
+        """The bytes after the length prefix of the next complete frame (type, payload and
+        any tag), or None if incomplete.
 
         Raises FrameTooLargeError if the announced length exceeds the limit (the caller
         must drop the connection: the rest of the stream cannot be trusted to re-sync).
@@ -242,8 +366,40 @@ class FrameReader:
         if avail < 4 + length:
             return None
         start = self._pos + 4
+        with memoryview(self._buf) as view:   # one copy out of the buffer, not two
+            content = bytes(view[start:start + length])
+        self._consume(4 + length)
+        return content
+
+    def next_frame(self, limit: int | None = None) -> tuple[int, bytes] | None:
+        """(type, payload) of the next complete unsealed frame, or None if incomplete."""
+        avail = len(self._buf) - self._pos
+        if avail < 4:
+            return None
+        (length,) = _LEN.unpack_from(self._buf, self._pos)
+        lim = self.limit if limit is None else limit
+        if length > lim:
+            raise FrameTooLargeError(length, lim)
+        if length and avail < 4 + length:
+            return None
+        if length <= 1:
+            content = self.next_content(limit)
+            return None if content is None else split_frame(content)
+        start = self._pos + 4
         ftype = self._buf[start]
         with memoryview(self._buf) as view:   # one copy out of the buffer, not two
             payload = bytes(view[start + 1:start + length])
         self._consume(4 + length)
         return ftype, payload
+
+    def release(self) -> None:
+        """Drop the buffer and its memory (the connection closed)."""
+        self._buf = bytearray()
+        self._pos = 0
+
+
+def split_frame(content: bytes) -> tuple[int, bytes]:
+    """(type, payload) of a frame's content."""
+    if not content:
+        raise FrameError("empty frame (no type byte)")
+    return content[0], content[1:]

@@ -12,9 +12,11 @@ import hmac
 import logging
 import os
 import socket
+import threading
+import time
 from typing import TYPE_CHECKING, Any
 
-from ember.rpc import framing
+from ember.rpc import framing, security
 from ember.rpc.address import RpcAddress
 from ember.rpc.bind import bind_with_retries
 from ember.rpc.errors import (RpcAuthenticationError, RpcConnectionError, RpcError,
@@ -34,10 +36,51 @@ _C_AUTH = "client: awaiting server proof"
 _OPEN = "open"
 
 
+_S_AUTH_SCOPE = "server: awaiting client scope"
+_C_SCOPE = "client: awaiting server scope"
+
+_PAUSE_MIN_HELD = 1 << 20     # a connection holding less than this is never paused
+
+
+class _InboundBudget:
+    """Bytes of partial frames held by every connection of this process. Above the budget,
+    a connection that holds more than 1 MiB is paused (pause_reading: TCP pushes back on
+    the sender) until the total falls to 3/4 of it; a closed connection returns its bytes."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.held = 0
+        self.paused: set["TcpConnection"] = set()
+
+    def update(self, conn: "TcpConnection", held: int, limit: int) -> bool:
+        """Record `conn`'s new holding; True if it must pause."""
+        with self.lock:
+            self.held += held - conn._held
+            conn._held = held
+            if self.held > limit and held > _PAUSE_MIN_HELD:
+                self.paused.add(conn)
+                return True
+            if self.paused and self.held <= limit * 3 // 4:
+                wake, self.paused = self.paused, set()
+            else:
+                return False
+        for c in wake:
+            c._resume_threadsafe()
+        return False
+
+
+_BUDGET = _InboundBudget()
+
+
 class TcpTransport(Transport):
     def __init__(self, env: "RpcEnv") -> None:
         super().__init__(env)
         self.server: asyncio.AbstractServer | None = None
+        self.pending: dict["TcpConnection", None] = {}   # inbound, not yet authenticated
+        self._pending_warned = 0.0
+        self._auth_window = 0.0
+        self._auth_logged = 0
+        self._auth_suppressed = 0
 
     async def start(self, host: str, port: int, client_mode: bool) -> RpcAddress:
         if client_mode:
@@ -48,6 +91,39 @@ class TcpTransport(Transport):
         self.server = await loop.create_server(
             lambda: TcpConnection(env, outbound=False), sock=sock)
         return RpcAddress(host, sock.getsockname()[1])
+
+    def auth_warning(self, fmt: str, *args: Any) -> None:
+        """Refused peers are logged, at most 20 per 10 s per env, then counted: a flood
+        of strangers must not fill the disk with log lines."""
+        now = time.monotonic()
+        if now - self._auth_window >= 10.0:
+            if self._auth_suppressed:
+                log.warning("RpcEnv %s: %d more connections failed authentication in the last "
+                            "%.0f s (not logged one by one)", self.env.name,
+                            self._auth_suppressed, now - self._auth_window)
+            self._auth_window, self._auth_logged, self._auth_suppressed = now, 0, 0
+        if self._auth_logged < 20:
+            self._auth_logged += 1
+            log.warning(fmt, *args)
+        else:
+            self._auth_suppressed += 1
+
+    def admit_pending(self, conn: "TcpConnection") -> None:
+        """Count an unauthenticated connection; past the cap the oldest one is dropped (a
+        flood of silent connections cannot hold every descriptor, and a real client's
+        handshake, done in milliseconds, is not the oldest)."""
+        self.pending[conn] = None
+        cap = self.env._conf.max_pending_connections
+        while len(self.pending) > cap:
+            oldest = next(iter(self.pending))
+            self.pending.pop(oldest, None)
+            now = time.monotonic()
+            if now - self._pending_warned > 10:
+                self._pending_warned = now
+                log.warning("RpcEnv %s: more than %d connections are in their handshake "
+                            "(spark.ember.rpc.maxPendingConnections); dropping the oldest, "
+                            "from %s", self.env.name, cap, oldest._remote)
+            oldest.abort()
 
     async def connect(self, address: RpcAddress) -> Channel:
         env = self.env
@@ -102,6 +178,17 @@ class TcpConnection(asyncio.Protocol, Channel):
         self._peername: tuple[str, int] = ("?", 0)
         self._server_nonce = b""
         self._client_nonce = b""
+        self._server_flags = 0
+        self._client_flags = 0
+        self._server_scope = ""
+        self._proof = b""
+        self._key = b""
+        self._sealer: Any = None        # seals what we write (after authentication)
+        self._opener: Any = None        # checks/decrypts what we read
+        self._frames: framing.FrameReader | None = None   # frames of opened records
+        self._scope_len = -1            # length of the scope being read in the handshake
+        self._held = 0                  # bytes counted in _BUDGET
+        self._paused = False
 
     # -- asyncio.Protocol ------------------------------------------------------------------
 
@@ -117,13 +204,44 @@ class TcpConnection(asyncio.Protocol, Channel):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
             except OSError:
                 pass
-        self._timer = self._env._loop.call_later(self._conf.connect_timeout,
-                                                 self._handshake_timed_out)
+        conf = self._conf
+        timeout = conf.connect_timeout if self.outbound else min(conf.connect_timeout,
+                                                                 conf.handshake_timeout)
+        self._timer = self._env._loop.call_later(timeout, self._handshake_timed_out)
+        if conf.mode == security.MODE_LOCAL_USER and not self._same_user(transport):
+            return
         if not self.outbound:
-            auth = self._conf.authenticate
+            self._env._transport.admit_pending(self)   # type: ignore[attr-defined]
+            if self.closed:
+                return
+            auth = conf.mode == security.MODE_SECRET
             self._server_nonce = os.urandom(framing.NONCE_LEN) if auth else bytes(framing.NONCE_LEN)
-            transport.write(framing.greeting(auth, self._server_nonce))  # type: ignore[attr-defined]
+            g = framing.greeting(auth, self._server_nonce, conf.crypto, conf.scope or "")
+            self._server_flags = framing.greeting_flags(g)
+            self._server_scope = conf.scope or ""
+            transport.write(g)  # type: ignore[attr-defined]
             self._state = _S_AUTH if auth else _S_HELLO
+
+    def _same_user(self, transport: asyncio.BaseTransport) -> bool:
+        """Local-user mode: the other end must be a loopback socket of our own uid, checked
+        before any byte is read or written."""
+        local = transport.get_extra_info("sockname")
+        ok, why = (False, "no socket address")
+        if isinstance(local, tuple) and self._peername[1]:
+            ok, why = security.peer_is_same_user((str(local[0]), int(local[1])),
+                                                 self._peername)
+        if ok:
+            return True
+        if self.outbound:
+            self._fail_connect(RpcAuthenticationError(
+                f"Refusing to talk to {self.peer} ({self._remote}): {why}"))
+        else:
+            self._auth_failed("Authentication failed for connection from %s: %s", self._remote, why)
+            self.abort()
+        return False
+
+    def _auth_failed(self, fmt: str, *args: Any) -> None:
+        self._env._transport.auth_warning(fmt, *args)  # type: ignore[attr-defined]
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
@@ -131,9 +249,48 @@ class TcpConnection(asyncio.Protocol, Channel):
         self._reader.feed(data)
         if self._state is not _OPEN:
             self._handshake()
-            if self.closed or self._state is not _OPEN:
+            if self.closed:
                 return
+            if self._state is not _OPEN:
+                return     # before the proof, at most one read (<= 321 bytes used) is held
         self._read_frames()
+        if not self.closed:
+            held = self._reader.buffered()
+            if held != self._held and _BUDGET.update(self, held, self._conf.inbound_budget):
+                self._pause()
+
+    def _pause(self) -> None:
+        if not self._paused and not self.closed and self._transport is not None:
+            self._paused = True
+            log.warning("Pausing reads from %s: partial frames of this process exceed "
+                        "spark.ember.rpc.inboundBufferBudget", self._describe())
+            self._transport.pause_reading()
+            # a paused connection cannot finish its frame nor see its peer go away: past
+            # the timeout it is closed and its bytes returned to the budget
+            self._timer = self._env._loop.call_later(self._conf.stalled_frame_timeout,
+                                                     self._stalled)
+
+    def _stalled(self) -> None:
+        self._timer = None
+        if self._paused and not self.closed:
+            log.warning("Closing the connection with %s: its partial frame stayed paused for "
+                        "%g s (spark.ember.rpc.stalledFrameTimeout)", self._describe(),
+                        self._conf.stalled_frame_timeout)
+            self.abort()
+
+    def _resume_threadsafe(self) -> None:
+        try:
+            self._env._loop.call_soon_threadsafe(self._resume)
+        except RuntimeError:
+            pass
+
+    def _resume(self) -> None:
+        if self._paused and not self.closed and self._transport is not None:
+            self._paused = False
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._transport.resume_reading()
 
     def eof_received(self) -> bool:
         return False  # close our side too
@@ -149,12 +306,47 @@ class TcpConnection(asyncio.Protocol, Channel):
                     self._fail_connect(RpcConnectionError(
                         f"Connection to {self.peer} closed during the handshake"
                         + (f": {exc}" if exc else "")))
-            elif self._state is _S_AUTH:
-                log.warning("Authentication failed for connection from %s: it closed before "
-                            "proving the shared secret", self._remote)
+            elif self._state in (_S_AUTH, _S_AUTH_SCOPE):
+                self._auth_failed("Authentication failed for connection from %s: it closed "
+                                  "before proving the shared secret", self._remote)
         self._teardown(exc)
 
     # -- handshake -------------------------------------------------------------------------
+
+    def _server_key(self, claim: str) -> bytes | None:
+        """The key a client claiming `claim` must prove, or None if this env does not
+        admit that identity."""
+        conf = self._conf
+        assert conf.secret is not None
+        if conf.scope is not None:           # an application's env: its own scope only
+            return conf.secret if claim == conf.scope else None
+        if claim == "":
+            return conf.secret
+        if not self._env._admits_scope(claim):
+            return None
+        return self._env._derived_key(claim)
+
+    def _install_sealers(self) -> None:
+        t = framing.transcript(self._server_nonce, self._client_nonce, self._server_flags,
+                               self._client_flags, self._server_scope, self.scope or "")
+        c2s_mac, s2c_mac, c2s_enc, s2c_enc = framing.session_keys(self._key, t)
+        if (self._server_flags | self._client_flags) & framing.FLAG_CRYPTO:
+            send, recv = (c2s_enc, s2c_enc) if self.outbound else (s2c_enc, c2s_enc)
+            self._sealer, self._opener = framing.GcmSealer(send), framing.GcmSealer(recv)
+        else:
+            send, recv = (c2s_mac, s2c_mac) if self.outbound else (s2c_mac, c2s_mac)
+            self._sealer, self._opener = framing.MacSealer(send), framing.MacSealer(recv)
+        # the outer reader now reads sealed records; frames come out of opened ones
+        self._frames = framing.FrameReader(self._conf.max_message_size)
+        self._reader.limit = self._record_limit()
+        self._key = b""
+
+    def _record_limit(self) -> int:
+        return self._conf.max_message_size + 64 + framing.TAG_LEN
+
+    def _transcript(self) -> bytes:
+        return framing.transcript(self._server_nonce, self._client_nonce, self._server_flags,
+                                  self._client_flags, self._server_scope, self.scope or "")
 
     def _handshake(self) -> None:
         reader = self._reader
@@ -165,21 +357,52 @@ class TcpConnection(asyncio.Protocol, Channel):
                 data = reader.read_exact(framing.CLIENT_AUTH_LEN)
                 if data is None:
                     return
-                proof, cnonce = data[:framing.MAC_LEN], data[framing.MAC_LEN:]
-                assert conf.secret is not None
-                expected = framing.client_proof(conf.secret, self._server_nonce, cnonce)
-                if not hmac.compare_digest(proof, expected):
-                    log.warning("Authentication failed for connection from %s", self._remote)
+                self._proof = data[:framing.MAC_LEN]
+                self._client_nonce = data[framing.MAC_LEN:framing.MAC_LEN + framing.NONCE_LEN]
+                self._client_flags = data[-2]
+                self._scope_len = data[-1]
+                self._state = _S_AUTH_SCOPE
+            elif state is _S_AUTH_SCOPE:
+                data = reader.read_exact(self._scope_len)
+                if data is None:
+                    return
+                try:
+                    claim = framing.decode_scope(data)
+                except framing.HandshakeError:
+                    claim = None
+                key = self._server_key(claim) if claim is not None else None
+                if key is None:
+                    self._auth_failed("Authentication failed for connection from %s: this "
+                                      "RpcEnv does not admit the identity %r", self._remote,
+                                      claim)
                     self.abort()
                     return
-                self._transport.write(framing.server_proof(  # type: ignore[union-attr]
-                    conf.secret, self._server_nonce, cnonce))
+                self.scope = claim or None
+                t = self._transcript()
+                if not hmac.compare_digest(self._proof, framing.client_proof(key, t)):
+                    self._auth_failed("Authentication failed for connection from %s", self._remote)
+                    self.abort()
+                    return
+                self._transport.write(framing.server_proof(key, t))  # type: ignore[union-attr]
+                self._key = key
+                self._install_sealers()
+                self._env._transport.pending.pop(self, None)  # type: ignore[attr-defined]
                 self._state = _S_HELLO
             elif state is _S_HELLO:
                 try:
-                    frame = reader.next_frame(min(framing.MAX_HELLO_LEN, reader.limit))
-                    if frame is None:
-                        return
+                    if self._opener is None:
+                        frame = reader.next_frame(min(framing.MAX_HELLO_LEN, reader.limit))
+                        if frame is None:
+                            return
+                    else:
+                        assert self._frames is not None
+                        frame = self._frames.next_frame(framing.MAX_HELLO_LEN)
+                        if frame is None:
+                            content = reader.next_content(framing.MAX_HELLO_LEN + 64)
+                            if content is None:
+                                return
+                            self._frames.feed(self._opener.open(content))
+                            continue
                     ftype, payload = frame
                     if ftype != framing.HELLO:
                         raise framing.FrameError(f"expected a hello frame, got type {ftype}")
@@ -216,27 +439,57 @@ class TcpConnection(asyncio.Protocol, Channel):
                         "unauthenticated peer (enable spark.authenticate on both sides)"))
                     return
                 if conf.authenticate:
-                    assert conf.secret is not None
                     self._server_nonce = snonce
-                    self._client_nonce = os.urandom(framing.NONCE_LEN)
-                    self._transport.write(  # type: ignore[union-attr]
-                        framing.client_proof(conf.secret, snonce, self._client_nonce)
-                        + self._client_nonce)
-                    self._state = _C_AUTH
+                    self._server_flags = framing.greeting_flags(data)
+                    self._state = _C_SCOPE
                 else:
                     self._send_hello()
+            elif state is _C_SCOPE:
+                if self._scope_len < 0:
+                    head = reader.read_exact(1)
+                    if head is None:
+                        return
+                    self._scope_len = head[0]
+                data = reader.read_exact(self._scope_len)
+                if data is None:
+                    return
+                try:
+                    self._server_scope = framing.decode_scope(data)
+                except framing.HandshakeError as e:
+                    self._fail_connect(RpcConnectionError(f"Cannot talk to {self.peer}: {e}"))
+                    return
+                assert conf.secret is not None
+                if conf.scope is None:
+                    self.scope = self._server_scope or None
+                    key = (self._env._derived_key(self._server_scope) if self._server_scope
+                           else conf.secret)
+                elif self._server_scope in ("", conf.scope):
+                    self.scope = conf.scope
+                    key = conf.secret
+                else:
+                    self._fail_connect(RpcAuthenticationError(
+                        f"{self.peer} belongs to application {self._server_scope!r}; this "
+                        f"process only holds the credential of {conf.scope!r}"))
+                    return
+                self._client_nonce = os.urandom(framing.NONCE_LEN)
+                self._client_flags = framing.FLAG_CRYPTO if conf.crypto else 0
+                t = self._transcript()
+                self._key = key
+                self._transport.write(framing.client_auth(  # type: ignore[union-attr]
+                    framing.client_proof(key, t), self._client_nonce, self._client_flags,
+                    self.scope or ""))
+                self._state = _C_AUTH
             elif state is _C_AUTH:
                 data = reader.read_exact(framing.SERVER_AUTH_LEN)
                 if data is None:
                     return
-                assert conf.secret is not None
-                expected = framing.server_proof(conf.secret, self._server_nonce,
-                                                self._client_nonce)
-                if not hmac.compare_digest(data, expected):
+                if not hmac.compare_digest(data, framing.server_proof(self._key,
+                                                                      self._transcript())):
                     self._fail_connect(RpcAuthenticationError(
                         f"Authentication failed: {self.peer} could not prove the shared "
                         "secret (spark.authenticate.secret differs?)"))
                     return
+                self._install_sealers()
                 self._send_hello()
             else:  # pragma: no cover
                 raise AssertionError(state)
@@ -244,7 +497,11 @@ class TcpConnection(asyncio.Protocol, Channel):
     def _send_hello(self) -> None:
         env = self._env
         addr = None if env.client_mode else (env.address.host, env.address.port)
-        self._transport.write(framing.hello_frame(addr, env._client_id, env.name))  # type: ignore[union-attr]
+        hello = framing.hello_frame(addr, env._client_id, env.name)
+        if self._sealer is not None:
+            self._transport.writelines(self._sealer.seal([hello]))  # type: ignore[union-attr]
+        else:
+            self._transport.write(hello)  # type: ignore[union-attr]
         self._open()
 
     def _open(self) -> None:
@@ -253,6 +510,8 @@ class TcpConnection(asyncio.Protocol, Channel):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if not self.outbound:
+            self._env._transport.pending.pop(self, None)  # type: ignore[attr-defined]
         self._env._channel_opened(self)
         if self._ready is not None and not self._ready.done():
             self._ready.set_result(self)
@@ -274,9 +533,10 @@ class TcpConnection(asyncio.Protocol, Channel):
                 f"Failed to connect to {self.peer}: handshake not completed within {t:g} s "
                 "(spark.rpc.connect.timeout)"))
             return
-        if self._state is _S_AUTH:
-            log.warning("Authentication failed for connection from %s: no proof of the shared "
-                        "secret within %g s", self._remote, t)
+        t = min(t, self._conf.handshake_timeout)
+        if self._state in (_S_AUTH, _S_AUTH_SCOPE):
+            self._auth_failed("Authentication failed for connection from %s: no proof of the "
+                              "shared secret within %g s", self._remote, t)
         else:
             log.warning("Closing connection from %s: no hello within %g s", self._remote, t)
         self.abort()
@@ -286,9 +546,27 @@ class TcpConnection(asyncio.Protocol, Channel):
     def _read_frames(self) -> None:
         reader = self._reader
         env = self._env
+        opener = self._opener
+        frames = self._frames
         while not self.closed:
             try:
-                frame = reader.next_frame()
+                if opener is None:
+                    frame = reader.next_frame()
+                else:
+                    assert frames is not None
+                    frame = frames.next_frame()
+                    if frame is None:
+                        content = reader.next_content()
+                        if content is None:
+                            return
+                        try:
+                            frames.feed(opener.open(content))
+                        except framing.FrameError as e:
+                            log.warning("Closing the connection with %s: %s",
+                                        self._describe(), e)
+                            self.abort(RpcConnectionError(f"integrity check failed: {e}"))
+                            return
+                        continue
             except framing.FrameTooLargeError as e:
                 log.error("Closing the connection with %s: a frame of %d bytes exceeds "
                           "spark.rpc.message.maxSize (%d bytes)", self._describe(), e.size,
@@ -334,7 +612,9 @@ class TcpConnection(asyncio.Protocol, Channel):
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._env._loop.call_soon(self._flush)
-            self._transport.writelines((header, body))  # type: ignore[union-attr]
+            parts = [header, body]
+            self._transport.writelines(  # type: ignore[union-attr]
+                parts if self._sealer is None else self._sealer.seal(parts))
             return
         self._out.append(header)
         self._out.append(body)
@@ -344,7 +624,20 @@ class TcpConnection(asyncio.Protocol, Channel):
         out = self._out
         if out and not self.closed and self._transport is not None:
             self._out = []
-            self._transport.write(b"".join(out))
+            if self._sealer is None:
+                self._transport.write(b"".join(out))
+                return
+            # one sealed record per batch of whole frames, each within the record limit
+            limit = self._conf.max_message_size
+            batch: list = []
+            size = 0
+            for part in out:
+                if batch and size + len(part) > limit and len(batch) % 2 == 0:
+                    self._transport.writelines(self._sealer.seal(batch))
+                    batch, size = [], 0
+                batch.append(part)
+                size += len(part)
+            self._transport.writelines(self._sealer.seal(batch))
 
     def write_one_way(self, name: str, body: bytes) -> None:
         self._queue(framing.one_way_header(name.encode(), len(body)), body)
@@ -376,6 +669,16 @@ class TcpConnection(asyncio.Protocol, Channel):
             return
         self.closed = True
         self._out = []
+        self._reader.release()
+        if self._frames is not None:
+            self._frames.release()
+        if self._held:
+            _BUDGET.update(self, 0, self._conf.inbound_budget)
+        with _BUDGET.lock:
+            _BUDGET.paused.discard(self)
+        transport = self._env._transport
+        if not self.outbound and isinstance(transport, TcpTransport):
+            transport.pending.pop(self, None)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

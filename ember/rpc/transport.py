@@ -11,6 +11,7 @@ Callbacks a transport makes into its env (all on the env's loop thread):
 """
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Any, Callable
 
 from ember.rpc.address import RpcAddress
@@ -19,8 +20,17 @@ if TYPE_CHECKING:
     from ember.rpc.core import RpcEnv
 
 
+_channel_ids = itertools.count(1)
+
+
 class Channel:
     """One established link to a peer env.
+
+    `scope` is who the peer authenticated as: None for the cluster (the cluster secret, a
+    same-user loopback peer, or anyone with the insecure opt-out), or an application's
+    scope (it proved that application's derived key). `channel_id` tells connections apart
+    for authorization by channel (a message is believed from the connection it must come
+    on, never from the fields it carries).
 
     `peer` identifies the remote env: its listening address (from the hello), or for a
     client-mode peer the connection's own remote address (Spark's behaviour), so that
@@ -42,6 +52,8 @@ class Channel:
         self.closed = False
         self.pending = set()
         self.hook = None
+        self.scope: str | None = None
+        self.channel_id = next(_channel_ids)
 
     def write_one_way(self, name: str, body: bytes) -> None:
         raise NotImplementedError

@@ -22,7 +22,7 @@ class LocalSchedulerBackend(SchedulerBackend):
                  kill_timeout: float, default_parallelism: int | None = None,
                  loop: Any = None, forks: Any = None,
                  fs_conf: dict[str, str] | None = None,
-                 pyspark_memory_mb: int | None = None) -> None:
+                 pyspark_memory_mb: int | None = None, io_key: bytes | None = None) -> None:
         self.scheduler = scheduler
         self.num_slots = num_slots
         self._default_parallelism = default_parallelism or num_slots
@@ -32,7 +32,8 @@ class LocalSchedulerBackend(SchedulerBackend):
                     "block_dir": block_dir, "memory_limit_mb": memory_limit_mb,
                     "storage_budget": storage_budget, "files_dir": files_dir,
                     "cwd": os.getcwd(), "fs_conf": dict(fs_conf or {}),
-                    "pyspark_memory_mb": pyspark_memory_mb}
+                    "pyspark_memory_mb": pyspark_memory_mb,
+                    "io_key": io_key.hex() if io_key else None}
         self.pool = TaskProcessPool(num_slots, env_conf, self._on_task_end, extra_env,
                                     kill_timeout, on_slot_restarted=self._on_slot_restarted,
                                     loop=loop, forks=forks, on_barrier=self._on_barrier)

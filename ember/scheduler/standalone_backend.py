@@ -33,6 +33,7 @@ from ember.scheduler.backend import SchedulerBackend, WorkerOffer
 from ember.scheduler.event_loop import RpcLoop
 from ember.scheduler.executor_allocation import (SCHEDULE_INTERVAL, AllocationSettings,
                                                  ExecutorAllocationManager, ExecutorSnapshot)
+from ember.shuffle.crypto import IO_ENCRYPTION, IO_KEY, new_key_hex
 from ember.scheduler.listener import ExecutorAdded, ExecutorRemoved
 
 log = logging.getLogger("ember.scheduler.standalone")
@@ -58,11 +59,15 @@ class DriverEndpoint(RpcEndpoint):
 
     def __init__(self, backend: "StandaloneSchedulerBackend") -> None:
         self.backend = backend
+        self._channels: dict[str, int] = {}   # executor id -> the connection it registered on
 
     def receive_and_reply(self, msg: Any, context: RpcCallContext) -> None:
         b = self.backend
         if isinstance(msg, RegisterExecutor):
+            first = msg.executorId not in b.executors
             b.register_executor(msg, context)
+            if first and msg.executorId in b.executors:
+                self._channels[msg.executorId] = context.sender.channel_id
         elif isinstance(msg, RetrieveSparkAppConfig):
             context.reply(SparkAppConfig(sorted(b.app_conf().items()),
                                          resourceProfile=b.profile_message(msg.resourceProfileId)))
@@ -106,8 +111,19 @@ class DriverEndpoint(RpcEndpoint):
             self.rpc_env.call_soon(context.reply, data)
         self.rpc_env.run_in_executor(read)
 
+    def speaks_for(self, executor_id: str, peer: Any) -> bool:
+        """Whether `peer` (a PeerInfo) is executor_id's own registered connection."""
+        return peer is not None and (peer.local or
+                                     self._channels.get(executor_id) == peer.channel_id)
+
     def receive(self, msg: Any, sender: RpcAddress) -> None:
         b = self.backend
+        if isinstance(msg, (StatusUpdate, RemoveExecutor)):
+            if not self.speaks_for(msg.executorId, self.rpc_env.current_sender()):
+                # trust by channel: only executor X's own connection speaks for X
+                log.warning("Refusing %s for executor %s from %s: not that registered "
+                            "executor's connection", type(msg).__name__, msg.executorId, sender)
+                return
         if isinstance(msg, StatusUpdate):
             b.status_update(msg)
         elif isinstance(msg, RemoveExecutor):
@@ -152,7 +168,9 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             or "127.0.0.1"
         port = int(self.conf.get("spark.driver.port") or 0)
         rpc_conf = {k: v for k, v in self.conf.getAll()
-                    if k.startswith(("spark.authenticate", "spark.rpc.", "spark.port."))}
+                    if k.startswith(("spark.authenticate", "spark.rpc.", "spark.port.",
+                                     "spark.network.crypto.", "spark.ember.rpc.",
+                                     "spark.ember.network."))}
         self.rpc_env = RpcEnv.create("sparkDriver", host, port, rpc_conf)
         self.loop = RpcLoop(self.rpc_env)
         self.driver_endpoint = DriverEndpoint(self)
@@ -162,12 +180,17 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self._decommissioning: dict[str, str] = {}   # executor id -> decommission reason
         self._decommission_enabled = config.read(self.conf, "spark.decommission.enabled")
         self._disassociated: dict[str, str] = {}   # executor -> host, until the master's reason
+        self._io_key: str | None = None
 
     # --- configuration shared with executors --------------------------------------------
     def app_conf(self) -> dict[str, str]:
         conf = dict(self.conf.getAll())
         conf["spark.app.id"] = self.app_id or ""
         conf.pop("spark.authenticate.secret", None)   # executors get it from the worker env
+        if conf.get(IO_ENCRYPTION, "false").strip().lower() == "true":
+            if self._io_key is None:
+                self._io_key = conf.get(IO_KEY) or new_key_hex()
+            conf[IO_KEY] = self._io_key      # one key per application, drawn here
         return conf
 
     def _app_description(self) -> ApplicationDescription:
@@ -498,6 +521,8 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         from ember.errors import SparkException
         eid = next((e.executor_id for e in self.executors.values()
                     if e.address == context.sender_address), None)
+        if eid is not None and not self.driver_endpoint.speaks_for(eid, context.sender):
+            eid = None      # trust by channel: only that executor's own connection
         if eid is None:
             context.send_failure(SparkException(
                 f"RequestToSync from {context.sender_address}, which is not a registered "

@@ -23,15 +23,30 @@ def _loader(serializer: Any) -> Callable[[Any], list]:
     return lambda f: loads(pickle.load(f))
 
 
-def _records_from_file(path: str, start: int, end: int, serializer: Any = None) -> Iterator:
+def _plain_loads(serializer: Any) -> Callable[[bytes], list]:
+    """One batch from the plaintext of a sealed chunk (spark.io.encryption.enabled)."""
+    if serializer is None:
+        return pickle.loads
+    loads = serializer.loads
+    return lambda plain: loads(pickle.loads(plain))
+
+
+def _records_from_file(path: str, start: int, end: int, serializer: Any = None,
+                       sealer: Any = None) -> Iterator:
     load = _loader(serializer)
     with open(path, "rb") as f:
         f.seek(start)
+        if sealer is not None:
+            yield from sealer.records(f, end, _plain_loads(serializer))
+            return
         while f.tell() < end:
             yield from load(f)
 
 
-def _records_from_bytes(data: bytes, serializer: Any = None) -> Iterator:
+def _records_from_bytes(data: bytes, serializer: Any = None, sealer: Any = None) -> Iterator:
+    if sealer is not None:
+        yield from sealer.records_from_bytes(data, _plain_loads(serializer))
+        return
     buf = io.BytesIO(data)
     load = _loader(serializer)
     n = len(data)
@@ -57,6 +72,11 @@ def read_partition(shuffle_id: int, reduce_id: int, ctx: Any,
                                f"Missing an output location for shuffle {shuffle_id}")
     env = ctx.env
     metrics = ctx.metrics
+    key = getattr(env, "io_key", None)
+    sealer = None
+    if key is not None:
+        from ember.shuffle.crypto import Sealer
+        sealer = Sealer(key)
     for map_index, st in enumerate(statuses):
         if st is None:
             raise FetchFailedError(shuffle_id, map_index, reduce_id, None,
@@ -73,7 +93,8 @@ def read_partition(shuffle_id: int, reduce_id: int, ctx: Any,
                                        f"Shuffle data file {st.path}.data is missing")
             metrics["shuffleLocalBytesRead"] = metrics.get("shuffleLocalBytesRead", 0) + end - start
             if end > start:
-                yield from _records_from_file(st.path + ".data", start, end, serializer)
+                yield from _records_from_file(st.path + ".data", start, end, serializer,
+                                              sealer)
         else:
             try:
                 data = env.fetch_remote(st, shuffle_id, map_index, reduce_id)
@@ -85,4 +106,4 @@ def read_partition(shuffle_id: int, reduce_id: int, ctx: Any,
                                        f"{e}") from None
             metrics["shuffleRemoteBytesRead"] = metrics.get("shuffleRemoteBytesRead", 0) + len(data)
             if data:
-                yield from _records_from_bytes(data, serializer)
+                yield from _records_from_bytes(data, serializer, sealer)

@@ -38,9 +38,17 @@ def write_map_output(records: Iterable, num_partitions: int,
                      partition_func: Callable[[Any], int], base_path: str,
                      memory_limit_mb: int, executor_id: str, host: str,
                      address: str = "", metrics: dict | None = None,
-                     serializer: Any = None, endpoint: str = "Executor") -> MapStatus:
+                     serializer: Any = None, endpoint: str = "Executor",
+                     io_key: bytes | None = None) -> MapStatus:
     n = num_partitions
-    dumps = pickle.dumps if serializer is None else batch_dumps(serializer)
+    plain_dumps = pickle.dumps if serializer is None else batch_dumps(serializer)
+    dumps = plain_dumps
+    if io_key is not None:            # spark.io.encryption.enabled: every chunk sealed
+        from ember.shuffle.crypto import Sealer
+        seal = Sealer(io_key).seal
+
+        def dumps(obj: Any, protocol: int) -> bytes:   # noqa: F811
+            return seal(plain_dumps(obj, protocol))
     buckets: list[list] = [[] for _ in range(n)]
     chunks: list[list[bytes]] = [[] for _ in range(n)]
     held = 0                      # bytes of serialized chunks in memory
@@ -156,4 +164,4 @@ class ShuffleWriteFunc:
         return write_map_output(records, self.num_partitions, self.partition_func, base,
                                 env.memory_limit_mb, env.executor_id, env.host,
                                 env.shuffle_address, ctx.metrics, self.serializer,
-                                env.shuffle_endpoint)
+                                env.shuffle_endpoint, getattr(env, "io_key", None))

@@ -16,7 +16,6 @@ import time
 import zipfile
 from typing import Any, Iterable, Mapping, Protocol
 
-from ember import fs
 from ember.context import SPARK_VERSION
 from ember.ui.status_store import AppStatusStore
 
@@ -260,11 +259,10 @@ def _event_logs(provider: Any, app_id: str, attempt_id: str | None
         for name, path in found:
             if path is None:
                 z.writestr(zipfile.ZipInfo(name), b"")      # a directory entry
-            elif fs.is_local(path):
-                z.write(path, name)
             else:
-                with fs.open_file(path, "rb") as f:
-                    z.writestr(name, f.read())
+                from ember.ui.event_log import open_regular
+                with open_regular(path) as f:      # never a symlink's target; or fsspec's
+                    z.writestr(zipfile.ZipInfo(name), f.read(), zipfile.ZIP_DEFLATED)
     name = f"eventLogs-{app_id}" + (f"-{attempt_id}" if attempt_id else "") + ".zip"
     return 200, {"Content-Type": "application/octet-stream",
                  "Content-Disposition": f"attachment; filename={name}"}, buf.getvalue()

@@ -24,6 +24,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
@@ -719,7 +720,7 @@ def _rolled_files(directory: str) -> list[str]:
     found = []
     for name in fs.listdir(directory):
         m = _ROLLED_EVENTS.match(name)
-        if m:
+        if m and is_regular_file(fs.join(directory, name)):
             found.append((int(m.group(1)), fs.join(directory, name)))
     return [p for _, p in sorted(found)]
 
@@ -727,7 +728,7 @@ def _rolled_files(directory: str) -> list[str]:
 def _open_log(path: str) -> Any:
     """A binary stream of the log's text: plain, or zstd (Spark 4's default codec)."""
     codec = _codec(path)
-    f = fs.open_file(path, "rb")
+    f = open_regular(path)
     if codec is None:
         return f
     if codec != "zstd":
@@ -738,6 +739,35 @@ def _open_log(path: str) -> Any:
     import zstandard
     return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(
         f, read_across_frames=True, closefd=True))
+
+
+def is_regular_file(path: str) -> bool:
+    """A regular file itself, not a symbolic link (to one) nor anything else. An object
+    store's entry (s3a:, hdfs: ...) has no links and counts as one."""
+    if not fs.is_local(path):
+        return True
+    try:
+        return stat.S_ISREG(os.lstat(fs.local_path(path)).st_mode)
+    except OSError:
+        return False
+
+
+def open_regular(path: str) -> Any:
+    """`open(path, "rb")` for a regular file only: a symbolic link (O_NOFOLLOW) or a FIFO,
+    device or directory is refused with OSError, so a log directory cannot be made to serve
+    /etc/passwd or block on a pipe. A remote log (s3a:, hdfs: ...) opens through fsspec."""
+    if not fs.is_local(path):
+        return fs.open_file(path, "rb")
+    path = fs.local_path(path)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _lines(path: str, f: Any) -> Iterator[tuple[int, bytes]]:
@@ -786,7 +816,8 @@ def list_event_logs(log_dir: str) -> list[EventLogInfo]:
     """The event logs in a directory (file: URI or path), newest first: single files
     (`<appId>[.<codec>][.inprogress]`) and Spark's rolling directories (`eventlog_v2_<appId>`,
     complete once their `appstatus_<appId>` file has no `.inprogress`); hidden files are
-    skipped."""
+    skipped, and so are symbolic links: the history server serves what is in the directory,
+    never a file a link elsewhere points at."""
     root = resolve_log_dir(log_dir)
     if not fs.is_local(root):
         return _list_remote_logs(root)
@@ -795,14 +826,14 @@ def list_event_logs(log_dir: str) -> list[EventLogInfo]:
         for entry in it:
             if entry.name.startswith("."):
                 continue
-            if entry.is_dir() and entry.name.startswith(_ROLLED_DIR):
+            if entry.is_dir(follow_symlinks=False) and entry.name.startswith(_ROLLED_DIR):
                 info = _rolled_info(entry)
                 if info is not None:
                     out.append(info)
                 continue
-            if not entry.is_file():
+            if not entry.is_file(follow_symlinks=False):
                 continue
-            st = entry.stat()
+            st = entry.stat(follow_symlinks=False)
             done = not entry.name.endswith(IN_PROGRESS)
             app_id = entry.name if done else entry.name[:-len(IN_PROGRESS)]
             if _codec(app_id):
@@ -815,8 +846,8 @@ def list_event_logs(log_dir: str) -> list[EventLogInfo]:
 def _rolled_info(entry: os.DirEntry) -> EventLogInfo | None:
     try:
         names = os.listdir(entry.path)
-        files = [os.stat(os.path.join(entry.path, n)) for n in names
-                 if _ROLLED_EVENTS.match(n)]
+        files = [st for n in names if _ROLLED_EVENTS.match(n)
+                 and stat.S_ISREG((st := os.lstat(os.path.join(entry.path, n))).st_mode)]
     except OSError:
         return None
     if not files:

@@ -10,6 +10,15 @@ Logs are re-read only when their size or modification time changed (Spark's
 FsHistoryProvider polls every spark.history.fs.update.interval; here the directory is
 listed on each request, which is cheap, and stores are cached).
 
+Security (`ember.http_security`): it binds `--host`, else spark.history.ui.host, else
+SPARK_LOCAL_IP, else 127.0.0.1 (never every interface unless asked: `--host 0.0.0.0`);
+with spark.authenticate=true every page and `/api/v1` answer needs a bearer token or the
+login cookie, checked against spark.history.ui.acls.enable / spark.history.ui.admin.acls
+(Spark's history ACL keys: an application's pages and API answers are checked against
+that application's own ACLs, from its event log, plus the history server's admins);
+spark.ssl.historyServer.* serves HTTPS. Only regular files of
+the log directory are read: symbolic links are skipped and never followed.
+
 Configuration as in Spark's HistoryServerArguments and sbin/start-history-server.sh:
 `--conf k=v` > `-Dk=v` in SPARK_HISTORY_OPTS > `--properties-file` (else spark-defaults.conf),
 through `ember.deploy.properties`, the same resolution the master and the worker use.
@@ -19,14 +28,17 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import signal
 import sys
 import threading
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
+from urllib.parse import unquote
 
 from ember import fs
-from ember.ui.event_log import (EventLogInfo, is_log_dir, list_event_logs, replay,
-                             resolve_log_dir)
+from ember.ui.event_log import (
+    EventLogInfo, is_log_dir, is_regular_file, list_event_logs, replay, resolve_log_dir,
+)
 from ember.ui.status_store import AppStatusStore
 
 log = logging.getLogger("ember.deploy.history.HistoryServer")
@@ -98,10 +110,12 @@ class HistoryProvider:
             return None
         path = found[0].path
         base = path.rstrip("/").rsplit("/", 1)[-1]
-        if is_log_dir(path):
-            return [(base + "/", None)] + [(f"{base}/{n}", fs.join(path, n))
-                                          for n in fs.listdir(path) if not n.startswith(".")]
-        return [(base, path)]
+        if not is_log_dir(path):
+            return [(base, path)]
+        return [(base + "/", None)] + [(f"{base}/{n}", fs.join(path, n))
+                                      for n in sorted(fs.listdir(path))
+                                      if not n.startswith(".")
+                                      and is_regular_file(fs.join(path, n))]
 
     def store(self, app_id: Optional[str], attempt_id: Optional[str] = None
               ) -> Optional[AppStatusStore]:
@@ -137,6 +151,25 @@ def render_index(provider: HistoryProvider) -> str:
     return page("History Server", body)
 
 
+_APP_PATH = re.compile(r"^/(?:history|api/v1/applications)/([^/]+)")
+
+
+def app_acls(conf: Mapping[str, str], store: AppStatusStore) -> Any:
+    """Spark's HistoryServer ACLs for one application: its own view ACLs and user (from
+    its event log's Spark properties), enabled by spark.history.ui.acls.enable, with the
+    history server's admins (spark.history.ui.admin.acls[.groups]) added to its own."""
+    from ember.http_security import Acls, current_user
+    props = dict(store.environment.get("Spark Properties", []))
+
+    def joined(key: str) -> str:
+        return ",".join(v for v in (props.get(key), conf.get(f"spark.history.ui.{key[6:]}"))
+                        if v)
+    app_conf = {**props, "spark.acls.enable": conf.get("spark.history.ui.acls.enable", "false"),
+                "spark.admin.acls": joined("spark.admin.acls"),
+                "spark.admin.acls.groups": joined("spark.admin.acls.groups")}
+    return Acls.from_conf(app_conf, [store.app.get("user") or "", current_user()])
+
+
 class HistoryServer:
     """The aiohttp server: `/` index, `/history/<appId>/...` pages, `/api/v1`."""
 
@@ -147,27 +180,42 @@ class HistoryServer:
         resolve_log_dir(log_dir)          # a missing directory fails here, before binding
         self.provider = HistoryProvider(log_dir, conf)
         self.conf = dict(conf or {})
-        self.port = 0
+        self.port = self.http_port = 0
+        self.scheme = "http"
         self._server = WebServerThread(SERVICE_NAME)
 
     def start(self, host: str, port: int, max_retries: int = 16) -> int:
         from aiohttp import web
 
-        from ember.rpc.bind import bind_with_retries
         from ember.ui.api import api_routes
         from ember.ui.app_ui import make_routes
+        from ember.deploy.web import bind_web, security_middleware
+        from ember.http_security import HttpGuard
         from ember.ui_common import html_response, ui_middleware
 
         async def index(request: web.Request) -> web.Response:
             return html_response(render_index(self.provider))
 
-        app = web.Application(middlewares=[ui_middleware(log, "HistoryServer")])
+        guard = HttpGuard(self.conf, host, acl_prefix="spark.history.ui")
+
+        def acls_for(request: web.Request) -> Any:
+            m = _APP_PATH.match(request.path)
+            store = self.provider.store(unquote(m.group(1))) if m else None
+            return app_acls(self.conf, store) if store is not None else None
+
+        app = web.Application(middlewares=[ui_middleware(log, "HistoryServer"),
+                                           security_middleware(guard, acls_for=acls_for)])
         app.add_routes([web.get("/", index)] + api_routes(self.provider)
                        + make_routes(self.provider, "/history/{app_id}"))
-        sock = bind_with_retries(SERVICE_NAME, host, port, max_retries)
-        self.port = sock.getsockname()[1]
-        self._server.start(sock, app)
-        log.info("Bound HistoryServer to %s, and started at http://%s:%d", host,
+        sock, plain, tls = bind_web(SERVICE_NAME, host, port, max_retries, self.conf,
+                                    "historyServer")
+        guard.tls = tls is not None
+        self.port = guard.port = sock.getsockname()[1]
+        self.http_port = plain.getsockname()[1] if plain is not None else self.port
+        self.scheme = "https" if tls is not None else "http"
+        self._server.start(sock, app, ssl_context=tls, limits=guard.limits,
+                           redirect=(plain, guard) if plain is not None else None)
+        log.info("Bound HistoryServer to %s, and started at %s://%s:%d", host, self.scheme,
                  "127.0.0.1" if host in ("0.0.0.0", "") else host, self.port)
         return self.port
 
@@ -179,7 +227,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog,
                                 description="Serve finished (and incomplete) applications' "
                                             "UIs from their event logs.")
-    p.add_argument("--host", help="address to bind (default: SPARK_LOCAL_IP, else 0.0.0.0)")
+    p.add_argument("--host", help="address to bind (default: spark.history.ui.host, else "
+                                  "SPARK_LOCAL_IP, else 127.0.0.1)")
     p.add_argument("--port", type=int, help=f"web UI port (spark.history.ui.port, default "
                                             f"{DEFAULT_PORT})")
     p.add_argument("--dir", help="event log directory (spark.history.fs.logDirectory, "
@@ -220,7 +269,8 @@ def resolve_history_conf(argv: Sequence[str], environ: Optional[Mapping[str, str
         except ValueError:
             raise ValueError(f"Invalid spark.history.ui.port: {raw!r} (expected an integer)"
                              ) from None
-    host = args.host if args.host is not None else env.get("SPARK_LOCAL_IP", "0.0.0.0")
+    host = (args.host if args.host is not None
+            else conf.get("spark.history.ui.host") or env.get("SPARK_LOCAL_IP", "127.0.0.1"))
     return log_dir, port, host, conf
 
 

@@ -5,8 +5,8 @@ The driver binds the port synchronously, in SparkContext's start-up (`bind_ui`):
 into the application's registration with a master, and a busy 4040 moves to 4041...
 (spark.port.maxRetries) or fails start-up, as in Spark. Serving happens in the driver's UI
 process (ember.ui.ui_process), which gets the bound socket. It uses the standard library's
-threaded HTTP server, not aiohttp: importing aiohttp costs about 0.35 s and a driver UI gets
-few requests. The page renderers (which pull in ember.ui_common, and with it aiohttp) are
+HTTP request handler on a bounded thread pool, not aiohttp: importing aiohttp costs about
+0.35 s and a driver UI gets few requests. The page renderers (which pull in ember.ui_common, and with it aiohttp) are
 imported on the first page request; the REST API needs no such import.
 """
 from __future__ import annotations
@@ -14,11 +14,18 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import ssl
 import threading
-from typing import Any
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Mapping, Optional
 from urllib.parse import parse_qsl, urlsplit
 
 from ember import config
+from ember.http_security import (
+    LOGIN_PATH, ConnectionLimits, Denial, HttpGuard, https_redirect, login_page, safe_next,
+    secure_port, server_ssl_context, ssl_enabled, wants_html,
+)
 from ember.ui.api import API_ROOT, LiveStoreProvider, api_response, flat_query
 from ember.ui.status_store import AppStatusStore
 
@@ -28,50 +35,196 @@ SERVICE_NAME = "SparkUI"
 # Spark's default security headers for its UIs (spark.ui.xXssProtection, ...).
 _SECURITY_HEADERS = {"X-Frame-Options": "SAMEORIGIN", "X-XSS-Protection": "1; mode=block",
                      "X-Content-Type-Options": "nosniff"}
+UI_THREADS = 8          # requests served at once; more wait (up to maxConnections) or are refused
+_MAX_LOGIN_BODY = 16 * 1024
 
 
-def bind_ui(conf: Any) -> tuple[socket.socket, str]:
-    """Bind spark.ui.port (or the next free one): (the listening socket, the UI's URL).
+def ui_bind_host(conf: Any) -> str:
+    """Where the UI listens: the driver's address (spark.driver.bindAddress, else
+    spark.driver.host), else SPARK_LOCAL_IP, else 127.0.0.1 - where the driver's RPC listens
+    by default - never every interface unless asked (spark.driver.bindAddress=0.0.0.0)."""
+    return (conf.get("spark.driver.bindAddress") or conf.get("spark.driver.host")
+            or os.environ.get("SPARK_LOCAL_IP") or "127.0.0.1")
+
+
+def bind_ui(conf: Any) -> tuple[socket.socket, str, Optional[socket.socket]]:
+    """Bind spark.ui.port (or the next free one): (the listening socket, the UI's URL, None).
+    With spark.ssl.ui, as Spark: the HTTPS socket (spark.ssl.ui.port, else spark.ui.port +
+    400), the https URL, and the HTTP socket on spark.ui.port, which only redirects.
     Raises OSError (Spark's 'Service SparkUI failed after N retries') when no port is free."""
     from ember.rpc.bind import bind_with_retries
-    host = os.environ.get("SPARK_LOCAL_IP") or "0.0.0.0"
-    sock = bind_with_retries(SERVICE_NAME, host, config.read(conf, "spark.ui.port"),
-                             config.read(conf, "spark.port.maxRetries"))
+    host = ui_bind_host(conf)
+    port = config.read(conf, "spark.ui.port")
+    retries = config.read(conf, "spark.port.maxRetries")
+    redirect = None
+    if ssl_enabled(conf, "ui"):
+        sock = bind_with_retries(f"{SERVICE_NAME} (HTTPS)", host,
+                                 secure_port(conf, "ui", port), retries)
+        try:
+            redirect = bind_with_retries(SERVICE_NAME, host, port, retries)
+        except BaseException:
+            sock.close()
+            raise
+        redirect.setblocking(True)
+    else:
+        sock = bind_with_retries(SERVICE_NAME, host, port, retries)
     sock.setblocking(True)
     public = os.environ.get("SPARK_PUBLIC_DNS") or conf.get("spark.driver.host") \
         or os.environ.get("SPARK_LOCAL_IP") or "127.0.0.1"
-    url = f"http://{public}:{sock.getsockname()[1]}"
+    scheme = "https" if redirect is not None else "http"
+    url = f"{scheme}://{public}:{sock.getsockname()[1]}"
     log.info("Bound SparkUI to %s, and started at %s", host, url)
-    return sock, url
+    return sock, url, redirect
 
 
 class SparkUI:
     """Serves `store` on the bound socket `sock` from a daemon thread, for as long as the
-    process lives (`start()`)."""
+    process lives (`start()`). `conf` is the application's: security (ember.http_security:
+    Host/Origin checks, tokens or the login cookie and Spark's ACLs with
+    spark.authenticate=true), TLS (spark.ssl.ui.*) and the slow-client limits. Requests are
+    served by a pool of UI_THREADS threads, not a thread per connection."""
 
-    def __init__(self, store: AppStatusStore, sock: socket.socket) -> None:
+    def __init__(self, store: AppStatusStore, sock: socket.socket,
+                 conf: Optional[Mapping[str, str]] = None,
+                 redirect: Optional[socket.socket] = None) -> None:
+        conf = dict(conf or {})
         self.store = store
         self._provider = LiveStoreProvider(store)
         self._sock = sock
+        self._redirect = redirect
+        self._tls = server_ssl_context(conf, "ui")
+        owners = [conf.get("spark.user", ""), os.environ.get("SPARK_USER", "")]
+        self.guard = HttpGuard(conf, sock.getsockname()[0], owners=owners,
+                               public_hosts=[conf.get("spark.driver.host", "")],
+                               tls=self._tls is not None)
+        self.guard.port = sock.getsockname()[1]
 
     def start(self) -> None:
         threading.Thread(target=self._serve, name="SparkUI", daemon=True).start()
+        if self._redirect is not None:
+            threading.Thread(target=self._serve_redirect, name="SparkUI-redirect",
+                             daemon=True).start()
+
+    def _serve_redirect(self) -> None:
+        """The HTTP port of a TLS UI: Spark's redirect to the HTTPS port."""
+        from http.server import BaseHTTPRequestHandler
+        guard, secure = self.guard, self._sock.getsockname()[1]
+        assert self._redirect is not None
+        server = _PooledServer(self._redirect, guard.limits, None)
+
+        class Redirect(BaseHTTPRequestHandler):
+            server_version = "Ember"
+            sys_version = ""
+            timeout = guard.limits.idle_timeout
+
+            def handle_one_request(self) -> None:
+                server.arm(self.connection)
+                super().handle_one_request()
+
+            def __getattr__(self, name: str) -> Any:
+                if name.startswith("do_"):
+                    return self._redirect
+                raise AttributeError(name)
+
+            def _redirect(self) -> None:
+                server.disarm(self.connection)
+                if guard.host_ok(self.headers.get("Host")):
+                    self.send_response(302)
+                    self.send_header("Location", https_redirect(self.headers.get("Host"),
+                                                                secure, self.path))
+                else:
+                    self.send_response(403)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                log.debug("%s - %s", self.address_string(), format % args)
+
+        server.handler = Redirect
+        server.serve_forever()
 
     def _serve(self) -> None:
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-        ui = self
+        from http.server import BaseHTTPRequestHandler
+        ui, guard = self, self.guard
+        server = _PooledServer(self._sock, guard.limits, self._tls)
 
         class Handler(BaseHTTPRequestHandler):
             server_version = "Ember"
             sys_version = ""
+            timeout = guard.limits.idle_timeout
+
+            def handle_one_request(self) -> None:
+                server.arm(self.connection)      # the request line and headers, in time
+                super().handle_one_request()
 
             def do_GET(self) -> None:
+                server.disarm(self.connection)
+                if urlsplit(self.path).path == LOGIN_PATH and guard.authenticates:
+                    self._send(200, {"Content-Type": "text/html; charset=utf-8"},
+                               login_page(safe_next(_query(self.path).get("next"))).encode())
+                    return
+                user, denied = guard.check("GET", self.headers)
+                if denied is not None:
+                    self._deny(denied)
+                    return
                 try:
                     status, headers, data = ui.respond(self.path)
                 except Exception:
                     log.exception("Error serving GET %s", self.path)
                     status, headers, data = (500, {"Content-Type": "text/plain; charset=utf-8"},
                                              b"500: Internal Server Error\n")
+                self._send(status, headers, data)
+
+            def do_POST(self) -> None:
+                server.disarm(self.connection)
+                if urlsplit(self.path).path != LOGIN_PATH or not guard.authenticates:
+                    self._send(405, {"Content-Type": "text/plain; charset=utf-8"},
+                               b"405: Method Not Allowed\n")
+                    return
+                if not guard.host_ok(self.headers.get("Host")) or not guard.origin_ok(
+                        self.headers.get("Origin")):
+                    self._deny(Denial(403, "403: Cross-origin request refused\n"))
+                    return
+                try:
+                    length = int(self.headers.get("Content-Length") or 0)
+                except ValueError:
+                    length = -1
+                if not 0 <= length <= _MAX_LOGIN_BODY:
+                    self._deny(Denial(400, "400: Bad login request\n"))
+                    return
+                form = dict(parse_qsl(self.rfile.read(length).decode("utf-8", "replace")))
+                target = safe_next(_query(self.path).get("next"))
+                cookie, denied = guard.login(form.get("token", ""))
+                if denied is not None:
+                    self._send(401, {"Content-Type": "text/html; charset=utf-8"},
+                               login_page(target, denied.text.strip()).encode())
+                    return
+                assert cookie is not None
+                self._send(303, {"Location": target, "Set-Cookie": cookie}, b"")
+
+            def __getattr__(self, name: str) -> Any:
+                """Every other method (PUT, DELETE, even malformed ones): 405, where the
+                standard library would answer 501."""
+                if name.startswith("do_"):
+                    return self._not_allowed
+                raise AttributeError(name)
+
+            def _not_allowed(self) -> None:
+                server.disarm(self.connection)
+                self._send(405, {"Content-Type": "text/plain; charset=utf-8", "Allow": "GET"},
+                           b"405: Method Not Allowed\n")
+
+            def _deny(self, d: Denial) -> None:
+                if d.status == 401 and wants_html(self.headers):
+                    body = login_page(self.path, d.text.strip()).encode()
+                    self._send(401, {**d.headers, "Content-Type": "text/html; charset=utf-8"},
+                               body)
+                else:
+                    self._send(d.status, {**d.headers,
+                                          "Content-Type": "text/plain; charset=utf-8"},
+                               d.text.encode())
+
+            def _send(self, status: int, headers: Mapping[str, str], data: bytes) -> None:
                 self.send_response(status)
                 self.send_header("Content-Length", str(len(data)))
                 self.send_header("Cache-Control", "no-store")
@@ -83,11 +236,7 @@ class SparkUI:
             def log_message(self, format: str, *args: Any) -> None:
                 log.debug("%s - %s", self.address_string(), format % args)
 
-        server = ThreadingHTTPServer(self._sock.getsockname()[:2], Handler,
-                                     bind_and_activate=False)
-        server.socket.close()
-        server.socket = self._sock
-        server.daemon_threads = True
+        server.handler = Handler
         server.serve_forever()
 
     def respond(self, target: str) -> tuple[int, dict[str, str], bytes]:
@@ -111,3 +260,94 @@ class SparkUI:
 
 def _redirect(location: str) -> tuple[int, dict[str, str], bytes]:
     return 302, {"Content-Type": "text/plain; charset=utf-8", "Location": location}, b""
+
+
+def _query(target: str) -> dict[str, str]:
+    return dict(parse_qsl(urlsplit(target).query))
+
+
+class _PooledServer:
+    """The accept loop of the application UI: each accepted connection goes to a bounded
+    thread pool (at most `limits.max_connections` accepted at once; more are closed at
+    once), TLS is negotiated on the pool's thread (a silent client cannot stall accepting),
+    and a reaper closes connections whose request headers are late (`arm` / `disarm`)."""
+
+    def __init__(self, sock: socket.socket, limits: ConnectionLimits,
+                 tls: Optional[ssl.SSLContext]) -> None:
+        self.sock = sock
+        self.limits = limits
+        self.tls = tls
+        self.handler: Any = None
+        self._pool = ThreadPoolExecutor(UI_THREADS, thread_name_prefix="SparkUI-request")
+        self._lock = threading.Lock()
+        self._open = 0
+        self._deadlines: dict[socket.socket, float] = {}
+        threading.Thread(target=self._reap, name="SparkUI-reaper", daemon=True).start()
+
+    def serve_forever(self) -> None:
+        while True:
+            try:
+                conn, addr = self.sock.accept()
+            except OSError as e:
+                if self.sock.fileno() < 0:
+                    return
+                log.warning("SparkUI cannot accept a connection: %s", e)
+                time.sleep(0.1)
+                continue
+            with self._lock:
+                full = self._open >= self.limits.max_connections
+                if not full:
+                    self._open += 1
+            if full:
+                log.warning("Refusing a connection: %d open (spark.ember.ui.maxConnections)",
+                            self.limits.max_connections)
+                conn.close()
+                continue
+            self.arm(conn)      # waiting in the pool counts against the header deadline
+            self._pool.submit(self._serve_one, conn, addr)
+
+    def _serve_one(self, conn: socket.socket, addr: Any) -> None:
+        raw = conn
+        try:
+            conn.settimeout(self.limits.header_timeout)
+            if self.tls is not None:
+                conn = self.tls.wrap_socket(conn, server_side=True)
+                self.disarm(raw)
+                self.arm(conn)
+            self.handler(conn, addr, self)
+        except (OSError, ValueError) as e:
+            log.debug("SparkUI connection from %s ended: %s", addr, e)
+        except Exception:
+            log.exception("Error serving a SparkUI connection from %s", addr)
+        finally:
+            self.disarm(raw)
+            self.disarm(conn)
+            try:
+                conn.close()
+            except OSError:
+                pass
+            with self._lock:
+                self._open -= 1
+
+    def arm(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._deadlines[conn] = time.monotonic() + self.limits.header_timeout
+
+    def disarm(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._deadlines.pop(conn, None)
+
+    def _reap(self) -> None:
+        period = max(0.05, self.limits.header_timeout / 4)
+        while True:
+            time.sleep(period)
+            now = time.monotonic()
+            with self._lock:
+                late = [c for c, t in self._deadlines.items() if t < now]
+                for c in late:
+                    del self._deadlines[c]
+            for c in late:
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass

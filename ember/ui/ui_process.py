@@ -17,7 +17,8 @@ socket over; task starts and successful task ends travel as tuples (`pack`), eve
 event as its event-log line, which this process parses back (the history server's way).
 
 Frames on stdin: a 4-byte little-endian length, then `marshal.dumps(value)`. The first frame
-is the settings dict (conf, UI socket fd, whether to log); then lists of items: a line (str),
+is the settings dict (conf, UI socket fd and, with TLS, its HTTP redirect socket's fd,
+whether to log); then lists of items: a line (str),
 a packed task event (tuple starting 0 or 1), `(OPEN_LOG, EventLog.start's answer)` or
 `(SYNC,)` (answered with
 a byte on stdout once the frame is applied). Lines written before the log is open are
@@ -80,14 +81,15 @@ class UiProcess:
     `open_log(path)` once the event log's file exists. Raises OSError if the process cannot
     start."""
 
-    def __init__(self, conf: Any, ui_sock: socket.socket | None, event_log: bool) -> None:
+    def __init__(self, conf: Any, ui_sock: socket.socket | None, event_log: bool,
+                 redirect_sock: socket.socket | None = None) -> None:
         from ember.ui.event_log import _dumps
         self._dumps = _dumps
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             [root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        fds = () if ui_sock is None else (ui_sock.fileno(),)
+        fds = tuple(s.fileno() for s in (ui_sock, redirect_sock) if s is not None)
         self._lock = threading.Lock()
         self._event_log = event_log
         self.proc = subprocess.Popen([sys.executable, "-m", "ember.ui.ui_process"],
@@ -95,7 +97,8 @@ class UiProcess:
                                      stdout=subprocess.PIPE, pass_fds=fds)
         items = conf.getAll() if hasattr(conf, "getAll") else list(dict(conf).items())
         self._send({"conf": {str(k): str(v) for k, v in items},
-                    "ui_fd": fds[0] if fds else None, "event_log": event_log})
+                    "ui_fd": fds[0] if fds else None, "event_log": event_log,
+                    "redirect_fd": fds[1] if len(fds) > 1 else None})
 
     def _send(self, value: Any) -> None:
         data = marshal.dumps(value)
@@ -179,7 +182,9 @@ def main() -> int:
         from ember.ui.spark_ui import SparkUI
         from ember.ui.status_store import AppStatusStore
         store = AppStatusStore(conf)
-        SparkUI(store, socket.socket(fileno=ui_fd)).start()
+        redirect_fd = settings.get("redirect_fd")
+        SparkUI(store, socket.socket(fileno=ui_fd), conf,
+                socket.socket(fileno=redirect_fd) if redirect_fd is not None else None).start()
     _idle_priority()
     lines = _TaskLines()
     writer: Any = None

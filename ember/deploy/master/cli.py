@@ -47,6 +47,8 @@ Options:
   --properties-file FILE Path to a custom Spark properties file.
                          Default is conf/spark-defaults.conf.
   --conf KEY=VALUE       Set a Spark configuration property (repeatable; Ember only).
+  --generate-secret      Create the cluster secret (0600, $SPARK_CONF_DIR or ~/.ember)
+                         unless it exists, say how others find it, authenticate with it.
   --help                 Print this message and exit."""
 
 START_USAGE = "Usage: ember start-master [options]\n\n" + USAGE.split("\n", 2)[2]
@@ -70,6 +72,7 @@ class MasterArguments:
     webui_port: int = DEFAULT_WEBUI_PORT
     properties_file: Optional[str] = None
     conf: dict[str, str] = field(default_factory=dict)
+    generate_secret: bool = False
 
 
 def default_host() -> str:
@@ -108,6 +111,9 @@ def parse_args(argv: Sequence[str], env: Optional[Mapping[str, str]] = None) -> 
             opt, value = opt.split("=", 1)
         if opt == "--help":
             raise _UsageExit(0)
+        if opt == "--generate-secret" and value is None:
+            args.generate_secret = True
+            continue
         if opt not in ("-h", "--host", "-p", "--port", "--webui-port", "--properties-file",
                        "--conf"):
             print(f"Unrecognized option: {opt}" if opt.startswith("-")
@@ -141,6 +147,15 @@ def parse_args(argv: Sequence[str], env: Optional[Mapping[str, str]] = None) -> 
         raise MasterCliError(f"Cannot read the properties file {e.path}: {e.reason}") from None
     except ValueError as e:
         raise MasterCliError(str(e)) from None
+    if args.generate_secret:
+        from ember.rpc.security import generate_secret_file, secret_instructions
+        try:
+            path, _ = generate_secret_file()
+        except OSError as e:
+            raise MasterCliError(f"Cannot write the secret file: {e.strerror or e}") from None
+        print(secret_instructions(path), file=sys.stderr)
+        conf.setdefault("spark.authenticate", "true")
+        conf.setdefault("spark.authenticate.secret.file", path)
     args.conf = conf
     if "spark.master.ui.port" in conf:
         args.webui_port = _int_arg("spark.master.ui.port", conf["spark.master.ui.port"])

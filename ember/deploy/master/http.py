@@ -30,8 +30,13 @@ JSON is pretty-printed like json4s' `pretty(render(...))` (Jackson's default pre
 and served as `text/json;charset=utf-8`, as Spark's JettyUtils does, so scripts written
 against Spark's UI read the same bytes.
 
-Deviation from Spark: a kill POST whose `Origin` header names another site is refused (403),
-so a page elsewhere cannot make a visitor's browser kill applications.
+Security (`ember.http_security`): the UI binds the host it is given; every request's Host
+must name this master; with `spark.authenticate=true` every page, `/json`, log and metrics
+request needs a bearer token or the login cookie, checked against Spark's ACLs (view; modify
+for the kill buttons); a kill POST must carry the page's CSRF token and come from this
+master's own Origin (deviation from Spark, which checks neither). `spark.ssl.standalone.*`
+serves it over HTTPS. Commands and environments shown are redacted with
+spark.redaction.regex.
 """
 from __future__ import annotations
 
@@ -43,7 +48,7 @@ import logging
 import re
 from dataclasses import replace
 from typing import Any, Callable, Mapping, Optional
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from aiohttp import web
 
@@ -56,12 +61,12 @@ from ember.deploy.messages import (
     ExecutorSummary, MasterStateResponse, RecoveryState, RequestKillApplication,
     RequestKillDriver, RequestMasterState, WorkerState, WorkerSummary,
 )
-from ember.deploy.web import WebServerThread
+from ember.deploy.web import WebServerThread, bind_web, csrf_token, security_middleware
 from ember.deploy.worker.http import (
     SELF_LOG_QUERY, LogRequest, parse_self_log_request, serve_log,
 )
+from ember.http_security import CSRF_FIELD, HttpGuard
 from ember.rpc import RpcEndpointRef
-from ember.rpc.bind import bind_with_retries
 from ember.ui_common import (
     Html, PrometheusText, esc, format_date, format_duration, format_resource_usage,
     format_resources, html_response, link, not_found, page, prometheus_response, table,
@@ -179,16 +184,30 @@ class MasterWebUI:
         history = (conf.get("spark.master.ui.historyServerUrl")
                    or conf.get("spark.master.historyServerUrl"))
         self.history_server_url: Optional[str] = str(history).rstrip("/") if history else None
+        self.conf = conf
         self.port = 0
+        self.http_port = 0
+        self.scheme = "http"
+        self.guard: Optional[HttpGuard] = None
         self._server = WebServerThread("MasterWebUI")
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    def start(self, host: str, port: int, max_retries: int = 16) -> int:
-        """Bind (with retries) and serve; returns the bound port. Raises OSError."""
-        sock = bind_with_retries(SERVICE_NAME, host, port, max_retries)
-        self.port = sock.getsockname()[1]
-        app = web.Application(middlewares=[ui_middleware(log, "Master")])
+    def start(self, host: str, port: int, max_retries: int = 16,
+              public_hosts: tuple[str, ...] = ()) -> int:
+        """Bind `host` (with retries) and serve; returns the port the UI is served on (with
+        spark.ssl.standalone, the HTTPS port; `port` then redirects to it). Raises OSError,
+        or ValueError for a bad security configuration (secret, TLS files)."""
+        guard = HttpGuard(self.conf, host, public_hosts=public_hosts)
+        sock, plain, tls = bind_web(SERVICE_NAME, host, port, max_retries, self.conf,
+                                    "standalone")
+        guard.tls = tls is not None
+        self.port = guard.port = sock.getsockname()[1]
+        self.http_port = plain.getsockname()[1] if plain is not None else self.port
+        self.scheme = "https" if tls is not None else "http"
+        self.guard = guard
+        app = web.Application(middlewares=[ui_middleware(log, "Master"),
+                                           security_middleware(guard)])
         r = app.router
         r.add_get("/", self._root)
         for path in ("/app", "/app/"):
@@ -205,7 +224,8 @@ class MasterWebUI:
             r.add_get(path, self._log)
         r.add_get("/json", self._json)
         r.add_get("/json/{tail:.*}", self._json)
-        self._server.start(sock, app)
+        self._server.start(sock, app, ssl_context=tls, limits=guard.limits,
+                           redirect=(plain, guard) if plain is not None else None)
         return self.port
 
     def stop(self) -> None:
@@ -243,7 +263,8 @@ class MasterWebUI:
         state = await self._master_state()
         return html_response(render_master_page(state, self.title,
                                                 kill_enabled=self.kill_enabled,
-                                                history_server_url=self.history_server_url))
+                                                history_server_url=self.history_server_url,
+                                                csrf=csrf_token(self.guard, request)))
 
     async def _app(self, request: web.Request) -> web.Response:
         app_id = request.query.get("appId", "")
@@ -273,10 +294,7 @@ class MasterWebUI:
         kill `id`; then back to `/` whatever the outcome (the page shows it)."""
         if not self.kill_enabled:
             raise web.HTTPForbidden(text="403: Killing is disabled (spark.ui.killEnabled)\n")
-        origin = request.headers.get("Origin")
-        if origin is not None and urlsplit(origin).netloc != request.host:
-            raise web.HTTPForbidden(text="403: Cross-site kill request refused\n")
-        form = await request.post()
+        form = await request.post()   # Origin, credentials, ACL and CSRF: security_middleware
         target = str(form.get("id", ""))
         if target and str(form.get("terminate", "false")).strip().lower() == "true":
             await self._ask(message(target))
@@ -307,15 +325,17 @@ def _app_link(app_id: str) -> Html:
     return Html(f'<a href="/app/?appId={quote(app_id, safe="")}">{html.escape(app_id)}</a>')
 
 
-def _kill_form(action: str, what: str, target_id: str) -> Html:
-    """Spark's (kill) link: a POST form submitted after a JavaScript confirm(). The id goes
-    through json.dumps (a JS string literal), then HTML-escaping (an attribute value)."""
+def _kill_form(action: str, what: str, target_id: str, csrf: str) -> Html:
+    """Spark's (kill) link: a POST form submitted after a JavaScript confirm(), carrying the
+    page's CSRF token. The id goes through json.dumps (a JS string literal), then
+    HTML-escaping (an attribute value)."""
     question = json.dumps(f"Are you sure you want to kill {what} {target_id} ?")
     onclick = esc(f"if (window.confirm({question})) {{ this.parentNode.submit(); }} "
                   "return false;")
     return Html(f'<form class="kill" action="{action}" method="POST">'
                 f'<input type="hidden" name="id" value="{esc(target_id)}">'
                 '<input type="hidden" name="terminate" value="true">'
+                f'<input type="hidden" name="{CSRF_FIELD}" value="{esc(csrf)}">'
                 f'<a href="#" onclick="{onclick}">(kill)</a></form>')
 
 
@@ -357,9 +377,9 @@ _KILLABLE_DRIVER = (DriverState.RUNNING, DriverState.SUBMITTED, DriverState.RELA
 
 
 def render_master_page(s: MasterStateResponse, title: str, *, kill_enabled: bool = True,
-                       history_server_url: Optional[str] = None) -> str:
+                       history_server_url: Optional[str] = None, csrf: str = "") -> str:
     """Spark's MasterPage. Every value is HTML-escaped: ids, names, users, main classes and
-    URLs come from remote peers."""
+    URLs come from remote peers. `csrf` goes into the kill forms."""
     workers = {w.id: w for w in s.workers}
     alive = [w for w in s.workers if w.isAlive()]
     counts = {st: 0 for st in WorkerState}
@@ -399,7 +419,7 @@ def render_master_page(s: MasterStateResponse, title: str, *, kill_enabled: bool
     def app_row(a: ApplicationSummary) -> list[Any]:
         app_id = _app_link(a.id)
         if kill_enabled and a.state in (ApplicationState.RUNNING, ApplicationState.WAITING):
-            app_id = Html(app_id + _kill_form("/app/kill/", "application", a.id))
+            app_id = Html(app_id + _kill_form("/app/kill/", "application", a.id, csrf))
         if not a.state.isFinished():
             name = link(a.desc.appUiUrl, a.desc.name)
         elif history_server_url:
@@ -414,7 +434,7 @@ def render_master_page(s: MasterStateResponse, title: str, *, kill_enabled: bool
     def driver_row(d: DriverSummary) -> list[Any]:
         driver_id = esc(d.id)
         if kill_enabled and d.state in _KILLABLE_DRIVER:
-            driver_id = Html(driver_id + _kill_form("/driver/kill/", "driver", d.id))
+            driver_id = Html(driver_id + _kill_form("/driver/kill/", "driver", d.id, csrf))
         worker = workers.get(d.workerId) if d.workerId else None
         state: Any = d.state
         if d.waitReason:

@@ -56,6 +56,8 @@ from ember.deploy.messages import (
     BoundPortsRequest, CheckForWorkerTimeOut, CompleteRecovery, DecommissionWorkers,
     DecommissionWorkersOnHosts,
     ElectedLeader, ExecutorStateChanged, RevokedLeadership,
+    MasterChangeAcknowledged, RegisterApplication,
+    UnregisterApplication,
     KillExecutors, RequestClearCompletedDriversAndApps, RequestDriverStatus, RequestExecutors,
     RequestKillAllDrivers, RequestKillApplication, RequestKillDriver, RequestMasterState,
     RequestReadyz, RequestSubmitDriver, RequestAppStatus,
@@ -63,6 +65,8 @@ from ember.deploy.messages import (
 from ember.errors import SparkException
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv, Cancellable
 from ember.rpc.config import RpcConf
+from ember.rpc.core import PeerInfo
+from ember.rpc.security import SCOPE_ENV
 
 log = logging.getLogger("ember.deploy.master.Master")
 
@@ -88,6 +92,12 @@ SHELL_ASK_MESSAGES: tuple[type, ...] = (UploadAppResource, FetchAppResource, Req
 # Spark's master only sends itself, from DecommissionWorkersOnHosts): never from a peer.
 INTERNAL_MESSAGES: tuple[type, ...] = (ElectedLeader, RevokedLeadership, CheckForWorkerTimeOut,
                                        CompleteRecovery, DecommissionWorkers)
+
+# What a connection that authenticated as an application (a cluster-mode driver holding its
+# derived credential) may send; each names an app, which must be that connection's own.
+APP_MESSAGES: tuple[type, ...] = (RegisterApplication, UnregisterApplication,
+                                  MasterChangeAcknowledged, RequestExecutors, KillExecutors,
+                                  RequestAppStatus)
 
 _LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": logging.WARNING,
            "WARNING": logging.WARNING, "ERROR": logging.ERROR}
@@ -116,6 +126,7 @@ def validate_master_conf(conf: Mapping[str, Any]) -> None:
     RpcConf.from_conf(conf)
     check_recovery_conf(conf)
     max_upload_bytes(conf)
+    max_upload_bytes(conf, TOTAL_UPLOAD_SIZE)
     ui_port = conf.get("spark.master.ui.port")
     if ui_port is not None:
         check_port("spark.master.ui.port", ui_port)
@@ -150,7 +161,8 @@ class Master(RpcEndpoint):
             engine, agent = create_recovery({})
         self.engine, self.agent = engine, agent
         self.uploads = uploads if uploads is not None else AppResourceStore(
-            max_bytes=max_upload_bytes(self.conf), blobs=engine)
+            max_bytes=max_upload_bytes(self.conf), blobs=engine,
+            max_total_bytes=max_upload_bytes(self.conf, TOTAL_UPLOAD_SIZE))
         # The ref setup_endpoint will hand out (equal by address and name), known before
         # registration so the state can put it in RegisteredWorker / RegisteredApplication.
         ref = rpc_env.endpoint_ref(rpc_env.address, ENDPOINT_NAME)
@@ -169,7 +181,8 @@ class Master(RpcEndpoint):
             self._execute(self.state.on_start(now_ms()))
             log.info("Running Spark version %s", spark_version())
             logging.getLogger("ember.deploy.master.MasterWebUI").info(
-                "Bound MasterWebUI to %s, and started at %s", _ui_bind_host(), self.web_ui_url)
+                "Bound MasterWebUI to %s, and started at %s", _ui_bind_host(self.state.host),
+                self.web_ui_url)
             self.agent.start(self._on_elected, self._on_revoked)
         except BaseException as e:
             self.start_error = e
@@ -177,7 +190,38 @@ class Master(RpcEndpoint):
         finally:
             self.ready.set()
 
+    app_messages = APP_MESSAGES
+
+    def _for_sender(self, msg: Any, peer: Optional[PeerInfo]) -> Any:
+        """Authorization by channel for application messages: the scope the driver's
+        executors get is the one its connection proved (recorded in the description, so
+        the workers derive their credentials from it), and an application may only act on
+        its own app. Returns the message to handle, or None if it is refused."""
+        scope = peer.scope if peer is not None else None
+        if isinstance(msg, RegisterApplication):
+            desc = msg.appDescription
+            env = dict(desc.command.environment)
+            if scope is None:
+                env.pop(SCOPE_ENV, None)
+            else:
+                env[SCOPE_ENV] = scope
+            return replace(msg, appDescription=replace(
+                desc, command=replace(desc.command, environment=env)))
+        if scope is not None:
+            app = self.state.idToApp.get(getattr(msg, "appId", ""))
+            if app is None and isinstance(msg, RequestAppStatus):
+                return msg   # "not found" tells a driver after failover to give up; no leak
+            if app is None or app.desc.command.environment.get(SCOPE_ENV) != scope:
+                log.warning("Refusing %s for %s from %s: it authenticated as application %r",
+                            type(msg).__name__, getattr(msg, "appId", "?"), peer.address
+                            if peer else "?", scope)
+                return None
+        return msg
+
     def receive(self, msg: Any, sender: RpcAddress) -> None:
+        msg = self._for_sender(msg, self.rpc_env.current_sender())
+        if msg is None:
+            return
         if isinstance(msg, INTERNAL_MESSAGES):
             # Only the master produces these (timers and leadership are fed in directly, see
             # `post_internal`), so one arriving over RPC is a peer's: a RevokedLeadership
@@ -197,6 +241,11 @@ class Master(RpcEndpoint):
             text = f"Unsupported message {type(msg).__name__} from {context.sender_address}"
             log.warning("Refusing an ask: %s", text)
             context.send_failure(SparkException(text))
+            return
+        msg = self._for_sender(msg, context.sender)
+        if msg is None:
+            context.send_failure(SparkException(
+                f"{context.sender_address} may not act on another application"))
             return
         self._feed(msg, context)
 
@@ -422,19 +471,26 @@ def _start_rest_server(master_ref: Any, url: str, conf: Mapping[str, str], maste
     return rest, rest.start(rest_host, policy.port, retries)
 
 
-def _ui_bind_host() -> str:
-    """Where the web UI listens: SPARK_LOCAL_IP, else every interface (Spark's WebUI.bind)."""
-    return os.environ.get("SPARK_LOCAL_IP") or "0.0.0.0"
+def _ui_bind_host(host: str = "") -> str:
+    """Where the web UI listens: the master's host (--host), else SPARK_LOCAL_IP, else every
+    interface (Spark's WebUI.bind always takes SPARK_LOCAL_IP or 0.0.0.0: a UI on every
+    interface of a master bound to loopback is exactly what issue 11 forbids)."""
+    return host or os.environ.get("SPARK_LOCAL_IP") or "0.0.0.0"
 
 
-def max_upload_bytes(conf: Mapping[str, Any]) -> int:
-    """spark.ember.submit.maxUploadSize (default 100m): the largest app resource kept."""
+TOTAL_UPLOAD_SIZE = "spark.ember.submit.maxTotalUploadSize"
+
+
+def max_upload_bytes(conf: Mapping[str, Any],
+                     key: str = "spark.ember.submit.maxUploadSize") -> int:
+    """spark.ember.submit.maxUploadSize (default 100m): the largest app resource kept; with
+    `key` TOTAL_UPLOAD_SIZE (default 1g), what all uploads together may hold."""
     import re
-    value = str(conf.get("spark.ember.submit.maxUploadSize", "100m")).strip().lower()
+    default = "1g" if key == TOTAL_UPLOAD_SIZE else "100m"
+    value = str(conf.get(key, default)).strip().lower()
     m = re.fullmatch(r"(\d+)\s*([kmgt]?)b?", value)
     if not m:
-        raise ValueError("spark.ember.submit.maxUploadSize must be a size like 100m or 512k, "
-                         f"but was {value!r}")
+        raise ValueError(f"{key} must be a size like 100m or 512k, but was {value!r}")
     return int(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " ")
 
 
@@ -501,15 +557,18 @@ def start_master(host: str, port: int = DEFAULT_PORT, webui_port: int = DEFAULT_
     retries = RpcConf.from_conf(conf).port_max_retries
 
     env = RpcEnv.create(SYSTEM_NAME, host, port, conf)
+    env.admit_app_scopes(any_scope=True)   # cluster-mode drivers, with derived credentials
     web_ui = rest = engine = None
     try:
         url = env.address.to_spark_url()
         engine, agent = create_recovery(conf, master_url=url)
         master_ref = env.endpoint_ref(env.address, ENDPOINT_NAME)
         web_ui = MasterWebUI(master_ref, url, conf, current_leader=agent.current_leader)
-        bound = web_ui.start(_ui_bind_host(), webui_port, retries)
-        web_ui_url = f"http://{public_host(env.address.host)}:{bound}"
-        uploads = AppResourceStore(max_bytes=max_upload_bytes(conf), blobs=engine)
+        public = public_host(env.address.host)
+        bound = web_ui.start(_ui_bind_host(host), webui_port, retries, public_hosts=(public,))
+        web_ui_url = f"{web_ui.scheme}://{public}:{bound}"
+        uploads = AppResourceStore(max_bytes=max_upload_bytes(conf), blobs=engine,
+                                   max_total_bytes=max_upload_bytes(conf, TOTAL_UPLOAD_SIZE))
         rest, rest_port = _start_rest_server(master_ref, url, conf, env.address.host, uploads,
                                              retries)
         master = Master(env, conf, web_ui_url=web_ui_url, web_ui_port=bound,

@@ -13,8 +13,10 @@ driver that was waiting when the master died still finds its files after a resta
 whatever the ZooKeeper mode chooses.
 
 Nothing here trusts the client: names are reduced to a plain file name, the checksum is
-recomputed, size is bounded, and lookups only ever join a validated hex digest and a plain
-name under the store's directory.
+recomputed, size is bounded - each upload (spark.ember.submit.maxUploadSize) and all of them
+together (spark.ember.submit.maxTotalUploadSize: a client cannot fill the master's disk) -
+and lookups only ever join a validated hex digest and a plain name under the store's
+directory.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ SCHEME = "ember-upload"
 KEEP_RECENT_S = 3600.0
 log = logging.getLogger("ember.deploy.master.uploads")
 DEFAULT_MAX_BYTES = 100 * 1024 * 1024
+DEFAULT_MAX_TOTAL_BYTES = 1024 * 1024 * 1024
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _BAD_NAME = re.compile(r"[\x00-\x1f/\\]")
 
@@ -67,7 +70,7 @@ class AppResourceStore:
     get."""
 
     def __init__(self, root: Optional[str] = None, max_bytes: int = DEFAULT_MAX_BYTES,
-                 blobs: Any = None) -> None:
+                 blobs: Any = None, max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES) -> None:
         from ember.deploy.master.persistence import BlackHolePersistenceEngine, BlobDirectory
         self._owned: Optional[BlackHolePersistenceEngine] = None
         if root is not None:
@@ -79,6 +82,8 @@ class AppResourceStore:
             self._put, self._get, self._delete = blobs.put_blob, blobs.get_blob, blobs.delete_blob
         self._last_put: dict[str, float] = {}   # key -> monotonic time of its last put
         self.max_bytes = max_bytes
+        self.max_total_bytes = max_total_bytes
+        self._sizes: dict[str, int] = {}      # "<sha256>/<name>" -> bytes held
         self._lock = threading.Lock()
 
     def put(self, name: str, data: bytes, sha256: Optional[str] = None) -> str:
@@ -93,6 +98,14 @@ class AppResourceStore:
                               f"the master received {digest}")
         key = f"{digest}/{name}"
         with self._lock:
+            if key not in self._sizes:
+                held = sum(self._sizes.values())
+                if held + len(data) > self.max_total_bytes:
+                    raise UploadError(
+                        f"Resource {name} ({len(data)} bytes) would take the master's uploads "
+                        f"past {self.max_total_bytes} bytes (spark.ember.submit."
+                        f"maxTotalUploadSize; {held} bytes held until their drivers end)")
+                self._sizes[key] = len(data)
             self._last_put[key] = time.monotonic()
             if self._get(key) is None:
                 self._put(key, data)
@@ -117,6 +130,7 @@ class AppResourceStore:
                 return False
             self._last_put.pop(key, None)
             self._delete(key)
+            self._sizes.pop(key, None)     # a deleted upload frees its share of the quota
         log.info("Deleted uploaded resource %s: no driver uses it any more", url)
         return True
 

@@ -14,10 +14,10 @@ import hashlib
 import http.client
 import json
 import logging
-import time
+import ssl
 import urllib.error
 import urllib.request
-from typing import Any, Callable, Mapping, NamedTuple, Optional
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Union
 from urllib.parse import quote
 
 from ember.context import SPARK_VERSION
@@ -32,7 +32,7 @@ log = logging.getLogger("ember.deploy.rest.RestSubmissionClient")
 
 SUPPORTED_MASTER_PREFIXES = ("spark://",)
 DEFAULT_TIMEOUT = 10.0
-TOKEN_TTL_SECONDS = 3600
+TOKEN_TTL_SECONDS = 300
 _STANDBY_PREFIX = "Current state is not alive"
 
 
@@ -52,21 +52,29 @@ class RestResponse(NamedTuple):
 def bearer_token_for(conf: Mapping[str, Any]) -> Optional[str]:
     """A fresh HS256 bearer token for the master's REST gateway, or None when no key is
     configured. The key is resolved by `server.rest_secret_key`, the same function the
-    server uses. The token expires after an hour so one leaked from a log or a proxy is
-    not a permanent credential."""
+    server uses. The token expires after five minutes so one leaked from a log or a proxy
+    is not a lasting credential; its `sub` is the local user (for Spark's ACLs)."""
+    source = bearer_token_source(conf)
+    return source() if source is not None else None
+
+
+def bearer_token_source(conf: Mapping[str, Any]) -> Optional[Callable[[], str]]:
+    """A function minting a fresh token per request (so `--follow` outlives any one
+    token), or None when no key is configured."""
+    from ember.http_security import current_user, mint_token
     key = rest_secret_key(conf)
     if key is None:
         return None
-    now = int(time.time())
-    return jws.sign_hs256({"sub": "ember-submit", "iat": now, "exp": now + TOKEN_TTL_SECONDS},
-                          key)
+    user = current_user()
+    return lambda: mint_token(key, user, TOKEN_TTL_SECONDS)
 
 
-def _base_url(master: str) -> str:
-    """`spark://h:p` -> `http://h:p/v1/submissions` (Spark's getBaseUrl)."""
+def _base_url(master: str, scheme: str = "http") -> str:
+    """`spark://h:p` -> `http://h:p/v1/submissions` (Spark's getBaseUrl; https with TLS)."""
     for prefix in SUPPORTED_MASTER_PREFIXES:
         if master.startswith(prefix):
-            return f"http://{master[len(prefix):].rstrip('/')}/{PROTOCOL_VERSION}/submissions"
+            return (f"{scheme}://{master[len(prefix):].rstrip('/')}/{PROTOCOL_VERSION}"
+                    "/submissions")
     raise ValueError("This REST client only supports master URLs that start with one of the "
                      "following: " + ",".join(SUPPORTED_MASTER_PREFIXES))
 
@@ -79,16 +87,23 @@ def _is_standby(body: dict[str, Any]) -> bool:
 class RestSubmissionClient:
     """Client of one master or an HA list (`spark://h1:p1,h2:p2`, REST ports)."""
 
-    def __init__(self, masters: str, token: Optional[str] = None,
-                 timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, masters: str, token: Union[None, str, Callable[[], str]] = None,
+                 timeout: float = DEFAULT_TIMEOUT,
+                 ssl_context: Optional[ssl.SSLContext] = None) -> None:
+        """`token`: a bearer token, or a function minting a fresh one per request.
+        `ssl_context`: talk HTTPS, verifying the server with it
+        (`ember.http_security.client_ssl_context`)."""
         urls = ([f"spark://{m}" for m in masters[len("spark://"):].split(",")]
                 if masters.startswith("spark://") else [masters])
-        self.base_urls = [_base_url(m) for m in urls]
+        self.base_urls = [_base_url(m, "https" if ssl_context else "http") for m in urls]
         self.token = token
         self.timeout = timeout
         # Direct connections, as Spark's HttpURLConnection makes: http_proxy from the
         # environment must not see submissions or bearer tokens.
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        handlers: list[Any] = [urllib.request.ProxyHandler({})]
+        if ssl_context is not None:
+            handlers.append(urllib.request.HTTPSHandler(context=ssl_context))
+        self._opener = urllib.request.build_opener(*handlers)
 
     # -- public API (Spark's method names, snake_case) --------------------------------------
 
@@ -183,15 +198,19 @@ class RestSubmissionClient:
         """One HTTP exchange with Spark's readResponse semantics."""
         if data is None and method == "POST":
             data = b""   # a bodiless POST still says Content-Length: 0
+            # ... and JSON, not urllib's default form type, which the server refuses as a
+            # possible cross-site request.
+            content_type = content_type or "application/json"
         req = urllib.request.Request(url, data=data, method=method)
         if content_type is not None:
             req.add_header("Content-Type", content_type)
             req.add_header("charset", "utf-8")
         for k, v in (headers or {}).items():
             req.add_header(k, v)
-        if self.token is not None:
+        token = self.token() if callable(self.token) else self.token
+        if token is not None:
             # Unredirected: a redirect must not carry the token elsewhere.
-            req.add_unredirected_header(jws.AUTHORIZATION, f"Bearer {self.token}")
+            req.add_unredirected_header(jws.AUTHORIZATION, f"Bearer {token}")
         try:
             with self._opener.open(req, timeout=self.timeout) as resp:
                 return RestResponse(resp.status, self._parse_ok(resp.read()))
@@ -239,4 +258,4 @@ class RestSubmissionClient:
 
 
 __all__ = ["RestSubmissionClient", "RestResponse", "SubmitRestConnectionException",
-           "bearer_token_for"]
+           "bearer_token_for", "bearer_token_source"]

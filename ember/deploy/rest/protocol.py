@@ -724,6 +724,18 @@ def replace_placeholder(value: Optional[str], env: Mapping[str, str]) -> Optiona
     return value
 
 
+PLACEHOLDER_ALLOW_LIST = "spark.ember.rest.placeholderEnvAllowList"
+DEFAULT_PLACEHOLDER_ALLOW_LIST = "SPARK_HOME,JAVA_HOME"
+
+
+def placeholder_env(environ: Mapping[str, str], conf: Mapping[str, str]) -> dict[str, str]:
+    """The part of the master's environment a submission's `{{NAME}}` may read: only the
+    allow-listed names (a submitted driver must not get the master's secrets copied in)."""
+    names = {n.strip() for n in conf.get(PLACEHOLDER_ALLOW_LIST,
+                                         DEFAULT_PLACEHOLDER_ALLOW_LIST).split(",") if n.strip()}
+    return {k: v for k, v in environ.items() if k in names}
+
+
 def _extract_port(spark_url: str) -> int:
     """Port of `spark://host:port` (Utils.extractHostPortFromSparkUrl)."""
     m = re.fullmatch(r"spark://(\[[^\]]+\]|[^:/\[\]@?#]+):(\d+)", spark_url)

@@ -10,7 +10,14 @@ becomes an HTTP answer instead of a crash.
 Security (CVE-2018-11770 / CVE-2018-17190: a submission is remote code execution): the
 server refuses to start unauthenticated on anything but a loopback address unless the user
 explicitly opts in, and with a secret configured every request must carry an HS256 bearer
-token, checked before the request is even routed (see `rest_auth_policy`).
+token with an `exp` no further than spark.ember.ui.token.maxLifetime, checked before the
+request is even routed (see `rest_auth_policy`); its `sub` is checked against Spark's ACLs
+(view for status, logs and readyz, modify for create, kill, clear and upload). Before that,
+as for every Ember web surface (`ember.http_security`): the Host header must name this
+server (DNS rebinding), a POST from a foreign Origin is refused, and so is a POST with a
+content type a web page may send cross-site without a CORS preflight (text/plain, forms) -
+the gateway speaks JSON (and octet-stream uploads with their checksum header). With
+spark.ssl.standalone.enabled it serves HTTPS, like the master's UI.
 """
 from __future__ import annotations
 
@@ -41,10 +48,14 @@ from ember.deploy.rest.protocol import (
     BASE_CONTEXT, ClearResponse, CreateSubmissionResponse, KillAllSubmissionResponse,
     KillSubmissionResponse, ReadyzResponse, SubmissionStatusResponse, SubmitRestProtocolException,
     SubmitRestProtocolResponse, UnexpectedMessageTypeException, UnknownActionException,
-    build_driver_description_fields, error_response, format_exception, malformed_request_message,
+    build_driver_description_fields, error_response, placeholder_env, format_exception, malformed_request_message,
     parse_request, route, to_json,
 )
-from ember.deploy.web import WebServerThread
+from ember.deploy.web import WebServerThread, request_done
+from ember.http_security import (
+    MODIFY, SAFE_METHODS, VIEW, HttpGuard, cors_simple_content_type, server_ssl_context,
+    verify_token,
+)
 from ember.rpc import RpcEndpointRef, RpcError
 from ember.rpc.bind import bind_with_retries
 from ember.rpc.config import ASK_TIMEOUT, AUTH, parse_bool, parse_time, resolve_secret
@@ -209,6 +220,8 @@ class StandaloneRestServer:
         self.max_body = uploads.max_bytes if uploads is not None else DEFAULT_MAX_BYTES
         self._ask_timeout = parse_time(ASK_TIMEOUT, conf.get(ASK_TIMEOUT, "120s"))
         self._secret_key: Optional[bytes] = None
+        self.guard: Optional[HttpGuard] = None
+        self.scheme = "http"
         self._server = WebServerThread("StandaloneRestServer")
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -225,13 +238,18 @@ class StandaloneRestServer:
         if policy.reason:
             log.warning(policy.reason)
         self._secret_key = policy.secret_key
+        tls = server_ssl_context(self.conf, "standalone")
+        guard = HttpGuard(self.conf, host, key=policy.secret_key, use_cluster_secret=False,
+                          tls=tls is not None)
         sock = bind_with_retries(SERVICE_NAME, host, port, max_retries)
-        self.port = sock.getsockname()[1]
+        self.port = guard.port = sock.getsockname()[1]
+        self.guard = guard
+        self.scheme = "https" if tls is not None else "http"
         # +1: aiohttp refuses a body once its size reaches client_max_size.
         app = web.Application(client_max_size=self.max_body + 1)
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
         app.on_response_prepare.append(_hide_server_banner)
-        self._server.start(sock, app)
+        self._server.start(sock, app, ssl_context=tls, limits=guard.limits)
         log.info("Started REST server for submitting applications on %s with port %d",
                  host, self.port)
         return self.port
@@ -258,7 +276,10 @@ class StandaloneRestServer:
     # -- dispatch ---------------------------------------------------------------------------
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
-        response = await self._answer(request)
+        try:
+            response = await self._answer(request)
+        finally:
+            request_done(request)
         if request.can_read_body:
             # Answered without reading the body (403, 413, ...): close the connection
             # rather than read the rest or parse it as the next request.
@@ -268,12 +289,9 @@ class StandaloneRestServer:
     async def _answer(self, request: web.Request) -> web.StreamResponse:
         """Authentication first (JWSFilter sits in front of every servlet), then the size
         limit, then routing; any failure is an answer, never a crash of the server."""
-        if self._secret_key is not None:
-            denied = jws.verify_authorization(request.headers.get(jws.AUTHORIZATION),
-                                              self._secret_key)
-            if denied is not None:
-                return web.Response(status=jws.FORBIDDEN, text=denied,
-                                    headers={"Cache-Control": jws.CACHE_CONTROL})
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
         too_large = (f"Request body is larger than the {self.max_body} bytes allowed "
                      "(spark.ember.submit.maxUploadSize).")
         if (request.content_length or 0) > self.max_body:
@@ -288,6 +306,39 @@ class StandaloneRestServer:
         except Exception as e:  # noqa: BLE001 - a bug must not take the gateway down
             log.exception("Error serving %s %s", request.method, request.path)
             return self._error(500, "Internal server error: " + _one_line(e))
+
+    def _refused(self, request: web.Request) -> Optional[web.Response]:
+        """Host, Origin and content type (cross-site and DNS-rebinding requests), then the
+        JWSFilter check, the token's lifetime and the ACL (see the module doc)."""
+        guard = self.guard
+        assert guard is not None
+        headers = request.headers
+        unsafe = request.method not in SAFE_METHODS
+        if not guard.host_ok(headers.get("Host")):
+            return self._error(403, "Host header does not name this server.")
+        if unsafe and not guard.origin_ok(headers.get("Origin")):
+            return self._error(403, "Cross-origin request refused.")
+        if unsafe and cors_simple_content_type(headers.get("Content-Type")):
+            return self._error(415, "Requests that change state must be sent as "
+                                    "application/json.")
+        user: Optional[str] = None
+        if self._secret_key is not None:
+            header = headers.get(jws.AUTHORIZATION)
+            denied = jws.verify_authorization(header, self._secret_key,
+                                              require_expiration=True)
+            if denied is None:
+                try:
+                    user = verify_token(header[len("Bearer "):], self._secret_key,
+                                        guard.max_lifetime)
+                except ValueError as e:
+                    denied = str(e)
+            if denied is not None:
+                return web.Response(status=jws.FORBIDDEN, text=denied,
+                                    headers={"Cache-Control": jws.CACHE_CONTROL})
+        denial = guard.authorize(user, MODIFY if unsafe else VIEW)
+        if denial is not None:
+            return self._error(403, denial.text.split(": ", 1)[-1].strip())
+        return None
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         raw_path = request.raw_path
@@ -359,7 +410,7 @@ class StandaloneRestServer:
                     from None
             req, unknown = parse_request(text)
             f = build_driver_description_fields(req, self.master_rpc_url, self.port,
-                                                os.environ)
+                                                placeholder_env(os.environ, self.conf))
             resource_reqs = driver_resource_requirements(
                 {k: v for k, v in (req.sparkProperties or {}).items() if v is not None})
         except ResourceError as e:

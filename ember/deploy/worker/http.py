@@ -25,10 +25,15 @@ file actually read.
 
 Every user-controlled string (app names, main classes, exception text, log text) is
 HTML-escaped by `ember.ui_common`; failures are a one-line text, never a stack trace.
+Executors' commands (environment, arguments, javaOpts) are redacted with
+spark.redaction.regex before `/json` shows them, and the server applies
+`ember.http_security` (bind host, Host/Origin checks, tokens or login cookie and ACLs with
+spark.authenticate=true; HTTPS with spark.ssl.standalone.*).
 """
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -45,10 +50,11 @@ from ember.deploy.messages import (
     DriverRunnerSummary, ExecutorRunnerSummary, ExecutorState, RequestWorkerState,
     WorkerStateResponse,
 )
-from ember.deploy.web import WebServerThread
+from ember.deploy.web import WebServerThread, bind_web, security_middleware
 from ember.deploy.worker import log_files
+from ember.http_security import HttpGuard
+from ember.redaction import redact_command, redaction_pattern
 from ember.rpc import RpcEndpointRef
-from ember.rpc.bind import bind_with_retries
 from ember.ui_common import (
     Html, PrometheusText, esc, format_resource_usage, format_resources, html_response, link,
     page, prometheus_response, safe_url, table, ui_middleware, url_with_query,
@@ -233,7 +239,7 @@ class WorkerWebUI:
 
     def __init__(self, worker_ref: RpcEndpointRef, work_dir: str, host: str, port: int, *,
                  public_host: Optional[str] = None, max_retries: int = 16,
-                 ask_timeout: float = 30.0) -> None:
+                 ask_timeout: float = 30.0, conf: Optional[Mapping[str, str]] = None) -> None:
         self.worker_ref = worker_ref
         self.work_dir = os.path.abspath(work_dir)
         self.host = host
@@ -241,28 +247,36 @@ class WorkerWebUI:
         self.public_host = public_host or host
         self.max_retries = max_retries
         self.ask_timeout = ask_timeout
+        self.conf = dict(conf or {})
+        self.redaction = redaction_pattern(self.conf)
+        self.scheme = "http"
         self.bound_port: Optional[int] = None
         self._server = WebServerThread("worker-web-ui")
 
     @property
     def url(self) -> str:
         host = f"[{self.public_host}]" if ":" in self.public_host else self.public_host
-        return f"http://{host}:{self.bound_port}"
+        return f"{self.scheme}://{host}:{self.bound_port}"
 
     # -- server lifecycle ------------------------------------------------------------------
 
     def start(self) -> "WorkerWebUI":
-        sock = bind_with_retries(SERVICE_NAME, self.host, self.requested_port,
-                                 self.max_retries)
-        self.bound_port = sock.getsockname()[1]
-        app = web.Application(middlewares=[ui_middleware(log, "Worker")])
+        guard = HttpGuard(self.conf, self.host, public_hosts=(self.public_host,))
+        sock, plain, tls = bind_web(SERVICE_NAME, self.host, self.requested_port,
+                                    self.max_retries, self.conf, "standalone")
+        guard.tls = tls is not None
+        self.bound_port = guard.port = sock.getsockname()[1]
+        self.scheme = "https" if tls is not None else "http"
+        app = web.Application(middlewares=[ui_middleware(log, "Worker"),
+                                           security_middleware(guard)])
         routes = {"/": self._index, "/json": self._json, "/json/": self._json,
                   "/logPage": self._log_page, "/logPage/": self._log_page, "/log": self._log,
                   "/log/": self._log, "/metrics/prometheus": self._metrics}
         for path, handler in routes.items():
             app.router.add_get(path, handler)
         try:
-            self._server.start(sock, app)
+            self._server.start(sock, app, ssl_context=tls, limits=guard.limits,
+                               redirect=(plain, guard) if plain is not None else None)
         except Exception as e:
             raise OSError(f"Cannot start the worker web UI: {e}") from e
         log.info("Bound %s to %s, and started at %s", SERVICE_NAME, self.host, self.url)
@@ -278,7 +292,7 @@ class WorkerWebUI:
         return await asyncio.wrap_future(fut)
 
     async def _json(self, request: web.Request) -> web.Response:
-        state = await self._state()
+        state = redacted_state(await self._state(), self.redaction)
         return web.Response(text=json.dumps(worker_state_json(state), indent=2),
                             content_type="text/json")
 
@@ -292,11 +306,30 @@ class WorkerWebUI:
         return await serve_log(request, self._parse, raw=True, work_dir=self.work_dir)
 
     async def _index(self, request: web.Request) -> web.Response:
-        return html_response(render_worker_page(await self._state(), self.url))
+        return html_response(render_worker_page(
+            redacted_state(await self._state(), self.redaction), self.url))
 
     async def _metrics(self, request: web.Request) -> web.Response:
         state = await self._state()
         return prometheus_response(worker_metrics(state, int(time.time() * 1000)))
+
+
+def redacted_state(s: WorkerStateResponse, pattern: Any) -> WorkerStateResponse:
+    """`s` with every executor's and driver's command redacted (ember.redaction)."""
+    def executor(e: ExecutorRunnerSummary) -> ExecutorRunnerSummary:
+        desc = dataclasses.replace(e.appDesc,
+                                   command=redact_command(pattern, e.appDesc.command))
+        return dataclasses.replace(e, appDesc=desc)
+
+    def driver(d: DriverRunnerSummary) -> DriverRunnerSummary:
+        desc = dataclasses.replace(d.driverDesc,
+                                   command=redact_command(pattern, d.driverDesc.command))
+        return dataclasses.replace(d, driverDesc=desc)
+    return dataclasses.replace(
+        s, executors=[executor(e) for e in s.executors],
+        finishedExecutors=[executor(e) for e in s.finishedExecutors],
+        drivers=[driver(d) for d in s.drivers],
+        finishedDrivers=[driver(d) for d in s.finishedDrivers])
 
 
 def _http_error(e: LogRequestError) -> web.HTTPException:

@@ -67,6 +67,7 @@ from ember.deploy.worker.driver_runner import DriverRunner
 from ember.deploy.worker.executor_runner import ExecutorRunner
 from ember.deploy.worker.log_files import log_dir, read_slice
 from ember.deploy.worker.shuffle_service import ExternalShuffleService
+from ember.rpc.security import SCOPE_ENV, app_credential
 from ember.rpc import (Cancellable, RpcAddress, RpcCallContext, RpcEndpoint, RpcEndpointRef,
                        RpcEnv, RpcTimeoutError)
 
@@ -80,6 +81,10 @@ __all__ = ["Worker", "WorkerDaemon", "WorkerSettings", "WorkerStartError", "ENDP
 
 SYSTEM_NAME = "sparkWorker"
 ENDPOINT_NAME = "Worker"
+
+# Start or stop work: only from the current master's connection (Deliver 2 of issue 11).
+MASTER_ONLY_MESSAGES: tuple[type, ...] = (LaunchExecutor, KillExecutor, LaunchDriver,
+                                          KillDriver, ApplicationFinished, DecommissionWorker)
 MASTER_ENDPOINT_NAME = "Master"
 RESEND_SLACK_S = 10.0   # driver reports this long before a lost connection may be lost too
 # What only the active master may tell a worker: refused from an older leadership epoch.
@@ -264,6 +269,8 @@ def _delete_dirs(dirs: Sequence[str]) -> None:
 
 class Worker(RpcEndpoint):
     """Spark's Worker endpoint. State is only touched on the RpcEnv's loop thread."""
+
+    app_messages = ()   # an application's connection may not talk to the worker at all
 
     def __init__(self, *, host: str, port: int, cores: int, memory: int,
                  master_addresses: Sequence[RpcAddress], work_dir: str, web_ui_url: str,
@@ -519,8 +526,33 @@ class Worker(RpcEndpoint):
 
     # -- messages ----------------------------------------------------------------------------
 
+    def _app_credential(self, scope: str) -> Optional[str]:
+        """What a driver or executor of application `scope` gets instead of the cluster
+        secret: a credential derived for that application only."""
+        if not self._auth_secret:
+            return None
+        return app_credential(self._auth_secret.encode("utf-8"), scope)
+
+    def _from_current_master(self, msg: Any, sender: RpcAddress) -> bool:
+        """Trust by channel: work is started or stopped only by the master this worker is
+        registered with, on its own connection (never on a message's masterUrl field)."""
+        peer = self.rpc_env.current_sender()
+        if peer is not None and peer.local:
+            return True     # this process itself
+        if (peer is not None and peer.scope is None and self.master is not None
+                and (peer.address == self.master.address
+                     or peer.address == self.master_address_to_connect)):
+            return True
+        log.warning("Refusing %s from %s: only the current master (%s) may send it",
+                    type(msg).__name__, sender,
+                    self.master.address if self.master is not None else "none yet")
+        return False
+
     def receive(self, msg: Any, sender: RpcAddress) -> None:
         if self.stopped:
+            return
+        # authorization before the fence: a refused sender must not advance the epoch
+        if isinstance(msg, MASTER_ONLY_MESSAGES) and not self._from_current_master(msg, sender):
             return
         if isinstance(msg, _FENCED_MESSAGES):
             refusal = self.fence.refusal(msg)
@@ -671,7 +703,9 @@ class Worker(RpcEndpoint):
                 m.appId, m.execId, m.appDesc, m.cores, m.memory, worker_id=self.worker_id,
                 host=self.host, worker_url=self.worker_url, web_ui_url=self.web_ui_url,
                 executor_dir=executor_dir, app_local_dirs=app_dirs,
-                report=self._report_from_runner, auth_secret=self._auth_secret,
+                report=self._report_from_runner,
+                auth_secret=self._app_credential(
+                    m.appDesc.command.environment.get(SCOPE_ENV) or m.appId),
                 rp_id=m.rpId, resources=m.resources,
                 terminate_timeout=self.wconf.executor_terminate_timeout,
                 shuffle_service_port=self.shuffle_service.bound_port
@@ -807,7 +841,8 @@ class Worker(RpcEndpoint):
                 m.driverId, desc, work_dir=self.work_dir, worker_url=self.worker_url,
                 host=self.host, web_ui_url=self.web_ui_url, report=self._report_from_driver,
                 fetch_upload=self._fetch_app_resource, worker_conf=self.conf,
-                auth_secret=self._auth_secret, attempt=m.attempt, resources=m.resources)
+                auth_secret=self._app_credential(m.driverId), attempt=m.attempt,
+                resources=m.resources)
             self.drivers[m.driverId] = runner
             runner.start()
             self.cores_used += desc.cores
@@ -961,6 +996,10 @@ class WorkerDaemon:
     def start(self) -> "WorkerDaemon":
         s = self.settings
         work_dir = os.path.abspath(s.work_dir)
+        # Work, driver, executor and log directories 0700, files 0600: logs and executor
+        # directories hold application data and environments. Launched drivers and
+        # executors inherit the umask (they run as the daemon's user anyway).
+        os.umask(0o077)
         try:
             os.makedirs(work_dir, exist_ok=True)
             if not os.access(work_dir, os.W_OK | os.X_OK):
@@ -998,11 +1037,12 @@ class WorkerDaemon:
             from ember.deploy.worker.http import WorkerWebUI
             ui_port = self.wconf.ui_port if self.wconf.ui_port is not None else s.web_ui_port
             public = s.public_address or os.environ.get("SPARK_PUBLIC_DNS") or s.host
-            bind_host = s.ui_bind_host or os.environ.get("SPARK_LOCAL_IP") or "0.0.0.0"
+            bind_host = s.host or s.ui_bind_host or os.environ.get("SPARK_LOCAL_IP") or "0.0.0.0"
             self.ui = WorkerWebUI(self.env.endpoint_ref(self.env.address, ENDPOINT_NAME),
                                   work_dir, bind_host, ui_port, public_host=public,
                                   max_retries=self.wconf.port_max_retries,
-                                  ask_timeout=min(self.wconf.ask_timeout, 30.0))
+                                  ask_timeout=min(self.wconf.ask_timeout, 30.0),
+                                  conf=s.conf)
             self.ui.start()
             address = self.env.address
             self.worker = Worker(
@@ -1011,6 +1051,7 @@ class WorkerDaemon:
                 conf=s.conf, worker_conf=self.wconf, on_exit=self._on_worker_exit,
                 auth_secret=auth_secret, resources=resources,
                 shuffle_service=self.shuffle_service)
+            self.env.admit_app_scopes(any_scope=True)   # its drivers' and executors'
             self.env.setup_endpoint(ENDPOINT_NAME, self.worker)
         except Exception as e:
             if self.ui is not None:
