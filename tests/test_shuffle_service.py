@@ -16,7 +16,7 @@ from ember.rpc import RpcAddress, RpcEnv
 from ember.shuffle.reader import _records_from_bytes
 from ember.shuffle.writer import write_map_output
 
-SECRET = {"spark.authenticate": "true", "spark.authenticate.secret": "s3cret"}
+SECRET = {"spark.authenticate": "true", "spark.authenticate.secret": "shuffle-service-test-secret-of-32-bytes"}
 
 
 @pytest.fixture
@@ -74,7 +74,7 @@ def test_serves_registered_map_output_and_nothing_else(service, client, tmp_path
 def test_authenticates_like_the_worker(service):
     stranger = RpcEnv.create("stranger", "127.0.0.1", 0,
                              {"spark.authenticate": "true",
-                              "spark.authenticate.secret": "wrong"}, client_mode=True)
+                              "spark.authenticate.secret": "a-wrong-secret-that-is-32-bytes-long"}, client_mode=True)
     try:
         with pytest.raises(Exception):
             ref(stranger, service)
