@@ -21,7 +21,10 @@ pytestmark = pytest.mark.timeout(300)
 def recovery_conf(directory: str, **extra: str) -> dict[str, str]:
     conf = {"spark.deploy.recoveryMode": "FILESYSTEM",
             "spark.deploy.recoveryDirectory": directory,
-            "spark.deploy.recoveryTimeout": "30s"}
+            "spark.deploy.recoveryTimeout": "30s",
+            # these clusters are sized for Spark's placement (a driver may take a worker's
+            # last core); admission is tested in test_driver_admission
+            "spark.ember.deploy.driverAdmission.reserveExecutor": "false"}
     conf.update(extra)
     return conf
 

@@ -242,7 +242,8 @@ def test_spark_rest_client_submits_polls_and_kills(tmp_path) -> None:
     app = tmp_path / "sleeper.py"
     app.write_text("import time\nprint('up', flush=True)\ntime.sleep(60)\n")
     probe = os.path.join(os.path.dirname(__file__), "java", "RestProbe.java")
-    with LocalCluster(str(tmp_path / "cluster"), workers=1) as cluster:
+    # room for Spark's 1g driver and the 1g executor Ember's admission keeps for its app
+    with LocalCluster(str(tmp_path / "cluster"), workers=1, memory="3g") as cluster:
         out = subprocess.run(["java", "-cp", SPARK_JARS, probe, cluster.rest_url, str(app)],
                              env=JAVA_ENV, capture_output=True, text=True, timeout=180)
         lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)

@@ -48,7 +48,9 @@ def ha(zookeeper, tmp_path):
     clusters = []
 
     def make(**kw) -> LocalHACluster:
-        conf = {"spark.worker.timeout": "30"}
+        conf = {"spark.worker.timeout": "30",
+                # sized for Spark's placement; admission is tested in test_driver_admission
+                "spark.ember.deploy.driverAdmission.reserveExecutor": "false"}
         conf.update(kw.pop("conf", {}))
         c = LocalHACluster(str(tmp_path / f"ha{len(clusters)}"), zookeeper.url, conf=conf,
                            **kw)

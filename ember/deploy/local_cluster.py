@@ -137,7 +137,11 @@ class LocalCluster:
     def auth_headers(self) -> dict[str, str]:
         """A fresh bearer token for the web UIs when the cluster authenticates, else {}."""
         from ember.http_security import mint_token, ui_secret_key
-        key = ui_secret_key(self.conf)
+        from ember.rpc.config import AUTH_SECRET, ENV_AUTH_SECRET
+        conf = dict(self.conf)
+        if (self.env or {}).get(ENV_AUTH_SECRET) and not conf.get(AUTH_SECRET):
+            conf[AUTH_SECRET] = self.env[ENV_AUTH_SECRET]   # the daemons' secret, by env
+        key = ui_secret_key(conf)
         return {} if key is None else {"Authorization": "Bearer "
                                        + mint_token(key, "ember-test", 300)}
 
