@@ -71,6 +71,39 @@ def test_serves_registered_map_output_and_nothing_else(service, client, tmp_path
         svc.ask_sync(ShuffleBlockRequest(0, base, 0), 10)
 
 
+def test_an_application_reads_only_its_own_shuffle_files(service, tmp_path):
+    """Executors hold their application's derived credential: each may register and read
+    only its own application's files, never another application's."""
+    from ember.rpc.security import app_credential
+
+    def app_env(scope: str) -> RpcEnv:
+        cred = app_credential(SECRET["spark.authenticate.secret"].encode(), scope)
+        return RpcEnv.create(scope, "127.0.0.1", 0, {"spark.authenticate": "true",
+                                                      "spark.authenticate.secret": cred},
+                             client_mode=True)
+    a, b = app_env("app-a"), app_env("app-b")
+    try:
+        dirs = {}
+        for name in ("app-a", "app-b"):
+            d = tmp_path / name
+            d.mkdir()
+            dirs[name] = str(d / "shuffle_0_0_0")
+            write_map_output([(1, name)], 1, portable_hash, dirs[name], 64, "1", "127.0.0.1",
+                             f"127.0.0.1:{service.bound_port}", None, endpoint=ENDPOINT_NAME)
+        ra, rb = ref(a, service), ref(b, service)
+        assert ra.ask_sync(RegisterExecutorShuffleInfo("app-a", "1", [str(tmp_path / "app-a")]), 10)
+        with pytest.raises(Exception, match="may not register shuffle files of app-a"):
+            rb.ask_sync(RegisterExecutorShuffleInfo("app-a", "2", [str(tmp_path / "app-b")]), 10)
+        assert rb.ask_sync(RegisterExecutorShuffleInfo("app-b", "1", [str(tmp_path / "app-b")]), 10)
+        assert list(_records_from_bytes(ra.ask_sync(ShuffleBlockRequest(0, dirs["app-a"], 0),
+                                                    10))) == [(1, "app-a")]
+        with pytest.raises(Exception, match="Invalid shuffle block path"):
+            rb.ask_sync(ShuffleBlockRequest(0, dirs["app-a"], 0), 10)
+    finally:
+        a.shutdown()
+        b.shutdown()
+
+
 def test_authenticates_like_the_worker(service):
     stranger = RpcEnv.create("stranger", "127.0.0.1", 0,
                              {"spark.authenticate": "true",

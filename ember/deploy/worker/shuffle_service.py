@@ -8,8 +8,12 @@ fetch from it whether the writer is alive or not. The service forgets (and delet
 application's directories when the worker cleans the application up (ApplicationFinished).
 
 It listens on its own port (spark.shuffle.service.port, Spark's 7337) with the worker's RPC
-configuration, so it authenticates exactly as the worker does; it serves only files under
-directories an executor of a live application registered.
+configuration, so it authenticates exactly as the worker does, and admits the credentials
+the worker hands its executors. Trust comes from the connection: an application's
+connection may register directories only for its own application (the first registration
+of an application binds it to that credential's scope) and is served only files under
+directories its own application registered, so one application cannot read another's
+shuffle output; the cluster's daemons are served everything registered.
 """
 from __future__ import annotations
 
@@ -35,24 +39,34 @@ MULTIPLE_WORKERS_ERROR = (
 
 class ShuffleServiceEndpoint(RpcEndpoint):
     """Registered executor directories per application; serves their map output."""
+    app_messages = (RegisterExecutorShuffleInfo, ShuffleBlockRequest)
 
     def __init__(self) -> None:
         self.dirs: dict[str, dict[str, list[str]]] = {}   # app id -> executor id -> dirs
+        self.scopes: dict[str, str | None] = {}   # app id -> the scope that registered it
 
     def receive_and_reply(self, msg: Any, context: RpcCallContext) -> None:
+        scope = context.sender.scope
         if isinstance(msg, RegisterExecutorShuffleInfo):
             dirs = [os.path.realpath(d) for d in msg.localDirs]
+            owner = self.scopes.get(msg.appId, scope)
+            if scope is not None and owner != scope:
+                context.send_failure(PermissionError(
+                    f"Executor {msg.execId} may not register shuffle files of {msg.appId}: "
+                    f"its connection authenticated as application {scope!r}"))
+                return
             if not msg.appId or not dirs or not all(os.path.isdir(d) for d in dirs):
                 context.send_failure(ValueError(
                     f"Invalid shuffle registration of executor {msg.execId}: {msg.localDirs}"))
                 return
             self.dirs.setdefault(msg.appId, {})[msg.execId] = dirs
+            self.scopes.setdefault(msg.appId, scope)
             log.info("Registered executor %s of %s with local dirs %s", msg.execId, msg.appId,
                      ", ".join(dirs))
             context.reply(True)
         elif isinstance(msg, ShuffleBlockRequest):
             path = os.path.realpath(msg.mapPath)
-            if not self._registered(path):
+            if not self._registered(path, scope):
                 context.send_failure(ValueError(f"Invalid shuffle block path: {msg.mapPath}"))
                 return
 
@@ -67,13 +81,16 @@ class ShuffleServiceEndpoint(RpcEndpoint):
         else:
             context.send_failure(ValueError(f"Unsupported message {type(msg).__name__}"))
 
-    def _registered(self, path: str) -> bool:
-        return any(path.startswith(d + os.sep) for execs in self.dirs.values()
+    def _registered(self, path: str, scope: str | None) -> bool:
+        """Under a directory registered by `scope`'s application (any, for the cluster)."""
+        return any(path.startswith(d + os.sep) for app, execs in self.dirs.items()
+                   if scope is None or self.scopes.get(app) == scope
                    for dirs in execs.values() for d in dirs)
 
     def application_removed(self, app_id: str) -> None:
         """Forget the application and delete what its executors registered (off the loop)."""
         execs = self.dirs.pop(app_id, None)
+        self.scopes.pop(app_id, None)
         if not execs:
             return
         dirs = [d for ds in execs.values() for d in ds]
@@ -105,6 +122,7 @@ class ExternalShuffleService:
             raise OSError(f"Failed to start the external shuffle service on port "
                           f"{self.port}: {e.strerror or e} (is another worker on this host "
                           f"running one? {MULTIPLE_WORKERS_ERROR})") from None
+        self.env.admit_app_scopes(any_scope=True)   # the credentials of the worker's executors
         self.env.setup_endpoint(ENDPOINT_NAME, self.endpoint)
         log.info("Starting shuffle service on port %d (auth enabled = %s)",
                  self.env.address.port, self.conf.get("spark.authenticate", "false"))
