@@ -1,7 +1,7 @@
 """How an RDD depends on its parents: narrow (pipelined in one stage) or shuffle (a cut)."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 
 class Dependency:
@@ -53,3 +53,18 @@ class ShuffleDependency(Dependency):
         self.num_partitions = num_partitions
         self.partition_func = partition_func
         self.serializer = serializer       # SparkContext(serializer=...), None for pickle
+
+
+def stage_rdds(rdd: Any) -> Iterator[Any]:
+    """`rdd` and its ancestors within its stage (through narrow dependencies only), each
+    once, depth first: the one walk behind every per-stage question (its shuffle parents,
+    its RDD infos, its barrier and resource-profile checks)."""
+    seen: set[int] = set()
+    stack = [rdd]
+    while stack:
+        r = stack.pop()
+        if r.id() in seen:
+            continue
+        seen.add(r.id())
+        yield r
+        stack.extend(d.rdd for d in r.dependencies() if not isinstance(d, ShuffleDependency))

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Iterator
 from ember import fs
 from ember import rdd_sources as src
 from ember.dependency import (Dependency, ManyToOneDependency, OneToOneDependency,
-                              RangeDependency, ShuffleDependency)
+                              RangeDependency, ShuffleDependency, stage_rdds)
 from ember.errors import PySparkRuntimeError, SparkException
 from ember.output_commit import OutputCommitter, open_output
 from ember.partitioner import Partitioner, portable_hash
@@ -180,17 +180,7 @@ class RDD:
     def _is_barrier(self) -> bool:
         """Whether this RDD's stage is a barrier stage: it or a narrow ancestor (within the
         stage) came from RDD.barrier() (Spark's RDD.isBarrier)."""
-        seen: set[int] = set()
-        stack: list[RDD] = [self]
-        while stack:
-            r = stack.pop()
-            if r._id in seen:
-                continue
-            seen.add(r._id)
-            if getattr(r, "_from_barrier", False):
-                return True
-            stack.extend(d.rdd for d in r.dependencies() if not isinstance(d, ShuffleDependency))
-        return False
+        return any(getattr(r, "_from_barrier", False) for r in stage_rdds(self))
 
     def _is_pipelinable(self) -> bool:
         return not (self.is_cached or self._checkpoint_requested or self._local_checkpointed

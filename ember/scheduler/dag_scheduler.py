@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from ember.dependency import NarrowDependency, ShuffleDependency
+from ember.dependency import NarrowDependency, ShuffleDependency, stage_rdds
 from ember.errors import (BarrierJobRunWithDynamicAllocationException,
                           BarrierJobSlotsNumberCheckFailed,
                           BarrierJobUnsupportedRDDChainException, JobCancelledException,
@@ -32,20 +32,10 @@ RESUBMIT_TIMEOUT = 0.2
 def rdd_infos(rdd: Any) -> list[L.RDDInfo]:
     """The stage's RDD and its narrow ancestors, as Spark's StageInfo.fromStage lists them:
     the UI learns cached RDDs' names, sizes and storage levels from these."""
-    out: list[L.RDDInfo] = []
-    seen: set[int] = set()
-    stack = [rdd]
-    while stack:
-        r = stack.pop()
-        if r.id() in seen:
-            continue
-        seen.add(r.id())
-        deps = r.dependencies()
-        out.append(L.RDDInfo(r.id(), r.name() or type(r).__name__, len(r.partitions()),
-                             r._storage_level, r._call_site, [d.rdd.id() for d in deps],
-                             r._is_barrier()))
-        stack.extend(d.rdd for d in deps if isinstance(d, NarrowDependency))
-    return out
+    return [L.RDDInfo(r.id(), r.name() or type(r).__name__, len(r.partitions()),
+                      r._storage_level, r._call_site, [d.rdd.id() for d in r.dependencies()],
+                      r._is_barrier())
+            for r in stage_rdds(rdd)]
 
 
 class Stage:
@@ -263,20 +253,8 @@ class DAGScheduler:
     # --- stage graph --------------------------------------------------------------------
     def _shuffle_deps(self, rdd: Any) -> list[ShuffleDependency]:
         """The immediate shuffle dependencies of rdd (walking narrow deps only)."""
-        parents: list[ShuffleDependency] = []
-        visited: set[int] = set()
-        stack = [rdd]
-        while stack:
-            r = stack.pop()
-            if r.id() in visited:
-                continue
-            visited.add(r.id())
-            for dep in r.dependencies():
-                if isinstance(dep, ShuffleDependency):
-                    parents.append(dep)
-                else:
-                    stack.append(dep.rdd)
-        return parents
+        return [dep for r in stage_rdds(rdd) for dep in r.dependencies()
+                if isinstance(dep, ShuffleDependency)]
 
     def _parent_stages(self, rdd: Any, job_id: int) -> list[Stage]:
         return [self._get_or_create_map_stage(d, job_id) for d in self._shuffle_deps(rdd)]
@@ -317,18 +295,10 @@ class DAGScheduler:
         if num_partitions > max_concurrent:
             raise BarrierJobSlotsNumberCheckFailed(num_partitions, max_concurrent)
         # no ancestor within the stage may change the partition count or join barrier RDDs
-        visited: set[int] = set()
-        stack = [rdd]
-        while stack:
-            r = stack.pop()
-            if r.id() in visited:
-                continue
-            visited.add(r.id())
-            deps = r.dependencies()
+        for r in stage_rdds(rdd):
             if r.getNumPartitions() != num_tasks_in_stage or \
-                    sum(1 for d in deps if d.rdd._is_barrier()) > 1:
+                    sum(1 for d in r.dependencies() if d.rdd._is_barrier()) > 1:
                 raise BarrierJobUnsupportedRDDChainException()
-            stack.extend(d.rdd for d in deps if isinstance(d, NarrowDependency))
 
     def _create_map_stage(self, dep: ShuffleDependency, job_id: int) -> ShuffleMapStage:
         rdd = dep.rdd
@@ -509,8 +479,7 @@ class DAGScheduler:
         if manager is None:
             return 0
         from ember.scheduler.resource_profiles import profiles_of_stage
-        return manager.stage_profile(profiles_of_stage(
-            rdd, lambda dep: isinstance(dep, ShuffleDependency)))
+        return manager.stage_profile(profiles_of_stage(rdd))
 
     def submit_missing_tasks(self, stage: Stage, job_id: int) -> None:
         import pickle

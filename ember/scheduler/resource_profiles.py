@@ -20,7 +20,7 @@ import math
 import threading
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from ember import config
 from ember.config import parse_bool, parse_memory_mb
@@ -315,20 +315,8 @@ class ResourceProfileManager:
         return max(1, min(limits)) if limits else 1
 
 
-def profiles_of_stage(rdd: Any, is_shuffle_dependency: Any) -> list[ResourceProfile]:
-    """The profiles attached to the RDDs of one stage (walking narrow dependencies only)."""
-    found: list[ResourceProfile] = []
-    seen: set[int] = set()
-    stack = [rdd]
-    while stack:
-        r = stack.pop()
-        if r.id() in seen:
-            continue
-        seen.add(r.id())
-        rp: Optional[ResourceProfile] = getattr(r, "_resource_profile", None)
-        if rp is not None:
-            found.append(rp)
-        for dep in r.dependencies():
-            if not is_shuffle_dependency(dep):
-                stack.append(dep.rdd)
-    return found
+def profiles_of_stage(rdd: Any) -> list[ResourceProfile]:
+    """The profiles attached to the RDDs of one stage."""
+    from ember.dependency import stage_rdds
+    return [rp for r in stage_rdds(rdd)
+            if (rp := getattr(r, "_resource_profile", None)) is not None]
