@@ -51,7 +51,7 @@ from ember.deploy.master.uploads import UploadError, check_name, parse_upload_ur
 from ember.deploy.messages import (AppResourceData, DriverDescription, DriverRunnerSummary,
                                    DriverState, DriverStateChanged, ResourceInformation)
 from ember.deploy.properties import parse_java_opts
-from ember.deploy.worker.executor_runner import HEADER_RULE, GroupKiller
+from ember.deploy.worker.executor_runner import HEADER_RULE, GroupKiller, keep_host_env
 
 log = logging.getLogger("ember.deploy.worker.DriverRunner")
 
@@ -341,6 +341,7 @@ def build_driver_environment(base_env: Mapping[str, str], command_env: Mapping[s
     and the worker's RPC secret as _SPARK_AUTH_SECRET (never on a command line)."""
     env = {str(k): str(v) for k, v in base_env.items()}
     env.update({str(k): str(v) for k, v in command_env.items()})
+    keep_host_env(env, base_env)
     env["EMBER_SPARK_CONF"] = "\n".join(f"{k}={v}" for k, v in spark_conf.items())
     env["SPARK_DRIVER_LOG_URL_STDOUT"] = stdout_url
     env["SPARK_DRIVER_LOG_URL_STDERR"] = stderr_url
