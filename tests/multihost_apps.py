@@ -9,12 +9,14 @@ WORDCOUNT = """
     from ember.scheduler import listener as L
 
     out, text = sys.argv[1], sys.argv[2]
-    remote, hosts = [], set()
+    remote, failures = [], []
 
     class Rec:
         def on_event(self, e):
             if isinstance(e, L.TaskEnd):
                 remote.append(e.metrics.get("shuffleRemoteBytesRead", 0))
+                if e.reason not in (None, "Success") and str(e.reason) != "Success":
+                    failures.append(str(e.reason))
 
     sc = SparkContext(appName="lab-wordcount")
     sc._bus.add_sync(Rec())
@@ -22,6 +24,12 @@ WORDCOUNT = """
     deadline = time.time() + 60
     while len(sc._backend.executors) < want and time.time() < deadline:
         time.sleep(0.1)
+    go = os.environ.get("LAB_GO")        # wait until the test has set up its fault
+    if go:
+        open(go + ".ready", "w").close()
+        deadline = time.time() + 60
+        while not os.path.exists(go) and time.time() < deadline:
+            time.sleep(0.1)
     counts = sorted(sc.textFile(text, 6).flatMap(str.split).map(lambda w: (w, 1))
                     .reduceByKey(add, 6).collect())
     pairs = sc.parallelize([(i * 7919 % 1000, i) for i in range(3000)], 6)
@@ -30,7 +38,7 @@ WORDCOUNT = """
     sc.stop()
     with open(out + ".tmp", "w") as f:
         json.dump({"counts": counts, "sorted": ordered, "remote": sum(remote),
-                   "hosts": hosts}, f)
+                   "hosts": hosts, "failures": failures}, f)
     os.rename(out + ".tmp", out)
 """
 

@@ -147,24 +147,27 @@ def test_client_host_link_down_right_after_cluster_submit(lab):
 
 
 def test_worker_work_dir_fills_up(lab):
-    """Expected: tasks on the full worker fail with a clear "No space left" reason and are
-    retried elsewhere (the job's result is right); the worker stays up; once space is freed,
-    jobs run there again."""
-    disk = lab.small_disk("w3disk", "3m")
+    """Expected: once a worker's disk (work dir and local dirs) is full, tasks there fail with a clear "No space
+    left" reason and are retried elsewhere (the job's result is right); the worker stays up;
+    once space is freed, jobs run there again."""
+    disk = lab.small_disk("w3disk", "8m")
     cluster = _cluster(lab, work_dirs={"worker3": disk})
     client, w3 = lab.host("client1"), lab.host("worker3")
     app = write_app(lab.workdir, "wc.py", WORDCOUNT)
     text = words_file(os.path.join(lab.workdir, "words.txt"))
     expected = local_expected(text)
-    cluster.wait_for(lambda j: len(j["workers"]) == 3, 10, "workers")
-    filler = lab.fill(disk)
     out = os.path.join(lab.workdir, "full.json")
-    r = cluster.submit(client, app, out, text, deploy_mode="client",
-                       conf={"spark.task.maxFailures": "8"}, timeout=180)
-    assert r.returncode == 0, r.stderr[-3000:]
-    got = _read_json(out, 5, lab, "result with a full disk")
+    go = os.path.join(lab.workdir, "go")
+    submit = lab.spawn(client, ["submit", "--master", cluster.url, "--conf",
+                                "spark.task.maxFailures=8", app, out, text], "submit.log",
+                       env={"LAB_GO": go})
+    lab.wait_until(lambda: os.path.exists(go + ".ready"), 60, "executors on every host")
+    filler = lab.fill(disk)
+    open(go, "w").close()
+    got = _read_json(out, 120, lab, "result with a full disk")
+    assert submit.wait(30) == 0, lab.log("submit.log")[-3000:]
     assert got["counts"] == expected["counts"] and got["sorted"] == expected["sorted"]
-    assert "No space left" in r.stdout + r.stderr
+    assert any("No space left" in f for f in got["failures"]), got["failures"]
     assert cluster.worker_state(w3) == ["ALIVE"]
     os.remove(filler)
     out = os.path.join(lab.workdir, "freed.json")
@@ -198,6 +201,8 @@ def test_kill_9_of_an_executor_a_worker_and_the_driver_during_jobs(lab):
         assert [tuple(x) for x in got["sums"]] == SLOW_SHUFFLE_EXPECTED
         assert submit.wait(60) == 0
     cluster.wait_for(lambda j: cluster.worker_state(w3, j) == ["DEAD"], 30, "worker3 DEAD")
+    cluster.start_worker(w3)        # the host is rebooted: a new worker registers
+    cluster.wait_for(lambda j: j["aliveworkers"] == 3, 60, "worker3 back")
 
     out = os.path.join(lab.workdir, "driver.json")
     submit = lab.spawn(client, ["submit", "--master", cluster.url, app, out],

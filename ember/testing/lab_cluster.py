@@ -67,9 +67,11 @@ class LabCluster:
 
     def start_worker(self, h: Host) -> subprocess.Popen:
         wdir = self.work_dirs.get(h.name) or os.path.join(self.lab.workdir, f"work-{h.name}")
+        # a host given a work dir keeps its scratch (shuffle) dirs on the same disk
+        env = {"SPARK_LOCAL_DIRS": wdir} if h.name in self.work_dirs else None
         p = self.lab.spawn(h, ["worker", "--host", h.name, "--webui-port", str(WORKER_UI_PORT),
                                "-c", str(self.cores), "-m", self.memory, "-d", wdir,
-                               *self.conf_args(), self.url], f"worker-{h.name}.log")
+                               *self.conf_args(), self.url], f"worker-{h.name}.log", env=env)
         self.workers[h.name] = p
         return p
 
