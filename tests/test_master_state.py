@@ -14,7 +14,7 @@ import pytest
 from ember.deploy.master.records import app_record, driver_record
 from ember.deploy.master.scheduling import ApplicationInfo, DriverInfo, WorkerInfo
 from ember.deploy.master.state import (
-    Ask, BeginRecovery, Disconnected, Log, MasterState, Persist, Reply, ReplyFailure,
+    Ask, BeginRecovery, Disconnected, LeaseExpired, Log, MasterState, Persist, Reply, ReplyFailure,
     ScheduleTimer, Send, Unpersist,
 )
 from ember.deploy.messages import (
@@ -269,17 +269,24 @@ def test_worker_timeout_loses_executors_and_drivers():
     assert completed == {plain.driverId: DriverState.ERROR}
     assert f"Re-launching {sup.driverId}" in logs(out)
     assert f"Not re-launching {plain.driverId} because it was not supervised" in logs(out)
+    # fencing: not before worker-1's lease (= spark.worker.timeout) + grace since its last
+    # heartbeat has expired, when worker-1 has surely killed its copy
     (new_driver,) = m.drivers.values()
+    assert new_driver.worker is None and new_driver in m.waitingDrivers
+    assert ScheduleTimer(1_999, LeaseExpired(sup.driverId), None) in out
+    assert LaunchDriver not in {type(x) for x in msgs(out, target=w2)}
+    assert not msgs(m.handle(LeaseExpired(sup.driverId), NOW + 61_999), LaunchDriver)
+    out = m.handle(LeaseExpired(sup.driverId), NOW + 62_000)
     assert new_driver.id == sup.driverId and new_driver.worker.id == "worker-2"
     assert new_driver.attempt == 2 and new_driver.state == DriverState.RUNNING
     assert LaunchDriver(sup.driverId, new_driver.desc, {}, 2) in msgs(out, target=w2)
     assert Persist(f"driver_{new_driver.id}", driver_record(new_driver)) in out
     # the lost copy's late report (attempt 1) is fenced off; the live attempt's is not
     late = m.handle(DriverStateChanged(sup.driverId, DriverState.FAILED, None, 1, 1),
-                    NOW + 60_002)
+                    NOW + 62_002)
     assert m.drivers[sup.driverId].state == DriverState.RUNNING
     assert "Ignoring FAILED of" in logs(late, "WARN")[0]
-    m.handle(DriverStateChanged(sup.driverId, DriverState.FINISHED, None, 0, 2), NOW + 60_003)
+    m.handle(DriverStateChanged(sup.driverId, DriverState.FINISHED, None, 0, 2), NOW + 62_003)
     assert m.completedDrivers[-1].id == sup.driverId
     assert m.completedDrivers[-1].exitStatus == 0
     assert msgs(out, LaunchDriver, w2)[0].driverId == new_driver.id
@@ -848,9 +855,13 @@ def test_recovery_timeout_drops_the_silent():
     assert states == {"driver-p": DriverState.ERROR}
     (relaunched,) = m.drivers.values()
     assert relaunched.id == "driver-s" and relaunched.attempt == 2
+    # fencing: its worker may run it behind a partition until its lease, renewed by the old
+    # master at the latest when recovery began, has expired
+    assert relaunched.worker is None
+    m.handle(LeaseExpired("driver-s"), NOW + 62_000)
     assert relaunched.worker is w  # scheduled on the worker that answered
     # a second CompleteRecovery is a no-op
-    assert m.handle(CompleteRecovery(), NOW + 60_001) == []
+    assert m.handle(CompleteRecovery(), NOW + 62_001) == []
 
 
 def test_begin_recovery_with_nothing_stored_is_plain_leadership():

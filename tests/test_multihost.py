@@ -280,3 +280,63 @@ def test_200_cluster_submissions_from_4_client_hosts_at_once(tmp_path):
         files = os.listdir(out)
         tokens = [f.split(".")[0] for f in files]
         assert len(files) == 200 and len(set(tokens)) == 200
+
+
+def _driver_host(lab: Lab, cluster: LabCluster, driver_id: str):
+    d = cluster.wait_driver(driver_id, {"RUNNING"}, 60)
+    return next(h for h in lab.hosts if f"-{h.name}-" in d["worker"]), d["worker"]
+
+
+def test_link_cut_of_a_supervised_drivers_worker_never_runs_two_copies(lab):
+    """Expected (SPARK-19900 closed by the master lease): the cut worker kills its driver
+    when its lease expires; the master relaunches it elsewhere only after that, once; the
+    two copies' lifetimes (timestamps the app writes) never overlap; after the link returns
+    the worker re-registers and reported the kill."""
+    cluster = _cluster(lab)
+    client = lab.host("client1")
+    app = write_app(lab.workdir, "runs_app.py", TOKEN)
+    out = os.path.join(lab.workdir, "runs")
+    os.makedirs(out)
+    driver_id = cluster.submit_cluster(client, app, out, "sup", "25", extra=["--supervise"])
+    host, first_worker = _driver_host(lab, cluster, driver_id)
+    lab.wait_until(lambda: runs(out, "sup"), 30, "first copy started")
+    lab.link_down(host)
+    cluster.wait_for(lambda j: (cluster.driver(driver_id, j) or {}).get("worker")
+                     not in (None, "None", first_worker), 60, "driver relaunched elsewhere")
+    lab.link_up(host)
+    assert cluster.wait_driver(driver_id, timeout=90)["state"] == "FINISHED"
+    copies = runs(out, "sup")
+    assert len(copies) == 2, copies
+    assert overlap_seconds(*copies) == 0.0, f"two copies ran at once: {copies}"
+    cluster.wait_for(lambda j: "ALIVE" in cluster.worker_state(host, j), 60, "re-registered")
+    log = lab.log(f"worker-{host.name}.log")
+    assert f"killing driver {driver_id}" in log
+    lab.wait_until(lambda: "Re-sending the final state KILLED" in
+                   lab.log(f"worker-{host.name}.log"), 30, "kill reported")
+
+
+def test_sigstop_of_a_worker_host_longer_than_the_timeout(lab):
+    """Expected: the frozen worker goes DEAD; its supervised driver is relaunched elsewhere
+    once and only once; after SIGCONT the old copy is killed at once (it runs at most a
+    moment, never on as a second copy) and the frozen host's executors are killed too."""
+    cluster = _cluster(lab)
+    client = lab.host("client1")
+    app = write_app(lab.workdir, "runs_app.py", TOKEN)
+    out = os.path.join(lab.workdir, "runs")
+    os.makedirs(out)
+    driver_id = cluster.submit_cluster(client, app, out, "frozen", "20", extra=["--supervise"])
+    host, first_worker = _driver_host(lab, cluster, driver_id)
+    lab.wait_until(lambda: runs(out, "frozen"), 30, "first copy started")
+    lab.pause(host)
+    cluster.wait_for(lambda j: (cluster.driver(driver_id, j) or {}).get("worker")
+                     not in (None, "None", first_worker), 60, "driver relaunched elsewhere")
+    assert cluster.worker_state(host) == ["DEAD"]
+    time.sleep(2)
+    resumed = time.time()
+    lab.resume(host)
+    assert cluster.wait_driver(driver_id, timeout=90)["state"] == "FINISHED"
+    copies = runs(out, "frozen")
+    assert len(copies) == 2, copies
+    old = min(copies, key=lambda c: c[0])
+    assert old[-1] - resumed < 3.0, "the frozen copy kept running after SIGCONT"
+    cluster.wait_for(lambda j: "ALIVE" in cluster.worker_state(host, j), 60, "re-registered")

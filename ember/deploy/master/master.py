@@ -49,7 +49,7 @@ from ember.deploy.messages import (
     UploadAppResourceResponse, RecoveryState,
     BoundPortsRequest, CheckForWorkerTimeOut, CompleteRecovery, DecommissionWorkers,
     DecommissionWorkersOnHosts,
-    ElectedLeader, ExecutorStateChanged, RevokedLeadership,
+    ElectedLeader, ExecutorStateChanged, Heartbeat, RevokedLeadership,
     KillExecutors, RequestClearCompletedDriversAndApps, RequestDriverStatus, RequestExecutors,
     RequestKillAllDrivers, RequestKillApplication, RequestKillDriver, RequestMasterState,
     RequestReadyz, RequestSubmitDriver, RequestAppStatus,
@@ -72,6 +72,7 @@ ASK_MESSAGES: tuple[type, ...] = (
     RequestDriverStatus, RequestClearCompletedDriversAndApps, RequestMasterState, RequestReadyz,
     RequestExecutors, KillExecutors, DecommissionWorkersOnHosts, BoundPortsRequest,
     RequestKillApplication, RequestAppStatus,
+    Heartbeat,   # Ember: a worker asks it to renew its master lease (driver fencing)
 )
 
 # Ember's cluster-mode asks, served by this shell rather than the state machine: they move

@@ -181,6 +181,7 @@ class DriverInfo:
     resources: dict[str, ResourceInformation] = field(default_factory=dict)
     attempt: int = 1                   # Ember: master-level launches (see LaunchDriver.attempt)
     exitStatus: Optional[int] = None   # Ember: the driver process's last exit code
+    relaunchNotBefore: int = 0         # Ember: epoch ms; a lost worker's lease (fencing)
 
 
 @dataclass(eq=False)

@@ -78,6 +78,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Optional, Union
 
 from ember.config import parse_bool, parse_time_seconds
+from ember.deploy.fencing import relaunch_not_before_ms
 from ember.deploy.messages import (
     ApplicationDescription, ApplicationFinished, ApplicationRemoved, ApplicationState,
     ApplicationSummary, AppStatusResponse, RequestAppStatus, WorkerDriverStateResponse,
@@ -120,6 +121,13 @@ class Ask:
     """A message that arrived as an ask; `request` routes the Reply back (opaque to the state)."""
     request: Any
     message: Any
+
+
+@dataclass(frozen=True)
+class LeaseExpired:
+    """Internal timer event: the lease of the worker a supervised driver was lost with has
+    run out, so the driver may be relaunched now (never arrives over the wire)."""
+    driver_id: str
 
 
 @dataclass(frozen=True)
@@ -254,6 +262,7 @@ class MasterConfig:
     reaper_iterations: int = 15
     recovery_mode: str = "NONE"
     recovery_timeout_ms: int = 60_000
+    worker_lease_ms: int = 60_000      # spark.ember.worker.masterLease (driver fencing)
     max_executor_retries: int = 10
     spread_out_drivers: bool = True
     spread_out_apps: bool = True
@@ -277,6 +286,10 @@ class MasterConfig:
             if _int(conf, key, default) < low:
                 raise ValueError(f"{key} must be at least {low}.")
         recovery_timeout = _seconds_ms(conf, "spark.deploy.recoveryTimeout")
+        lease = _seconds_ms(conf, "spark.ember.worker.masterLease")
+        if lease is not None and lease <= 0:
+            raise ValueError(f"Invalid value for spark.ember.worker.masterLease: "
+                             f"{conf.get('spark.ember.worker.masterLease')!r} (must be > 0)")
         if recovery_timeout is not None and recovery_timeout <= 0:
             raise ValueError("spark.deploy.recoveryTimeout must be positive.")
         default_cores = _int(conf, "spark.deploy.defaultCores", INT_MAX)
@@ -302,6 +315,7 @@ class MasterConfig:
             reaper_iterations=_int(conf, "spark.dead.worker.persistence", 15),
             recovery_mode=str(conf.get("spark.deploy.recoveryMode", "NONE")),
             recovery_timeout_ms=recovery_timeout if recovery_timeout is not None else timeout,
+            worker_lease_ms=lease if lease is not None else timeout,
             max_executor_retries=_int(conf, "spark.deploy.maxExecutorRetries", 10),
             spread_out_drivers=_bool(conf, "spark.deploy.spreadOutDrivers", True),
             spread_out_apps=_bool(conf, spread_key, True),
@@ -411,6 +425,7 @@ class MasterState:
         self._handlers: dict[type, Callable[[Any, Any], None]] = {
             RegisterWorker: self._on_register_worker,
             Heartbeat: self._on_heartbeat,
+            LeaseExpired: lambda m, r: self._schedule(),
             WorkerLatestState: self._on_worker_latest_state,
             WorkerDecommissioning: self._on_worker_decommissioning,
             DecommissionWorkers: self._on_decommission_workers,
@@ -592,6 +607,9 @@ class MasterState:
 
     def _on_heartbeat(self, m: Heartbeat, request: Any) -> None:
         worker = self.idToWorker.get(m.workerId)
+        # Ember: a heartbeat sent as an ask is answered, renewing the worker's lease only
+        # while this master counts it as registered.
+        self._reply(request, worker is not None)
         if worker is not None:
             worker.lastHeartbeat = self._now
         elif any(w.id == m.workerId for w in self.workers):
@@ -653,7 +671,8 @@ class MasterState:
         for driver in list(worker.drivers.values()):
             if driver.desc.supervise:
                 self._log(INFO, f"Re-launching {driver.id}")
-                self._relaunch_driver(driver)
+                self._relaunch_driver(driver, relaunch_not_before_ms(
+                    worker.lastHeartbeat, self.conf.worker_lease_ms))
             else:
                 self._log(INFO, f"Not re-launching {driver.id} because it was not supervised")
                 self._remove_driver(driver.id, DriverState.ERROR, None)
@@ -1069,13 +1088,14 @@ class MasterState:
         for url in sorted(set().union(*(upload_urls(d.desc) for d in dropped)) - used):
             self._out.append(DeleteUpload(url))
 
-    def _relaunch_driver(self, driver: DriverInfo) -> None:
+    def _relaunch_driver(self, driver: DriverInfo, not_before_ms: int = 0) -> None:
         """Place a supervised driver whose worker was lost again, under the same id and the
         next attempt number. Spark gives it a new id instead (SPARK-19900), so that a copy
         still running behind a partition cannot be confused with the relaunch; here the
         attempt number does that job (stale reports are ignored, and the old worker is told
         to kill its copy when it re-registers), and `--status`/`ember logs` keep working
-        with the id the user was given."""
+        with the id the user was given. Fencing (SPARK-19900): it is placed no earlier than
+        `not_before_ms`, when the lost worker's lease has expired and it killed its copy."""
         if driver.worker is not None:
             driver.worker.remove_driver(driver)
         driver.worker = None
@@ -1083,6 +1103,12 @@ class MasterState:
         driver.attempt += 1
         driver.state = DriverState.SUBMITTED
         self._log(INFO, f"Driver {driver.id} will be relaunched as attempt {driver.attempt}")
+        driver.relaunchNotBefore = not_before_ms
+        if not_before_ms > self._now:
+            self._log(INFO, f"Driver {driver.id} waits {not_before_ms - self._now} ms for the "
+                            "lease of its lost worker to expire before it is relaunched")
+            self._out.append(ScheduleTimer(not_before_ms - self._now, LeaseExpired(driver.id),
+                                           None))
         self._persist(driver_key(driver.id), driver_record(driver))
         self.waitingDrivers.append(driver)
         self._schedule()
@@ -1242,7 +1268,8 @@ class MasterState:
         if self.state != RecoveryState.RECOVERING:
             return  # only once
         self.state = RecoveryState.COMPLETING_RECOVERY
-        for worker in [w for w in self.workers if w.state == WorkerState.UNKNOWN]:
+        silent = [w for w in self.workers if w.state == WorkerState.UNKNOWN]
+        for worker in silent:
             self._remove_worker(worker, "Not responding for recovery")
         for app in [a for a in self.apps if a.state == ApplicationState.UNKNOWN]:
             self._remove_application(app, ApplicationState.FINISHED)
@@ -1254,7 +1281,11 @@ class MasterState:
             self._log(WARN, f"Driver {driver.id} was not found after master recovery")
             if driver.desc.supervise:
                 self._log(WARN, f"Re-launching {driver.id}")
-                self._relaunch_driver(driver)
+                # every worker answered without it: nobody runs it. Else a silent worker
+                # may, behind a partition: wait out a lease counted from when the old
+                # master was last able to renew it, at the latest
+                self._relaunch_driver(driver, relaunch_not_before_ms(
+                    self.recoveryStartTimeMs, self.conf.worker_lease_ms) if silent else 0)
             else:
                 self._remove_driver(driver.id, DriverState.ERROR, None)
                 self._log(WARN, f"Did not re-launch {driver.id} because it was not supervised")
@@ -1302,8 +1333,9 @@ class MasterState:
         if self.state != RecoveryState.ALIVE:
             return
         alive = [w for w in self.workers if w.state == WorkerState.ALIVE]
-        if self.waitingDrivers:
-            plan = schedule_drivers(list(self.waitingDrivers), alive, self.conf.spread_out_drivers,
+        ready = [d for d in self.waitingDrivers if d.relaunchNotBefore <= self._now]
+        if ready:
+            plan = schedule_drivers(ready, alive, self.conf.spread_out_drivers,
                                     self.conf.max_drivers,
                                     len(self.drivers) - len(self.waitingDrivers), self.rng)
             # Warnings and launches interleave in Spark; launches first is equivalent here.
@@ -1406,6 +1438,7 @@ def driver_summary(d: DriverInfo) -> DriverSummary:
 __all__ = [
     "MasterState", "MasterConfig", "Ask", "Disconnected", "BeginRecovery", "Send", "Reply",
     "ReplyFailure", "Persist", "Unpersist", "DeleteUpload", "Log", "ScheduleTimer", "Instruction",
+    "LeaseExpired",
     "INFO", "WARN", "ERROR", "BACKUP_STANDALONE_MASTER_PREFIX", "megabytes_to_string",
     "bytes_to_string", "format_timestamp", "format_address", "worker_summary",
     "application_summary", "driver_summary", "executor_summary",

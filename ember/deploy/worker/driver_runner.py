@@ -469,11 +469,14 @@ class DriverRunner:
                                         name=f"DriverRunner for {self.driverId}", daemon=True)
         self._thread.start()
 
-    def kill(self) -> None:
+    def kill(self, fence: bool = False) -> None:
         """Spark's DriverRunner.kill: mark killed and terminate the driver's process group
         (SIGTERM, then SIGKILL after spark.worker.driverTerminateTimeout). Returns at once
-        (safe on the worker's loop); the runner thread reports KILLED."""
+        (safe on the worker's loop); the runner thread reports KILLED. `fence`: the master
+        lease expired, a relaunch may start soon elsewhere: SIGKILL at once, no grace."""
         with self._lock:
+            if fence:
+                self._group.terminate_timeout = 0.0
             if self._killed.is_set() or self._done.is_set():
                 return
             self._killed.set()
