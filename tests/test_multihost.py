@@ -86,6 +86,17 @@ def test_wordcount_and_sort_over_three_worker_hosts_client_and_cluster_mode(lab)
     assert got["hosts"] == ["worker1", "worker2", "worker3"]
     assert got["remote"] > 0
 
+    # told nothing (no SPARK_LOCAL_IP, no spark.driver.host) and bound to every interface:
+    # the driver still advertises its reachable address, never 127.0.0.1
+    out = os.path.join(lab.workdir, "untold.json")
+    r = cluster.submit(client, app, out, text, deploy_mode="client",
+                       conf={"spark.driver.bindAddress": "0.0.0.0"},
+                       env={"SPARK_LOCAL_IP": ""})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert _read_json(out, 5, lab, "untold result")["counts"] == expected["counts"]
+    page = lab.http_get(f"http://{cluster.master_host.ip}:8080/").decode()
+    assert "http://worker1:8081" in page and "127.0.0.1" not in page
+
     out = os.path.join(lab.workdir, "cluster.json")
     driver_id = cluster.submit_cluster(client, app, out, text)
     assert cluster.wait_driver(driver_id)["state"] == "FINISHED"

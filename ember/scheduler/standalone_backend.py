@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import socket
 import sys
 import threading
 import time
@@ -88,6 +89,26 @@ class DriverEndpoint(RpcEndpoint):
         self.backend.address_disconnected(remote)
 
 
+def driver_host(conf: Any, masters: list[RpcAddress]) -> str:
+    """The address the driver advertises to executors and the master: spark.driver.host,
+    else SPARK_LOCAL_HOSTNAME / SPARK_LOCAL_IP, else the local address this host reaches the
+    first master from (a UDP connect sends nothing), so a driver on another host than the
+    cluster never hands its peers 127.0.0.1; loopback when the master is on loopback."""
+    chosen = conf.get("spark.driver.host") or os.environ.get("SPARK_LOCAL_HOSTNAME") \
+        or os.environ.get("SPARK_LOCAL_IP")
+    if chosen:
+        return chosen
+    master = masters[0].host if masters else "127.0.0.1"
+    if master in ("localhost", "") or master.startswith("127."):
+        return "127.0.0.1"
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((master, masters[0].port))
+            return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
 class StandaloneSchedulerBackend(SchedulerBackend):
     def __init__(self, sc: Any, scheduler: Any, master: str) -> None:
         self.sc = sc
@@ -102,12 +123,12 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self._stopping = False
         self._registered = threading.Condition()
         self._dead_reason: str | None = None
-        host = self.conf.get("spark.driver.host") or os.environ.get("SPARK_LOCAL_IP") \
-            or "127.0.0.1"
+        host = driver_host(self.conf, self.masters)
+        bind = self.conf.get("spark.driver.bindAddress") or host
         port = int(self.conf.get("spark.driver.port") or 0)
         rpc_conf = {k: v for k, v in self.conf.getAll()
                     if k.startswith(("spark.authenticate", "spark.rpc.", "spark.port."))}
-        self.rpc_env = RpcEnv.create("sparkDriver", host, port, rpc_conf)
+        self.rpc_env = RpcEnv.create("sparkDriver", bind, port, rpc_conf, advertise=host)
         self.loop = RpcLoop(self.rpc_env)
         self.driver_endpoint = DriverEndpoint(self)
         self.rpc_env.setup_endpoint(ENDPOINT_NAME, self.driver_endpoint)

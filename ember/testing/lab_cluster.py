@@ -113,11 +113,11 @@ class LabCluster:
     # ------------------------------------------------------------------ clients
     def submit(self, host: Host, app: str, *app_args: str, deploy_mode: str = "cluster",
                conf: Optional[dict[str, str]] = None, extra: Sequence[str] = (),
-               timeout: float = 180.0, master: Optional[str] = None
-               ) -> subprocess.CompletedProcess:
+               timeout: float = 180.0, master: Optional[str] = None,
+               env: Optional[dict[str, str]] = None) -> subprocess.CompletedProcess:
         return self.lab.run(host, ["submit", "--master", master or self.url, "--deploy-mode",
                                    deploy_mode, *self.conf_args(conf), *extra, app,
-                                   *app_args], timeout=timeout)
+                                   *app_args], timeout=timeout, env=env)
 
     def submit_cluster(self, host: Host, app: str, *app_args: str, **kw: Any) -> str:
         """`ember submit --deploy-mode cluster` from `host`; returns the driver id."""

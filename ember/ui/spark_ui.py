@@ -30,6 +30,18 @@ _SECURITY_HEADERS = {"X-Frame-Options": "SAMEORIGIN", "X-XSS-Protection": "1; mo
                      "X-Content-Type-Options": "nosniff"}
 
 
+def _advertised_host(conf: Any) -> str:
+    """The driver's host as its peers know it (the standalone backend's choice), so the
+    master's link to this UI works from other hosts; loopback for local mode."""
+    master = str(conf.get("spark.master") or "")
+    if not master.startswith("spark://"):
+        return conf.get("spark.driver.host") or os.environ.get("SPARK_LOCAL_IP") \
+            or "127.0.0.1"
+    from ember.deploy.app_client import parse_master_urls
+    from ember.scheduler.standalone_backend import driver_host
+    return driver_host(conf, parse_master_urls(master))
+
+
 def bind_ui(conf: Any) -> tuple[socket.socket, str]:
     """Bind spark.ui.port (or the next free one): (the listening socket, the UI's URL).
     Raises OSError (Spark's 'Service SparkUI failed after N retries') when no port is free."""
@@ -38,8 +50,7 @@ def bind_ui(conf: Any) -> tuple[socket.socket, str]:
     sock = bind_with_retries(SERVICE_NAME, host, config.read(conf, "spark.ui.port"),
                              config.read(conf, "spark.port.maxRetries"))
     sock.setblocking(True)
-    public = os.environ.get("SPARK_PUBLIC_DNS") or conf.get("spark.driver.host") \
-        or os.environ.get("SPARK_LOCAL_IP") or "127.0.0.1"
+    public = os.environ.get("SPARK_PUBLIC_DNS") or _advertised_host(conf)
     url = f"http://{public}:{sock.getsockname()[1]}"
     log.info("Bound SparkUI to %s, and started at %s", host, url)
     return sock, url
