@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install browser demo test bench clean
+.PHONY: install browser netns demo test bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -21,7 +21,13 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq chromium >/dev/null; fi; }
 
-test: install browser
+# The multi-host tests build hosts from network namespaces (root): `ip` and `nft`.
+netns:
+	@command -v ip >/dev/null && command -v nft >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq iproute2 nftables >/dev/null; \
+	  else echo "multi-host tests need root and iproute2/nftables; they will be skipped"; fi; }
+
+test: install browser netns
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: install

@@ -17,7 +17,7 @@ import pytest
 
 from ember.testing.lab_cluster import LabCluster, write_app
 from ember.testing.netns import Lab, leftovers, unavailable_reason
-from tests.multihost_apps import (SLOW_SHUFFLE, SLOW_SHUFFLE_EXPECTED, TOKEN, WORDCOUNT,
+from ember.testing.lab_apps import (SLOW_SHUFFLE, SLOW_SHUFFLE_EXPECTED, TOKEN, WORDCOUNT,
                                   local_expected, overlap_seconds, runs, words_file)
 
 _reason = unavailable_reason()

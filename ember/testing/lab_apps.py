@@ -1,4 +1,4 @@
-"""Applications the multi-host tests submit (plain files: `ember submit` runs them as a
+"""Applications the multi-host tests and the chaos run submit (plain files: `ember submit` runs them as a
 user's app). Each writes what it observed to a JSON file named by its first argument, so
 the test reads results and side effects from the shared file system."""
 import os
