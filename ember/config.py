@@ -134,6 +134,10 @@ _entry("spark.python.task.killTimeout", 2.0, parse_time_seconds,
        "Time a killed task gets to stop before its task process is killed and replaced.")
 _entry("spark.ember.worker.maxCrashes", 4, _int,
        "Attempts of a task whose task process dies (even in local mode, where maxFailures is 1).")
+_entry("spark.ember.executor.driverLease", 120.0, parse_time_seconds,
+       "Ember only (fencing): an executor whose driver has not answered its heartbeat for "
+       "this long exits, so no executor of a vanished driver runs on (Spark: after "
+       "spark.executor.heartbeat.maxFailures heartbeats, 10 min).")
 _entry("spark.ember.appClient.reconnectTimeout", 120.0, parse_time_seconds,
        "How long a driver that lost its master waits for a master (restarted, or a standby "
        "taking over) to take its application back before it ends the application.")

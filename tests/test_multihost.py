@@ -351,3 +351,32 @@ def test_sigstop_of_a_worker_host_longer_than_the_timeout(lab):
     old = min(copies, key=lambda c: c[0])
     assert old[-1] - resumed < 3.0, "the frozen copy kept running after SIGCONT"
     cluster.wait_for(lambda j: "ALIVE" in cluster.worker_state(host, j), 60, "re-registered")
+
+
+def test_executors_of_a_cut_off_driver_exit_after_the_driver_lease(lab):
+    """Expected: the client host running a client-mode driver loses its link mid-job; every
+    executor that worked for it exits once the driver has not answered for
+    spark.ember.executor.driverLease (4 s here), instead of running on for its vanished
+    application."""
+    cluster = _cluster(lab)
+    client = lab.host("client1")
+    app = write_app(lab.workdir, "slow.py", SLOW_SHUFFLE)
+    out = os.path.join(lab.workdir, "slow.json")
+    lab.spawn(client, ["submit", "--master", cluster.url, "--conf",
+                       "spark.ember.executor.driverLease=4", app, out], "submit.log",
+              env={"LAB_HOLD": "120"})
+    lab.wait_until(lambda: os.path.exists(out + ".started"), 60, "job started")
+    workers = [lab.host(f"worker{i}") for i in (1, 2, 3)]
+    execs = [p for h in workers for p in _executor_processes(lab, h)]
+    assert len(execs) == 3
+    cut = time.monotonic()
+    lab.link_down(client)
+    gone, alive = psutil.wait_procs(execs, timeout=30)
+    assert not alive, f"executors of the cut-off driver still run: {alive}"
+    assert time.monotonic() - cut < 4 + 10 + 5      # lease + one heartbeat period + slack
+    assert any("has not answered for" in open(f, errors="replace").read()
+               for f in _stderr_files(lab.workdir))
+
+
+def _stderr_files(root: str) -> list[str]:
+    return [os.path.join(d, "stderr") for d, _dirs, files in os.walk(root) if "stderr" in files]

@@ -961,6 +961,15 @@ class SparkAppConfig:
 
 @message
 @dataclass(frozen=True)
+class ExecutorHeartbeat:
+    """Executor -> driver ask (Spark's Heartbeat to the HeartbeatReceiver, without metrics);
+    reply True while the driver knows the executor. Unanswered for
+    spark.ember.executor.driverLease, the executor exits: its driver is gone."""
+    executorId: str
+
+
+@message
+@dataclass(frozen=True)
 class RegisterExecutor:
     """Executor -> driver ask; reply True, then the driver sends RegisteredExecutor."""
     executorId: str

@@ -20,7 +20,8 @@ from typing import Any
 from ember.deploy.app_client import parse_master_urls, start_app_client
 from ember.deploy.messages import (ApplicationDescription, Command, FetchBroadcast, FetchFile,
                                    KillTask, LaunchTask, RegisteredExecutor,
-                                   RegisterExecutor, RegisterExecutorFailed, RemoveBroadcast,
+                                   ExecutorHeartbeat, RegisterExecutor,
+                                   RegisterExecutorFailed, RemoveBroadcast,
                                    RemoveExecutor, RemoveRdd, RemoveStage,
                                    ResourceProfile, RetrieveSparkAppConfig, SparkAppConfig,
                                    StatusUpdate, StopExecutor)
@@ -55,6 +56,8 @@ class DriverEndpoint(RpcEndpoint):
         b = self.backend
         if isinstance(msg, RegisterExecutor):
             b.register_executor(msg, context)
+        elif isinstance(msg, ExecutorHeartbeat):
+            context.reply(msg.executorId in b.executors)
         elif isinstance(msg, RetrieveSparkAppConfig):
             context.reply(SparkAppConfig(sorted(b.app_conf().items())))
         elif isinstance(msg, FetchBroadcast):
