@@ -68,6 +68,45 @@ def _executor_processes(lab: Lab, host) -> list[psutil.Process]:
     return out
 
 
+def test_the_lab_itself_isolates_hosts_and_injects_each_fault(tmp_path):
+    """Expected: hosts resolve each other by name through their /etc/hosts; each fault
+    takes effect and heals; after teardown nothing of the lab is left (no namespace,
+    /etc/netns entry, mount or process)."""
+    lab = Lab(str(tmp_path / "lab"), 2, names=["alpha", "beta"])
+    _prefixes.append(lab.prefix)
+    with lab:
+        a, b = lab.hosts
+        server = subprocess.Popen(["ip", "netns", "exec", b.ns, os.sys.executable, "-m",
+                                   "http.server", "--bind", b.ip, "8000"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        b.procs.append(server)
+        url = f"http://{b.ip}:8000/"
+        lab.wait_until(lambda: lab.http_get(url), 30, "server up")
+        fetch = ("import urllib.request as u; u.urlopen('http://beta:8000/', timeout=2)")
+        by_name = subprocess.run(["ip", "netns", "exec", a.ns, os.sys.executable, "-c", fetch])
+        assert by_name.returncode == 0                    # alpha resolves beta by name
+
+        def reachable() -> bool:
+            try:
+                lab.http_get(url, timeout=1.5)
+                return True
+            except OSError:
+                return False
+        for fault in (lab.link_down, lab.cut_outgoing, lab.cut_incoming):
+            fault(b)
+            assert not reachable(), fault.__name__
+            lab.heal(b)
+            assert lab.wait_until(reachable, 10, f"healed after {fault.__name__}")
+        (proc,) = lab.pause(b)
+        assert proc.status() == psutil.STATUS_STOPPED
+        lab.resume(b)
+        assert proc.status() != psutil.STATUS_STOPPED
+        disk = lab.small_disk("disk", "1m")
+        os.remove(lab.fill(disk))
+        assert os.path.ismount(disk)
+    assert leftovers(lab.prefix) == [] and server.poll() is not None
+
+
 def test_wordcount_and_sort_over_three_worker_hosts_client_and_cluster_mode(lab):
     """Expected: results equal local mode, executors on all three worker hosts, shuffle
     bytes read remotely > 0, the same in client mode (driver on a fourth host) and in

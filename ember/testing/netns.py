@@ -314,6 +314,13 @@ class Lab:
                 p.send_signal(signal.SIGSTOP)
             except psutil.NoSuchProcess:
                 pass
+
+        def stopped() -> bool:
+            try:
+                return all(p.status() == psutil.STATUS_STOPPED for p in procs if p.is_running())
+            except psutil.NoSuchProcess:
+                return False
+        self.wait_until(stopped, 5, f"every process of {host.name} stopped", interval=0.02)
         return procs
 
     def resume(self, host: Host) -> None:
