@@ -14,8 +14,8 @@ import pytest
 from ember.deploy.master.records import app_record, driver_record
 from ember.deploy.master.scheduling import ApplicationInfo, DriverInfo, WorkerInfo
 from ember.deploy.master.state import (
-    Ask, BeginRecovery, Disconnected, LeaseExpired, Log, MasterState, Persist, Reply, ReplyFailure,
-    ScheduleTimer, Send, Unpersist,
+    Ask, BeginRecovery, Disconnected, LaunchBackoffExpired, LeaseExpired, Log, MasterState,
+    Persist, Reply, ReplyFailure, ScheduleTimer, Send, Unpersist,
 )
 from ember.deploy.messages import (
     ApplicationDescription, ApplicationFinished, ApplicationRemoved, ApplicationState,
@@ -491,6 +491,38 @@ def test_executor_retries_spare_an_app_with_a_running_executor():
     # RUNNING resets the count
     m.handle(Ask("r", ExecutorStateChanged(app_id, 2, ExecutorState.RUNNING)), NOW)
     assert m.idToApp[app_id].retryCount == 0
+
+
+def test_executors_failing_to_start_on_a_worker_back_off_past_the_retry_limit():
+    """Spark relaunches at once forever while the app runs elsewhere (a full disk made
+    thousands of launches a minute); Ember backs off that worker after the retry limit."""
+    m = new_master({"spark.deploy.maxExecutorRetries": "2"})
+    w1, _ = register_worker(m, "worker-1")
+    w2, _ = register_worker(m, "worker-2")
+    app_id, out = register_app(m, "driver-A")
+    placed = {x.execId: t for t, x in ((i.target, i.message) for i in out
+                                        if isinstance(i, Send)
+                                        and isinstance(i.message, LaunchExecutor))}
+    bad = next(e for e, t in placed.items() if t == w1)
+    good = next(e for e, t in placed.items() if t == w2)
+    m.handle(Ask("r", ExecutorStateChanged(app_id, good, ExecutorState.RUNNING)), NOW)
+    for _ in range(2):                                   # within the limit: at once
+        (launch,) = msgs(fail_executor(m, app_id, bad), LaunchExecutor, w1)
+        bad = launch.execId
+    out = fail_executor(m, app_id, bad)                  # third in a row: wait 1 s
+    assert not msgs(out, LaunchExecutor)
+    assert ScheduleTimer(1000, LaunchBackoffExpired(app_id, "worker-1"), None) in out
+    assert "failed to start 3 times in a row on worker-1" in logs(out, "WARN")[0]
+    (launch,) = msgs(m.handle(LaunchBackoffExpired(app_id, "worker-1"), NOW + 1000),
+                     LaunchExecutor, w1)
+    out = m.handle(Ask("r", ExecutorStateChanged(app_id, launch.execId, ExecutorState.FAILED,
+                                                 "boom", 1)), NOW + 1000)
+    assert ScheduleTimer(2000, LaunchBackoffExpired(app_id, "worker-1"), None) in out
+    (launch,) = msgs(m.handle(LaunchBackoffExpired(app_id, "worker-1"), NOW + 3000),
+                     LaunchExecutor, w1)
+    m.handle(Ask("r", ExecutorStateChanged(app_id, launch.execId, ExecutorState.RUNNING)),
+             NOW + 3000)
+    assert not m._launch_backoff                        # running again: forgiven
 
 
 def test_executor_retries_disabled_and_decommissioned_exits_do_not_count():

@@ -131,6 +131,14 @@ class LeaseExpired:
 
 
 @dataclass(frozen=True)
+class LaunchBackoffExpired:
+    """Internal timer event: a worker where an application's executors kept failing to
+    start may be tried again (never arrives over the wire)."""
+    appId: str
+    workerId: str
+
+
+@dataclass(frozen=True)
 class Disconnected:
     """The connection to the remote RpcEnv at `address` was lost (Spark: onDisconnected)."""
     address: Any
@@ -426,6 +434,7 @@ class MasterState:
             RegisterWorker: self._on_register_worker,
             Heartbeat: self._on_heartbeat,
             LeaseExpired: lambda m, r: self._schedule(),
+            LaunchBackoffExpired: lambda m, r: self._schedule(),
             WorkerLatestState: self._on_worker_latest_state,
             WorkerDecommissioning: self._on_worker_decommissioning,
             DecommissionWorkers: self._on_decommission_workers,
@@ -475,6 +484,8 @@ class MasterState:
         self.completedDrivers: list[DriverInfo] = []
         self.nextDriverNumber = 0
         self._capacity_warned: set[str] = set()  # drivers told "no worker is big enough"
+        # (app id, worker id) -> (consecutive executor launch failures, no launch before ms)
+        self._launch_backoff: dict[tuple[str, str], tuple[int, int]] = {}
         self.recoveryStartTimeMs = 0
         self._completedSeq = 0  # orders the retained lists' records across restarts
         # Recovered workers whose executors and drivers are not re-attached yet.
@@ -790,6 +801,8 @@ class MasterState:
         if app not in self.apps:
             return
         self._log(INFO, f"Removing app {app.id}")
+        for key in [k for k in self._launch_backoff if k[0] == app.id]:
+            del self._launch_backoff[key]
         del self.apps[app]
         self.idToApp.pop(app.id, None)
         address = self.address_of(app.driver)
@@ -842,6 +855,7 @@ class MasterState:
         exec.state = m.state
         if m.state == ExecutorState.RUNNING:
             app.reset_retry_count()
+            self._launch_backoff.pop((app.id, exec.worker.id), None)
         self._send(app.driver, ExecutorUpdated(m.execId, m.state, m.message, m.exitStatus, None,
                                                self.epoch))
         if m.state.isFinished():
@@ -851,6 +865,8 @@ class MasterState:
                 app.remove_executor(exec)
             exec.worker.remove_executor(exec)
             normal_exit = m.exitStatus == 0
+            if not normal_exit and old_state == ExecutorState.LAUNCHING:
+                self._back_off_launches(app, exec.worker)
             retries = self.conf.max_executor_retries
             # Only retry so many times so we don't loop forever; exits of decommissioned
             # executors are expected and don't count.
@@ -862,6 +878,24 @@ class MasterState:
                     self._remove_application(app, ApplicationState.FAILED)
         self._schedule()
         self._reply(request, True)
+
+    def _back_off_launches(self, app: ApplicationInfo, worker: WorkerInfo) -> None:
+        """Ember: an executor that failed before it ever ran (a full disk, a broken
+        environment) is replaced at once like Spark's, but past spark.deploy.maxExecutorRetries
+        consecutive failures on one worker the next launch there waits 1 s, 2 s, 4 s ... up
+        to 60 s (Spark relaunches in a tight loop while the app runs elsewhere: thousands of
+        launches a minute)."""
+        key = (app.id, worker.id)
+        failures = self._launch_backoff.get(key, (0, 0))[0] + 1
+        over = failures - max(self.conf.max_executor_retries, 0)
+        delay = 0 if over <= 0 else min(60_000, 1000 * 2 ** min(over - 1, 6))
+        self._launch_backoff[key] = (failures, self._now + delay)
+        if delay:
+            if over == 1:
+                self._log(WARN, f"Executors of {app.id} failed to start {failures} times in a "
+                                f"row on {worker.id}; backing off launches there")
+            self._out.append(ScheduleTimer(delay, LaunchBackoffExpired(app.id, worker.id),
+                                           None))
 
     def _on_request_executors(self, m: RequestExecutors, request: Any) -> None:
         pairs = list(m.resourceProfileToTotalExecs.items()
@@ -1377,6 +1411,9 @@ class MasterState:
                 if ordered is None:
                     ordered = WorkerOrder(alive, policy)
                 usable = usable_workers(app, ordered, policy, rp_id, presorted=True)
+                if self._launch_backoff:
+                    usable = [w for w in usable if self._launch_backoff.get(
+                        (app.id, w.id), (0, 0))[1] <= self._now]
                 if (len(self.waitingApps) == 1 and not self.waitingApps[0].executors
                         and not usable):
                     self._log(WARN, app_warning(app.id))
@@ -1438,7 +1475,7 @@ def driver_summary(d: DriverInfo) -> DriverSummary:
 __all__ = [
     "MasterState", "MasterConfig", "Ask", "Disconnected", "BeginRecovery", "Send", "Reply",
     "ReplyFailure", "Persist", "Unpersist", "DeleteUpload", "Log", "ScheduleTimer", "Instruction",
-    "LeaseExpired",
+    "LeaseExpired", "LaunchBackoffExpired",
     "INFO", "WARN", "ERROR", "BACKUP_STANDALONE_MASTER_PREFIX", "megabytes_to_string",
     "bytes_to_string", "format_timestamp", "format_address", "worker_summary",
     "application_summary", "driver_summary", "executor_summary",
