@@ -71,3 +71,24 @@ def test_a_lost_workers_supervised_driver_is_relaunched_once_after_its_lease():
     assert [x.driverId for x in msgs(out, LaunchDriver)] == [sup.driverId]
     assert driver.attempt == 2 and driver.state == DriverState.RUNNING
     assert not msgs(m.handle(LeaseExpired(sup.driverId), due + 1), LaunchDriver)
+
+
+def test_a_driver_its_worker_killed_at_lease_expiry_is_relaunched_at_once_if_supervised():
+    """The worker reports such a kill as RELAUNCHING (the copy is gone): a supervised driver
+    is placed again without waiting (e.g. after a master restart longer than the lease), an
+    unsupervised one ends in ERROR with the reason; a stale attempt's report changes
+    nothing."""
+    from ember.deploy.messages import DriverStateChanged
+    m = new_master()
+    register_worker(m, "worker-1")
+    sup, _ = submit_driver(m, driver_desc(supervise=True))
+    plain, _ = submit_driver(m, driver_desc(supervise=False))
+    why = "Killed by worker worker-1: no master answered within spark.ember.worker.masterLease"
+    out = m.handle(DriverStateChanged(sup.driverId, DriverState.RELAUNCHING, why, -9, 1), NOW)
+    assert [x.driverId for x in msgs(out, LaunchDriver)] == [sup.driverId]
+    assert m.drivers[sup.driverId].attempt == 2
+    out = m.handle(DriverStateChanged(sup.driverId, DriverState.RELAUNCHING, why, -9, 1), NOW)
+    assert not msgs(out, LaunchDriver) and m.drivers[sup.driverId].attempt == 2
+    m.handle(DriverStateChanged(plain.driverId, DriverState.RELAUNCHING, why, -9, 1), NOW)
+    (done,) = [d for d in m.completedDrivers if d.id == plain.driverId]
+    assert done.state == DriverState.ERROR and done.exception == why

@@ -361,7 +361,7 @@ def test_link_cut_of_a_supervised_drivers_worker_never_runs_two_copies(lab):
     cluster.wait_for(lambda j: "ALIVE" in cluster.worker_state(host, j), 60, "re-registered")
     log = lab.log(f"worker-{host.name}.log")
     assert f"killing driver {driver_id}" in log
-    lab.wait_until(lambda: "Re-sending the final state KILLED" in
+    lab.wait_until(lambda: "Re-sending the final state RELAUNCHING" in
                    lab.log(f"worker-{host.name}.log"), 30, "kill reported")
 
 

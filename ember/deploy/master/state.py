@@ -1059,6 +1059,15 @@ class MasterState:
             return
         if driver is not None and m.exitStatus is not None:
             driver.exitStatus = m.exitStatus
+        if m.state == DriverState.RELAUNCHING and driver is not None:
+            # Ember: its worker killed this copy when no master answered within its lease
+            # (fencing); the copy is gone, so a supervised driver is placed again at once.
+            if driver.desc.supervise:
+                self._log(INFO, f"Re-launching {driver.id}: {m.exception}")
+                self._relaunch_driver(driver)
+            else:
+                self._remove_driver(m.driverId, DriverState.ERROR, m.exception)
+            return
         if m.state in (DriverState.ERROR, DriverState.FINISHED, DriverState.KILLED,
                        DriverState.FAILED):
             self._remove_driver(m.driverId, m.state, m.exception)

@@ -52,7 +52,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from ember.deploy.messages import (
@@ -462,10 +462,6 @@ class Worker(RpcEndpoint):
         self.registered = True
         self.lease.renew(time.monotonic())
         self._change_master(m.master, m.masterWebUiUrl, m.masterAddress)
-        if self.lease_killed:
-            log.warning("Reporting to the master the drivers killed here when its lease "
-                        "expired: %s", ", ".join(sorted(self.lease_killed)))
-            self.lease_killed.clear()
         self._resend_driver_final_states(m.master)
         if self._heartbeat_timer is None:
             self._heartbeat_timer = self.rpc_env.schedule_periodic(
@@ -843,7 +839,14 @@ class Worker(RpcEndpoint):
         self.rpc_env.call_soon(self._handle_driver_state_changed, m)
 
     def _handle_driver_state_changed(self, m: DriverStateChanged) -> None:
-        """Spark's handleDriverStateChanged: log, forward, release the driver's share."""
+        """Spark's handleDriverStateChanged: log, forward, release the driver's share. A
+        driver this worker killed when its master lease ran out is reported RELAUNCHING
+        (Ember): it is gone, and a supervised one may run again at once."""
+        if m.driverId in self.lease_killed and m.state == DriverState.KILLED:
+            self.lease_killed.discard(m.driverId)
+            m = replace(m, state=DriverState.RELAUNCHING, exception=(
+                f"Killed by worker {self.worker_id}: no master answered within "
+                f"spark.ember.worker.masterLease ({self.lease.lease_s:g} s)"))
         if m.state == DriverState.ERROR:
             log.warning("Driver %s failed with unrecoverable exception: %s", m.driverId,
                         m.exception)
@@ -857,7 +860,7 @@ class Worker(RpcEndpoint):
             log.info("Driver %s changed state to %s", m.driverId, m.state)
         self._send_to_master(m)
         if m.state in (DriverState.FINISHED, DriverState.FAILED, DriverState.KILLED,
-                       DriverState.ERROR):
+                       DriverState.ERROR, DriverState.RELAUNCHING):
             self.driver_final_states[m.driverId] = (time.monotonic(), m)
             trim_finished(self.driver_final_states, self.wconf.retained_drivers)
         runner = self.drivers.pop(m.driverId, None)
