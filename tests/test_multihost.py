@@ -197,9 +197,9 @@ def test_client_host_link_down_right_after_cluster_submit(lab):
 
 
 def test_worker_work_dir_fills_up(lab):
-    """Expected: once a worker's disk (work dir and local dirs) is full, tasks there fail with a clear "No space
-    left" reason and are retried elsewhere (the job's result is right); the worker stays up;
-    once space is freed, jobs run there again."""
+    """Expected: once a worker's disk (work dir and local dirs) is full, tasks there fail
+    with a clear "No space left" reason and are retried elsewhere (the job's result is
+    right); the worker stays up; once space is freed, jobs run there again."""
     disk = lab.small_disk("w3disk", "8m")
     cluster = _cluster(lab, work_dirs={"worker3": disk})
     client, w3 = lab.host("client1"), lab.host("worker3")

@@ -1,6 +1,8 @@
-"""Applications the multi-host tests and the chaos run submit (plain files: `ember submit` runs them as a
-user's app). Each writes what it observed to a JSON file named by its first argument, so
-the test reads results and side effects from the shared file system."""
+"""Applications the multi-host tests and the chaos run submit (plain files: `ember submit`
+runs them as a user's app). Each writes what it observed to a file named by its first
+argument, so the test reads results and side effects from the shared file system."""
+from __future__ import annotations
+
 import os
 WORDCOUNT = """
     import json, os, sys, time

@@ -8,9 +8,9 @@ a bridge that lives in its own "switch" namespace, so no test packet ever reache
 machine's real interfaces. Processes run inside a host with `ip netns exec`, which also
 bind-mounts /etc/netns/<ns>/hosts over /etc/hosts for them.
 
-Faults: link down/up (the switch port, like a pulled cable), one-way cuts (an nftables drop
-rule on the host's switch port, one direction), SIGSTOP/SIGCONT of every process of a host, kill -9 of one
-process, and a small tmpfs that fills up. `teardown()` removes every namespace, veth,
+Faults: link down/up (the switch port, like a pulled cable), one-way cuts (an nftables
+drop rule on the host's switch port, one direction), SIGSTOP/SIGCONT of every process of a
+host, kill -9 of one process, and a small tmpfs that fills up. `teardown()` removes every namespace, veth,
 mount, /etc/netns entry and process the lab made, also after a failure, and `leftovers()`
 lists whatever is still there (a session-end check asserts it is empty).
 
