@@ -77,8 +77,7 @@ class Chaos:
                 say(f"job {host.name}#{n}: FAILED (ran over 240 s)")
                 continue
             if r.returncode != 0:
-                lines = [x for x in (r.stderr or r.stdout).strip().splitlines() if x.strip()]
-                reason = lines[-1][:160] if lines else f"exit {r.returncode}"
+                reason = _first_cause(r.stderr or r.stdout) or f"exit {r.returncode}"
                 self.count("failed", reason)
                 say(f"job {host.name}#{n}: FAILED: {reason}")
                 continue
@@ -264,6 +263,14 @@ class Chaos:
                 if "ember.cli worker" not in _cmd(p):
                     self.count("leaked")
                     say(f"LEAKED on {h.name}: pid {p.pid} {_cmd(p)[:120]}")
+
+
+def _first_cause(output: str) -> str:
+    """The line that says why a job failed: the first ERROR log line (the cause, e.g.
+    "Master removed our application"), else the last line (the exception)."""
+    lines = [x.strip() for x in output.splitlines() if x.strip()]
+    errors = [x for x in lines if " ERROR " in x]
+    return (errors[0] if errors else lines[-1] if lines else "")[:200]
 
 
 def _cmd(p: psutil.Process) -> str:
