@@ -47,6 +47,11 @@ class TaskSetManager:
         self.successful = [False] * self.num_tasks
         self.num_failures = [0] * self.num_tasks
         self.num_crashes = [0] * self.num_tasks
+        # A failed task is retried on another executor while one exists (a full disk or a
+        # broken host would otherwise use up spark.task.maxFailures on the same executor in
+        # a second): executors each task failed on, and the executors that made offers.
+        self.failed_on: dict[int, set[str]] = {}
+        self.seen_executors: set[str] = set()
         self.copies_running = [0] * self.num_tasks
         self.attempts: list[list[TaskInfo]] = [[] for _ in range(self.num_tasks)]
         self.tasks_successful = 0
@@ -139,7 +144,11 @@ class TaskSetManager:
 
     def _dequeue(self, executor_id: str, host: str, slot: int, max_level: str
                  ) -> tuple[int, str] | None:
-        ok = lambda i: not self.successful[i] and not self.copies_running[i]
+        def ok(i: int) -> bool:
+            if self.successful[i] or self.copies_running[i]:
+                return False
+            failed = self.failed_on.get(i)
+            return not failed or executor_id not in failed or not self.seen_executors - failed
         i = self._pop(self.for_process.get((executor_id, slot)), ok)
         if i is not None:
             return i, PROCESS_LOCAL
@@ -164,6 +173,7 @@ class TaskSetManager:
                        ) -> TaskDescription | None:
         if self.is_zombie:
             return None
+        self.seen_executors.add(executor_id)
         now = time.monotonic()
         allowed = max_level
         if max_level != NO_PREF:
@@ -251,6 +261,7 @@ class TaskSetManager:
                 self._abort_after_failures(index, info, reason, self.num_crashes[index])
                 return
         elif reason.count_towards_failures and not self.is_zombie:
+            self.failed_on.setdefault(index, set()).add(info.executor_id)
             self.num_failures[index] += 1
             if self.num_failures[index] >= self.max_task_failures:
                 self._abort_after_failures(index, info, reason, self.num_failures[index])
@@ -279,4 +290,5 @@ class TaskSetManager:
             self.sched.task_set_finished(self)
 
     def executor_lost(self, executor_id: str) -> list[int]:
+        self.seen_executors.discard(executor_id)
         return [tid for tid in self.running if self.task_infos[tid].executor_id == executor_id]
