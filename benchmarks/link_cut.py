@@ -31,7 +31,8 @@ def measure(timeout: int, workdir: str) -> dict[str, float]:
                              conf={"spark.worker.timeout": str(timeout)}).start()
         app = write_app(lab.workdir, "slow.py", SLOW_SHUFFLE)
         out = os.path.join(lab.workdir, "slow.json")
-        lab.spawn(client, ["submit", "--master", cluster.url, app, out], "submit.log")
+        lab.spawn(client, ["submit", "--master", cluster.url, *cluster.conf_args(),
+                           app, out], "submit.log")
         lab.wait_until(lambda: os.path.exists(out + ".started"), 120, "job started")
         time.sleep(1.5)
         cut = time.monotonic()

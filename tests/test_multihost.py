@@ -157,7 +157,8 @@ def test_link_down_of_a_worker_host_mid_shuffle(lab):
     client, w3 = lab.host("client1"), lab.host("worker3")
     app = write_app(lab.workdir, "slow.py", SLOW_SHUFFLE)
     out = os.path.join(lab.workdir, "slow.json")
-    submit = lab.spawn(client, ["submit", "--master", cluster.url, app, out], "submit.log",
+    submit = lab.spawn(client, ["submit", "--master", cluster.url, *cluster.conf_args(),
+                           app, out], "submit.log",
                        env={"LAB_HOLD": "90"})
     lab.wait_until(lambda: os.path.exists(out + ".started"), 60, "job started")
     stale = lab.wait_until(lambda: _executor_processes(lab, w3), 30, "executor on worker3")
@@ -208,7 +209,8 @@ def test_worker_work_dir_fills_up(lab):
     expected = local_expected(text)
     out = os.path.join(lab.workdir, "full.json")
     go = os.path.join(lab.workdir, "go")
-    submit = lab.spawn(client, ["submit", "--master", cluster.url, "--conf",
+    submit = lab.spawn(client, ["submit", "--master", cluster.url, *cluster.conf_args(),
+                           "--conf",
                                 "spark.task.maxFailures=8", app, out, text], "submit.log",
                        env={"LAB_GO": go})
     lab.wait_until(lambda: os.path.exists(go + ".ready"), 60, "executors on every host")
@@ -236,7 +238,8 @@ def test_kill_9_of_an_executor_a_worker_and_the_driver_during_jobs(lab):
     app = write_app(lab.workdir, "slow.py", SLOW_SHUFFLE)
     for victim in ("executor", "worker"):
         out = os.path.join(lab.workdir, f"{victim}.json")
-        submit = lab.spawn(client, ["submit", "--master", cluster.url, app, out],
+        submit = lab.spawn(client, ["submit", "--master", cluster.url, *cluster.conf_args(),
+                           app, out],
                            f"submit-{victim}.log")
         lab.wait_until(lambda: os.path.exists(out + ".started"), 60, "job started")
         host = w2 if victim == "executor" else w3
@@ -255,7 +258,8 @@ def test_kill_9_of_an_executor_a_worker_and_the_driver_during_jobs(lab):
     cluster.wait_for(lambda j: j["aliveworkers"] == 3, 60, "worker3 back")
 
     out = os.path.join(lab.workdir, "driver.json")
-    submit = lab.spawn(client, ["submit", "--master", cluster.url, app, out],
+    submit = lab.spawn(client, ["submit", "--master", cluster.url, *cluster.conf_args(),
+                           app, out],
                        "submit-driver.log")
     lab.wait_until(lambda: os.path.exists(out + ".started"), 60, "job started")
     for p in lab.processes(client):
@@ -279,7 +283,8 @@ def test_kill_9_of_the_master_with_filesystem_recovery_during_a_job(lab):
     runs_dir = os.path.join(lab.workdir, "runs")
     os.makedirs(runs_dir)
     out = os.path.join(lab.workdir, "slow.json")
-    submit = lab.spawn(client, ["submit", "--master", cluster.url, app, out], "submit.log")
+    submit = lab.spawn(client, ["submit", "--master", cluster.url, *cluster.conf_args(),
+                           app, out], "submit.log")
     lab.wait_until(lambda: os.path.exists(out + ".started"), 60, "job started")
     driver_id = cluster.submit_cluster(client, token, runs_dir, "m1", "3")
     cluster.master.kill()
@@ -401,7 +406,8 @@ def test_executors_of_a_cut_off_driver_exit_after_the_driver_lease(lab):
     client = lab.host("client1")
     app = write_app(lab.workdir, "slow.py", SLOW_SHUFFLE)
     out = os.path.join(lab.workdir, "slow.json")
-    lab.spawn(client, ["submit", "--master", cluster.url, "--conf",
+    lab.spawn(client, ["submit", "--master", cluster.url, *cluster.conf_args(),
+                           "--conf",
                        "spark.ember.executor.driverLease=4", app, out], "submit.log",
               env={"LAB_HOLD": "120"})
     lab.wait_until(lambda: os.path.exists(out + ".started"), 60, "job started")

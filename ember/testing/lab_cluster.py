@@ -143,7 +143,8 @@ class LabCluster:
         return m.group(0)
 
     def status(self, host: Host, driver_id: str) -> subprocess.CompletedProcess:
-        return self.lab.run(host, ["submit", "--master", self.url, "--status", driver_id],
+        return self.lab.run(host, ["submit", "--master", self.url, *self.conf_args(), "--status",
+                                   driver_id],
                             timeout=60)
 
 
