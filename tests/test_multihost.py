@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import time
 
@@ -312,8 +313,9 @@ def test_200_cluster_submissions_from_4_client_hosts_at_once(tmp_path):
         out = os.path.join(lab.workdir, "runs")
         os.makedirs(out)
         per_host = 50
+        auth = " ".join(shlex.quote(a) for a in cluster.conf_args())
         script = "; ".join(
-            f"python -m ember.cli submit --master {cluster.url} --deploy-mode cluster "
+            f"python -m ember.cli submit --master {cluster.url} {auth} --deploy-mode cluster "
             f"--driver-memory 64m {app} {out} {{h}}-{i}" for i in range(per_host))
         procs = []
         for h in lab.hosts[4:]:
