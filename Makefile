@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-test browser zookeeper demo test bench clean
+.PHONY: install install-test browser zookeeper netns demo test bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -32,8 +32,14 @@ zookeeper:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends zookeeper >/dev/null; \
 	  else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends zookeeper >/dev/null; fi; }
 
+# The multi-host tests build hosts from network namespaces (root): `ip` and `nft`.
+netns:
+	@command -v ip >/dev/null && command -v nft >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq iproute2 nftables >/dev/null; \
+	  else echo "multi-host tests need root and iproute2/nftables; they will be skipped"; fi; }
+
 # curl: the newest Airflow Spark provider polls and kills through it (tests/test_airflow.py).
-test: install-test browser zookeeper
+test: install-test browser zookeeper netns
 	@command -v curl >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq curl >/dev/null; \
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq curl >/dev/null; fi; }

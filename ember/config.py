@@ -193,6 +193,10 @@ _entry("spark.storage.decommission.shuffleBlocks.enabled", True, parse_bool,
 _entry("spark.storage.decommission.rddBlocks.enabled", True, parse_bool,
        "Migrate cached RDD blocks when decommissioning (needs storage decommission).")
 
+_entry("spark.ember.executor.driverLease", 120.0, parse_time_seconds,
+       "Ember only (fencing): an executor whose driver has not answered its heartbeat for "
+       "this long exits, so no executor of a vanished driver runs on (Spark: after "
+       "spark.executor.heartbeat.maxFailures heartbeats, 10 min).")
 _entry("spark.ember.appClient.reconnectTimeout", 120.0, parse_time_seconds,
        "How long a driver that lost its master waits for a master (restarted, or a standby "
        "taking over) to take its application back before it ends the application.")

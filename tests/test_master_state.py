@@ -14,8 +14,8 @@ import pytest
 from ember.deploy.master.records import app_record, driver_record
 from ember.deploy.master.scheduling import ApplicationInfo, DriverInfo, WorkerInfo
 from ember.deploy.master.state import (
-    Ask, BeginRecovery, Disconnected, Log, MasterState, Persist, Reply, ReplyFailure,
-    ScheduleTimer, Send, Unpersist,
+    Ask, BeginRecovery, Disconnected, LaunchBackoffExpired, LeaseExpired, Log, MasterState,
+    Persist, Reply, ReplyFailure, ScheduleTimer, Send, Unpersist,
 )
 from ember.deploy.messages import (
     ApplicationDescription, ApplicationFinished, ApplicationRemoved, ApplicationState,
@@ -269,17 +269,24 @@ def test_worker_timeout_loses_executors_and_drivers():
     assert completed == {plain.driverId: DriverState.ERROR}
     assert f"Re-launching {sup.driverId}" in logs(out)
     assert f"Not re-launching {plain.driverId} because it was not supervised" in logs(out)
+    # fencing: not before worker-1's lease (= spark.worker.timeout) + grace since its last
+    # heartbeat has expired, when worker-1 has surely killed its copy
     (new_driver,) = m.drivers.values()
+    assert new_driver.worker is None and new_driver in m.waitingDrivers
+    assert ScheduleTimer(1_999, LeaseExpired(sup.driverId), None) in out
+    assert LaunchDriver not in {type(x) for x in msgs(out, target=w2)}
+    assert not msgs(m.handle(LeaseExpired(sup.driverId), NOW + 61_999), LaunchDriver)
+    out = m.handle(LeaseExpired(sup.driverId), NOW + 62_000)
     assert new_driver.id == sup.driverId and new_driver.worker.id == "worker-2"
     assert new_driver.attempt == 2 and new_driver.state == DriverState.RUNNING
     assert LaunchDriver(sup.driverId, new_driver.desc, {}, 2) in msgs(out, target=w2)
     assert Persist(f"driver_{new_driver.id}", driver_record(new_driver)) in out
     # the lost copy's late report (attempt 1) is fenced off; the live attempt's is not
     late = m.handle(DriverStateChanged(sup.driverId, DriverState.FAILED, None, 1, 1),
-                    NOW + 60_002)
+                    NOW + 62_002)
     assert m.drivers[sup.driverId].state == DriverState.RUNNING
     assert "Ignoring FAILED of" in logs(late, "WARN")[0]
-    m.handle(DriverStateChanged(sup.driverId, DriverState.FINISHED, None, 0, 2), NOW + 60_003)
+    m.handle(DriverStateChanged(sup.driverId, DriverState.FINISHED, None, 0, 2), NOW + 62_003)
     assert m.completedDrivers[-1].id == sup.driverId
     assert m.completedDrivers[-1].exitStatus == 0
     assert msgs(out, LaunchDriver, w2)[0].driverId == new_driver.id
@@ -485,6 +492,38 @@ def test_executor_retries_spare_an_app_with_a_running_executor():
     # RUNNING resets the count
     m.handle(Ask("r", ExecutorStateChanged(app_id, 2, ExecutorState.RUNNING)), NOW)
     assert m.idToApp[app_id].retryCount == 0
+
+
+def test_executors_failing_to_start_on_a_worker_back_off_past_the_retry_limit():
+    """Spark relaunches at once forever while the app runs elsewhere (a full disk made
+    thousands of launches a minute); Ember backs off that worker after the retry limit."""
+    m = new_master({"spark.deploy.maxExecutorRetries": "2"})
+    w1, _ = register_worker(m, "worker-1")
+    w2, _ = register_worker(m, "worker-2")
+    app_id, out = register_app(m, "driver-A")
+    placed = {x.execId: t for t, x in ((i.target, i.message) for i in out
+                                        if isinstance(i, Send)
+                                        and isinstance(i.message, LaunchExecutor))}
+    bad = next(e for e, t in placed.items() if t == w1)
+    good = next(e for e, t in placed.items() if t == w2)
+    m.handle(Ask("r", ExecutorStateChanged(app_id, good, ExecutorState.RUNNING)), NOW)
+    for _ in range(2):                                   # within the limit: at once
+        (launch,) = msgs(fail_executor(m, app_id, bad), LaunchExecutor, w1)
+        bad = launch.execId
+    out = fail_executor(m, app_id, bad)                  # third in a row: wait 1 s
+    assert not msgs(out, LaunchExecutor)
+    assert ScheduleTimer(1000, LaunchBackoffExpired(app_id, "worker-1"), None) in out
+    assert "failed to start 3 times in a row on worker-1" in logs(out, "WARN")[0]
+    (launch,) = msgs(m.handle(LaunchBackoffExpired(app_id, "worker-1"), NOW + 1000),
+                     LaunchExecutor, w1)
+    out = m.handle(Ask("r", ExecutorStateChanged(app_id, launch.execId, ExecutorState.FAILED,
+                                                 "boom", 1)), NOW + 1000)
+    assert ScheduleTimer(2000, LaunchBackoffExpired(app_id, "worker-1"), None) in out
+    (launch,) = msgs(m.handle(LaunchBackoffExpired(app_id, "worker-1"), NOW + 3000),
+                     LaunchExecutor, w1)
+    m.handle(Ask("r", ExecutorStateChanged(app_id, launch.execId, ExecutorState.RUNNING)),
+             NOW + 3000)
+    assert not m._launch_backoff                        # running again: forgiven
 
 
 def test_executor_retries_disabled_and_decommissioned_exits_do_not_count():
@@ -849,9 +888,13 @@ def test_recovery_timeout_drops_the_silent():
     assert states == {"driver-p": DriverState.ERROR}
     (relaunched,) = m.drivers.values()
     assert relaunched.id == "driver-s" and relaunched.attempt == 2
+    # fencing: its worker may run it behind a partition until its lease, renewed by the old
+    # master at the latest when recovery began, has expired
+    assert relaunched.worker is None
+    m.handle(LeaseExpired("driver-s"), NOW + 62_000)
     assert relaunched.worker is w  # scheduled on the worker that answered
     # a second CompleteRecovery is a no-op
-    assert m.handle(CompleteRecovery(), NOW + 60_001) == []
+    assert m.handle(CompleteRecovery(), NOW + 62_001) == []
 
 
 def test_begin_recovery_with_nothing_stored_is_plain_leadership():

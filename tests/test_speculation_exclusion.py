@@ -43,7 +43,7 @@ class RecordingDag:
     def task_set_failed(self, task_set, message, exception):
         self.failed.append(message)
 
-    def executor_lost(self, executor_id):
+    def executor_lost(self, executor_id, worker_host=None):
         pass
 
 
@@ -231,6 +231,36 @@ def test_failed_attempt_avoids_its_executor_and_app_level_counts_successful_sets
     assert any(type(e).__name__ == "ExecutorUnexcluded" for e in posted)
 
 
+def test_without_exclusion_a_failed_task_moves_to_another_live_executor_once_counted():
+    """Ember (issue 17): without exclude-on-failure a failed task waits for another executor
+    that made offers, and runs on its own executor again once that one is lost; each
+    failure counts once towards spark.task.maxFailures."""
+    sched, _, _, _, _, _ = make(1, max_failures=4)
+    (td,) = sched.resource_offers(offers(("1", "hostA", 1), ("2", "hostB", 1)))
+    tsm = sched.task_id_to_tsm[td.task_id]
+    fail(sched, td)
+    assert tsm.num_failures[td.index] == 1
+    other = "2" if td.executor_id == "1" else "1"
+    assert sched.resource_offers(offers((td.executor_id, "hostX", 1))) == []
+    sched.executor_lost(other, "gone")
+    (again,) = sched.resource_offers(offers((td.executor_id, "hostX", 1)))
+    assert again.index == td.index and tsm.num_failures[td.index] == 1
+
+
+def test_with_exclusion_the_excludelist_alone_decides_where_a_failed_task_retries():
+    """maxTaskAttemptsPerExecutor=2: a second attempt on the same executor is allowed even
+    though another executor made offers (Ember's own rule is off with an excludelist)."""
+    from dataclasses import replace
+    sched, _, _, _, _, _ = make(1, exclude=replace(EX, max_task_attempts_per_executor=2,
+                                                   max_task_attempts_per_node=3))
+    (td,) = sched.resource_offers(offers(("1", "hostA", 1), ("2", "hostB", 1)))
+    fail(sched, td)
+    (again,) = sched.resource_offers(offers((td.executor_id, "hostA", 1)))
+    assert again.index == td.index
+    fail(sched, again)
+    assert sched.resource_offers(offers((td.executor_id, "hostA", 1))) == []
+
+
 def test_failures_of_a_failed_task_set_do_not_exclude_for_the_application():
     sched, _, dag, _, ht, _ = make(2, exclude=EX, max_failures=3)
     for _ in range(3):
@@ -317,8 +347,11 @@ def test_allocation_demand_counts_speculative_copies_as_spark_does():
     launched = sched.resource_offers(offers(("1", "hostA", 2), ("2", "hostB", 2)))
     assert sched.tasks_needed_by_profile() == {0: (6, 4)}
     clock.advance(1.0)
-    for td in launched[1:]:
-        sched.status_update(td.task_id, "FINISHED", "r", {}, {}, [])
+    # the task left running is on hostA (offers are shuffled), so its copy may use hostB
+    slow = next(td for td in launched if td.executor_id == "1")
+    for td in launched:
+        if td is not slow:
+            sched.status_update(td.task_id, "FINISHED", "r", {}, {}, [])
     rest = sched.resource_offers(offers(("2", "hostB", 3), ("3", "hostC", 3)))
     clock.advance(1.0)
     for td in rest:

@@ -27,7 +27,8 @@ import pytest
 
 from ember.deploy.messages import (
     ApplicationDescription, ApplicationFinished, Command, DriverDescription, DriverState,
-    DriverStateChanged, ExecutorState, ExecutorStateChanged, Heartbeat, KillExecutor,
+    DriverStateChanged, ExecutorState, ExecutorStateChanged, Heartbeat, HeartbeatResponse,
+    KillExecutor,
     LaunchDriver, LaunchExecutor, MasterChanged, MasterInStandby, ReconnectWorker,
     RegisteredWorker, RegisterWorker, RegisterWorkerFailed, ResourceProfile,
     WorkerLatestState, WorkerSchedulerStateResponse,
@@ -319,6 +320,8 @@ class FakeMaster(RpcEndpoint):
         self._record(msg)
         if self.mode == "fail-asks":
             context.send_failure(RuntimeError("master is confused"))
+        elif isinstance(msg, Heartbeat):
+            context.reply(HeartbeatResponse(True))
         else:
             context.reply(True)
 

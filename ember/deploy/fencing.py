@@ -38,4 +38,50 @@ class EpochFence:
                 f"epoch {self.newest} has taken over")
 
 
-__all__ = ["EpochFence"]
+
+# --------------------------------------------------------------------------- master lease
+# SPARK-19900: a supervised driver whose worker the master lost (a cut link, a frozen host)
+# is relaunched elsewhere while the first copy may still run. The lease closes that window:
+# a worker that has not heard from any master for `lease` seconds kills its drivers, and the
+# master relaunches such a driver only once that lease has surely run out on the worker.
+
+LEASE_GRACE_MS = 2000
+"""Slack the master adds after a lost worker's lease: the worker's lease check runs at least
+every second and kills with SIGKILL, so its drivers are gone well within it."""
+
+
+class MasterLease:
+    """A worker's lease on being in contact with a master. Renewed with the time a heartbeat
+    was *sent* once the master acknowledged it (the master's clock of our last heartbeat is
+    never earlier), or when a registration is answered. Pure; times are monotonic seconds."""
+
+    def __init__(self, lease_s: float) -> None:
+        self.lease_s = lease_s
+        self.renewed_at: Optional[float] = None
+
+    def renew(self, at: float) -> None:
+        if self.renewed_at is None or at > self.renewed_at:
+            self.renewed_at = at
+
+    def expired(self, now: float) -> bool:
+        """True once no master answered for longer than the lease (never before the first
+        registration: there is nothing to fence before a master ever launched anything)."""
+        return self.renewed_at is not None and now - self.renewed_at > self.lease_s
+
+    def silent_for(self, now: float) -> float:
+        return 0.0 if self.renewed_at is None else now - self.renewed_at
+
+    @property
+    def check_interval(self) -> float:
+        """How often the worker checks: at most a second apart, so the master's grace
+        (LEASE_GRACE_MS) covers the check's delay and the kill."""
+        return min(1.0, self.lease_s / 4.0)
+
+
+def relaunch_not_before_ms(last_contact_ms: int, lease_ms: int) -> int:
+    """The earliest time (epoch ms) a master may relaunch a driver of a worker it last heard
+    from at `last_contact_ms`: by then the worker's lease has expired and it killed it."""
+    return last_contact_ms + lease_ms + LEASE_GRACE_MS
+
+
+__all__ = ["EpochFence", "MasterLease", "LEASE_GRACE_MS", "relaunch_not_before_ms"]

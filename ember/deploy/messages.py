@@ -323,6 +323,16 @@ class Heartbeat:
 
 @message
 @dataclass(frozen=True)
+class HeartbeatResponse:
+    """Ember (driver fencing): the answer to a Heartbeat sent as an ask. `renewed` only
+    from the leader that counts the worker as registered; `epoch` is that leader's, so a
+    worker renews its lease from no master older than the newest it has seen."""
+    renewed: bool
+    epoch: int = 0
+
+
+@message
+@dataclass(frozen=True)
 class ReconnectWorker:
     masterUrl: str
     epoch: int = 0   # the sender's leadership epoch (fencing, see deploy/fencing.py)
@@ -969,6 +979,15 @@ class SparkAppConfig:
     hadoopDelegationCreds: Optional[bytes] = None
     resourceProfile: ResourceProfile = field(default_factory=ResourceProfile)
     logLevel: Optional[str] = None
+
+
+@message
+@dataclass(frozen=True)
+class ExecutorHeartbeat:
+    """Executor -> driver ask (Spark's Heartbeat to the HeartbeatReceiver, without metrics);
+    reply True while the driver knows the executor. Unanswered for
+    spark.ember.executor.driverLease, the executor exits: its driver is gone."""
+    executorId: str
 
 
 @message

@@ -29,7 +29,11 @@ _SHELLS = {"pyspark-shell": "Spark shells", "spark-shell": "Spark shells",
 _ARCHIVES = (".zip", ".whl", ".egg")
 _REMOTE = ("file://", "ember-upload://")   # and every URL fsspec reads (ember.fs)
 # Environment a driver inherits from its submitter (Spark: SPARK_* minus these).
-_ENV_EXCLUDED = {"SPARK_ENV_LOADED", "SPARK_HOME", "SPARK_CONF_DIR"}
+# SPARK_LOCAL_IP / SPARK_LOCAL_HOSTNAME / SPARK_PUBLIC_DNS name the submitter's host: a
+# driver running on a worker host must not bind or advertise them (Spark's REST server
+# drops the first two; none of the three may travel).
+_ENV_EXCLUDED = {"SPARK_ENV_LOADED", "SPARK_HOME", "SPARK_CONF_DIR", "SPARK_LOCAL_IP",
+                 "SPARK_LOCAL_HOSTNAME", "SPARK_PUBLIC_DNS"}
 
 
 class SubmitError(Exception):

@@ -18,10 +18,12 @@ import threading
 import time
 from typing import Any
 
-from ember import fs
+from ember import config, fs
 from ember.config import parse_bool, parse_memory_mb
+from ember.deploy.fencing import MasterLease
 from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, KillTask, LaunchTask,
-                                   RegisteredExecutor, RegisterExecutor, RegisterExecutorFailed,
+                                   RegisteredExecutor, RegisterExecutor,
+                                   ExecutorHeartbeat, RegisterExecutorFailed,
                                    RemoveBroadcast, RemoveRdd, RemoveStage, ResourceInformation,
                                    ResourceProfile, RetrieveSparkAppConfig, Shutdown, ShuffleBlockRequest,
                                    RegisterExecutorShuffleInfo, DecommissionExecutor,
@@ -77,6 +79,8 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
         self.exited = threading.Event()
         self.exit_code = 0
         self.decommissioning = False
+        self.lease = MasterLease(float(config.read(spark_conf,
+                                                   "spark.ember.executor.driverLease")))
 
     # --- lifecycle ----------------------------------------------------------------------
     def on_start(self) -> None:
@@ -106,6 +110,9 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
         if isinstance(msg, RegisteredExecutor):
             log.info("Successfully registered with driver")
             self.rpc_env.run_in_executor(self._start_pool)
+            self.lease.renew(time.monotonic())
+            every = min(10.0, self.lease.lease_s / 4.0)   # Spark's heartbeatInterval: 10 s
+            self.rpc_env.schedule_periodic(every, every, self._heartbeat)
         elif isinstance(msg, RegisterExecutorFailed):
             self.exit(1, f"Slave registration failed: {msg.message}")
         elif isinstance(msg, LaunchTask):
@@ -167,6 +174,22 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
         elif self.worker_address is not None and remote == self.worker_address:
             self.exit(1, f"Lost connection to worker rpc endpoint "
                          f"spark://Worker@{remote.hostPort}. Exiting.")
+
+    def _heartbeat(self) -> None:
+        """Fencing: ask the driver whether it still counts on us; once it has not answered
+        for the lease, its application is gone (or cut off) and nothing here may run on."""
+        now = time.monotonic()
+        if self.lease.expired(now):
+            self.exit(1, f"Driver {self.driver_address.hostPort} has not answered for "
+                         f"{self.lease.silent_for(now):.1f} s (spark.ember.executor."
+                         f"driverLease={self.lease.lease_s:g} s). Shutting down.")
+            return
+        fut = self.driver.ask(ExecutorHeartbeat(self.executor_id), timeout=self.lease.lease_s)
+
+        def answered(f: Any) -> None:
+            if not f.cancelled() and f.exception() is None and f.result() is True:
+                self.rpc_env.call_soon(self.lease.renew, now)
+        fut.add_done_callback(answered)
 
     def exit(self, code: int, reason: str) -> None:
         if self.exited.is_set():

@@ -486,8 +486,10 @@ class RpcEnv:
 
     @staticmethod
     def create(name: str, host: str, port: int, conf: Mapping[str, Any] | None = None,
-               client_mode: bool = False) -> "RpcEnv":
+               client_mode: bool = False, advertise: str | None = None) -> "RpcEnv":
         """Start an env: a loop thread, listening on host:port unless client_mode.
+        `advertise`: the host peers are told (Spark's spark.driver.host when it differs
+        from spark.driver.bindAddress, e.g. behind NAT or bound to 0.0.0.0).
 
         port 0 picks a free port; a busy non-zero port is retried on the following ports
         up to spark.port.maxRetries (Spark's startServiceOnPort). Raises ValueError for a
@@ -497,6 +499,8 @@ class RpcEnv:
         env = RpcEnv(name, host, port, conf, client_mode)
         env._check_start_rules(host)
         env._start(host, port)
+        if advertise and not client_mode:
+            env.address = RpcAddress(advertise, env.address.port)
         return env
 
     def _check_start_rules(self, host: str) -> None:

@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import os
 import pickle
+import socket
 import sys
 import threading
 import time
@@ -24,8 +25,9 @@ from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, ApplicationDescr
                                    ExecutorDecommissioning,
                                    FetchBroadcast, FetchFile, GetPeers, UpdateBlockInfo,
                                    KillTask, LaunchTask, RegisteredExecutor,
-                                   RegisterExecutor, RegisterExecutorFailed, RemoveBroadcast,
-                                   RemoveExecutor, RemoveRdd, RemoveStage, RequestToSync,
+                                   ExecutorHeartbeat, RegisterExecutor, RegisterExecutorFailed,
+                                   RemoveBroadcast, RemoveExecutor, RemoveRdd, RemoveStage,
+                                   RequestToSync,
                                    ResourceProfile, RetrieveSparkAppConfig, SparkAppConfig,
                                    StatusUpdate, StopExecutor)
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv
@@ -68,6 +70,10 @@ class DriverEndpoint(RpcEndpoint):
             b.register_executor(msg, context)
             if first and msg.executorId in b.executors:
                 self._channels[msg.executorId] = context.sender.channel_id
+        elif isinstance(msg, ExecutorHeartbeat):
+            # the driver lease is renewed only on the executor's own registered connection
+            context.reply(msg.executorId in b.executors
+                          and self.speaks_for(msg.executorId, context.sender))
         elif isinstance(msg, RetrieveSparkAppConfig):
             context.reply(SparkAppConfig(sorted(b.app_conf().items()),
                                          resourceProfile=b.profile_message(msg.resourceProfileId)))
@@ -144,6 +150,26 @@ def _tar_directory(path: str) -> bytes:
     return buf.getvalue()
 
 
+def driver_host(conf: Any, masters: list[RpcAddress]) -> str:
+    """The address the driver advertises to executors and the master: spark.driver.host,
+    else SPARK_LOCAL_HOSTNAME / SPARK_LOCAL_IP, else the local address this host reaches the
+    first master from (a UDP connect sends nothing), so a driver on another host than the
+    cluster never hands its peers 127.0.0.1; loopback when the master is on loopback."""
+    chosen = conf.get("spark.driver.host") or os.environ.get("SPARK_LOCAL_HOSTNAME") \
+        or os.environ.get("SPARK_LOCAL_IP")
+    if chosen:
+        return chosen
+    master = masters[0].host if masters else "127.0.0.1"
+    if master in ("localhost", "") or master.startswith("127."):
+        return "127.0.0.1"
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((master, masters[0].port))
+            return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
 class StandaloneSchedulerBackend(SchedulerBackend):
     def __init__(self, sc: Any, scheduler: Any, master: str) -> None:
         self.sc = sc
@@ -164,14 +190,14 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self._stopping = False
         self._registered = threading.Condition()
         self._dead_reason: str | None = None
-        host = self.conf.get("spark.driver.host") or os.environ.get("SPARK_LOCAL_IP") \
-            or "127.0.0.1"
+        host = driver_host(self.conf, self.masters)
+        bind = self.conf.get("spark.driver.bindAddress") or host
         port = int(self.conf.get("spark.driver.port") or 0)
         rpc_conf = {k: v for k, v in self.conf.getAll()
                     if k.startswith(("spark.authenticate", "spark.rpc.", "spark.port.",
                                      "spark.network.crypto.", "spark.ember.rpc.",
                                      "spark.ember.network."))}
-        self.rpc_env = RpcEnv.create("sparkDriver", host, port, rpc_conf)
+        self.rpc_env = RpcEnv.create("sparkDriver", bind, port, rpc_conf, advertise=host)
         self.loop = RpcLoop(self.rpc_env)
         self.driver_endpoint = DriverEndpoint(self)
         self.rpc_env.setup_endpoint(ENDPOINT_NAME, self.driver_endpoint)

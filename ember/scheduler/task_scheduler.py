@@ -398,6 +398,9 @@ class TaskSchedulerImpl:
             self.executor_hosts.pop(executor_id, None)
             if self.health_tracker is not None:
                 self.health_tracker.handle_removed_executor(executor_id)
+            for attempts in self.stage_tsms.values():
+                for tsm in attempts.values():
+                    tsm.executor_lost(executor_id)   # a failed task stops waiting for it
             lost = [tid for tid, loc in self.task_id_to_location.items() if loc[0] == executor_id]
         for tid in lost:
             self.status_update(tid, "EXECUTOR_LOST",

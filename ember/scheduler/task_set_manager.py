@@ -65,6 +65,12 @@ class TaskSetManager:
         self.successful = [False] * self.num_tasks
         self.num_failures = [0] * self.num_tasks
         self.num_crashes = [0] * self.num_tasks
+        # Without exclude-on-failure, a failed task is retried on another executor while one
+        # exists (a full disk or a broken host would otherwise use up spark.task.maxFailures
+        # on the same executor in a second): executors each task failed on, and the executors
+        # that made offers. With it, the excludelist (maxTaskAttemptsPerExecutor) decides.
+        self.failed_on: dict[int, set[str]] = {}
+        self.seen_executors: set[str] = set()
         self.copies_running = [0] * self.num_tasks
         self.attempts: list[list[TaskInfo]] = [[] for _ in range(self.num_tasks)]
         self.tasks_successful = 0
@@ -193,6 +199,12 @@ class TaskSetManager:
         return ex is not None and (ex.is_node_excluded_for_task(host, index)
                                    or ex.is_executor_excluded_for_task(executor_id, index))
 
+    def _failed_here_elsewhere_possible(self, index: int, executor_id: str) -> bool:
+        """Without an excludelist: the task failed on this executor and another live
+        executor that made offers has not seen it fail, so it waits for that one."""
+        failed = self.failed_on.get(index)
+        return bool(failed) and executor_id in failed and bool(self.seen_executors - failed)
+
     def _dequeue(self, executor_id: str, host: str, slot: int, max_level: str
                  ) -> tuple[int, str, bool] | None:
         """(index, locality, speculative): a regular pending task first, else a speculative
@@ -232,7 +244,8 @@ class TaskSetManager:
     def _dequeue_regular(self, executor_id: str, host: str, slot: int, max_level: str
                          ) -> tuple[int, str] | None:
         ok = lambda i: (not self.successful[i] and not self.copies_running[i]
-                        and not self._excluded_for_task(i, executor_id, host))
+                        and not self._excluded_for_task(i, executor_id, host)
+                        and not self._failed_here_elsewhere_possible(i, executor_id))
         i = self._pop(self.for_process.get((executor_id, slot)), ok)
         if i is None:
             i = self._pop(self.for_executor_cache.get(executor_id), ok)
@@ -265,6 +278,7 @@ class TaskSetManager:
         if ex is not None and (ex.is_node_excluded_for_task_set(host) or
                                ex.is_executor_excluded_for_task_set(executor_id)):
             return None
+        self.seen_executors.add(executor_id)
         now = self.clock.time()
         allowed = max_level
         if self.is_barrier:
@@ -400,6 +414,8 @@ class TaskSetManager:
             if self.excludelist is not None:
                 self.excludelist.update_excluded_for_failed_task(
                     host, info.executor_id, index, info.error_message)
+            else:
+                self.failed_on.setdefault(index, set()).add(info.executor_id)
             self.num_failures[index] += 1
             if self.num_failures[index] >= self.max_task_failures:
                 self._abort_after_failures(index, info, reason, self.num_failures[index])
@@ -517,4 +533,5 @@ class TaskSetManager:
                    f"can be configured via spark.excludeOnFailure.*.\n", None)
 
     def executor_lost(self, executor_id: str) -> list[int]:
+        self.seen_executors.discard(executor_id)
         return [tid for tid in self.running if self.task_infos[tid].executor_id == executor_id]

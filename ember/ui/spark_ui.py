@@ -39,12 +39,23 @@ UI_THREADS = 8          # requests served at once; more wait (up to maxConnectio
 _MAX_LOGIN_BODY = 16 * 1024
 
 
+def _advertised_host(conf: Any) -> str:
+    """The driver's host as its peers know it (the standalone backend's choice), so the
+    master's link to this UI works from other hosts; loopback for local mode."""
+    master = str(conf.get("spark.master") or "")
+    if not master.startswith("spark://"):
+        return conf.get("spark.driver.host") or os.environ.get("SPARK_LOCAL_IP") \
+            or "127.0.0.1"
+    from ember.deploy.app_client import parse_master_urls
+    from ember.scheduler.standalone_backend import driver_host
+    return driver_host(conf, parse_master_urls(master))
+
+
 def ui_bind_host(conf: Any) -> str:
-    """Where the UI listens: the driver's address (spark.driver.bindAddress, else
-    spark.driver.host), else SPARK_LOCAL_IP, else 127.0.0.1 - where the driver's RPC listens
-    by default - never every interface unless asked (spark.driver.bindAddress=0.0.0.0)."""
-    return (conf.get("spark.driver.bindAddress") or conf.get("spark.driver.host")
-            or os.environ.get("SPARK_LOCAL_IP") or "127.0.0.1")
+    """Where the UI listens: where the driver's RPC listens (spark.driver.bindAddress, else
+    the address it advertises), never every interface unless asked
+    (spark.driver.bindAddress=0.0.0.0)."""
+    return conf.get("spark.driver.bindAddress") or _advertised_host(conf)
 
 
 def bind_ui(conf: Any) -> tuple[socket.socket, str, Optional[socket.socket]]:
@@ -69,8 +80,7 @@ def bind_ui(conf: Any) -> tuple[socket.socket, str, Optional[socket.socket]]:
     else:
         sock = bind_with_retries(SERVICE_NAME, host, port, retries)
     sock.setblocking(True)
-    public = os.environ.get("SPARK_PUBLIC_DNS") or conf.get("spark.driver.host") \
-        or os.environ.get("SPARK_LOCAL_IP") or "127.0.0.1"
+    public = os.environ.get("SPARK_PUBLIC_DNS") or _advertised_host(conf)
     scheme = "https" if redirect is not None else "http"
     url = f"{scheme}://{public}:{sock.getsockname()[1]}"
     log.info("Bound SparkUI to %s, and started at %s", host, url)

@@ -55,7 +55,7 @@ from ember.deploy.messages import (
     UploadAppResourceResponse, RecoveryState, NOT_RECORDED_PREFIX,
     BoundPortsRequest, CheckForWorkerTimeOut, CompleteRecovery, DecommissionWorkers,
     DecommissionWorkersOnHosts,
-    ElectedLeader, ExecutorStateChanged, RevokedLeadership,
+    ElectedLeader, ExecutorStateChanged, Heartbeat, RevokedLeadership,
     MasterChangeAcknowledged, RegisterApplication,
     UnregisterApplication,
     KillExecutors, RequestClearCompletedDriversAndApps, RequestDriverStatus, RequestExecutors,
@@ -82,6 +82,7 @@ ASK_MESSAGES: tuple[type, ...] = (
     RequestDriverStatus, RequestClearCompletedDriversAndApps, RequestMasterState, RequestReadyz,
     RequestExecutors, KillExecutors, DecommissionWorkersOnHosts, BoundPortsRequest,
     RequestKillApplication, RequestAppStatus,
+    Heartbeat,   # Ember: a worker asks it to renew its master lease (driver fencing)
 )
 
 # Ember's cluster-mode asks, served by this shell rather than the state machine: they move

@@ -182,6 +182,7 @@ class DriverInfo:
     attempt: int = 1                   # Ember: master-level launches (see LaunchDriver.attempt)
     exitStatus: Optional[int] = None   # Ember: the driver process's last exit code
     waitReason: Optional[str] = None   # Ember: why admission keeps a waiting driver waiting
+    relaunchNotBefore: int = 0         # Ember: epoch ms; a lost worker's lease (fencing)
 
 
 @dataclass(eq=False)

@@ -78,6 +78,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Optional, Union
 
 from ember.config import parse_bool, parse_time_seconds
+from ember.deploy.fencing import relaunch_not_before_ms
 from ember.deploy.messages import (
     ApplicationDescription, ApplicationFinished, ApplicationRemoved, ApplicationState,
     ApplicationSummary, AppStatusResponse, RequestAppStatus, WorkerDriverStateResponse,
@@ -85,8 +86,9 @@ from ember.deploy.messages import (
     CompleteRecovery, DecommissionWorker, DecommissionWorkers, DecommissionWorkersOnHosts,
     DriverDescription, DriverState, DriverStateChanged, DriverStatusResponse, DriverSummary,
     ElectedLeader, ExecutorAdded, ExecutorState, ExecutorStateChanged, ExecutorSummary,
-    ExecutorUpdated, Heartbeat, KillAllDriversResponse, KillDriver, KillDriverResponse,
-    KillExecutor, KillExecutors, LaunchDriver, LaunchExecutor, MasterChangeAcknowledged,
+    ExecutorUpdated, Heartbeat, HeartbeatResponse, KillAllDriversResponse, KillDriver,
+    KillDriverResponse, KillExecutor, KillExecutors, LaunchDriver, LaunchExecutor,
+    MasterChangeAcknowledged,
     MasterChanged, MasterInStandby, MasterStateResponse, NOT_RECORDED_PREFIX, ReconnectWorker,
     RecoveryState, RegisterApplication, RegisteredApplication, RegisteredWorker, RegisterWorker,
     RegisterWorkerFailed, RequestClearCompletedDriversAndApps, RequestDriverStatus,
@@ -120,6 +122,21 @@ class Ask:
     """A message that arrived as an ask; `request` routes the Reply back (opaque to the state)."""
     request: Any
     message: Any
+
+
+@dataclass(frozen=True)
+class LeaseExpired:
+    """Internal timer event: the lease of the worker a supervised driver was lost with has
+    run out, so the driver may be relaunched now (never arrives over the wire)."""
+    driver_id: str
+
+
+@dataclass(frozen=True)
+class LaunchBackoffExpired:
+    """Internal timer event: a worker where an application's executors kept failing to
+    start may be tried again (never arrives over the wire)."""
+    appId: str
+    workerId: str
 
 
 @dataclass(frozen=True)
@@ -270,6 +287,7 @@ class MasterConfig:
     reaper_iterations: int = 15
     recovery_mode: str = "NONE"
     recovery_timeout_ms: int = 60_000
+    worker_lease_ms: int = 60_000      # spark.ember.worker.masterLease (driver fencing)
     max_executor_retries: int = 10
     spread_out_drivers: bool = True
     spread_out_apps: bool = True
@@ -294,6 +312,10 @@ class MasterConfig:
             if _int(conf, key, default) < low:
                 raise ValueError(f"{key} must be at least {low}.")
         recovery_timeout = _seconds_ms(conf, "spark.deploy.recoveryTimeout")
+        lease = _seconds_ms(conf, "spark.ember.worker.masterLease")
+        if lease is not None and lease <= 0:
+            raise ValueError(f"Invalid value for spark.ember.worker.masterLease: "
+                             f"{conf.get('spark.ember.worker.masterLease')!r} (must be > 0)")
         if recovery_timeout is not None and recovery_timeout <= 0:
             raise ValueError("spark.deploy.recoveryTimeout must be positive.")
         default_cores = _int(conf, "spark.deploy.defaultCores", INT_MAX)
@@ -319,6 +341,7 @@ class MasterConfig:
             reaper_iterations=_int(conf, "spark.dead.worker.persistence", 15),
             recovery_mode=str(conf.get("spark.deploy.recoveryMode", "NONE")),
             recovery_timeout_ms=recovery_timeout if recovery_timeout is not None else timeout,
+            worker_lease_ms=lease if lease is not None else timeout,
             max_executor_retries=_int(conf, "spark.deploy.maxExecutorRetries", 10),
             spread_out_drivers=_bool(conf, "spark.deploy.spreadOutDrivers", True),
             spread_out_apps=_bool(conf, spread_key, True),
@@ -430,6 +453,8 @@ class MasterState:
         self._handlers: dict[type, Callable[[Any, Any], None]] = {
             RegisterWorker: self._on_register_worker,
             Heartbeat: self._on_heartbeat,
+            LeaseExpired: lambda m, r: self._schedule(),
+            LaunchBackoffExpired: lambda m, r: self._schedule(),
             WorkerLatestState: self._on_worker_latest_state,
             WorkerDecommissioning: self._on_worker_decommissioning,
             DecommissionWorkers: self._on_decommission_workers,
@@ -480,6 +505,8 @@ class MasterState:
         self.completedDrivers: list[DriverInfo] = []
         self.nextDriverNumber = 0
         self._capacity_warned: set[str] = set()  # drivers told "no worker is big enough"
+        # (app id, worker id) -> (consecutive executor launch failures, no launch before ms)
+        self._launch_backoff: dict[tuple[str, str], tuple[int, int]] = {}
         self.recoveryStartTimeMs = 0
         self._completedSeq = 0  # orders the retained lists' records across restarts
         # Recovered workers whose executors and drivers are not re-attached yet.
@@ -616,6 +643,11 @@ class MasterState:
 
     def _on_heartbeat(self, m: Heartbeat, request: Any) -> None:
         worker = self.idToWorker.get(m.workerId)
+        # Ember: a heartbeat sent as an ask is answered, renewing the worker's lease only
+        # while this master leads and counts it as registered; the answer carries the epoch
+        # so the worker can refuse a renewal from a deposed master.
+        self._reply(request, HeartbeatResponse(
+            worker is not None and self.state != RecoveryState.STANDBY, self.epoch))
         if worker is not None:
             worker.lastHeartbeat = self._now
         elif any(w.id == m.workerId for w in self.workers):
@@ -677,7 +709,8 @@ class MasterState:
         for driver in list(worker.drivers.values()):
             if driver.desc.supervise:
                 self._log(INFO, f"Re-launching {driver.id}")
-                self._relaunch_driver(driver)
+                self._relaunch_driver(driver, relaunch_not_before_ms(
+                    worker.lastHeartbeat, self.conf.worker_lease_ms))
             else:
                 self._log(INFO, f"Not re-launching {driver.id} because it was not supervised")
                 self._remove_driver(driver.id, DriverState.ERROR, None)
@@ -795,6 +828,8 @@ class MasterState:
         if app not in self.apps:
             return
         self._log(INFO, f"Removing app {app.id}")
+        for key in [k for k in self._launch_backoff if k[0] == app.id]:
+            del self._launch_backoff[key]
         del self.apps[app]
         self.idToApp.pop(app.id, None)
         address = self.address_of(app.driver)
@@ -847,6 +882,7 @@ class MasterState:
         exec.state = m.state
         if m.state == ExecutorState.RUNNING:
             app.reset_retry_count()
+            self._launch_backoff.pop((app.id, exec.worker.id), None)
         self._send(app.driver, ExecutorUpdated(m.execId, m.state, m.message, m.exitStatus, None,
                                                self.epoch))
         if m.state.isFinished():
@@ -856,6 +892,8 @@ class MasterState:
                 app.remove_executor(exec)
             exec.worker.remove_executor(exec)
             normal_exit = m.exitStatus == 0
+            if not normal_exit and old_state == ExecutorState.LAUNCHING:
+                self._back_off_launches(app, exec.worker)
             retries = self.conf.max_executor_retries
             # Only retry so many times so we don't loop forever; exits of decommissioned
             # executors are expected and don't count.
@@ -867,6 +905,24 @@ class MasterState:
                     self._remove_application(app, ApplicationState.FAILED)
         self._schedule()
         self._reply(request, True)
+
+    def _back_off_launches(self, app: ApplicationInfo, worker: WorkerInfo) -> None:
+        """Ember: an executor that failed before it ever ran (a full disk, a broken
+        environment) is replaced at once like Spark's, but past spark.deploy.maxExecutorRetries
+        consecutive failures on one worker the next launch there waits 1 s, 2 s, 4 s ... up
+        to 60 s (Spark relaunches in a tight loop while the app runs elsewhere: thousands of
+        launches a minute)."""
+        key = (app.id, worker.id)
+        failures = self._launch_backoff.get(key, (0, 0))[0] + 1
+        over = failures - max(self.conf.max_executor_retries, 0)
+        delay = 0 if over <= 0 else min(60_000, 1000 * 2 ** min(over - 1, 6))
+        self._launch_backoff[key] = (failures, self._now + delay)
+        if delay:
+            if over == 1:
+                self._log(WARN, f"Executors of {app.id} failed to start {failures} times in a "
+                                f"row on {worker.id}; backing off launches there")
+            self._out.append(ScheduleTimer(delay, LaunchBackoffExpired(app.id, worker.id),
+                                           None))
 
     def _on_request_executors(self, m: RequestExecutors, request: Any) -> None:
         pairs = list(m.resourceProfileToTotalExecs.items()
@@ -1030,6 +1086,15 @@ class MasterState:
             return
         if driver is not None and m.exitStatus is not None:
             driver.exitStatus = m.exitStatus
+        if m.state == DriverState.RELAUNCHING and driver is not None:
+            # Ember: its worker killed this copy when no master answered within its lease
+            # (fencing); the copy is gone, so a supervised driver is placed again at once.
+            if driver.desc.supervise:
+                self._log(INFO, f"Re-launching {driver.id}: {m.exception}")
+                self._relaunch_driver(driver)
+            else:
+                self._remove_driver(m.driverId, DriverState.ERROR, m.exception)
+            return
         if m.state in (DriverState.ERROR, DriverState.FINISHED, DriverState.KILLED,
                        DriverState.FAILED):
             self._remove_driver(m.driverId, m.state, m.exception)
@@ -1093,13 +1158,14 @@ class MasterState:
         for url in sorted(set().union(*(upload_urls(d.desc) for d in dropped)) - used):
             self._out.append(DeleteUpload(url))
 
-    def _relaunch_driver(self, driver: DriverInfo) -> None:
+    def _relaunch_driver(self, driver: DriverInfo, not_before_ms: int = 0) -> None:
         """Place a supervised driver whose worker was lost again, under the same id and the
         next attempt number. Spark gives it a new id instead (SPARK-19900), so that a copy
         still running behind a partition cannot be confused with the relaunch; here the
         attempt number does that job (stale reports are ignored, and the old worker is told
         to kill its copy when it re-registers), and `--status`/`ember logs` keep working
-        with the id the user was given."""
+        with the id the user was given. Fencing (SPARK-19900): it is placed no earlier than
+        `not_before_ms`, when the lost worker's lease has expired and it killed its copy."""
         if driver.worker is not None:
             driver.worker.remove_driver(driver)
         driver.worker = None
@@ -1107,6 +1173,12 @@ class MasterState:
         driver.attempt += 1
         driver.state = DriverState.SUBMITTED
         self._log(INFO, f"Driver {driver.id} will be relaunched as attempt {driver.attempt}")
+        driver.relaunchNotBefore = not_before_ms
+        if not_before_ms > self._now:
+            self._log(INFO, f"Driver {driver.id} waits {not_before_ms - self._now} ms for the "
+                            "lease of its lost worker to expire before it is relaunched")
+            self._out.append(ScheduleTimer(not_before_ms - self._now, LeaseExpired(driver.id),
+                                           None))
         self._persist(driver_key(driver.id), driver_record(driver))
         self.waitingDrivers.append(driver)
         self._schedule()
@@ -1267,7 +1339,8 @@ class MasterState:
         if self.state != RecoveryState.RECOVERING:
             return  # only once
         self.state = RecoveryState.COMPLETING_RECOVERY
-        for worker in [w for w in self.workers if w.state == WorkerState.UNKNOWN]:
+        silent = [w for w in self.workers if w.state == WorkerState.UNKNOWN]
+        for worker in silent:
             self._remove_worker(worker, "Not responding for recovery")
         for app in [a for a in self.apps if a.state == ApplicationState.UNKNOWN]:
             self._remove_application(app, ApplicationState.FINISHED)
@@ -1279,7 +1352,11 @@ class MasterState:
             self._log(WARN, f"Driver {driver.id} was not found after master recovery")
             if driver.desc.supervise:
                 self._log(WARN, f"Re-launching {driver.id}")
-                self._relaunch_driver(driver)
+                # every worker answered without it: nobody runs it. Else a silent worker
+                # may, behind a partition: wait out a lease counted from when the old
+                # master was last able to renew it, at the latest
+                self._relaunch_driver(driver, relaunch_not_before_ms(
+                    self.recoveryStartTimeMs, self.conf.worker_lease_ms) if silent else 0)
             else:
                 self._remove_driver(driver.id, DriverState.ERROR, None)
                 self._log(WARN, f"Did not re-launch {driver.id} because it was not supervised")
@@ -1375,8 +1452,9 @@ class MasterState:
         if self.state != RecoveryState.ALIVE:
             return
         alive = [w for w in self.workers if w.state == WorkerState.ALIVE]
-        if self.waitingDrivers:
-            plan = schedule_drivers(list(self.waitingDrivers), alive, self.conf.spread_out_drivers,
+        ready = [d for d in self.waitingDrivers if d.relaunchNotBefore <= self._now]
+        if ready:
+            plan = schedule_drivers(ready, alive, self.conf.spread_out_drivers,
                                     self.conf.max_drivers,
                                     len(self.drivers) - len(self.waitingDrivers), self.rng,
                                     self.conf.reserve_executor_for_drivers)
@@ -1424,6 +1502,9 @@ class MasterState:
                 if ordered is None:
                     ordered = WorkerOrder(alive, policy)
                 usable = usable_workers(app, ordered, policy, rp_id, presorted=True)
+                if self._launch_backoff:
+                    usable = [w for w in usable if self._launch_backoff.get(
+                        (app.id, w.id), (0, 0))[1] <= self._now]
                 if (len(self.waitingApps) == 1 and not self.waitingApps[0].executors
                         and not usable):
                     self._log(WARN, app_warning(app.id))
@@ -1485,7 +1566,7 @@ def driver_summary(d: DriverInfo) -> DriverSummary:
 __all__ = [
     "MasterState", "MasterConfig", "Ask", "Disconnected", "BeginRecovery", "Send", "Reply",
     "ReplyFailure", "Persist", "PersistFailed", "Unpersist", "DeleteUpload", "Log",
-    "ScheduleTimer", "Instruction",
+    "ScheduleTimer", "Instruction", "LeaseExpired", "LaunchBackoffExpired",
     "INFO", "WARN", "ERROR", "BACKUP_STANDALONE_MASTER_PREFIX", "megabytes_to_string",
     "bytes_to_string", "format_timestamp", "format_address", "worker_summary",
     "application_summary", "driver_summary", "executor_summary",

@@ -10,7 +10,7 @@ message naming the key instead of deep inside a timer.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Optional
 
 from ember.config import REGISTRY, ConfigEntry, parse_bool, parse_time_seconds
@@ -46,6 +46,11 @@ def _key(key: str, default: Any, parse: Callable[[Any], Any], doc: str) -> None:
 _key("spark.worker.timeout", 60.0, _seconds,
      "Seconds without a heartbeat before the master drops a worker; the worker sends a "
      "heartbeat every timeout/4.")
+_key("spark.ember.worker.masterLease", None, _seconds,
+     "Ember only (driver fencing, SPARK-19900): a worker that no master has answered for "
+     "this many seconds kills the drivers it runs, and a master relaunches a lost worker's "
+     "supervised driver only after it (plus 2 s). Default: spark.worker.timeout. Set the "
+     "same value on masters and workers.")
 _key("spark.worker.initialRegistrationRetries", 6, _int,
      "Registration retries at the short (INITIAL, 5-15 s) interval.")
 _key("spark.worker.maxRegistrationRetries", 16, _int,
@@ -107,6 +112,7 @@ class WorkerConf:
     decommission_enabled: bool = False
     port_max_retries: int = 16
     ask_timeout: float = 120.0
+    master_lease: float = 60.0
 
     @property
     def heartbeat_interval(self) -> float:
@@ -137,6 +143,11 @@ class WorkerConf:
             port_max_retries=_get(conf, "spark.port.maxRetries"),
             ask_timeout=_get(conf, "spark.rpc.askTimeout"),
         )
+        lease = _get(conf, "spark.ember.worker.masterLease")
+        if lease is not None and lease <= 0:
+            raise ValueError(f"Invalid value for spark.ember.worker.masterLease: {lease!r} "
+                             "(must be positive)")
+        c = replace(c, master_lease=c.timeout if lease is None else lease)
         if c.timeout <= 0:
             raise ValueError(f"Invalid value for spark.worker.timeout: {c.timeout!r} "
                              "(must be positive)")

@@ -54,7 +54,7 @@ from ember.deploy.messages import (AppResourceData, DriverDescription, DriverRun
                                    DriverState, DriverStateChanged, ResourceInformation)
 from ember.deploy.properties import parse_java_opts
 from ember.deploy.resources import write_resources_file
-from ember.deploy.worker.executor_runner import HEADER_RULE, GroupKiller
+from ember.deploy.worker.executor_runner import HEADER_RULE, GroupKiller, keep_host_env
 from ember.deploy.worker.memory_watchdog import (MemoryWatchdog, exceeded_message,
                                                   memory_limit_mb)
 
@@ -370,6 +370,7 @@ def build_driver_environment(base_env: Mapping[str, str], command_env: Mapping[s
     and the worker's RPC secret as _SPARK_AUTH_SECRET (never on a command line)."""
     env = {str(k): str(v) for k, v in base_env.items()}
     env.update({str(k): str(v) for k, v in command_env.items()})
+    keep_host_env(env, base_env)
     env["EMBER_SPARK_CONF"] = "\n".join(f"{k}={v}" for k, v in spark_conf.items())
     env["SPARK_DRIVER_LOG_URL_STDOUT"] = stdout_url
     env["SPARK_DRIVER_LOG_URL_STDERR"] = stderr_url
@@ -498,11 +499,14 @@ class DriverRunner:
                                         name=f"DriverRunner for {self.driverId}", daemon=True)
         self._thread.start()
 
-    def kill(self) -> None:
+    def kill(self, fence: bool = False) -> None:
         """Spark's DriverRunner.kill: mark killed and terminate the driver's process group
         (SIGTERM, then SIGKILL after spark.worker.driverTerminateTimeout). Returns at once
-        (safe on the worker's loop); the runner thread reports KILLED."""
+        (safe on the worker's loop); the runner thread reports KILLED. `fence`: the master
+        lease expired, a relaunch may start soon elsewhere: SIGKILL at once, no grace."""
         with self._lock:
+            if fence:
+                self._group.terminate_timeout = 0.0
             if self._killed.is_set() or self._done.is_set():
                 return
             self._killed.set()
@@ -570,6 +574,9 @@ class DriverRunner:
                 self.driver_dir, "spark.driver", self.resources)
         if self._auth_secret:   # the worker's secret reaches the driver via the environment
             props.pop("spark.authenticate.secret", None)
+            # a submitter's secret file names the cluster secret (and may not exist here):
+            # it would win over the application credential in the environment
+            props.pop("spark.authenticate.secret.file", None)
         cmd = driver_command(desc, substitute_driver_variables(
             desc.command.arguments, worker_url=self.worker_url, user_jar=user_jar))
         env = build_driver_environment(

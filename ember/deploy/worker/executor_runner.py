@@ -47,7 +47,8 @@ from ember.deploy.worker.memory_watchdog import (MemoryWatchdog, exceeded_messag
 log = logging.getLogger("ember.deploy.worker.ExecutorRunner")
 
 __all__ = ["ExecutorRunner", "substitute_variables", "build_command", "command_header",
-           "build_environment", "terminate_process_tree", "kill_all_runners"]
+           "build_environment", "keep_host_env", "HOST_ENV", "terminate_process_tree",
+           "kill_all_runners"]
 
 HEADER_RULE = "=" * 40
 _MAIN_CLASS_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -90,6 +91,19 @@ def command_header(cmd: Sequence[str]) -> str:
     return f"Spark Executor Command: {formatted}\n{HEADER_RULE}\n\n"
 
 
+HOST_ENV = ("SPARK_LOCAL_IP", "SPARK_LOCAL_HOSTNAME", "SPARK_PUBLIC_DNS")
+
+
+def keep_host_env(env: dict[str, str], base_env: Mapping[str, str]) -> None:
+    """Variables that name a host are the worker's, whatever a submitted Command carries:
+    a child bound to another host's address cannot start (or advertises a peer's)."""
+    for key in HOST_ENV:
+        if key in base_env:
+            env[key] = str(base_env[key])
+        else:
+            env.pop(key, None)
+
+
 def build_environment(base_env: Mapping[str, str], command_env: Mapping[str, str], *,
                       executor_dirs: Sequence[str], stdout_url: str, stderr_url: str,
                       auth_secret: Optional[str] = None,
@@ -104,6 +118,7 @@ def build_environment(base_env: Mapping[str, str], command_env: Mapping[str, str
     spark.shuffle.service.port differs."""
     env = {str(k): str(v) for k, v in base_env.items()}
     env.update({str(k): str(v) for k, v in command_env.items()})
+    keep_host_env(env, base_env)
     env["SPARK_EXECUTOR_DIRS"] = os.pathsep.join(executor_dirs)
     env["SPARK_LOG_URL_STDOUT"] = stdout_url
     env["SPARK_LOG_URL_STDERR"] = stderr_url

@@ -30,6 +30,11 @@ Deliberate deviations from Spark:
 - fencing: every instruction from a master carries its leadership epoch, and one from an
   older epoch than the newest seen is refused (`EpochFence`), so a deposed master can
   neither launch nor kill anything here;
+- driver fencing (SPARK-19900): heartbeats are asks, and the master's answer renews a lease
+  (`spark.ember.worker.masterLease`); when no master has answered for longer than it, the
+  worker kills its drivers (SIGKILL) and reports that once re-registered, while the master
+  relaunches a lost worker's supervised driver only after the lease, so no driver ever runs
+  twice at once;
 - on MasterChanged the worker first re-sends the final states of the drivers that ended
   here (a report sent while the master was down is lost), then answers
   WorkerSchedulerStateResponse, so a recovered master never declares a driver that finished
@@ -47,20 +52,21 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from ember import config
 from ember.deploy.messages import (
     AppResourceData, ApplicationFinished, DecommissionWorker, DriverLogResponse, DriverState,
     DriverStateChanged, ExecutorState, ExecutorStateChanged, FetchAppResource, Heartbeat,
+    HeartbeatResponse,
     KillDriver, KillExecutor, LaunchDriver, LaunchExecutor, MasterChanged, MasterInStandby,
     ReconnectWorker, RegisteredWorker, RegisterWorker, RegisterWorkerFailed, RequestDriverLog,
     RequestWorkerState, ResourceInformation, WorkerDecommissioning, WorkerDecommissionSigReceived,
     WorkerDriverStateResponse, WorkerExecutorStateResponse, WorkerLatestState,
     WorkerSchedulerStateResponse, WorkerStateResponse,
 )
-from ember.deploy.fencing import EpochFence
+from ember.deploy.fencing import EpochFence, MasterLease
 from ember.deploy.resources import ResourceError, get_or_discover_all_resources
 from ember.deploy.worker.config import WorkerConf, local_root_dirs
 from ember.deploy.worker.driver_runner import DriverRunner
@@ -316,6 +322,10 @@ class Worker(RpcEndpoint):
         self.finished_drivers: OrderedDict[str, DriverRunner] = OrderedDict()
         self.app_directories: dict[str, list[str]] = {}
         self.fence = EpochFence()
+        # Driver fencing (SPARK-19900): drivers die here before a master relaunches them.
+        self.lease = MasterLease(self.wconf.master_lease)
+        self._lease_timer: Optional[Cancellable] = None
+        self.lease_killed: set[str] = set()
         # Final states of drivers that ended here (monotonic time, report), and since when a
         # report may have been lost (the master's connection dropped): re-sent on reconnect.
         self.driver_final_states: OrderedDict[str, tuple[float, DriverStateChanged]] = \
@@ -468,11 +478,15 @@ class Worker(RpcEndpoint):
             log.warning("Duplicate registration at master %s", url)
         log.info("Successfully registered with master %s", url)
         self.registered = True
+        self.lease.renew(time.monotonic())
         self._change_master(m.master, m.masterWebUiUrl, m.masterAddress)
         self._resend_driver_final_states(m.master)
         if self._heartbeat_timer is None:
             self._heartbeat_timer = self.rpc_env.schedule_periodic(
                 0.0, self.wconf.heartbeat_interval, self._send_heartbeat)
+        if self._lease_timer is None:
+            every = self.lease.check_interval
+            self._lease_timer = self.rpc_env.schedule_periodic(every, every, self._check_lease)
         if self.wconf.cleanup_enabled and self._cleanup_timer is None:
             log.info("Worker cleanup enabled; old application directories will be deleted "
                      "in: %s", self.work_dir)
@@ -498,12 +512,52 @@ class Worker(RpcEndpoint):
                 master.send(report)
 
     def _send_heartbeat(self) -> None:
-        """A heartbeat is fire-and-forget: one sent while the connection to the master is up
-        is the best evidence of a live link there is (a lost connection clears `connected`
-        and stops them, so the metrics' heartbeat age then grows)."""
-        if self.connected:
-            self._send_to_master(Heartbeat(self.worker_id, self.self_ref))
+        """Heartbeats go out while the connection to the master is up (a lost connection
+        clears `connected` and stops them, so the metrics' heartbeat age then grows). Ember
+        sends them as asks: the master's answer renews the lease from the moment the
+        heartbeat was sent (a cut link or a frozen master leaves it unanswered)."""
+        if self.connected and self.master is not None:
+            sent = time.monotonic()
+            master = self.master
+            fut = master.ask(Heartbeat(self.worker_id, self.self_ref),
+                             timeout=self.lease.lease_s)
+            fut.add_done_callback(
+                lambda f: self.rpc_env.call_soon(self._on_heartbeat_answer, f, sent, master))
             self.last_heartbeat_ms = int(time.time() * 1000)
+
+    def _on_heartbeat_answer(self, f: concurrent.futures.Future, sent: float,
+                             master: RpcEndpointRef) -> None:
+        """Renew the lease only on the answer of the master this worker still follows, at
+        an epoch no older than the newest seen (i12a's fence): a deposed leader that has not
+        noticed yet must not keep this worker's drivers alive."""
+        if f.cancelled() or f.exception() is not None or master is not self.master:
+            return
+        answer = f.result()
+        if not isinstance(answer, HeartbeatResponse) or not answer.renewed:
+            return
+        if answer.epoch and answer.epoch < self.fence.newest:
+            log.warning("Not renewing the master lease from a master at epoch %d: a master at "
+                        "epoch %d has taken over", answer.epoch, self.fence.newest)
+            return
+        self.lease.renew(sent)
+
+    def _check_lease(self) -> None:
+        """Kill every driver here once no master answered for longer than the lease: a
+        master that lost this worker relaunches its supervised drivers after that lease, so
+        two copies never run at once. Reported (re-sent final states) on re-registration."""
+        now = time.monotonic()
+        if self.stopped or not self.lease.expired(now):
+            return
+        for driver_id, runner in list(self.drivers.items()):
+            if driver_id in self.lease_killed:
+                continue
+            log.warning("No master has answered for %.1f s (spark.ember.worker.masterLease="
+                        "%.1f s): killing driver %s, which a master may relaunch elsewhere",
+                        self.lease.silent_for(now), self.lease.lease_s, driver_id)
+            self.lease_killed.add(driver_id)
+            if self._resend_since is None:
+                self._resend_since = now
+            runner.kill(fence=True)
 
     def _send_to_master(self, msg: Any) -> None:
         if self.master is not None:
@@ -868,7 +922,14 @@ class Worker(RpcEndpoint):
         self.rpc_env.call_soon(self._handle_driver_state_changed, m)
 
     def _handle_driver_state_changed(self, m: DriverStateChanged) -> None:
-        """Spark's handleDriverStateChanged: log, forward, release the driver's share."""
+        """Spark's handleDriverStateChanged: log, forward, release the driver's share. A
+        driver this worker killed when its master lease ran out is reported RELAUNCHING
+        (Ember): it is gone, and a supervised one may run again at once."""
+        if m.driverId in self.lease_killed and m.state == DriverState.KILLED:
+            self.lease_killed.discard(m.driverId)
+            m = replace(m, state=DriverState.RELAUNCHING, exception=(
+                f"Killed by worker {self.worker_id}: no master answered within "
+                f"spark.ember.worker.masterLease ({self.lease.lease_s:g} s)"))
         if m.state == DriverState.ERROR:
             log.warning("Driver %s failed with unrecoverable exception: %s", m.driverId,
                         m.exception)
@@ -882,7 +943,7 @@ class Worker(RpcEndpoint):
             log.info("Driver %s changed state to %s", m.driverId, m.state)
         self._send_to_master(m)
         if m.state in (DriverState.FINISHED, DriverState.FAILED, DriverState.KILLED,
-                       DriverState.ERROR):
+                       DriverState.ERROR, DriverState.RELAUNCHING):
             self.driver_final_states[m.driverId] = (time.monotonic(), m)
             trim_finished(self.driver_final_states, self.wconf.retained_drivers)
         runner = self.drivers.pop(m.driverId, None)

@@ -1,0 +1,1 @@
+"""Test beds that ship with the package (multi-host namespaces for tests and benchmarks)."""
