@@ -192,9 +192,13 @@ class LocalCluster:
                 pass
         psutil.wait_procs(procs, timeout=5)
 
+    def daemons(self) -> list[subprocess.Popen | None]:
+        """The daemon processes this cluster started (None where one is down)."""
+        return [self.master, *self.workers]
+
     def all_processes(self) -> list[psutil.Process]:
         out: list[psutil.Process] = []
-        for p in [self.master, *self.workers]:
+        for p in self.daemons():
             if p is None:
                 continue
             try:

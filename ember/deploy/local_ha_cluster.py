@@ -16,8 +16,6 @@ import urllib.request
 import uuid
 from typing import Any, Callable, Optional
 
-import psutil
-
 from ember.deploy.local_cluster import LocalCluster, free_port
 
 
@@ -145,17 +143,8 @@ class LocalHACluster(LocalCluster):
     def resume_master(self, i: int) -> None:
         self.masters[i].send_signal(signal.SIGCONT)
 
-    def all_processes(self) -> list[psutil.Process]:
-        out: list[psutil.Process] = []
-        for p in [*self.masters, *self.workers]:
-            if p is None:
-                continue
-            try:
-                proc = psutil.Process(p.pid)
-                out += [proc] + proc.children(recursive=True)
-            except psutil.NoSuchProcess:
-                pass
-        return out
+    def daemons(self) -> list[subprocess.Popen | None]:
+        return [*self.masters, *self.workers]
 
     def stop(self) -> None:
         for p in self.masters:
