@@ -38,7 +38,7 @@ from ember.resultiterable import ResultIterable
 from ember.statcounter import StatCounter
 from ember.storage.block_manager import read_batches
 from ember.storagelevel import StorageLevel
-from ember.util import (fail_on_stopiteration, filter_checked, flat_map_checked,
+from ember.util.user_code import (fail_on_stopiteration, filter_checked, flat_map_checked,
                         map_checked)
 
 __all__ = ["RDD", "portable_hash", "Partitioner", "BoundedFloat"]

@@ -24,7 +24,7 @@ from ember.files import SparkFiles
 from ember.shuffle.base import FetchFailedError
 from ember.storage.block_manager import BlockManager
 from ember.taskcontext import BarrierTaskContext, TaskContext
-from ember.util import escaped_stop_iteration, stop_iteration_error
+from ember.util.user_code import escaped_stop_iteration, stop_iteration_error
 
 RESULT, MAP = "result", "map"
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ember.errors import PySparkRuntimeError
 
-_EMBER_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_EMBER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _STDLIB_DIR = os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep
 _SITE_DIRS = tuple({os.path.abspath(sysconfig.get_paths()[k]) + os.sep
                     for k in ("purelib", "platlib")})
