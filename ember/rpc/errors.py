@@ -53,3 +53,12 @@ class RpcRemoteError(RpcError):
 
 class RpcBindError(RpcError, OSError):
     """The RpcEnv could not listen on its port (nor on the successive ones it tried)."""
+
+
+class UnsupportedMessageError(RpcError, ValueError):
+    """An endpoint received a message type it does not handle (Spark's Inbox answers
+    "Unsupported message ..."). The one error every endpoint raises or replies for it."""
+
+    def __init__(self, msg: object, sender: object = None) -> None:
+        where = f" from {sender}" if sender is not None else ""
+        super().__init__(f"Unsupported message {type(msg).__name__}{where}")
