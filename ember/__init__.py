@@ -8,8 +8,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-# The PySpark version Ember implements: as for pip-installed PySpark, sc.version is the same.
-__version__ = "4.1.1"
+from ember.version import __version__  # noqa: F401  (PySpark's pyspark.__version__)
 
 _EXPORTS = {
     "SparkConf": "ember.conf", "SparkContext": "ember.context",

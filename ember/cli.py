@@ -11,7 +11,7 @@ import runpy
 import sys
 from typing import Sequence
 
-from ember import __version__
+from ember.version import __version__
 from ember.shell import LOGO
 
 BANNER = LOGO + r"""
@@ -223,7 +223,7 @@ def cmd_logs(argv: Sequence[str]) -> int:
 def cmd_submit(argv: Sequence[str]) -> int:
     args = submit_parser().parse_args(argv)
     if args.version:
-        from ember.context import SPARK_VERSION
+        from ember.version import SPARK_VERSION
         print(BANNER.format(version=__version__, spark=SPARK_VERSION,
                             py=".".join(map(str, sys.version_info[:3]))))
         return 0

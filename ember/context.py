@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable
 
 from typing import TYPE_CHECKING
 
-from ember import __version__, config, fs
+from ember import config, fs
 from ember.accumulators import (COMPLEX_ACCUMULATOR_PARAM, FLOAT_ACCUMULATOR_PARAM,
                                 INT_ACCUMULATOR_PARAM, Accumulator, AccumulatorParam,
                                 new_accumulator_id)
@@ -30,6 +30,7 @@ from ember.broadcast import Broadcast
 from ember.conf import SparkConf
 from ember.errors import PySparkRuntimeError, SparkException
 from ember.files import SparkFiles
+from ember.version import SPARK_VERSION
 
 if TYPE_CHECKING:
     from ember.rdd import RDD
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ember")
 
-SPARK_VERSION = __version__     # PySpark's sc.version and pyspark.__version__ agree too
 # PySpark's DEFAULT_CONFIGS, set on every context's conf when absent
 _DEFAULT_CONFIGS = {"spark.serializer.objectStreamReset": 100, "spark.rdd.compress": True,
                     "spark.sql.artifact.isolation.enabled": "false"}

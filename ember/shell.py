@@ -38,7 +38,7 @@ def start_session(conf: Mapping[str, str]) -> dict[str, Any]:
 
 def banner(namespace: Mapping[str, Any]) -> str:
     """pyspark's welcome: the logo, the Python, where the UI is and what is bound."""
-    from ember import __version__
+    from ember.version import __version__
     sc = namespace["sc"]
     ui = (f"Spark context Web UI available at {sc.uiWebUrl}\n" if sc.uiWebUrl
           else "Spark context Web UI is off (spark.ui.enabled=false)\n")

@@ -63,7 +63,7 @@ def status_response_json(driver_id: str, st: DriverStatus) -> str:
     """The SubmissionStatusResponse block spark-submit --status logs (RestSubmissionClient's
     handleRestResponse), in Spark's Jackson layout, whichever gateway answered: tools such as
     Airflow's SparkSubmitHook read the `"driverState" : "X",` line of it."""
-    from ember.context import SPARK_VERSION
+    from ember.version import SPARK_VERSION
     from ember.deploy.rest.protocol import SubmissionStatusResponse, to_json
     return "Server responded with SubmissionStatusResponse:\n" + to_json(
         SubmissionStatusResponse(
@@ -77,7 +77,7 @@ def status_response_json(driver_id: str, st: DriverStatus) -> str:
 def kill_response_json(driver_id: str, ok: bool, message: str) -> str:
     """The KillSubmissionResponse block spark-submit --kill logs, whichever gateway
     answered."""
-    from ember.context import SPARK_VERSION
+    from ember.version import SPARK_VERSION
     from ember.deploy.rest.protocol import KillSubmissionResponse, to_json
     return "Server responded with KillSubmissionResponse:\n" + to_json(
         KillSubmissionResponse(message=message,

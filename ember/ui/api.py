@@ -16,7 +16,7 @@ import time
 import zipfile
 from typing import Any, Iterable, Mapping, Protocol
 
-from ember.context import SPARK_VERSION
+from ember.version import SPARK_VERSION
 from ember.ui.status_store import AppStatusStore
 
 API_ROOT = "/api/v1"

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 from ember import config, fs
-from ember.context import SPARK_VERSION
+from ember.version import SPARK_VERSION
 from ember.scheduler import listener as L
 from ember.scheduler.task import (ExceptionFailure, ExecutorLostFailure, FetchFailed, Success,
                                   TaskEndReason, TaskInfo, TaskKilled, TaskProcessCrashed)

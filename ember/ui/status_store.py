@@ -25,7 +25,7 @@ import time
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from ember import config
-from ember.context import SPARK_VERSION
+from ember.version import SPARK_VERSION
 from ember.scheduler import listener as L
 
 log = logging.getLogger(__name__)

@@ -106,7 +106,7 @@ _LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": logging.WARNING
 
 def spark_version() -> str:
     """The Spark version Ember reproduces (logged at start-up like Spark's master)."""
-    from ember.context import SPARK_VERSION
+    from ember.version import SPARK_VERSION
     return SPARK_VERSION
 
 

@@ -20,7 +20,7 @@ import urllib.request
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Union
 from urllib.parse import quote
 
-from ember.context import SPARK_VERSION
+from ember.version import SPARK_VERSION
 from ember.deploy.rest import jws
 from ember.deploy.rest.protocol import (
     PROTOCOL_VERSION, SC_UNKNOWN_PROTOCOL_VERSION, CreateSubmissionRequest,

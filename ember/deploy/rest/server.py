@@ -32,7 +32,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from ember.context import SPARK_VERSION
+from ember.version import SPARK_VERSION
 from ember.deploy.master.state import BACKUP_STANDALONE_MASTER_PREFIX
 from ember.deploy.master.uploads import DEFAULT_MAX_BYTES, AppResourceStore
 from ember.deploy.messages import (
