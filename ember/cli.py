@@ -241,7 +241,7 @@ def cmd_submit(argv: Sequence[str]) -> int:
         raise CliError(f"File {args.app} does not exist")
     if args.verbose:
         print(f"Main class:\n{app}\nArguments:\n" + "\n".join(args.app_args), file=sys.stderr)
-        from ember.config import redact
+        from ember.redaction import redact
         print("Spark config:\n" + "\n".join(f"({k},{v})" for k, v in redact(conf, conf.items())),
               file=sys.stderr)       # secrets (S3A keys too) hidden, as spark-submit does
     return run_app(app, args.app_args, conf)

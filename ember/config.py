@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 _MEM_UNITS = {"b": 1 / (1024 * 1024), "k": 1 / 1024, "kb": 1 / 1024, "m": 1, "mb": 1,
               "g": 1024, "gb": 1024, "t": 1024 * 1024, "tb": 1024 * 1024,
@@ -285,12 +285,3 @@ def read(conf: Any, key: str, default: Any = None) -> Any:
     except (ValueError, TypeError) as e:
         raise ValueError(f"Invalid value for {key}: {raw!r} ({e})") from None
 
-
-REDACTED = "*********(redacted)"
-
-
-def redact(conf: Any, items: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Spark's Utils.redact, sorted: the value of every entry whose key or value matches
-    spark.redaction.regex (secrets, tokens, S3A access and secret keys) is hidden."""
-    from ember.redaction import redact_pairs, redaction_pattern   # the one rule
-    return sorted(redact_pairs(redaction_pattern(conf), items))

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable
 
 from typing import TYPE_CHECKING
 
-from ember import config, fs
+from ember import config, fs, redaction
 from ember.accumulators import (COMPLEX_ACCUMULATOR_PARAM, FLOAT_ACCUMULATOR_PARAM,
                                 INT_ACCUMULATOR_PARAM, Accumulator, AccumulatorParam,
                                 new_accumulator_id)
@@ -410,9 +410,9 @@ class SparkContext:
         props["spark.app.startTime"] = str(self._start_time)
         return {"JVM Information": [("Python Version", sys.version.split()[0]),
                                     ("Python Executable", sys.executable)],
-                "Spark Properties": config.redact(self._conf, props.items()),
+                "Spark Properties": redaction.redact(self._conf, props.items()),
                 "Hadoop Properties": [],
-                "System Properties": config.redact(
+                "System Properties": redaction.redact(
                     self._conf,
                     [("user.name", self.sparkUser()), ("user.dir", os.getcwd()),
                      ("os.name", sys.platform), ("ember.home", os.path.dirname(__file__))] +

@@ -15,12 +15,18 @@ from typing import Any, Iterable, Mapping, Pattern
 
 from ember import config
 
-REDACTED = config.REDACTED
+REDACTED = "*********(redacted)"
 
 
 def redaction_pattern(conf: Any) -> Pattern[str]:
     """spark.redaction.regex of `conf` (a SparkConf or a dict), compiled."""
     return re.compile(config.read(conf, "spark.redaction.regex"))
+
+
+def redact(conf: Any, items: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Spark's Utils.redact, sorted: the value of every entry whose key or value matches
+    spark.redaction.regex (secrets, tokens, S3A access and secret keys) is hidden."""
+    return sorted(redact_pairs(redaction_pattern(conf), items))
 
 
 def _secret(pattern: Pattern[str], key: str, value: str) -> bool:
@@ -53,4 +59,4 @@ def redact_command(pattern: Pattern[str], command: Any) -> Any:
         javaOpts=redact_args(pattern, command.javaOpts))
 
 
-__all__ = ["REDACTED", "redaction_pattern", "redact_pairs", "redact_args", "redact_command"]
+__all__ = ["REDACTED", "redact", "redaction_pattern", "redact_pairs", "redact_args", "redact_command"]

@@ -13,8 +13,9 @@ import pytest
 from ember.deploy.fencing import EpochFence
 from ember.deploy.master.persistence import (
     BlackHolePersistenceEngine, FileSystemPersistenceEngine, MonarchyLeaderAgent,
-    RecoveryError, create_recovery, decode_record, encode_record, recovery_mode,
+    RecoveryError, decode_record, encode_record,
 )
+from ember.deploy.master.recovery_mode import create_recovery, recovery_mode
 from ember.deploy.master.records import StoredState, no_bind
 from ember.deploy.master.state import (
     Ask, BeginRecovery, MasterState, Persist, Reply, ScheduleTimer, Unpersist,

@@ -16,7 +16,8 @@ from kazoo.client import KazooClient
 
 from ember.deploy.local_cluster import free_port
 from ember.deploy.local_zookeeper import LocalZooKeeper
-from ember.deploy.master.persistence import RecoveryError, create_recovery, encode_record
+from ember.deploy.master.persistence import RecoveryError, encode_record
+from ember.deploy.master.recovery_mode import create_recovery
 from ember.deploy.master.uploads import UploadError
 from ember.deploy.master.zookeeper import (
     CHUNK_BYTES, NotLeaderError, ZooKeeperLeaderElectionAgent, ZooKeeperPersistenceEngine,

@@ -9,6 +9,7 @@ PySpark's RuntimeError.
 from __future__ import annotations
 
 import itertools
+import sys
 import threading
 from typing import Optional, Union
 
@@ -103,7 +104,9 @@ class ResourceProfileBuilder:
     def build(self) -> ResourceProfile:
         profile = ResourceProfile(_exec_req=self._executor_resource_requests,
                                   _task_req=self._task_resource_requests)
-        from ember.context import SparkContext
-        if SparkContext._active_spark_context is not None:
+        # Looked up, not imported: the driver runtime imports this module, and no context is
+        # active in a process that never imported ember.context.
+        context = sys.modules.get("ember.context")
+        if context is not None and context.SparkContext._active_spark_context is not None:
             profile._ensure_id()
         return profile

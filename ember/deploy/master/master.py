@@ -41,9 +41,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional
 
-from ember.deploy.master.persistence import (
-    LeaderElectionAgent, PersistenceEngine, check_recovery_conf, create_recovery,
-)
+from ember.deploy.master.persistence import LeaderElectionAgent, PersistenceEngine
+from ember.deploy.master.recovery_mode import check_recovery_conf, create_recovery
 from ember.deploy.master.records import StoredState
 from ember.deploy.master.state import (
     Ask, BeginRecovery, DeleteUpload, Disconnected, Instruction, Log, MasterConfig, MasterState,
