@@ -30,6 +30,7 @@ from ember.broadcast import Broadcast
 from ember.conf import SparkConf
 from ember.errors import PySparkRuntimeError, SparkException
 from ember.files import SparkFiles
+from ember.util.logs import own_logger
 from ember.version import SPARK_VERSION
 
 if TYPE_CHECKING:
@@ -55,13 +56,8 @@ _LOCAL_CLUSTER_RE = re.compile(r"local-cluster\[\s*([0-9]+)\s*,\s*([0-9]+)\s*,\s
 
 
 def _setup_logging() -> None:
-    if not logging.getLogger().handlers and not log.handlers:
-        h = logging.StreamHandler(sys.stderr)
-        h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s",
-                                         "%y/%m/%d %H:%M:%S"))
-        log.addHandler(h)
-        log.setLevel(logging.WARNING)
-        log.propagate = False
+    if not logging.getLogger().handlers:
+        own_logger("ember", logging.WARNING)
 
 
 def parse_local_master(master: str) -> tuple[int, int] | None:

@@ -43,48 +43,8 @@ STOP_TIMEOUT_SECONDS = 10.0
 
 
 # ---------------------------------------------------------------------------------------------
-# Logging for daemons (Spark's log4j2 default layout)
+# Logging for daemons (the layout and set-up: ember.util.logs)
 # ---------------------------------------------------------------------------------------------
-
-class SparkLogFormatter(logging.Formatter):
-    """`yy/MM/dd HH:mm:ss LEVEL Name: message` - Spark's default pattern
-    `%d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex`, so Ember logs read (and grep) like Spark's."""
-
-    _LEVELS = {"WARNING": "WARN", "CRITICAL": "FATAL"}
-
-    def __init__(self) -> None:
-        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s",
-                         datefmt="%y/%m/%d %H:%M:%S")
-
-    def format(self, record: logging.LogRecord) -> str:
-        record = logging.makeLogRecord(record.__dict__)
-        record.levelname = self._LEVELS.get(record.levelname, record.levelname)
-        record.name = record.name.rsplit(".", 1)[-1]
-        return super().format(record)
-
-
-def configure_daemon_logging(level: int | str | None = None) -> None:
-    """Send every log record to stderr in Spark's layout (the daemon's `.out` file when run by
-    `start_daemon`). Level from `level`, else env `EMBER_LOG_LEVEL`, else INFO. Idempotent."""
-    root = logging.getLogger()
-    if level is None:
-        level = os.environ.get("EMBER_LOG_LEVEL", "INFO").upper()
-        if level == "WARN":
-            level = "WARNING"
-    for h in root.handlers:
-        if getattr(h, "_ember_daemon", False):
-            break
-    else:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(SparkLogFormatter())
-        handler._ember_daemon = True  # type: ignore[attr-defined]
-        root.addHandler(handler)
-    try:
-        root.setLevel(level)
-    except (ValueError, TypeError):
-        root.setLevel(logging.INFO)
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-
 
 def log_daemon_start(logger: logging.Logger) -> None:
     """Spark's Utils.initDaemon line: which process this is, for matching logs to pids."""
@@ -405,6 +365,6 @@ def _unlink(path: str) -> None:
         pass
 
 
-__all__ = ["start_daemon", "stop_daemon", "decommission_daemon", "daemon_status", "daemon_signature", "configure_daemon_logging",
-           "SparkLogFormatter", "log_daemon_start", "log_file", "pid_file", "log_dir",
+__all__ = ["start_daemon", "stop_daemon", "decommission_daemon", "daemon_status", "daemon_signature",
+           "log_daemon_start", "log_file", "pid_file", "log_dir",
            "pid_dir", "rotate_log", "own_log_file", "DAEMON_LOG_FILE_ENV"]

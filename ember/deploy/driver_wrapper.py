@@ -30,6 +30,8 @@ import os
 import sys
 from typing import Any, Optional
 
+from ember.util.logs import own_logger
+
 USAGE = "Usage: DriverWrapper <workerUrl> <userJar> <driverMainClass> [options]"
 SPARK_SUBMIT = "org.apache.spark.deploy.SparkSubmit"
 EXCEPTION_FILE = "driver-exception.json"
@@ -43,15 +45,7 @@ class DriverMainError(Exception):
 def _logger() -> Any:
     """The wrapper's own logger on stderr; it leaves the root logger to the application."""
     import logging
-    log = logging.getLogger("ember.deploy.DriverWrapper")
-    if not log.handlers:
-        h = logging.StreamHandler(sys.stderr)
-        h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s",
-                                         "%y/%m/%d %H:%M:%S"))
-        log.addHandler(h)
-        log.setLevel(logging.INFO)
-        log.propagate = False
-    return log
+    return own_logger("ember.deploy.DriverWrapper", logging.INFO)
 
 
 def start_worker_watcher(worker_url: str, timeout: float = 30.0) -> Optional[Any]:

@@ -38,6 +38,7 @@ from ember.scheduler.event_loop import RpcLoop
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv, RpcRemoteError
 from ember.shuffle.crypto import key_from_conf
 from ember.shuffle.reader import read_shuffle_segment
+from ember.util.logs import configure_logging
 
 log = logging.getLogger("ember.executor")
 
@@ -415,9 +416,7 @@ def pyspark_worker_memory_mb(conf: dict[str, str]) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        datefmt="%y/%m/%d %H:%M:%S")
+    configure_logging(logging.INFO)
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     driver_addr = _endpoint_address(args.driver_url)
     worker_addr = _endpoint_address(args.worker_url) if args.worker_url else None

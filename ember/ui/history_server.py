@@ -40,6 +40,7 @@ from ember.ui.event_log import (
     EventLogInfo, is_log_dir, is_regular_file, list_event_logs, replay, resolve_log_dir,
 )
 from ember.ui.status_store import AppStatusStore
+from ember.util.logs import configure_logging
 
 log = logging.getLogger("ember.deploy.history.HistoryServer")
 
@@ -284,9 +285,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as e:
         print(f"Error: {e}", file=sys.stderr)
         return 1
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        datefmt="%y/%m/%d %H:%M:%S")
+    configure_logging(logging.INFO)
     try:
         server = HistoryServer(log_dir, conf)
         bound = server.start(host, port)

@@ -42,6 +42,7 @@ from typing import Any, Callable, Iterable
 
 from ember.scheduler import listener as L
 from ember.scheduler.task import SUCCESS, Success, TaskInfo
+from ember.util.logs import configure_logging
 
 log = logging.getLogger("ember.ui.UiProcess")
 
@@ -235,6 +236,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(logging.WARNING)
     os._exit(main())      # the UI's server threads end with the process, at once

@@ -186,8 +186,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return parsed
     args = parsed
 
-    from ember.deploy.daemon import configure_daemon_logging, log_daemon_start
-    configure_daemon_logging()
+    from ember.deploy.daemon import log_daemon_start
+    from ember.util.logs import configure_logging
+    configure_logging()
     log_daemon_start(log)
 
     stop = threading.Event()

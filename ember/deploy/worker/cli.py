@@ -279,8 +279,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(USAGE)
         return 0
     # only now: a rejected command line must print its one line and nothing else
-    from ember.deploy.daemon import configure_daemon_logging, log_daemon_start
-    configure_daemon_logging()
+    from ember.deploy.daemon import log_daemon_start
+    from ember.util.logs import configure_logging
+    configure_logging()
     log_daemon_start(log)
     if not settings.host:
         settings.host = default_host()
