@@ -246,7 +246,7 @@ class SparkContext:
         from ember.scheduler.dag_scheduler import DAGScheduler
         from ember.scheduler.task_scheduler import TaskSchedulerImpl
         from ember.shuffle.writer import ShuffleWriteFunc
-        from ember.scheduler.event_loop import EventLoop
+        from ember.util.event_loop import EventLoop
         if local is not None:
             threads, max_failures = local
         else:

@@ -34,7 +34,7 @@ from ember.deploy.resources import (ResourceError, ResourceRequest, discover_res
 from ember.executor.decommission import (migrate_blocks, migrated_block_path,
                                          store_migrated_chunk)
 from ember.executor.process_pool import TaskProcessPool
-from ember.scheduler.event_loop import RpcLoop
+from ember.util.event_loop import RpcLoop
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv, RpcRemoteError
 from ember.shuffle.crypto import key_from_conf
 from ember.shuffle.reader import read_shuffle_segment

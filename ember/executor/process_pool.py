@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from ember.executor.fork_client import ForkServerClient, task_process_env
 from ember.executor.wire import FrameBuffer, send_msg
-from ember.scheduler.event_loop import EventLoop
+from ember.util.event_loop import EventLoop
 
 log = logging.getLogger(__name__)
 

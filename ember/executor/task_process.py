@@ -24,6 +24,7 @@ from ember.files import SparkFiles
 from ember.shuffle.base import FetchFailedError
 from ember.storage.block_manager import BlockManager
 from ember.taskcontext import BarrierTaskContext, TaskContext
+from ember.util import pickling
 from ember.util.user_code import escaped_stop_iteration, stop_iteration_error
 
 RESULT, MAP = "result", "map"
@@ -117,13 +118,9 @@ def run_task(env: TaskEnv, stage: _Stage, task: tuple, tid: int) -> tuple:
             _running[0] = False
         if stage.kind == RESULT:
             try:
-                value = pickle.dumps(value, protocol=5)
-            except Exception:
-                try:
-                    import cloudpickle
-                    value = cloudpickle.dumps(value, protocol=5)
-                except Exception as e:
-                    raise _NotSerializableResult(f"{type(e).__name__}: {e}") from None
+                value = pickling.dumps(value)
+            except Exception as e:
+                raise _NotSerializableResult(f"{type(e).__name__}: {e}") from None
         payload: Any = value
     except TaskKilledException:
         state, payload = "KILLED", "Task killed"

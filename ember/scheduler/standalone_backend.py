@@ -32,7 +32,7 @@ from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, ApplicationDescr
                                    StatusUpdate, StopExecutor)
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv
 from ember.scheduler.backend import SchedulerBackend, WorkerOffer
-from ember.scheduler.event_loop import RpcLoop
+from ember.util.event_loop import RpcLoop
 from ember.scheduler.executor_allocation import (SCHEDULE_INTERVAL, AllocationSettings,
                                                  ExecutorAllocationManager, ExecutorSnapshot)
 from ember.shuffle.crypto import IO_ENCRYPTION, IO_KEY, new_key_hex

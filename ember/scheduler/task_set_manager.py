@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import bisect
 import logging
-import pickle
 from typing import Any
 
 from ember.clock import Clock, SystemClock
+from ember.util.pickling import dumps as _dumps
 from ember.scheduler.health_tracker import HealthTracker, TaskSetExcludelist
 from ember.scheduler.speculation import SpeculationSettings, median
 
@@ -24,14 +24,6 @@ log = logging.getLogger(__name__)
 
 PROCESS_LOCAL, NODE_LOCAL, NO_PREF, ANY = "PROCESS_LOCAL", "NODE_LOCAL", "NO_PREF", "ANY"
 LEVELS = [PROCESS_LOCAL, NODE_LOCAL, NO_PREF, ANY]
-
-
-def _dumps(obj: Any) -> bytes:
-    try:
-        return pickle.dumps(obj, protocol=5)
-    except Exception:
-        import cloudpickle
-        return cloudpickle.dumps(obj, protocol=5)
 
 
 class TaskSetManager:

@@ -41,6 +41,8 @@ import types
 from itertools import islice
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
+from ember.util import pickling
+
 __all__ = [
     "get_used_memory",
     "Aggregator",
@@ -164,19 +166,14 @@ class BatchedPickleSerializer:
     def dump_stream(self, iterator: Iterable[Any], stream: Any) -> None:
         it = iter(iterator)
         write = stream.write
-        dumps = pickle.dumps
+        dumps = pickling.dumps
         best = self.best_size
         n = 16
         while True:
             items = list(islice(it, n))
             if not items:
                 return
-            try:
-                data = dumps(items, pickle.HIGHEST_PROTOCOL)
-            except Exception:
-                import cloudpickle
-
-                data = cloudpickle.dumps(items, pickle.HIGHEST_PROTOCOL)
+            data = dumps(items, pickle.HIGHEST_PROTOCOL)
             size = len(data)
             write(size.to_bytes(8, "little"))
             write(data)

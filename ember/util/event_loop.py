@@ -4,6 +4,9 @@ Task results arrive on sockets, the DAG scheduler reacts, and the next tasks go 
 this one thread with no hand-offs between threads (each hand-off costs a wake-up and a
 GIL transfer, which is most of the cost of a tiny task). Other threads only post
 callables into it.
+
+It lives in the bottom layer because both sides use it: the scheduler runs on it, and the
+executor's task-process pool registers its sockets with it (in local mode the same loop).
 """
 from __future__ import annotations
 
