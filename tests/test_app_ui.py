@@ -601,7 +601,7 @@ def test_history_style_routes_serve_many_replayed_apps() -> None:
     pages under /history/<appId>, the API for all of them."""
     from aiohttp import web
 
-    from ember.deploy.web import WebServerThread
+    from ember.web.server import WebServerThread
     from ember.ui.api import api_routes
     from ember.ui.app_ui import make_routes
 

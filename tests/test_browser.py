@@ -207,7 +207,7 @@ def test_authenticated_cluster_login_form_and_kill_button(browser, tmp_path):
     """With spark.authenticate=true the browser logs in with a token (`ember token`) at the
     login form, then sees the master page and kills a driver with the kill button (its
     cookie and the form's CSRF token); without logging in it sees only the form."""
-    from ember.http_security import mint_token
+    from ember.web.security import mint_token
     secret = "a-browser-test-secret-of-at-least-32-bytes"
     auth = ["--conf", "spark.authenticate=true", "--conf",
             f"spark.authenticate.secret={secret}"]

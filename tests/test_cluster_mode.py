@@ -289,7 +289,7 @@ def test_worker_loss_relaunches_a_supervised_driver_and_errors_an_unsupervised_o
 
 
 def test_rest_requires_a_valid_bearer_token_when_authentication_is_on(tmp_path):
-    from ember.deploy.rest.jws import sign_hs256
+    from ember.web.jws import sign_hs256
     secret = "a-test-secret-that-is-long-enough-for-hs256"
     with LocalCluster(str(tmp_path / "c"), workers=1, cores=1,
                       conf={"spark.authenticate": "true",

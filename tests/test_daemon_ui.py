@@ -28,12 +28,13 @@ from ember.deploy.messages import (
     ExecutorRunnerSummary, ExecutorState, RequestKillApplication, RequestKillDriver,
     RequestMasterState, WorkerStateResponse,
 )
-from ember.deploy.worker import http as worker_http
-from ember.deploy.worker.http import (
+from ember.deploy import log_pages
+from ember.deploy.log_pages import (
     DEFAULT_BYTE_LENGTH, LogRequestError, parse_log_request, parse_self_log_request,
-    render_log_page, render_worker_page,
+    render_log_page,
 )
-from ember.ui_common import PrometheusText
+from ember.deploy.worker.http import render_worker_page
+from ember.web.pages import PrometheusText
 from tests.cluster import LocalCluster
 from tests.test_cluster_mode import submit, write_app
 
@@ -328,7 +329,7 @@ def test_self_log_requests(tmp_path, monkeypatch):
     req = parse_self_log_request({"self": "", "logType": "out", "offset": "100",
                                   "byteLength": "50"}, "master")
     assert (req.name, req.offset, req.byte_length) == ("master", 100, 50)
-    text, start, end, total = worker_http.read_request(req)
+    text, start, end, total = log_pages.read_request(req)
     assert (text, start, end, total) == ("0123456789" * 5, 100, 150, 300)
     doc = render_log_page(req, text + XSS, start, end, total)
     assert "<title>out log page for master</title>" in doc

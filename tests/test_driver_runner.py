@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from ember.deploy.driver_wrapper import has_main_block, split_submit_args, DriverMainError
-from ember.deploy.master.uploads import upload_url
+from ember.deploy.upload_urls import upload_url
 from ember.deploy.messages import (AppResourceData, Command, DriverDescription,
                                    DriverLogResponse, DriverState, DriverStateChanged,
                                    FetchAppResource, KillDriver, LaunchDriver,

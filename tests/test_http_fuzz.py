@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from benchmarks.master_ui import FakeMasterUI, synthetic_state
 from ember.deploy.messages import RequestKillDriver, RequestMasterState, RequestSubmitDriver
-from ember.deploy.worker.http import LogRequest, LogRequestError, parse_log_request
+from ember.deploy.log_pages import LogRequest, LogRequestError, parse_log_request
 from ember.ui import app_ui
 from ember.ui.api import LiveStoreProvider, api_get
 from tests.test_app_ui import app_events, store_of

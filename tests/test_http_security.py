@@ -27,7 +27,7 @@ from ember.deploy.messages import (
     RequestMasterState, WorkerStateResponse,
 )
 from ember.deploy.web_cli import write_self_signed
-from ember.http_security import (
+from ember.web.security import (
     Acls, HttpGuard, allowed_hosts, mint_token, normalize_host,
     verify_token,
 )
@@ -84,7 +84,7 @@ def form(fields: dict) -> tuple[bytes, dict[str, str]]:
 def test_tokens_need_exp_within_the_maximum_lifetime():
     key = SECRET.encode()
     assert verify_token(mint_token(key, "alice", 60), key, 3600) == "alice"
-    from ember.deploy.rest import jws
+    from ember.web import jws
     now = time.time()
     with pytest.raises(ValueError, match="expiration"):
         verify_token(jws.sign_hs256({"sub": "a"}, key), key, 3600)
@@ -144,7 +144,7 @@ def test_allowed_hosts_and_origins():
 
 
 def test_https_port_rule_is_sparks():
-    from ember.http_security import https_redirect, secure_port
+    from ember.web.security import https_redirect, secure_port
     assert secure_port({}, "ui", 4040) == 4440 and secure_port({}, "ui", 0) == 0
     assert secure_port({}, "standalone", 65500) == 1388          # wraps above 65535
     assert secure_port({"spark.ssl.port": "9000", "spark.ssl.ui.port": "4443"}, "ui", 4040) \
@@ -245,7 +245,7 @@ def test_authenticated_ui_needs_credentials_and_honours_acls():
         status, _, page = request(ui.url + "/", headers={"Accept": "text/html"})
         assert status == 401 and 'action="/login' in page          # the login form
         key = SECRET.encode()
-        from ember.deploy.rest import jws
+        from ember.web import jws
         for bad in (jws.sign_hs256({"sub": "viewer"}, key),                      # no exp
                     mint_token(key, "viewer", 2 * 3600),                         # too long
                     jws.sign_hs256({"sub": "viewer", "exp": time.time() - 5}, key),
@@ -357,7 +357,7 @@ def test_tls_with_a_generated_certificate(tmp_path):
 def test_rest_gateway_over_tls_with_the_client(tmp_path):
     from ember.deploy.rest.client import RestSubmissionClient, bearer_token_source
     from ember.deploy.rest.server import StandaloneRestServer
-    from ember.http_security import client_ssl_context
+    from ember.web.security import client_ssl_context
     from ember.rpc import RpcEnv
     from tests.test_rest_server import FakeMaster
     cert, key = write_self_signed(str(tmp_path), ["127.0.0.1"])
@@ -647,7 +647,7 @@ def test_cluster_mode_driver_ui_takes_app_tokens_only(capsys):
     application credential) verifies `ember token --app <driverId>` tokens, and refuses
     tokens signed with the cluster secret; a daemon's UI refuses the app token."""
     from ember.deploy.web_cli import token_main
-    from ember.http_security import HttpGuard
+    from ember.web.security import HttpGuard
     from ember.rpc.security import app_credential
     secret = "c" * 40
     scope = "driver-20260101000000-0001"

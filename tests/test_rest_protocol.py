@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ember.deploy.rest import jws
+from ember.web import jws
 from ember.deploy.rest.protocol import (
     ClearResponse, CreateSubmissionRequest, CreateSubmissionResponse, ErrorResponse,
     JsonProcessingException, KillAllSubmissionResponse, KillSubmissionResponse, ReadyzResponse,

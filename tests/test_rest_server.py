@@ -18,7 +18,7 @@ from ember.deploy.messages import (
     RequestKillDriver, RequestReadyz, RequestSubmitDriver, SubmitDriverResponse,
     UploadAppResource, UploadAppResourceResponse,
 )
-from ember.deploy.rest import jws
+from ember.web import jws
 from ember.deploy.rest.client import (
     RestSubmissionClient, SubmitRestConnectionException, bearer_token_for,
 )
@@ -346,7 +346,7 @@ def test_valid_bearer_token_is_accepted(serve) -> None:
     server, fake = serve(AUTH_CONF)
     token = bearer_token_for(AUTH_CONF)
     assert token is not None
-    from ember.http_security import current_user
+    from ember.web.security import current_user
     claims = jws.verify_token(token, SECRET.encode())
     assert claims["sub"] == current_user() and claims["exp"] - claims["iat"] <= 300
     status, _, _ = call(server, "POST", f"{BASE}/create", create_body(server.port),

@@ -38,7 +38,7 @@ from ember.deploy.worker.config import WorkerConf
 from ember.deploy.worker.executor_runner import (build_command, build_environment,
                                                  command_header, substitute_variables,
                                                  terminate_process_tree)
-from ember.deploy.worker.http import read_log
+from ember.deploy.log_pages import read_log
 from ember.rpc.bind import candidate_ports
 from ember.deploy.worker.worker import (RetryAction, WorkerDaemon, WorkerSettings,
                                         generate_worker_id, megabytes_to_string,

@@ -26,7 +26,7 @@ from ember.deploy.messages import (
     NOT_RECORDED_PREFIX, RequestDriverStatus, RequestKillDriver, RequestSubmitDriver,
     UploadAppResource,
 )
-from ember.deploy.master.uploads import sha256_hex
+from ember.deploy.upload_urls import sha256_hex
 from ember.deploy.submission import AppSpec, SubmitError, driver_description
 
 log = logging.getLogger("ember.deploy.Client")
@@ -204,7 +204,7 @@ class RestGateway:
 
     def __init__(self, master: str, conf: Mapping[str, str]) -> None:
         from ember.deploy.rest.client import RestSubmissionClient, bearer_token_source
-        from ember.http_security import client_ssl_context
+        from ember.web.security import client_ssl_context
         self.url = master
         try:
             tls = client_ssl_context(conf, "standalone")

@@ -136,7 +136,7 @@ class LocalCluster:
 
     def auth_headers(self) -> dict[str, str]:
         """A fresh bearer token for the web UIs when the cluster authenticates, else {}."""
-        from ember.http_security import mint_token, ui_secret_key
+        from ember.web.security import mint_token, ui_secret_key
         from ember.rpc.config import AUTH_SECRET, ENV_AUTH_SECRET
         conf = dict(self.conf)
         if (self.env or {}).get(ENV_AUTH_SECRET) and not conf.get(AUTH_SECRET):

@@ -34,9 +34,9 @@ def _conf(args: argparse.Namespace) -> dict[str, str]:
 
 def token_main(argv: Optional[Sequence[str]] = None) -> int:
     """`ember token [--user NAME] [--lifetime 1h]`: print a bearer token."""
-    from ember.deploy.rest import jws
+    from ember.web import jws
     from ember.deploy.rest.server import REST_FILTERS
-    from ember.http_security import current_user, max_token_lifetime, mint_token
+    from ember.web.security import current_user, max_token_lifetime, mint_token
     from ember.rpc.config import resolve_secret
     p = argparse.ArgumentParser(
         prog="ember token", description="Print a bearer token for Ember's web UIs and REST "

@@ -20,7 +20,7 @@ import subprocess
 import textwrap
 from typing import Any, Callable, Optional, Sequence
 
-from ember.http_security import max_token_lifetime, mint_token, ui_secret_key
+from ember.web.security import max_token_lifetime, mint_token, ui_secret_key
 from ember.testing.netns import Host, Lab
 
 __all__ = ["LabCluster", "FINAL_DRIVER_STATES", "MASTER_PORT", "MASTER_UI_PORT", "REST_PORT",

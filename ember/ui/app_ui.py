@@ -6,7 +6,7 @@ Pages are pure functions of a store: `render_page(store, path, query, prefix)` r
 - so the history server serves a replayed application's pages from the same code under
 `/history/<appId>`, through `make_routes(provider, prefix)`. Every string that came from a
 user or a peer (app name, descriptions, call sites, RDD names, errors, configuration) is
-escaped by ui_common's builders; an unknown id is a 404 page.
+escaped by ember.web.pages's builders; an unknown id is a 404 page.
 
 While the application runs, a page re-fetches itself every second and swaps in its
 `#content` element (a few lines of inline JS, no library), so numbers move without reloads.
@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 
 from ember.ui.api import StoreProvider
 from ember.ui.status_store import AppStatusStore
-from ember.ui_common import (Html, PrometheusText, esc, format_date, format_duration, link,
+from ember.web.pages import (Html, PrometheusText, esc, format_date, format_duration, link,
                              table, url_with_query)
 
 PAGES = ("/jobs/", "/jobs/job/", "/stages/", "/stages/stage/", "/storage/", "/storage/rdd/",
@@ -486,7 +486,7 @@ def make_routes(provider: StoreProvider, prefix: str = "") -> list[Any]:
     `provider.store(app_id, attempt_id)` (both None for the live UI's one app). `prefix/`
     and the tabs without their trailing slash redirect, as Spark's do."""
     from aiohttp import web
-    from ember.ui_common import html_response, not_found
+    from ember.web.pages import html_response, not_found
 
     def page_handler(page: str) -> Callable[[web.Request], Any]:
         async def handle(request: web.Request) -> web.StreamResponse:

@@ -10,7 +10,7 @@ Logs are re-read only when their size or modification time changed (Spark's
 FsHistoryProvider polls every spark.history.fs.update.interval; here the directory is
 listed on each request, which is cheap, and stores are cached).
 
-Security (`ember.http_security`): it binds `--host`, else spark.history.ui.host, else
+Security (`ember.web.security`): it binds `--host`, else spark.history.ui.host, else
 SPARK_LOCAL_IP, else 127.0.0.1 (never every interface unless asked: `--host 0.0.0.0`);
 with spark.authenticate=true every page and `/api/v1` answer needs a bearer token or the
 login cookie, checked against spark.history.ui.acls.enable / spark.history.ui.admin.acls
@@ -129,7 +129,7 @@ def render_index(provider: HistoryProvider) -> str:
     ended without an ApplicationEnd: killed or crashed drivers)."""
     from urllib.parse import quote
 
-    from ember.ui_common import Html, esc, format_date, format_duration, link, page, table
+    from ember.web.pages import Html, esc, format_date, format_duration, link, page, table
     complete, incomplete = [], []
     for info, store in provider.entries():
         app = store.app
@@ -159,7 +159,7 @@ def app_acls(conf: Mapping[str, str], store: AppStatusStore) -> Any:
     """Spark's HistoryServer ACLs for one application: its own view ACLs and user (from
     its event log's Spark properties), enabled by spark.history.ui.acls.enable, with the
     history server's admins (spark.history.ui.admin.acls[.groups]) added to its own."""
-    from ember.http_security import Acls, current_user
+    from ember.web.security import Acls, current_user
     props = dict(store.environment.get("Spark Properties", []))
 
     def joined(key: str) -> str:
@@ -175,7 +175,7 @@ class HistoryServer:
     """The aiohttp server: `/` index, `/history/<appId>/...` pages, `/api/v1`."""
 
     def __init__(self, log_dir: str, conf: Optional[Mapping[str, str]] = None) -> None:
-        from ember.deploy.web import WebServerThread
+        from ember.web.server import WebServerThread
         if fs.hadoop_conf(conf or {}):    # a URL log dir: its endpoint and keys
             fs.configure(conf or {})
         resolve_log_dir(log_dir)          # a missing directory fails here, before binding
@@ -190,9 +190,9 @@ class HistoryServer:
 
         from ember.ui.api import api_routes
         from ember.ui.app_ui import make_routes
-        from ember.deploy.web import bind_web, security_middleware
-        from ember.http_security import HttpGuard
-        from ember.ui_common import html_response, ui_middleware
+        from ember.web.server import bind_web, security_middleware
+        from ember.web.security import HttpGuard
+        from ember.web.pages import html_response, ui_middleware
 
         async def index(request: web.Request) -> web.Response:
             return html_response(render_index(self.provider))

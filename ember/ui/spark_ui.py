@@ -6,7 +6,7 @@ into the application's registration with a master, and a busy 4040 moves to 4041
 (spark.port.maxRetries) or fails start-up, as in Spark. Serving happens in the driver's UI
 process (ember.ui.ui_process), which gets the bound socket. It uses the standard library's
 HTTP request handler on a bounded thread pool, not aiohttp: importing aiohttp costs about
-0.35 s and a driver UI gets few requests. The page renderers (which pull in ember.ui_common, and with it aiohttp) are
+0.35 s and a driver UI gets few requests. The page renderers (which pull in ember.web.pages, and with it aiohttp) are
 imported on the first page request; the REST API needs no such import.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, Mapping, Optional
 from urllib.parse import parse_qsl, urlsplit
 
 from ember import config
-from ember.http_security import (
+from ember.web.security import (
     LOGIN_PATH, ConnectionLimits, Denial, HttpGuard, https_redirect, login_page, safe_next,
     secure_port, server_ssl_context, ssl_enabled, wants_html,
 )
@@ -89,7 +89,7 @@ def bind_ui(conf: Any) -> tuple[socket.socket, str, Optional[socket.socket]]:
 
 class SparkUI:
     """Serves `store` on the bound socket `sock` from a daemon thread, for as long as the
-    process lives (`start()`). `conf` is the application's: security (ember.http_security:
+    process lives (`start()`). `conf` is the application's: security (ember.web.security:
     Host/Origin checks, tokens or the login cookie and Spark's ACLs with
     spark.authenticate=true), TLS (spark.ssl.ui.*) and the slow-client limits. Requests are
     served by a pool of UI_THREADS threads, not a thread per connection."""
@@ -257,7 +257,7 @@ class SparkUI:
             return api_response(self._provider, path[len(API_ROOT):], query)
         from ember.ui import app_ui
         if path.rstrip("/") == "/metrics/prometheus":
-            from ember.ui_common import PROMETHEUS_CONTENT_TYPE
+            from ember.web.pages import PROMETHEUS_CONTENT_TYPE
             return (200, {"Content-Type": PROMETHEUS_CONTENT_TYPE},
                     app_ui.prometheus_metrics(self.store).text().encode())
         if path == "/":

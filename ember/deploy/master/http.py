@@ -25,12 +25,12 @@ What is served (Spark's `MasterWebUI`, `MasterPage`, `ApplicationPage`):
   line. Parsing, reading and rendering are the worker's (`ember.deploy.worker.http`), so
   both daemons page logs alike; a master whose output is not a file answers 404 text;
 - anything else - `404: Not Found` as text; a failure inside a handler is logged and
-  answered `500` as text, never with a stack trace (`ember.ui_common.ui_middleware`).
+  answered `500` as text, never with a stack trace (`ember.web.pages.ui_middleware`).
 JSON is pretty-printed like json4s' `pretty(render(...))` (Jackson's default pretty printer)
 and served as `text/json;charset=utf-8`, as Spark's JettyUtils does, so scripts written
 against Spark's UI read the same bytes.
 
-Security (`ember.http_security`): the UI binds the host it is given; every request's Host
+Security (`ember.web.security`): the UI binds the host it is given; every request's Host
 must name this master; with `spark.authenticate=true` every page, `/json`, log and metrics
 request needs a bearer token or the login cookie, checked against Spark's ACLs (view; modify
 for the kill buttons); a kill POST must carry the page's CSRF token and come from this
@@ -61,13 +61,13 @@ from ember.deploy.messages import (
     ExecutorSummary, MasterStateResponse, RecoveryState, RequestKillApplication,
     RequestKillDriver, RequestMasterState, WorkerState, WorkerSummary,
 )
-from ember.deploy.web import WebServerThread, bind_web, csrf_token, security_middleware
-from ember.deploy.worker.http import (
+from ember.web.server import WebServerThread, bind_web, csrf_token, security_middleware
+from ember.deploy.log_pages import (
     SELF_LOG_QUERY, LogRequest, parse_self_log_request, serve_log,
 )
-from ember.http_security import CSRF_FIELD, HttpGuard
+from ember.web.security import CSRF_FIELD, HttpGuard
 from ember.rpc import RpcEndpointRef
-from ember.ui_common import (
+from ember.web.pages import (
     Html, PrometheusText, esc, format_date, format_duration, format_resource_usage,
     format_resources, html_response, link, not_found, page, prometheus_response, table,
     ui_middleware, url_with_query,

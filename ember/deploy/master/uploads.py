@@ -22,45 +22,18 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 import threading
 import time
 from typing import Any, Optional
-from urllib.parse import quote, unquote, urlparse
 
-SCHEME = "ember-upload"
+from ember.deploy.upload_urls import UploadError, check_name, parse_upload_url, upload_url
+
 # An upload is kept at least this long after it was last put, whatever the master says: a
 # client uploads first and submits next, and its driver must find the file.
 KEEP_RECENT_S = 3600.0
 log = logging.getLogger("ember.deploy.master.uploads")
 DEFAULT_MAX_BYTES = 100 * 1024 * 1024
 DEFAULT_MAX_TOTAL_BYTES = 1024 * 1024 * 1024
-_SHA256 = re.compile(r"[0-9a-f]{64}")
-_BAD_NAME = re.compile(r"[\x00-\x1f/\\]")
-
-
-class UploadError(ValueError):
-    """A refused upload or lookup; the message is the one-line reason given to the client."""
-
-
-def check_name(name: str) -> str:
-    """A resource name as kept on disk: a plain file name, never a path."""
-    if not name or name in (".", "..") or _BAD_NAME.search(name) or len(name) > 255:
-        raise UploadError(f"Invalid resource name {name!r}: expected a plain file name")
-    return name
-
-
-def upload_url(sha256: str, name: str) -> str:
-    return f"{SCHEME}://{sha256}/{quote(name)}"
-
-
-def parse_upload_url(url: str) -> tuple[str, str]:
-    """`ember-upload://<sha256>/<name>` -> (sha256, name); UploadError for anything else."""
-    parsed = urlparse(url)
-    sha = (parsed.netloc or "").lower()
-    if parsed.scheme != SCHEME or not _SHA256.fullmatch(sha):
-        raise UploadError(f"Not an {SCHEME} URL: {url}")
-    return sha, check_name(unquote(parsed.path.lstrip("/")))
 
 
 class AppResourceStore:
@@ -137,7 +110,3 @@ class AppResourceStore:
     def close(self) -> None:
         if self._owned is not None:
             self._owned.close()
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Optional, Union
 from urllib.parse import quote
 
 from ember.version import SPARK_VERSION
-from ember.deploy.rest import jws
+from ember.web import jws
 from ember.deploy.rest.protocol import (
     PROTOCOL_VERSION, SC_UNKNOWN_PROTOCOL_VERSION, CreateSubmissionRequest,
     SubmitRestProtocolException, to_json,
@@ -61,7 +61,7 @@ def bearer_token_for(conf: Mapping[str, Any]) -> Optional[str]:
 def bearer_token_source(conf: Mapping[str, Any]) -> Optional[Callable[[], str]]:
     """A function minting a fresh token per request (so `--follow` outlives any one
     token), or None when no key is configured."""
-    from ember.http_security import current_user, mint_token
+    from ember.web.security import current_user, mint_token
     key = rest_secret_key(conf)
     if key is None:
         return None
@@ -92,7 +92,7 @@ class RestSubmissionClient:
                  ssl_context: Optional[ssl.SSLContext] = None) -> None:
         """`token`: a bearer token, or a function minting a fresh one per request.
         `ssl_context`: talk HTTPS, verifying the server with it
-        (`ember.http_security.client_ssl_context`)."""
+        (`ember.web.security.client_ssl_context`)."""
         urls = ([f"spark://{m}" for m in masters[len("spark://"):].split(",")]
                 if masters.startswith("spark://") else [masters])
         self.base_urls = [_base_url(m, "https" if ssl_context else "http") for m in urls]

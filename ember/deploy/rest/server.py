@@ -13,7 +13,7 @@ explicitly opts in, and with a secret configured every request must carry an HS2
 token with an `exp` no further than spark.ember.ui.token.maxLifetime, checked before the
 request is even routed (see `rest_auth_policy`); its `sub` is checked against Spark's ACLs
 (view for status, logs and readyz, modify for create, kill, clear and upload). Before that,
-as for every Ember web surface (`ember.http_security`): the Host header must name this
+as for every Ember web surface (`ember.web.security`): the Host header must name this
 server (DNS rebinding), a POST from a foreign Origin is refused, and so is a POST with a
 content type a web page may send cross-site without a CORS preflight (text/plain, forms) -
 the gateway speaks JSON (and octet-stream uploads with their checksum header). With
@@ -43,7 +43,7 @@ from ember.deploy.messages import (
     UploadAppResourceResponse, NOT_RECORDED_PREFIX,
 )
 from ember.deploy.resources import ResourceError, driver_resource_requirements
-from ember.deploy.rest import jws
+from ember.web import jws
 from ember.deploy.rest.protocol import (
     BASE_CONTEXT, ClearResponse, CreateSubmissionResponse, KillAllSubmissionResponse,
     KillSubmissionResponse, ReadyzResponse, SubmissionStatusResponse, SubmitRestProtocolException,
@@ -51,8 +51,8 @@ from ember.deploy.rest.protocol import (
     build_driver_description_fields, error_response, placeholder_env, format_exception, malformed_request_message,
     parse_request, route, to_json,
 )
-from ember.deploy.web import WebServerThread, request_done
-from ember.http_security import (
+from ember.web.server import WebServerThread, request_done
+from ember.web.security import (
     MODIFY, SAFE_METHODS, VIEW, HttpGuard, cors_simple_content_type, server_ssl_context,
     verify_token,
 )

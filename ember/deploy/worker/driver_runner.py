@@ -48,8 +48,8 @@ from urllib.parse import unquote, urlparse
 
 from ember import fs
 from ember.config import parse_memory_mb, parse_time_seconds
-from ember.deploy.master.uploads import SCHEME as UPLOAD_SCHEME
-from ember.deploy.master.uploads import UploadError, check_name, parse_upload_url
+from ember.deploy.upload_urls import SCHEME as UPLOAD_SCHEME
+from ember.deploy.upload_urls import UploadError, check_name, parse_upload_url
 from ember.deploy.messages import (AppResourceData, DriverDescription, DriverRunnerSummary,
                                    DriverState, DriverStateChanged, ResourceInformation)
 from ember.deploy.properties import parse_java_opts

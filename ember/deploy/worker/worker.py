@@ -71,7 +71,7 @@ from ember.deploy.resources import ResourceError, get_or_discover_all_resources
 from ember.deploy.worker.config import WorkerConf, local_root_dirs
 from ember.deploy.worker.driver_runner import DriverRunner
 from ember.deploy.worker.executor_runner import ExecutorRunner
-from ember.deploy.worker.log_files import log_dir, read_slice
+from ember.deploy.log_files import log_dir, read_slice
 from ember.deploy.worker.shuffle_service import ExternalShuffleService
 from ember.rpc.security import SCOPE_ENV, app_credential
 from ember.rpc import (Cancellable, RpcAddress, RpcCallContext, RpcEndpoint, RpcEndpointRef,

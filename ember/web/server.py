@@ -7,7 +7,7 @@ Every server here is also guarded against slow and hostile clients (aiohttp itse
 header timeout): `_GuardedProtocol` wraps aiohttp's protocol per connection, closes one whose
 request headers are not complete `header_timeout` after its first byte (slowloris), one whose
 body stalls for `idle_timeout`, and refuses connections beyond `max_connections`; TLS is the
-asyncio server's. `security_middleware` applies `ember.http_security.HttpGuard` (Host,
+asyncio server's. `security_middleware` applies `ember.web.security.HttpGuard` (Host,
 Origin, authentication, ACLs, CSRF, the login form) to every UI request.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, Awaitable, Callable, Optional
 
 from aiohttp import web
 
-from ember.http_security import (
+from ember.web.security import (
     CSRF_FIELD, LOGIN_PATH, SAFE_METHODS, ConnectionLimits, Denial, HttpGuard,
     https_redirect, login_page, safe_next, secure_port, server_ssl_context, wants_html,
 )
@@ -308,7 +308,7 @@ def denial_response(request: web.Request, d: Denial) -> web.Response:
 
 def security_middleware(guard: HttpGuard, *, forms: bool = True,
                         acls_for: Optional[Callable[[web.Request], Any]] = None) -> Any:
-    """aiohttp middleware applying `guard` to every request (see ember.http_security):
+    """aiohttp middleware applying `guard` to every request (see ember.web.security):
     Host, Origin, credentials, ACLs (`acls_for(request)`, when given and not None, instead
     of the server's: an application's own in the history server); the login form at
     `/login`; with `forms`, a POST must carry the `csrf` field of the page that showed the

@@ -3,7 +3,7 @@
 Why one module for the master (8080), worker (8081), application (4040) and history (18080)
 UIs and the REST gateway: each of them shows logs and configuration, and the master's and the
 gateway's POSTs kill or start code, so the rules must not drift apart. The checks are pure
-functions of (method, path, headers, form) so the aiohttp servers (`ember.deploy.web`) and
+functions of (method, path, headers, form) so the aiohttp servers (`ember.web.server`) and
 the driver's standard-library server (`ember.ui.spark_ui`, which must not import aiohttp)
 run exactly the same code.
 
@@ -17,11 +17,11 @@ The rules, in the order `HttpGuard.check` applies them:
    not this daemon (allowed host *and* its port) is refused. The comparison never uses the
    request's own Host header, which an attacker controls.
 3. Authentication, when the cluster authenticates (`spark.authenticate=true`): an HS256
-   bearer token signed with the secret (the JWS of `ember.deploy.rest.jws`) with a required
+   bearer token signed with the secret (the JWS of `ember.web.jws`) with a required
    `exp` no further away than `spark.ember.ui.token.maxLifetime`, or the session cookie the
    login form sets (a token of the same kind, HttpOnly, SameSite=Strict, Secure over TLS).
    The user is the token's `sub`.
-4. Authorization with Spark's SecurityManager semantics (`ember.http_security.Acls`): view
+4. Authorization with Spark's SecurityManager semantics (`ember.web.security.Acls`): view
    for reads, modify for state changes; admins may do both.
 5. CSRF: a form POST of a UI must carry the `csrf` field of the page it came from (an HMAC
    of the user under a key private to the process), whether or not authentication is on.
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional
 from urllib.parse import quote, urlsplit
 
-from ember.deploy.rest import jws
+from ember.web import jws
 from ember.rpc.config import AUTH, parse_bool, parse_time, resolve_secret
 from ember.rpc.security import parse_credential
 
