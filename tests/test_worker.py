@@ -2,7 +2,7 @@
 process against a fake master (an RpcEnv with a "Master" endpoint in this process), then a few
 in-process workers for master fail-over paths, and the command line.
 
-Executors are `ember.deploy.worker.tests_sleeper` processes: launched exactly like real
+Executors are `tests.helpers.executor_sleeper` processes: launched exactly like real
 executors (placeholders, environment, stdout/stderr files), but needing no driver.
 """
 from __future__ import annotations
@@ -47,7 +47,9 @@ from ember.deploy.worker.worker import (RetryAction, WorkerDaemon, WorkerSetting
                                         reregister_action, stale_app_dirs, trim_finished)
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv
 
-SLEEPER = "ember.deploy.worker.tests_sleeper"
+SLEEPER = "tests.helpers.executor_sleeper"
+# the sleeper is a test module: its executors find it from the repository root
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAST_CONF = ["--conf", "spark.worker.timeout=1",
              "--conf", "spark.ember.worker.executorTerminateTimeout=1",
              "--conf", "spark.rpc.askTimeout=5s"]
@@ -367,7 +369,7 @@ def sleeper_app(name: str = "sleepy <b>app</b>", cores: int = 1, memory: int = 2
             "{{EXECUTOR_ID}}", "--hostname", "{{HOSTNAME}}", "--cores", "{{CORES}}",
             "--app-id", "{{APP_ID}}", "--worker-url", "{{WORKER_URL}}",
             "--resourceProfileId", "{{RESOURCE_PROFILE_ID}}", "x{{APP_ID}}"]
-    return ApplicationDescription(name, None, Command(SLEEPER, args, dict(env)), "",
+    return ApplicationDescription(name, None, Command(SLEEPER, args, {"PYTHONPATH": REPO_ROOT, **env}), "",
                                   ResourceProfile.of(cores=cores, memoryMb=memory),
                                   user="tester")
 

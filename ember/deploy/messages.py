@@ -465,24 +465,6 @@ class WorkerDecommissionSigReceived:
     pass
 
 
-@message
-@dataclass(frozen=True)
-class WorkDirCleanup:
-    pass
-
-
-@message
-@dataclass(frozen=True)
-class ReregisterWithMaster:
-    pass
-
-
-@message
-@dataclass(frozen=True)
-class SendHeartbeat:
-    pass
-
-
 # ---------------------------------------------------------------------------------------------
 # §2.2 Application client (driver's StandaloneAppClient) <-> Master
 # ---------------------------------------------------------------------------------------------
@@ -566,12 +548,6 @@ class KillExecutors:
     """App -> master ask; reply Boolean. Non-integer ids are dropped with an error log."""
     appId: str
     executorIds: list[str]
-
-
-@message
-@dataclass(frozen=True)
-class StopAppClient:
-    pass
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1067,12 +1043,6 @@ class StopExecutor:
 @message
 @dataclass(frozen=True)
 class Shutdown:
-    pass
-
-
-@message
-@dataclass(frozen=True)
-class ReviveOffers:
     pass
 
 

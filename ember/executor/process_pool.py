@@ -127,10 +127,6 @@ class TaskProcessPool:
             self.loop.stop()
 
     # tasks -------------------------------------------------------------------------------
-    def is_free(self, index: int) -> bool:
-        s = self.slots[index]
-        return s.tid is None and not s.dead
-
     def free_slots(self) -> list[int]:
         return [s.index for s in self.slots if s.tid is None and not s.dead]
 

@@ -105,7 +105,3 @@ class BlockManagerMaster:
         """Executors holding at least one block (dynamic allocation keeps them)."""
         with self._lock:
             return {key[0] for locs in self._blocks.values() for key in locs}
-
-    def cached_rdd_ids(self) -> set[int]:
-        with self._lock:
-            return {int(n.split("_")[1]) for n in self._blocks}

@@ -115,7 +115,6 @@ class Lab:
         self._mounts: list[str] = []
         self._cuts: set[tuple[str, str]] = set()
         self._http: Optional[concurrent.futures.ThreadPoolExecutor] = None
-        self._built = False
         # sent with every `http_get` (a cluster with spark.authenticate sets its UI token)
         self.http_headers: dict[str, str] = {}
 
@@ -128,7 +127,6 @@ class Lab:
 
     def build(self) -> "Lab":
         os.makedirs(self.workdir, exist_ok=True)
-        self._built = True
         sw = self.switch
         _run("ip", "netns", "add", sw)
         _run("ip", "-n", sw, "link", "set", "lo", "up")

@@ -106,14 +106,6 @@ class WorkerInfo:
         return {n: ResourceInformation(n, list(self.resourcesUsed.get(n, ())))
                 for n in self.resources}
 
-    @property
-    def resourcesInfoFree(self) -> dict[str, ResourceInformation]:
-        out = {}
-        for n, addrs in self.resources.items():
-            used = set(self.resourcesUsed.get(n, ()))
-            out[n] = ResourceInformation(n, [a for a in addrs if a not in used])
-        return out
-
     def add_executor(self, exec: "ExecutorDesc") -> None:
         self.executors[exec.fullId] = exec
         self.coresUsed += exec.cores
@@ -125,9 +117,6 @@ class WorkerInfo:
             self.coresUsed -= exec.cores
             self.memoryUsed -= exec.memory
             self.release_resources(exec.resources)
-
-    def has_executor(self, appId: str) -> bool:
-        return any(e.application.id == appId for e in self.executors.values())
 
     def add_driver(self, driver: "DriverInfo") -> None:
         self.drivers[driver.id] = driver
@@ -273,9 +262,6 @@ class ApplicationInfo:
 
     def target_executors(self, rp_id: int = DEFAULT_RESOURCE_PROFILE_ID) -> int:
         return self.targetNumExecutorsPerResourceProfileId.get(rp_id, 0)
-
-    def executor_limit(self) -> int:
-        return sum(self.targetNumExecutorsPerResourceProfileId.values())
 
     def request_executors(self, totals: Iterable[tuple[ResourceProfile, int]]) -> None:
         for rp, num in totals:
