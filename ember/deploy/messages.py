@@ -1042,12 +1042,6 @@ class StopExecutor:
 
 @message
 @dataclass(frozen=True)
-class Shutdown:
-    pass
-
-
-@message
-@dataclass(frozen=True)
 class RemoveExecutor:
     executorId: str
     reason: str

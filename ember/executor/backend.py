@@ -25,7 +25,7 @@ from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, KillTask, Launch
                                    RegisteredExecutor, RegisterExecutor,
                                    ExecutorHeartbeat, RegisterExecutorFailed,
                                    RemoveBroadcast, RemoveRdd, RemoveStage, ResourceInformation,
-                                   ResourceProfile, RetrieveSparkAppConfig, Shutdown, ShuffleBlockRequest,
+                                   ResourceProfile, RetrieveSparkAppConfig, ShuffleBlockRequest,
                                    RegisterExecutorShuffleInfo, DecommissionExecutor,
                                    PutMigratedBlock, ExecutorDecommissioning,
                                    StatusUpdate, StopExecutor)
@@ -53,7 +53,7 @@ SHUFFLE_SERVICE_ENDPOINT = "ExternalShuffleService"   # the worker's service (de
 # Only the driver that registered this executor sends these (checked on the connection).
 DRIVER_ONLY_MESSAGES: tuple[type, ...] = (
     RegisteredExecutor, RegisterExecutorFailed, LaunchTask, KillTask, RemoveStage, RemoveRdd,
-    RemoveBroadcast, StopExecutor, Shutdown)
+    RemoveBroadcast, StopExecutor)
 
 
 class CoarseGrainedExecutorBackend(RpcEndpoint):
@@ -138,7 +138,7 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
                 self.decommissioning = True
                 log.info("Decommission executor %s.", self.executor_id)
                 self.rpc_env.run_in_executor(self._decommission)
-        elif isinstance(msg, (StopExecutor, Shutdown)):
+        elif isinstance(msg, StopExecutor):
             log.info("Driver commanded a shutdown")
             self.exit(0, "")
         else:
