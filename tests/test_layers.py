@@ -173,9 +173,10 @@ def test_readme_names_the_handler_of_every_deploy_message():
     section = _architecture_section()
     rows = {m.group(1): m.group(2) for m in
             re.finditer(r"^\| `(\w+)` \| (.+?) \|$", section, re.MULTILINE)}
-    missing = [name for name in _message_classes() if name not in rows]
+    classes = set(_message_classes())
+    missing = sorted(classes - set(rows))
     assert not missing, f"README architecture section: no table row for {missing}"
-    stale = [name for name in rows if name not in _message_classes()]
+    stale = sorted(set(rows) - classes)
     assert not stale, f"README table rows for messages that no longer exist: {stale}"
     for name, where in rows.items():
         for path in re.findall(r"`(ember/[\w/]+\.py)`", where):
