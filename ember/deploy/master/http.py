@@ -22,8 +22,9 @@ What is served (Spark's `MasterWebUI`, `MasterPage`, `ApplicationPage`):
 - `GET /logPage/?self&logType=out` - the master's own log, paged by byte offset (`offset`,
   `byteLength`, default the last 100 KiB), and `GET /log?self&logType=out` - the same slice
   as plain text (Spark 4's master LogPage and `/log`); linked from the summary's Status
-  line. Parsing, reading and rendering are the worker's (`ember.deploy.worker.http`), so
-  both daemons page logs alike; a master whose output is not a file answers 404 text;
+  line. Parsing, reading and rendering are `ember.deploy.log_pages`, shared with the
+  worker, so both daemons page logs alike; a master whose output is not a file answers 404
+  text;
 - anything else - `404: Not Found` as text; a failure inside a handler is logged and
   answered `500` as text, never with a stack trace (`ember.web.pages.ui_middleware`).
 JSON is pretty-printed like json4s' `pretty(render(...))` (Jackson's default pretty printer)
