@@ -181,3 +181,24 @@ def test_readme_names_the_handler_of_every_deploy_message():
     for name, where in rows.items():
         for path in re.findall(r"`(ember/[\w/]+\.py)`", where):
             assert os.path.isfile(os.path.join(ROOT, path)), f"{name}: no file {path}"
+
+
+def test_one_log_format_and_one_pickle_fallback():
+    """The bottom layer's helpers stay the only copies: no module but ember/util/logs.py
+    spells the log format, none but ember/util/pickling.py falls back to cloudpickle.dumps."""
+    spelled, fallbacks = [], []
+    for folder, _, files in os.walk(os.path.join(ROOT, "ember")):
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(folder, name)
+            rel = os.path.relpath(path, ROOT)
+            with open(path) as f:
+                text = f.read()
+            if "%(asctime)" in text and rel != os.path.join("ember", "util", "logs.py"):
+                spelled.append(rel)
+            if re.search(r"except Exception:\s*\n\s*import cloudpickle", text) and \
+                    rel != os.path.join("ember", "util", "pickling.py"):
+                fallbacks.append(rel)
+    assert spelled == [], f"use ember.util.logs instead: {spelled}"
+    assert fallbacks == [], f"use ember.util.pickling.dumps instead: {fallbacks}"
