@@ -9,7 +9,7 @@ import threading
 from collections import namedtuple
 from typing import Any
 
-from ember.scheduler import listener as L
+from ember.scheduler import listener as sl
 
 SparkJobInfo = namedtuple("SparkJobInfo", "jobId stageIds status")
 SparkStageInfo = namedtuple("SparkStageInfo", "stageId currentAttemptId name numTasks "
@@ -19,7 +19,7 @@ SparkStageInfo = namedtuple("SparkStageInfo", "stageId currentAttemptId name num
 class _StageState:
     __slots__ = ("info", "active", "completed", "failed", "done_indices", "status")
 
-    def __init__(self, info: L.StageInfo) -> None:
+    def __init__(self, info: sl.StageInfo) -> None:
         self.info = info
         self.active = 0
         self.completed = 0
@@ -38,7 +38,7 @@ class StatusStore:
 
     def on_event(self, e: Any) -> None:
         with self._lock:
-            if isinstance(e, L.JobStart):
+            if isinstance(e, sl.JobStart):
                 self.jobs[e.job_id] = {"stageIds": [s.stage_id for s in e.stage_infos],
                                        "status": "RUNNING",
                                        "group": e.properties.get("spark.jobGroup.id"),
@@ -46,27 +46,27 @@ class StatusStore:
                 for s in e.stage_infos:
                     self.stages.setdefault(s.stage_id, _StageState(s))
                 self._trim()
-            elif isinstance(e, L.JobEnd):
+            elif isinstance(e, sl.JobEnd):
                 job = self.jobs.get(e.job_id)
                 if job is not None:
                     job["status"] = "SUCCEEDED" if e.succeeded else "FAILED"
-            elif isinstance(e, L.StageSubmitted):
+            elif isinstance(e, sl.StageSubmitted):
                 st = self.stages.get(e.stage_info.stage_id)
                 if st is None or st.info.attempt_id != e.stage_info.attempt_id or st.status != "ACTIVE":
                     st = _StageState(e.stage_info)
                     self.stages[e.stage_info.stage_id] = st
                 st.info = e.stage_info
                 self.active_stage_ids.add(e.stage_info.stage_id)
-            elif isinstance(e, L.StageCompleted):
+            elif isinstance(e, sl.StageCompleted):
                 st = self.stages.get(e.stage_info.stage_id)
                 if st is not None:
                     st.status = "FAILED" if e.stage_info.failure_reason else "COMPLETE"
                 self.active_stage_ids.discard(e.stage_info.stage_id)
-            elif isinstance(e, L.TaskStart):
+            elif isinstance(e, sl.TaskStart):
                 st = self.stages.get(e.stage_id)
                 if st is not None and st.info.attempt_id == e.stage_attempt:
                     st.active += 1
-            elif isinstance(e, L.TaskEnd):
+            elif isinstance(e, sl.TaskEnd):
                 st = self.stages.get(e.stage_id)
                 if st is not None and st.info.attempt_id == e.stage_attempt:
                     st.active = max(0, st.active - 1)

@@ -78,7 +78,6 @@ def test_fifty_cluster_drivers_on_two_small_workers_all_finish_once(tmp_path):
     """Measured on Spark's rules: 4 drivers take all 4 cores and their applications wait
     forever. With admission they run 2 at a time and every one finishes exactly once."""
     import json
-    import os
     import textwrap
     import time
     import urllib.request
@@ -126,7 +125,6 @@ def test_fifty_cluster_drivers_on_two_small_workers_all_finish_once(tmp_path):
         assert "waiting: launching it would leave no room for an executor" in page
         j = c.json()
         assert len([d for d in j["activedrivers"] if d["state"] == "RUNNING"]) <= 2
-        final = {"FINISHED", "FAILED", "ERROR", "KILLED"}
         deadline = time.monotonic() + 900
         while True:
             j = c.json()
