@@ -38,11 +38,11 @@ def test_drivers_never_take_the_cores_their_applications_need():
                d.worker is None]
     assert len(waiting) == 4
     assert all("no room for an executor of its application (1 core(s), 256 MiB)"
-               in d.waitReason for d in waiting)
+               in d.wait_reason for d in waiting)
     logs = [i.text for _, out in outs for i in out if isinstance(i, Log)]
     assert sum("waits: launching it would leave no room" in t for t in logs) == 4
     from ember.deploy.master.state import driver_summary
-    assert driver_summary(waiting[0]).waitReason == waiting[0].waitReason
+    assert driver_summary(waiting[0]).waitReason == waiting[0].wait_reason
 
 
 def test_bigger_executors_reserve_more_and_unfit_executors_keep_the_driver_waiting():
