@@ -140,13 +140,13 @@ class _PySparkErrorClass(SparkException):
 
     def __init__(self, errorClass: str = "", message: str = "") -> None:
         Exception.__init__(self, message)
-        self.errorClass = errorClass
+        self.error_class = errorClass
 
     def getErrorClass(self) -> str:
-        return self.errorClass
+        return self.error_class
 
     def __str__(self) -> str:
-        return f"[{self.errorClass}] {self.args[0]}" if self.errorClass else str(self.args[0])
+        return f"[{self.error_class}] {self.args[0]}" if self.error_class else str(self.args[0])
 
 
 class PySparkValueError(_PySparkErrorClass, ValueError):

@@ -68,7 +68,7 @@ class RDDSamplerBase:
 
     def __init__(self, withReplacement: bool, seed: Optional[int] = None) -> None:
         self._seed = seed if seed is not None else random.randint(0, sys.maxsize)
-        self._withReplacement = withReplacement
+        self._with_replacement = withReplacement
         self._random: Optional[random.Random] = None
 
     def initRandomGenerator(self, split: int) -> None:
@@ -100,7 +100,7 @@ class RDDSampler(RDDSamplerBase):
     def func(self, split: int, iterator: Iterable[T]) -> Iterator[T]:
         rng = _partition_random(self._seed, split)
         fraction = self._fraction
-        if self._withReplacement:
+        if self._with_replacement:
             for obj in iterator:
                 for _ in range(_poisson(rng, fraction)):
                     yield obj
@@ -120,13 +120,13 @@ class RDDRangeSampler(RDDSamplerBase):
 
     def __init__(self, lowerBound: float, upperBound: float, seed: Optional[int] = None) -> None:
         super().__init__(False, seed)
-        self._lowerBound = lowerBound
-        self._upperBound = upperBound
+        self._lower_bound = lowerBound
+        self._upper_bound = upperBound
 
     def func(self, split: int, iterator: Iterable[T]) -> Iterator[T]:
         rng = _partition_random(self._seed, split)
         draw = rng.random
-        lower, upper = self._lowerBound, self._upperBound
+        lower, upper = self._lower_bound, self._upper_bound
         for obj in iterator:
             if lower <= draw() < upper:
                 yield obj
@@ -149,7 +149,7 @@ class RDDStratifiedSampler(RDDSamplerBase):
     ) -> Iterator[Tuple[Any, Any]]:
         rng = _partition_random(self._seed, split)
         fractions = self._fractions
-        if self._withReplacement:
+        if self._with_replacement:
             for key, val in iterator:
                 for _ in range(_poisson(rng, fractions[key])):
                     yield key, val
