@@ -31,7 +31,7 @@ class AccumulatorParam(Generic[T]):
     def zero(self, value: T) -> T:
         raise NotImplementedError
 
-    def addInPlace(self, value1: T, value2: T) -> T:
+    def addInPlace(self, value1: T, value2: T) -> T:  # noqa: N802
         raise NotImplementedError
 
 
@@ -42,7 +42,7 @@ class AddingAccumulatorParam(AccumulatorParam[T]):
     def zero(self, value: T) -> T:
         return self.zero_value
 
-    def addInPlace(self, value1: T, value2: T) -> T:
+    def addInPlace(self, value1: T, value2: T) -> T:  # noqa: N802
         value1 += value2  # type: ignore[operator]
         return value1
 

@@ -138,11 +138,11 @@ class BarrierJobSlotsNumberCheckFailed(BarrierJobAllocationFailed):
 class _PySparkErrorClass(SparkException):
     """A PySpark error with an error class, printed as "[CLASS] message"."""
 
-    def __init__(self, errorClass: str = "", message: str = "") -> None:
+    def __init__(self, errorClass: str = "", message: str = "") -> None:  # noqa: N803
         Exception.__init__(self, message)
         self.error_class = errorClass
 
-    def getErrorClass(self) -> str:
+    def getErrorClass(self) -> str:  # noqa: N802
         return self.error_class
 
     def __str__(self) -> str:

@@ -66,21 +66,21 @@ class RDDSamplerBase:
     several partitions at once (e.g. tasks running in threads).
     """
 
-    def __init__(self, withReplacement: bool, seed: Optional[int] = None) -> None:
+    def __init__(self, withReplacement: bool, seed: Optional[int] = None) -> None:  # noqa: N803
         self._seed = seed if seed is not None else random.randint(0, sys.maxsize)
         self._with_replacement = withReplacement
         self._random: Optional[random.Random] = None
 
-    def initRandomGenerator(self, split: int) -> None:
+    def initRandomGenerator(self, split: int) -> None:  # noqa: N802
         """Set ``self._random`` to the generator of partition ``split`` (PySpark API)."""
         self._random = _partition_random(self._seed, split)
 
-    def getUniformSample(self) -> float:
+    def getUniformSample(self) -> float:  # noqa: N802
         """Next uniform draw in [0, 1) from ``self._random``."""
         assert self._random is not None, "call initRandomGenerator(split) first"
         return self._random.random()
 
-    def getPoissonSample(self, mean: float) -> int:
+    def getPoissonSample(self, mean: float) -> int:  # noqa: N802
         """Next Poisson(mean) draw from ``self._random``."""
         assert self._random is not None, "call initRandomGenerator(split) first"
         return _poisson(self._random, mean)
@@ -93,7 +93,7 @@ class RDDSampler(RDDSamplerBase):
     """Keeps each element with probability ``fraction`` (Bernoulli), or, with
     replacement, emits each element Poisson(``fraction``) times."""
 
-    def __init__(self, withReplacement: bool, fraction: float, seed: Optional[int] = None) -> None:
+    def __init__(self, withReplacement: bool, fraction: float, seed: Optional[int] = None) -> None:  # noqa: N803
         super().__init__(withReplacement, seed)
         self._fraction = fraction
 
@@ -118,7 +118,7 @@ class RDDRangeSampler(RDDSamplerBase):
     so the ranges partition the draws and every element lands in exactly one split.
     """
 
-    def __init__(self, lowerBound: float, upperBound: float, seed: Optional[int] = None) -> None:
+    def __init__(self, lowerBound: float, upperBound: float, seed: Optional[int] = None) -> None:  # noqa: N803
         super().__init__(False, seed)
         self._lower_bound = lowerBound
         self._upper_bound = upperBound
@@ -139,7 +139,7 @@ class RDDStratifiedSampler(RDDSamplerBase):
     """
 
     def __init__(
-        self, withReplacement: bool, fractions: Dict[Any, float], seed: Optional[int] = None
+        self, withReplacement: bool, fractions: Dict[Any, float], seed: Optional[int] = None  # noqa: N803
     ) -> None:
         super().__init__(withReplacement, seed)
         self._fractions = fractions

@@ -113,29 +113,29 @@ class StatusTracker:
     def __init__(self, store: StatusStore) -> None:
         self._store = store
 
-    def getJobIdsForGroup(self, jobGroup: str | None = None) -> list[int]:
+    def getJobIdsForGroup(self, jobGroup: str | None = None) -> list[int]:  # noqa: N802, N803
         with self._store._lock:
             return [jid for jid, j in self._store.jobs.items() if j["group"] == jobGroup]
 
-    def getJobIdsForTag(self, jobTag: str) -> list[int]:
+    def getJobIdsForTag(self, jobTag: str) -> list[int]:  # noqa: N802, N803
         with self._store._lock:
             return [jid for jid, j in self._store.jobs.items()
                     if jobTag in (j["tags"] or "").split(",")]
 
-    def getActiveStageIds(self) -> list[int]:
+    def getActiveStageIds(self) -> list[int]:  # noqa: N802
         with self._store._lock:
             return sorted(self._store.active_stage_ids)
 
-    def getActiveJobsIds(self) -> list[int]:
+    def getActiveJobsIds(self) -> list[int]:  # noqa: N802
         with self._store._lock:
             return sorted(jid for jid, j in self._store.jobs.items() if j["status"] == "RUNNING")
 
-    def getJobInfo(self, jobId: int) -> SparkJobInfo | None:
+    def getJobInfo(self, jobId: int) -> SparkJobInfo | None:  # noqa: N802, N803
         with self._store._lock:
             j = self._store.jobs.get(jobId)
             if j is None:
                 return None
             return SparkJobInfo(jobId, list(j["stageIds"]), j["status"])
 
-    def getStageInfo(self, stageId: int) -> SparkStageInfo | None:
+    def getStageInfo(self, stageId: int) -> SparkStageInfo | None:  # noqa: N802, N803
         return self._store.stage_snapshot(stageId)
