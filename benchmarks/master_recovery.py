@@ -71,7 +71,7 @@ def write_recovery_dir(directory: str, workers: list[tuple[str, RpcEnv]], apps: 
     for worker_id, env in workers:
         ref = env.endpoint_ref(env.address, "Worker")
         w = WorkerInfo(worker_id, env.address.host, env.address.port, 8, 16384, endpoint=ref,
-                       webUiAddress=f"http://{env.address.host}:8081")
+                       web_ui_address=f"http://{env.address.host}:8081")
         engine.persist(worker_key(worker_id), worker_record(w))
     now = int(time.time() * 1000)
     for n in range(apps):

@@ -13,7 +13,7 @@ T = TypeVar("T")
 
 # aid -> Accumulator; on the driver: every accumulator created; in a task process: the
 # deserialized copies.
-_accumulatorRegistry: dict[int, "Accumulator"] = {}
+_accumulator_registry: dict[int, "Accumulator"] = {}
 _lock = threading.Lock()
 _next_id = [0]
 
@@ -21,7 +21,7 @@ _next_id = [0]
 def _deserialize_accumulator(aid: int, zero_value: Any, accum_param: "AccumulatorParam") -> "Accumulator":
     acc = Accumulator(aid, zero_value, accum_param)
     acc._deserialized = True
-    _accumulatorRegistry[aid] = acc
+    _accumulator_registry[aid] = acc
     return acc
 
 
@@ -31,7 +31,7 @@ class AccumulatorParam(Generic[T]):
     def zero(self, value: T) -> T:
         raise NotImplementedError
 
-    def addInPlace(self, value1: T, value2: T) -> T:
+    def addInPlace(self, value1: T, value2: T) -> T:  # noqa: N802
         raise NotImplementedError
 
 
@@ -42,7 +42,7 @@ class AddingAccumulatorParam(AccumulatorParam[T]):
     def zero(self, value: T) -> T:
         return self.zero_value
 
-    def addInPlace(self, value1: T, value2: T) -> T:
+    def addInPlace(self, value1: T, value2: T) -> T:  # noqa: N802
         value1 += value2  # type: ignore[operator]
         return value1
 
@@ -58,7 +58,7 @@ class Accumulator(Generic[T]):
         self.accum_param = accum_param
         self._value = value
         self._deserialized = False
-        _accumulatorRegistry[aid] = self
+        _accumulator_registry[aid] = self
 
     def __reduce__(self):
         param = self.accum_param
@@ -103,6 +103,6 @@ def new_accumulator_id() -> int:
 def merge_updates(updates: dict[int, Any]) -> None:
     """Driver: fold one successful task's accumulator values into the driver copies."""
     for aid, value in updates.items():
-        acc = _accumulatorRegistry.get(aid)
+        acc = _accumulator_registry.get(aid)
         if acc is not None and not acc._deserialized:
             acc._merge(value)

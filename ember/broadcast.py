@@ -20,7 +20,7 @@ from ember.errors import PySparkRuntimeError
 T = TypeVar("T")
 
 # In task processes: bid -> loaded value.
-_broadcastRegistry: dict[int, Any] = {}
+_broadcast_registry: dict[int, Any] = {}
 # Set by an executor on another host: (bid, driver_path) -> local path to read.
 _fetcher: list[Callable[[int, str], str] | None] = [None]
 _lock = threading.Lock()
@@ -114,14 +114,14 @@ class Broadcast(Generic[T]):
         if self._bid is None:                  # Broadcast(path=...): load on first use
             self._value = self.load_from_path(self._path)
             return self._value
-        v = _broadcastRegistry.get(self._bid, _broadcastRegistry)
-        if v is _broadcastRegistry:
+        v = _broadcast_registry.get(self._bid, _broadcast_registry)
+        if v is _broadcast_registry:
             path = self._path
             fetch = _fetcher[0]
             if fetch is not None:
                 path = fetch(self._bid, path)
             v = self.load_from_path(path)
-            _broadcastRegistry[self._bid] = v
+            _broadcast_registry[self._bid] = v
         return v
 
     def unpersist(self, blocking: bool = False) -> None:

@@ -138,15 +138,15 @@ class BarrierJobSlotsNumberCheckFailed(BarrierJobAllocationFailed):
 class _PySparkErrorClass(SparkException):
     """A PySpark error with an error class, printed as "[CLASS] message"."""
 
-    def __init__(self, errorClass: str = "", message: str = "") -> None:
+    def __init__(self, errorClass: str = "", message: str = "") -> None:  # noqa: N803
         Exception.__init__(self, message)
-        self.errorClass = errorClass
+        self.error_class = errorClass
 
-    def getErrorClass(self) -> str:
-        return self.errorClass
+    def getErrorClass(self) -> str:  # noqa: N802
+        return self.error_class
 
     def __str__(self) -> str:
-        return f"[{self.errorClass}] {self.args[0]}" if self.errorClass else str(self.args[0])
+        return f"[{self.error_class}] {self.args[0]}" if self.error_class else str(self.args[0])
 
 
 class PySparkValueError(_PySparkErrorClass, ValueError):

@@ -25,7 +25,7 @@ class SparkFiles:
         return path
 
     @classmethod
-    def getRootDirectory(cls) -> str:
+    def getRootDirectory(cls) -> str:  # noqa: N802
         if cls._root_directory is None:
             raise RuntimeError("SparkFiles root directory is not set: no SparkContext is running")
         return cls._root_directory

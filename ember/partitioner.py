@@ -37,7 +37,7 @@ def portable_hash(x: Any) -> int:
 class Partitioner:
     """numPartitions plus a key function; equal partitioners mean co-partitioned RDDs."""
 
-    def __init__(self, numPartitions: int, partitionFunc: Callable[[Any], int]) -> None:
+    def __init__(self, numPartitions: int, partitionFunc: Callable[[Any], int]) -> None:  # noqa: N803
         self.numPartitions = numPartitions
         self.partitionFunc = partitionFunc
 

@@ -171,7 +171,7 @@ class RDD:
     def _memory_limit(self) -> int:
         return self.ctx._python_worker_memory_mb
 
-    def _defaultReducePartitions(self) -> int:
+    def _default_reduce_partitions(self) -> int:
         dp = self.ctx._conf.get("spark.default.parallelism")
         if dp is not None:
             return int(dp)
@@ -511,12 +511,12 @@ class RDD:
     # --- shuffles -----------------------------------------------------------------------
     def partitionBy(self, numPartitions: int | None,
                     partitionFunc: Callable[[Any], int] = portable_hash) -> "RDD":
-        if numPartitions is None:
-            numPartitions = self._defaultReducePartitions()
-        partitioner = Partitioner(numPartitions, partitionFunc)
+        num_partitions = (self._default_reduce_partitions() if numPartitions is None
+                          else numPartitions)
+        partitioner = Partitioner(num_partitions, partitionFunc)
         if self.partitioner == partitioner:
             return self
-        rdd = ShuffledRDD(self, numPartitions, partitionFunc)
+        rdd = ShuffledRDD(self, num_partitions, partitionFunc)
         rdd.partitioner = partitioner
         return rdd
 
@@ -524,8 +524,8 @@ class RDD:
                      mergeCombiners: Callable, numPartitions: int | None = None,
                      partitionFunc: Callable[[Any], int] = portable_hash) -> "RDD":
         from ember.shuffle.external import Aggregator, ExternalMerger
-        if numPartitions is None:
-            numPartitions = self._defaultReducePartitions()
+        num_partitions = (self._default_reduce_partitions() if numPartitions is None
+                          else numPartitions)
         memory = self._memory_limit()
         local_dirs = self.ctx._spill_dirs
         agg = Aggregator(createCombiner, mergeValue, mergeCombiners)
@@ -545,7 +545,7 @@ class RDD:
             locally.partitioner = self.partitioner
         else:
             locally = self.mapPartitions(combine_locally, preservesPartitioning=True)
-        shuffled = locally.partitionBy(numPartitions, partitionFunc)
+        shuffled = locally.partitionBy(num_partitions, partitionFunc)
 
         def merge_combiners(iterator: Iterable) -> Iterator:
             merger = ExternalMerger(agg, memory, local_dirs=local_dirs)
@@ -577,8 +577,8 @@ class RDD:
     def groupByKey(self, numPartitions: int | None = None,
                    partitionFunc: Callable[[Any], int] = portable_hash) -> "RDD":
         from ember.shuffle.external import Aggregator, ExternalGroupBy
-        if numPartitions is None:
-            numPartitions = self._defaultReducePartitions()
+        num_partitions = (self._default_reduce_partitions() if numPartitions is None
+                          else numPartitions)
         memory = self._memory_limit()
         local_dirs = self.ctx._spill_dirs
 
@@ -601,7 +601,7 @@ class RDD:
             return merger.items()
 
         shuffled = self.mapPartitions(combine, preservesPartitioning=True) \
-            .partitionBy(numPartitions, partitionFunc)
+            .partitionBy(num_partitions, partitionFunc)
 
         def group_by_key(it: Iterable) -> Iterator:
             merger = ExternalGroupBy(agg, memory, local_dirs=local_dirs)
@@ -660,15 +660,15 @@ class RDD:
 
     def sortByKey(self, ascending: bool = True, numPartitions: int | None = None,
                   keyfunc: Callable[[Any], Any] = _identity) -> "RDD":
-        if numPartitions is None:
-            numPartitions = self._defaultReducePartitions()
+        num_partitions = (self._default_reduce_partitions() if numPartitions is None
+                          else numPartitions)
         if keyfunc is not _identity:
             keyfunc = fail_on_stopiteration(keyfunc)
         sort_partition = _partition_sorter(self, ascending, keyfunc)
-        if numPartitions == 1:
+        if num_partitions == 1:
             rdd = self.coalesce(1) if self.getNumPartitions() > 1 else self
             return rdd.mapPartitions(sort_partition, True)
-        bounds = self._range_bounds(numPartitions, keyfunc)
+        bounds = self._range_bounds(num_partitions, keyfunc)
         if bounds is None:
             return self                  # empty RDD
 
@@ -678,9 +678,9 @@ class RDD:
         else:
             def range_partitioner(k: Any) -> int:
                 p = bisect.bisect_left(bounds, keyfunc(k))
-                return p if ascending else numPartitions - 1 - p
+                return p if ascending else num_partitions - 1 - p
 
-        return self.partitionBy(numPartitions, range_partitioner) \
+        return self.partitionBy(num_partitions, range_partitioner) \
             .mapPartitions(sort_partition, True)
 
     def _range_bounds(self, partitions: int, keyfunc: Callable[[Any], Any]) -> list | None:
@@ -735,9 +735,9 @@ class RDD:
             self, numPartitions: int | None = None,
             partitionFunc: Callable[[Any], int] = portable_hash, ascending: bool = True,
             keyfunc: Callable[[Any], Any] = _identity) -> "RDD":
-        if numPartitions is None:
-            numPartitions = self._defaultReducePartitions()
-        return self.partitionBy(numPartitions, partitionFunc) \
+        num_partitions = (self._default_reduce_partitions() if numPartitions is None
+                          else numPartitions)
+        return self.partitionBy(num_partitions, partitionFunc) \
             .mapPartitions(_partition_sorter(self, ascending, keyfunc), True)
 
     # --- actions ------------------------------------------------------------------------
@@ -849,16 +849,16 @@ class RDD:
         return _reduce(op, vals, zeroValue)
 
     def aggregate(self, zeroValue: Any, seqOp: Callable, combOp: Callable) -> Any:
-        seqOp = fail_on_stopiteration(seqOp)
-        combOp = fail_on_stopiteration(combOp)
+        seq_op = fail_on_stopiteration(seqOp)
+        comb_op = fail_on_stopiteration(combOp)
 
         def func(iterator: Iterable) -> Any:
             acc = copy.deepcopy(zeroValue)
             for obj in iterator:
-                acc = seqOp(acc, obj)
+                acc = seq_op(acc, obj)
             return acc
         vals = self.ctx._run_job(self, func)
-        return _reduce(combOp, vals, zeroValue)
+        return _reduce(comb_op, vals, zeroValue)
 
     def treeAggregate(self, zeroValue: Any, seqOp: Callable, combOp: Callable,
                       depth: int = 2) -> Any:

@@ -66,21 +66,21 @@ class RDDSamplerBase:
     several partitions at once (e.g. tasks running in threads).
     """
 
-    def __init__(self, withReplacement: bool, seed: Optional[int] = None) -> None:
+    def __init__(self, withReplacement: bool, seed: Optional[int] = None) -> None:  # noqa: N803
         self._seed = seed if seed is not None else random.randint(0, sys.maxsize)
-        self._withReplacement = withReplacement
+        self._with_replacement = withReplacement
         self._random: Optional[random.Random] = None
 
-    def initRandomGenerator(self, split: int) -> None:
+    def initRandomGenerator(self, split: int) -> None:  # noqa: N802
         """Set ``self._random`` to the generator of partition ``split`` (PySpark API)."""
         self._random = _partition_random(self._seed, split)
 
-    def getUniformSample(self) -> float:
+    def getUniformSample(self) -> float:  # noqa: N802
         """Next uniform draw in [0, 1) from ``self._random``."""
         assert self._random is not None, "call initRandomGenerator(split) first"
         return self._random.random()
 
-    def getPoissonSample(self, mean: float) -> int:
+    def getPoissonSample(self, mean: float) -> int:  # noqa: N802
         """Next Poisson(mean) draw from ``self._random``."""
         assert self._random is not None, "call initRandomGenerator(split) first"
         return _poisson(self._random, mean)
@@ -93,14 +93,14 @@ class RDDSampler(RDDSamplerBase):
     """Keeps each element with probability ``fraction`` (Bernoulli), or, with
     replacement, emits each element Poisson(``fraction``) times."""
 
-    def __init__(self, withReplacement: bool, fraction: float, seed: Optional[int] = None) -> None:
+    def __init__(self, withReplacement: bool, fraction: float, seed: Optional[int] = None) -> None:  # noqa: N803
         super().__init__(withReplacement, seed)
         self._fraction = fraction
 
     def func(self, split: int, iterator: Iterable[T]) -> Iterator[T]:
         rng = _partition_random(self._seed, split)
         fraction = self._fraction
-        if self._withReplacement:
+        if self._with_replacement:
             for obj in iterator:
                 for _ in range(_poisson(rng, fraction)):
                     yield obj
@@ -118,15 +118,15 @@ class RDDRangeSampler(RDDSamplerBase):
     so the ranges partition the draws and every element lands in exactly one split.
     """
 
-    def __init__(self, lowerBound: float, upperBound: float, seed: Optional[int] = None) -> None:
+    def __init__(self, lowerBound: float, upperBound: float, seed: Optional[int] = None) -> None:  # noqa: N803
         super().__init__(False, seed)
-        self._lowerBound = lowerBound
-        self._upperBound = upperBound
+        self._lower_bound = lowerBound
+        self._upper_bound = upperBound
 
     def func(self, split: int, iterator: Iterable[T]) -> Iterator[T]:
         rng = _partition_random(self._seed, split)
         draw = rng.random
-        lower, upper = self._lowerBound, self._upperBound
+        lower, upper = self._lower_bound, self._upper_bound
         for obj in iterator:
             if lower <= draw() < upper:
                 yield obj
@@ -139,7 +139,7 @@ class RDDStratifiedSampler(RDDSamplerBase):
     """
 
     def __init__(
-        self, withReplacement: bool, fractions: Dict[Any, float], seed: Optional[int] = None
+        self, withReplacement: bool, fractions: Dict[Any, float], seed: Optional[int] = None  # noqa: N803
     ) -> None:
         super().__init__(withReplacement, seed)
         self._fractions = fractions
@@ -149,7 +149,7 @@ class RDDStratifiedSampler(RDDSamplerBase):
     ) -> Iterator[Tuple[Any, Any]]:
         rng = _partition_random(self._seed, split)
         fractions = self._fractions
-        if self._withReplacement:
+        if self._with_replacement:
             for key, val in iterator:
                 for _ in range(_poisson(rng, fractions[key])):
                     yield key, val

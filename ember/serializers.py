@@ -355,7 +355,7 @@ class BatchedSerializer(Serializer):
     UNLIMITED_BATCH_SIZE = -1
     UNKNOWN_BATCH_SIZE = 0
 
-    def __init__(self, serializer: Serializer, batchSize: int = UNLIMITED_BATCH_SIZE) -> None:
+    def __init__(self, serializer: Serializer, batchSize: int = UNLIMITED_BATCH_SIZE) -> None:  # noqa: N803
         self.serializer = serializer
         self.batchSize = batchSize
 
@@ -407,7 +407,7 @@ class AutoBatchedSerializer(BatchedSerializer):
     ten times that.  Requires a framed serializer (``dumps`` of a list).
     """
 
-    def __init__(self, serializer: Serializer, bestSize: int = 1 << 16) -> None:
+    def __init__(self, serializer: Serializer, bestSize: int = 1 << 16) -> None:  # noqa: N803
         BatchedSerializer.__init__(self, serializer, self.UNKNOWN_BATCH_SIZE)
         self.bestSize = bestSize
 

@@ -68,7 +68,7 @@ class StatCounter:
                 self.minValue = fv
         return self
 
-    def mergeStats(self, other: "StatCounter") -> "StatCounter":
+    def mergeStats(self, other: "StatCounter") -> "StatCounter":  # noqa: N802
         """Combine another counter into this one (Chan's parallel update); returns self."""
         if not isinstance(other, StatCounter):
             raise TypeError("Can only merge StatCounter but got %s" % type(other))
@@ -121,7 +121,7 @@ class StatCounter:
             return float("nan")
         return self.m2 / self.n
 
-    def sampleVariance(self) -> float:
+    def sampleVariance(self) -> float:  # noqa: N802
         """Sample variance (divides by N-1); nan when fewer than two values."""
         if self.n <= 1:
             return float("nan")
@@ -130,10 +130,10 @@ class StatCounter:
     def stdev(self) -> float:
         return _sqrt(self.variance())
 
-    def sampleStdev(self) -> float:
+    def sampleStdev(self) -> float:  # noqa: N802
         return _sqrt(self.sampleVariance())
 
-    def asDict(self, sample: bool = False) -> Dict[str, Union[float, int]]:
+    def asDict(self, sample: bool = False) -> Dict[str, Union[float, int]]:  # noqa: N802
         """The statistics as a dict.
 
         Faithful to PySpark, including its quirk: with the default ``sample=False``

@@ -9,7 +9,7 @@ import threading
 from collections import namedtuple
 from typing import Any
 
-from ember.scheduler import listener as L
+from ember.scheduler import listener as sl
 
 SparkJobInfo = namedtuple("SparkJobInfo", "jobId stageIds status")
 SparkStageInfo = namedtuple("SparkStageInfo", "stageId currentAttemptId name numTasks "
@@ -19,7 +19,7 @@ SparkStageInfo = namedtuple("SparkStageInfo", "stageId currentAttemptId name num
 class _StageState:
     __slots__ = ("info", "active", "completed", "failed", "done_indices", "status")
 
-    def __init__(self, info: L.StageInfo) -> None:
+    def __init__(self, info: sl.StageInfo) -> None:
         self.info = info
         self.active = 0
         self.completed = 0
@@ -38,7 +38,7 @@ class StatusStore:
 
     def on_event(self, e: Any) -> None:
         with self._lock:
-            if isinstance(e, L.JobStart):
+            if isinstance(e, sl.JobStart):
                 self.jobs[e.job_id] = {"stageIds": [s.stage_id for s in e.stage_infos],
                                        "status": "RUNNING",
                                        "group": e.properties.get("spark.jobGroup.id"),
@@ -46,27 +46,27 @@ class StatusStore:
                 for s in e.stage_infos:
                     self.stages.setdefault(s.stage_id, _StageState(s))
                 self._trim()
-            elif isinstance(e, L.JobEnd):
+            elif isinstance(e, sl.JobEnd):
                 job = self.jobs.get(e.job_id)
                 if job is not None:
                     job["status"] = "SUCCEEDED" if e.succeeded else "FAILED"
-            elif isinstance(e, L.StageSubmitted):
+            elif isinstance(e, sl.StageSubmitted):
                 st = self.stages.get(e.stage_info.stage_id)
                 if st is None or st.info.attempt_id != e.stage_info.attempt_id or st.status != "ACTIVE":
                     st = _StageState(e.stage_info)
                     self.stages[e.stage_info.stage_id] = st
                 st.info = e.stage_info
                 self.active_stage_ids.add(e.stage_info.stage_id)
-            elif isinstance(e, L.StageCompleted):
+            elif isinstance(e, sl.StageCompleted):
                 st = self.stages.get(e.stage_info.stage_id)
                 if st is not None:
                     st.status = "FAILED" if e.stage_info.failure_reason else "COMPLETE"
                 self.active_stage_ids.discard(e.stage_info.stage_id)
-            elif isinstance(e, L.TaskStart):
+            elif isinstance(e, sl.TaskStart):
                 st = self.stages.get(e.stage_id)
                 if st is not None and st.info.attempt_id == e.stage_attempt:
                     st.active += 1
-            elif isinstance(e, L.TaskEnd):
+            elif isinstance(e, sl.TaskEnd):
                 st = self.stages.get(e.stage_id)
                 if st is not None and st.info.attempt_id == e.stage_attempt:
                     st.active = max(0, st.active - 1)
@@ -113,29 +113,29 @@ class StatusTracker:
     def __init__(self, store: StatusStore) -> None:
         self._store = store
 
-    def getJobIdsForGroup(self, jobGroup: str | None = None) -> list[int]:
+    def getJobIdsForGroup(self, jobGroup: str | None = None) -> list[int]:  # noqa: N802, N803
         with self._store._lock:
             return [jid for jid, j in self._store.jobs.items() if j["group"] == jobGroup]
 
-    def getJobIdsForTag(self, jobTag: str) -> list[int]:
+    def getJobIdsForTag(self, jobTag: str) -> list[int]:  # noqa: N802, N803
         with self._store._lock:
             return [jid for jid, j in self._store.jobs.items()
                     if jobTag in (j["tags"] or "").split(",")]
 
-    def getActiveStageIds(self) -> list[int]:
+    def getActiveStageIds(self) -> list[int]:  # noqa: N802
         with self._store._lock:
             return sorted(self._store.active_stage_ids)
 
-    def getActiveJobsIds(self) -> list[int]:
+    def getActiveJobsIds(self) -> list[int]:  # noqa: N802
         with self._store._lock:
             return sorted(jid for jid, j in self._store.jobs.items() if j["status"] == "RUNNING")
 
-    def getJobInfo(self, jobId: int) -> SparkJobInfo | None:
+    def getJobInfo(self, jobId: int) -> SparkJobInfo | None:  # noqa: N802, N803
         with self._store._lock:
             j = self._store.jobs.get(jobId)
             if j is None:
                 return None
             return SparkJobInfo(jobId, list(j["stageIds"]), j["status"])
 
-    def getStageInfo(self, stageId: int) -> SparkStageInfo | None:
+    def getStageInfo(self, stageId: int) -> SparkStageInfo | None:  # noqa: N802, N803
         return self._store.stage_snapshot(stageId)

@@ -30,9 +30,9 @@ class StorageLevel:
 
     def __init__(
         self,
-        useDisk: bool,
-        useMemory: bool,
-        useOffHeap: bool,
+        useDisk: bool,  # noqa: N803
+        useMemory: bool,  # noqa: N803
+        useOffHeap: bool,  # noqa: N803
         deserialized: bool,
         replication: int = 1,
     ) -> None:

@@ -13,25 +13,25 @@ from ember.errors import PySparkRuntimeError
 
 
 class TaskContext:
-    _taskContext: "TaskContext | None" = None
+    _task_context: "TaskContext | None" = None
 
     # PySpark's defaults for a context built by user code outside any task
-    _stageId: int | None = None
-    _stageAttemptNumber: int | None = None
-    _partitionId: int | None = None
-    _attemptNumber: int | None = None
-    _taskAttemptId: int | None = None
-    _localProperties: dict[str, str] | None = None
+    _stage_id: int | None = None
+    _stage_attempt_number: int | None = None
+    _partition_id: int | None = None
+    _attempt_number: int | None = None
+    _task_attempt_id: int | None = None
+    _local_properties: dict[str, str] | None = None
     _cpus: int | None = None
     _resources: dict | None = None
 
     def __new__(cls) -> "TaskContext":
         """Even if users construct TaskContext instead of calling get(), they get the running
         task's context (PySpark's singleton)."""
-        ctx = TaskContext._taskContext
+        ctx = TaskContext._task_context
         if ctx is not None:
             return ctx
-        TaskContext._taskContext = ctx = object.__new__(cls)
+        TaskContext._task_context = ctx = object.__new__(cls)
         return ctx
 
     @classmethod
@@ -41,12 +41,12 @@ class TaskContext:
                 env: Any = None, map_locations: dict | None = None) -> "TaskContext":
         """The engine's constructor: one fresh context per task attempt."""
         self = object.__new__(cls)
-        self._stageId = stage_id
-        self._stageAttemptNumber = stage_attempt
-        self._partitionId = partition_id
-        self._attemptNumber = attempt_number
-        self._taskAttemptId = task_attempt_id
-        self._localProperties = local_properties or {}
+        self._stage_id = stage_id
+        self._stage_attempt_number = stage_attempt
+        self._partition_id = partition_id
+        self._attempt_number = attempt_number
+        self._task_attempt_id = task_attempt_id
+        self._local_properties = local_properties or {}
         self._cpus = cpus
         self._resources = {}
         # engine internals
@@ -58,36 +58,36 @@ class TaskContext:
 
     @classmethod
     def _getOrCreate(cls) -> "TaskContext":
-        if TaskContext._taskContext is None:
-            TaskContext._taskContext = cls._create()
-        return TaskContext._taskContext
+        if TaskContext._task_context is None:
+            TaskContext._task_context = cls._create()
+        return TaskContext._task_context
 
     @classmethod
     def _setTaskContext(cls, ctx: "TaskContext | None") -> None:
-        TaskContext._taskContext = ctx
+        TaskContext._task_context = ctx
 
     @classmethod
     def get(cls) -> "TaskContext | None":
         """The running task's context, or None outside a task (e.g. on the driver)."""
-        return TaskContext._taskContext
+        return TaskContext._task_context
 
     def stageId(self) -> int:
-        return self._stageId  # type: ignore[return-value]
+        return self._stage_id  # type: ignore[return-value]
 
     def stageAttemptNumber(self) -> int:
-        return self._stageAttemptNumber  # type: ignore[return-value]
+        return self._stage_attempt_number  # type: ignore[return-value]
 
     def partitionId(self) -> int:
-        return self._partitionId  # type: ignore[return-value]
+        return self._partition_id  # type: ignore[return-value]
 
     def attemptNumber(self) -> int:
-        return self._attemptNumber  # type: ignore[return-value]
+        return self._attempt_number  # type: ignore[return-value]
 
     def taskAttemptId(self) -> int:
-        return self._taskAttemptId  # type: ignore[return-value]
+        return self._task_attempt_id  # type: ignore[return-value]
 
     def getLocalProperty(self, key: str) -> str | None:
-        return (self._localProperties or {}).get(key)
+        return (self._local_properties or {}).get(key)
 
     def cpus(self) -> int:
         return self._cpus  # type: ignore[return-value]
@@ -116,14 +116,14 @@ class BarrierTaskContext(TaskContext):
 
     @classmethod
     def _getOrCreate(cls) -> "BarrierTaskContext":
-        if not isinstance(TaskContext._taskContext, BarrierTaskContext):
-            TaskContext._taskContext = cls._create()
-        return TaskContext._taskContext
+        if not isinstance(TaskContext._task_context, BarrierTaskContext):
+            TaskContext._task_context = cls._create()
+        return TaskContext._task_context
 
     @classmethod
     def get(cls) -> "BarrierTaskContext":
         """The running barrier task's context; an error outside a barrier stage."""
-        ctx = TaskContext._taskContext
+        ctx = TaskContext._task_context
         if not isinstance(ctx, BarrierTaskContext):
             raise PySparkRuntimeError("NOT_IN_BARRIER_STAGE", "It is not in a barrier stage.")
         return ctx
@@ -135,8 +135,8 @@ class BarrierTaskContext(TaskContext):
 
     def _run_barrier(self, method: str, message: str) -> list[str]:
         from ember.deploy.messages import RequestToSync
-        request = RequestToSync(len(self._addresses()), self._stageId, self._stageAttemptNumber,
-                                self._taskAttemptId, self._barrier_epoch, self._partitionId,
+        request = RequestToSync(len(self._addresses()), self._stage_id, self._stage_attempt_number,
+                                self._task_attempt_id, self._barrier_epoch, self._partition_id,
                                 message, method)
         messages = self._sync(request)
         self._barrier_epoch += 1
@@ -158,7 +158,7 @@ class BarrierTaskContext(TaskContext):
         return self._run_barrier(ALL_GATHER, message)
 
     def _addresses(self) -> list[str]:
-        addresses = (self._localProperties or {}).get("addresses", "")
+        addresses = (self._local_properties or {}).get("addresses", "")
         return [h.strip() for h in addresses.split(",")]
 
     def getTaskInfos(self) -> list["BarrierTaskInfo"]:

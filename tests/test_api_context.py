@@ -85,7 +85,7 @@ def test_default_parallelism_conf(fresh_sc):
     assert sc.defaultParallelism == 5
     assert sc.defaultMinPartitions == 2
     assert sc.parallelize(range(10)).getNumPartitions() == 5
-    # _defaultReducePartitions: spark.default.parallelism wins over the parent's count
+    # _default_reduce_partitions: spark.default.parallelism wins over the parent's count
     assert sc.parallelize([(1, 1)], 3).reduceByKey(lambda a, b: a + b).getNumPartitions() == 5
 
 
@@ -336,7 +336,7 @@ def test_accumulator_custom_param(ctx):
         def zero(self, value):
             return [0.0] * len(value)
 
-        def addInPlace(self, val1, val2):
+        def addInPlace(self, val1, val2):  # noqa: N802 (PySpark API)
             for i in range(len(val1)):
                 val1[i] += val2[i]
             return val1
@@ -731,20 +731,20 @@ def test_progress_api(fresh_sc):
     tracker = sc.statusTracker()
     assert _wait_for(lambda: len(tracker.getJobIdsForGroup("test_progress_api")) == 1)
     _wait_running(sc)
-    jobIds = tracker.getJobIdsForGroup("test_progress_api")
-    assert len(jobIds) == 1
-    job = tracker.getJobInfo(jobIds[0])
+    job_ids = tracker.getJobIdsForGroup("test_progress_api")
+    assert len(job_ids) == 1
+    job = tracker.getJobInfo(job_ids[0])
     assert job.status == "RUNNING"
     assert len(job.stageIds) == 1
     stage = tracker.getStageInfo(job.stageIds[0])
     assert rdd.getNumPartitions() == stage.numTasks
-    assert tracker.getActiveJobsIds() == jobIds
+    assert tracker.getActiveJobsIds() == job_ids
     assert tracker.getActiveStageIds() == job.stageIds
 
     sc.cancelAllJobs()
     t.join(20)
     assert not t.is_alive()
-    assert _wait_for(lambda: tracker.getJobInfo(jobIds[0]).status == "FAILED", 5)
+    assert _wait_for(lambda: tracker.getJobInfo(job_ids[0]).status == "FAILED", 5)
     assert tracker.getActiveJobsIds() == []
     assert tracker.getActiveStageIds() == []
     assert tracker.getJobInfo(10_000) is None
@@ -772,11 +772,11 @@ def test_status_tracker_after_success(ctx):
 
 
 def test_run_job(ctx):
-    myRDD = ctx.parallelize(range(6), 3)
-    assert ctx.runJob(myRDD, lambda part: [x * x for x in part]) == [0, 1, 4, 9, 16, 25]
-    assert ctx.runJob(myRDD, lambda part: [x * x for x in part], [0, 2], True) == \
+    my_rdd = ctx.parallelize(range(6), 3)
+    assert ctx.runJob(my_rdd, lambda part: [x * x for x in part]) == [0, 1, 4, 9, 16, 25]
+    assert ctx.runJob(my_rdd, lambda part: [x * x for x in part], [0, 2], True) == \
         [0, 1, 16, 25]
-    assert ctx.runJob(myRDD, lambda part: [sum(part)], [1]) == [5]
+    assert ctx.runJob(my_rdd, lambda part: [sum(part)], [1]) == [5]
 
 
 def test_task_context(ctx):

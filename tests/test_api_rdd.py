@@ -91,8 +91,8 @@ def test_map_partitions(sc):
 def test_map_partitions_with_index(sc):
     rdd = sc.parallelize([1, 2, 3, 4], 4)
 
-    def f(splitIndex, iterator):
-        yield splitIndex
+    def f(split_index, iterator):
+        yield split_index
     assert rdd.mapPartitionsWithIndex(f).sum() == 6
     assert sc.parallelize(range(6), 3).mapPartitionsWithIndex(
         lambda i, it: [(i, list(it))]).collect() == [(0, [0, 1]), (1, [2, 3]), (2, [4, 5])]
@@ -101,8 +101,8 @@ def test_map_partitions_with_index(sc):
 def test_map_partitions_with_split_is_deprecated(sc):
     rdd = sc.parallelize([1, 2, 3, 4], 4)
 
-    def f(splitIndex, iterator):
-        yield splitIndex
+    def f(split_index, iterator):
+        yield split_index
     with pytest.warns(FutureWarning):
         mapped = rdd.mapPartitionsWithSplit(f)
     assert mapped.sum() == 6

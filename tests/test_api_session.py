@@ -121,11 +121,11 @@ def test_read_text_directory_and_list(fresh_sc, tmp_path):
         both = spark.read.text([str(d / "a.txt"), str(d / "b.txt")]).rdd.map(lambda r: r.value)
         assert sorted(both.collect()) == ["1", "2", "3"]
         # the sort example
-        sortedCount = spark.read.text(str(d)).rdd.map(lambda r: r[0]) \
+        sorted_count = spark.read.text(str(d)).rdd.map(lambda r: r[0]) \
             .flatMap(lambda x: x.split(" ")) \
             .map(lambda x: (int(x), 1)) \
             .sortByKey()
-        assert [k for k, _ in sortedCount.collect()] == [1, 2, 3]
+        assert [k for k, _ in sorted_count.collect()] == [1, 2, 3]
     finally:
         spark.stop()
 

@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from ember.scheduler import listener as L
+from ember.scheduler import listener as sl
 from ember.scheduler.task import (ExceptionFailure, Success, TaskInfo, TaskKilled,
                                   TaskProcessCrashed)
 from ember.storagelevel import StorageLevel
@@ -42,55 +42,55 @@ def app_events(app_name: str = "demo") -> list:
     """A small application: a two-stage job (shuffle) over a cached RDD, then a job whose
     task fails, one killed task, executors coming and going, an unpersisted RDD. JobStart
     gets copies of the stage infos, as the DAG scheduler posts them."""
-    cached = L.RDDInfo(1, f"cached {EVIL}", 2, StorageLevel.MEMORY_ONLY, "parallelize at a.py:1")
-    plain = L.RDDInfo(2, "ShuffledRDD", 2, StorageLevel.NONE, "reduceByKey at a.py:2", [1])
-    s0 = L.StageInfo(0, 0, "reduceByKey at a.py:2", 2, rdd_infos=[cached])
-    s1 = L.StageInfo(1, 0, "collect at a.py:3", 2, parent_ids=[0], rdd_infos=[plain])
+    cached = sl.RDDInfo(1, f"cached {EVIL}", 2, StorageLevel.MEMORY_ONLY, "parallelize at a.py:1")
+    plain = sl.RDDInfo(2, "ShuffledRDD", 2, StorageLevel.NONE, "reduceByKey at a.py:2", [1])
+    s0 = sl.StageInfo(0, 0, "reduceByKey at a.py:2", 2, rdd_infos=[cached])
+    s1 = sl.StageInfo(1, 0, "collect at a.py:3", 2, parent_ids=[0], rdd_infos=[plain])
     props = {"spark.job.description": f"desc {EVIL}", "spark.jobGroup.id": "g1"}
-    ev: list = [L.EnvironmentUpdate({"JVM Information": [("Python Version", "3.11")],
+    ev: list = [sl.EnvironmentUpdate({"JVM Information": [("Python Version", "3.11")],
                                      "Spark Properties": [("spark.app.name", app_name),
                                                           ("spark.secret", EVIL)]}),
-                L.ApplicationStart(app_name, "app-1", T0, "alice"),
-                L.ExecutorAdded("1", "h1", 2, T0 + 0.1, {"stdout": "http://w1:8081/logPage/?x=1",
+                sl.ApplicationStart(app_name, "app-1", T0, "alice"),
+                sl.ExecutorAdded("1", "h1", 2, T0 + 0.1, {"stdout": "http://w1:8081/logPage/?x=1",
                                                          "stderr": "javascript:alert(1)"}),
-                L.ExecutorAdded("2", "h2", 2, T0 + 0.1),
-                L.JobStart(0, T0 + 1, [replace(s0), replace(s1)], props)]
+                sl.ExecutorAdded("2", "h2", 2, T0 + 0.1),
+                sl.JobStart(0, T0 + 1, [replace(s0), replace(s1)], props)]
     s0.submission_time = T0 + 1
-    ev.append(L.StageSubmitted(s0, props))
+    ev.append(sl.StageSubmitted(s0, props))
     metrics_map = {"executorRunTime": 5, "executorCpuTime": 4_000_000,
                    "shuffleBytesWritten": 100, "shuffleRecordsWritten": 10}
     for tid, ex in ((0, "1"), (1, "2")):
-        ev.append(L.TaskStart(0, 0, _info(tid, tid, T0 + 1.01, ex, "h" + ex)))
-        ev.append(L.BlockUpdated(ex, "h" + ex, f"rdd_1_{tid}", StorageLevel.MEMORY_ONLY, 64, 0))
-        ev.append(L.TaskEnd(0, 0, "ShuffleMapTask", Success(),
+        ev.append(sl.TaskStart(0, 0, _info(tid, tid, T0 + 1.01, ex, "h" + ex)))
+        ev.append(sl.BlockUpdated(ex, "h" + ex, f"rdd_1_{tid}", StorageLevel.MEMORY_ONLY, 64, 0))
+        ev.append(sl.TaskEnd(0, 0, "ShuffleMapTask", Success(),
                             _info(tid, tid, T0 + 1.01, ex, "h" + ex, "FINISHED", T0 + 1.02),
                             dict(metrics_map)))
     s0.completion_time = T0 + 1.03
-    ev.append(L.StageCompleted(s0))
+    ev.append(sl.StageCompleted(s0))
     s1.submission_time = T0 + 1.04
-    ev.append(L.StageSubmitted(s1, props))
+    ev.append(sl.StageSubmitted(s1, props))
     for tid, index in ((2, 0), (3, 1)):
-        ev.append(L.TaskStart(1, 0, _info(tid, index, T0 + 1.05)))
-        ev.append(L.TaskEnd(1, 0, "ResultTask", Success(),
+        ev.append(sl.TaskStart(1, 0, _info(tid, index, T0 + 1.05)))
+        ev.append(sl.TaskEnd(1, 0, "ResultTask", Success(),
                             _info(tid, index, T0 + 1.05, state="FINISHED", finish=T0 + 1.06),
                             {"executorRunTime": 3, "shuffleLocalBytesRead": 100}))
     s1.completion_time = T0 + 1.07
-    ev += [L.StageCompleted(s1), L.JobEnd(0, T0 + 1.08, True)]
+    ev += [sl.StageCompleted(s1), sl.JobEnd(0, T0 + 1.08, True)]
     # job 1: a failing task, a killed one, a crashed one
-    s2 = L.StageInfo(2, 0, "count at a.py:4", 3)
-    ev.append(L.JobStart(1, T0 + 2, [replace(s2)], {}))
+    s2 = sl.StageInfo(2, 0, "count at a.py:4", 3)
+    ev.append(sl.JobStart(1, T0 + 2, [replace(s2)], {}))
     s2.submission_time = T0 + 2
-    ev.append(L.StageSubmitted(s2, {}))
+    ev.append(sl.StageSubmitted(s2, {}))
     ends = [(4, "FAILED", ExceptionFailure("ValueError", f"bad {EVIL}", "Traceback: boom")),
             (5, "KILLED", TaskKilled("another attempt succeeded")),
             (6, "FAILED", TaskProcessCrashed("task process died"))]
     for tid, state, reason in ends:
-        ev.append(L.TaskStart(2, 0, _info(tid, tid - 4, T0 + 2.01)))
-        ev.append(L.TaskEnd(2, 0, "ResultTask", reason,
+        ev.append(sl.TaskStart(2, 0, _info(tid, tid - 4, T0 + 2.01)))
+        ev.append(sl.TaskEnd(2, 0, "ResultTask", reason,
                             _info(tid, tid - 4, T0 + 2.01, state=state, finish=T0 + 2.02), {}))
     s2.completion_time, s2.failure_reason = T0 + 2.03, f"Job aborted {EVIL}"
-    ev += [L.StageCompleted(s2), L.JobEnd(1, T0 + 2.04, False, f"Job aborted {EVIL}"),
-           L.ExecutorRemoved("2", "worker lost", T0 + 3), L.UnpersistRDD(7)]
+    ev += [sl.StageCompleted(s2), sl.JobEnd(1, T0 + 2.04, False, f"Job aborted {EVIL}"),
+           sl.ExecutorRemoved("2", "worker lost", T0 + 3), sl.UnpersistRDD(7)]
     return ev
 
 
@@ -146,24 +146,24 @@ def test_store_builds_jobs_stages_executors_and_storage_from_events() -> None:
     assert (rdd["numCachedPartitions"], rdd["memoryUsed"]) == (1, 64)
     assert rdd["storageLevel"] == "Memory Serialized 1x Replicated"
     assert [r["id"] for r in store.rdds()] == [1] and store.rdd(2) is None
-    store.on_event(L.UnpersistRDD(1))
+    store.on_event(sl.UnpersistRDD(1))
     assert store.rdds() == []
     assert store.summary()["tasks_completed"] == 4
 
 
 def test_store_bounds_memory_like_spark() -> None:
-    events: list = [L.ApplicationStart("a", "app-2", T0, "u")]
+    events: list = [sl.ApplicationStart("a", "app-2", T0, "u")]
     for j in range(6):
-        st = L.StageInfo(j, 0, f"s{j}", 25, submission_time=T0 + j)
-        events += [L.JobStart(j, T0 + j, [replace(st)], {}), L.StageSubmitted(replace(st))]
+        st = sl.StageInfo(j, 0, f"s{j}", 25, submission_time=T0 + j)
+        events += [sl.JobStart(j, T0 + j, [replace(st)], {}), sl.StageSubmitted(replace(st))]
         for i in range(25):
             tid = j * 100 + i
-            events.append(L.TaskStart(j, 0, _info(tid, i, T0 + j)))
-            events.append(L.TaskEnd(j, 0, "ResultTask", Success(),
+            events.append(sl.TaskStart(j, 0, _info(tid, i, T0 + j)))
+            events.append(sl.TaskEnd(j, 0, "ResultTask", Success(),
                                     _info(tid, i, T0 + j, state="FINISHED", finish=T0 + j + 1),
                                     {}))
         st.completion_time = T0 + j + 1
-        events += [L.StageCompleted(st), L.JobEnd(j, T0 + j + 1, True)]
+        events += [sl.StageCompleted(st), sl.JobEnd(j, T0 + j + 1, True)]
     store = store_of(events, **{"spark.ui.retainedJobs": "4", "spark.ui.retainedStages": "3",
                                 "spark.ui.retainedTasks": "10"})
     assert len(store.jobs()) <= 4 and store.jobs()[0]["jobId"] == 5
@@ -182,13 +182,13 @@ def test_listener_bus_delivers_batches_in_order_and_drains_on_stop() -> None:
         def on_events(self, batch: list) -> None:
             self.seen += batch
 
-    bus, rec = L.ListenerBus(), Recorder()
+    bus, rec = sl.ListenerBus(), Recorder()
     bus.add(rec)
     for i in range(300):
-        bus.post(L.UnpersistRDD(i))
+        bus.post(sl.UnpersistRDD(i))
     assert bus.wait_until_empty(5)
     assert [e.rdd_id for e in rec.seen] == list(range(300))
-    bus.post(L.UnpersistRDD(300))
+    bus.post(sl.UnpersistRDD(300))
     bus.stop()
     assert rec.seen[-1].rdd_id == 300
 
@@ -213,13 +213,13 @@ def test_listener_bus_drops_beyond_its_capacity_like_spark(caplog) -> None:
         def on_event(self, e) -> None:
             Sync.n += 1
 
-    bus, stuck = L.ListenerBus(capacity=50), Stuck()
+    bus, stuck = sl.ListenerBus(capacity=50), Stuck()
     bus.add_sync(Sync())
     bus.add(stuck)
-    bus.post(L.UnpersistRDD(-1))
+    bus.post(sl.UnpersistRDD(-1))
     time.sleep(0.2)                 # the bus thread is now inside the stuck listener
     for i in range(200):
-        bus.post(L.UnpersistRDD(i))
+        bus.post(sl.UnpersistRDD(i))
     assert bus.dropped == 150 and Sync.n == 201
     assert caplog.text.count("Dropping event from queue appStatus") == 1
     release.set()
@@ -227,7 +227,7 @@ def test_listener_bus_drops_beyond_its_capacity_like_spark(caplog) -> None:
     assert [e.rdd_id for e in stuck.seen] == list(range(-1, 50))
     bus.stop()
     with pytest.raises(ValueError, match="must be positive"):
-        L.ListenerBus(capacity=0)
+        sl.ListenerBus(capacity=0)
 
 
 # --- event logs ---------------------------------------------------------------------------
@@ -245,7 +245,7 @@ def write_log(tmp_path, events: list, app_id: str = "app-1") -> str:
 
 
 def test_event_log_round_trip_rebuilds_the_same_store(tmp_path) -> None:
-    events = app_events() + [L.ApplicationEnd(T0 + 4)]
+    events = app_events() + [sl.ApplicationEnd(T0 + 4)]
     path = write_log(tmp_path, events)
     assert not os.path.exists(path + ".inprogress")
     lines = [json.loads(line) for line in open(path, encoding="utf-8")]
@@ -326,14 +326,14 @@ def test_ui_process_serves_what_an_in_process_store_would(tmp_path) -> None:
 def test_task_lines_are_json_protocol_lines() -> None:
     """The templated task lines are byte for byte what event_to_json gives."""
     lines = event_log._TaskLines()
-    start = L.TaskStart(3, 1, _info(7, 2, T0, "ex\"1"))
+    start = sl.TaskStart(3, 1, _info(7, 2, T0, "ex\"1"))
     done = _info(7, 2, T0, "ex\"1", state="FINISHED", finish=T0 + 0.5)
     shuffle = {"executorRunTime": 9, "shuffleLocalBytesRead": 5, "shuffleBytesWritten": 8,
                "shuffleRecordsWritten": 2, "diskBytesSpilled": 1}
     failed = _info(8, 3, T0, state="FAILED", finish=T0 + 1)
-    for e in (start, L.TaskEnd(3, 1, "ResultTask", Success(), done, {"executorRunTime": 4}),
-              L.TaskEnd(3, 1, "ShuffleMapTask", Success(), done, shuffle),
-              L.TaskEnd(3, 1, "ResultTask", ExceptionFailure("E", "m", "tb"), failed, {})):
+    for e in (start, sl.TaskEnd(3, 1, "ResultTask", Success(), done, {"executorRunTime": 4}),
+              sl.TaskEnd(3, 1, "ShuffleMapTask", Success(), done, shuffle),
+              sl.TaskEnd(3, 1, "ResultTask", ExceptionFailure("E", "m", "tb"), failed, {})):
         expected = json.dumps(event_log.event_to_json(e), separators=(",", ":")) + "\n"
         assert lines.encode(e) == expected
 
@@ -397,22 +397,22 @@ def test_api_task_summary_like_spark() -> None:
     """taskSummary: Spark's TaskMetricDistributions over successful tasks only, each quantile
     q of n sorted values taken at index min(int(q * n), n - 1), never interpolated."""
     ev = app_events()
-    s3 = L.StageInfo(3, 0, "map at a.py:5", 6)
-    ev.append(L.JobStart(2, T0 + 4, [replace(s3)], {}))
+    s3 = sl.StageInfo(3, 0, "map at a.py:5", 6)
+    ev.append(sl.JobStart(2, T0 + 4, [replace(s3)], {}))
     s3.submission_time = T0 + 4
-    ev.append(L.StageSubmitted(s3, {}))
+    ev.append(sl.StageSubmitted(s3, {}))
     for tid, run in enumerate((40, 10, 30, 20)):           # durations run + 1 ms
-        ev += [L.TaskStart(3, 0, _info(10 + tid, tid, T0 + 4)),
-               L.TaskEnd(3, 0, "ResultTask", Success(),
+        ev += [sl.TaskStart(3, 0, _info(10 + tid, tid, T0 + 4)),
+               sl.TaskEnd(3, 0, "ResultTask", Success(),
                          _info(10 + tid, tid, T0 + 4, state="FINISHED",
                                finish=T0 + 4 + (run + 1) / 1000),
                          {"executorRunTime": run, "shuffleRemoteBytesRead": 2 * run,
                           "shuffleLocalBytesRead": 1})]
-    ev += [L.TaskStart(3, 0, _info(14, 4, T0 + 4)),        # failed: not counted
-           L.TaskEnd(3, 0, "ResultTask", ExceptionFailure("ValueError", "x", ""),
+    ev += [sl.TaskStart(3, 0, _info(14, 4, T0 + 4)),        # failed: not counted
+           sl.TaskEnd(3, 0, "ResultTask", ExceptionFailure("ValueError", "x", ""),
                      _info(14, 4, T0 + 4, state="FAILED", finish=T0 + 5),
                      {"executorRunTime": 999}),
-           L.TaskStart(3, 0, _info(15, 5, T0 + 4))]         # running: not counted
+           sl.TaskStart(3, 0, _info(15, 5, T0 + 4))]         # running: not counted
     provider = LiveStoreProvider(store_of(ev))
 
     def get(path: str, **query: str):
@@ -607,9 +607,9 @@ def test_history_style_routes_serve_many_replayed_apps() -> None:
 
     stores = {}
     for app_id in ("app-1", "app-2"):
-        events = [L.ApplicationStart(app_id, app_id, T0, "u") if isinstance(e, L.ApplicationStart)
+        events = [sl.ApplicationStart(app_id, app_id, T0, "u") if isinstance(e, sl.ApplicationStart)
                   else e for e in app_events()]
-        stores[app_id] = store_of(events + [L.ApplicationEnd(T0 + 9)])
+        stores[app_id] = store_of(events + [sl.ApplicationEnd(T0 + 9)])
 
     class Provider:
         def applications(self):

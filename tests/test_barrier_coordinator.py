@@ -16,7 +16,7 @@ class Timers:
         self.pending.append(t)
 
         class Handle:
-            def cancel(self_inner) -> None:
+            def cancel(self) -> None:
                 t[2] = True
         return Handle()
 

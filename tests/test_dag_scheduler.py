@@ -33,7 +33,7 @@ class FakeRDD:
     def partitions(self) -> list:
         return list(range(self._n))
 
-    def getNumPartitions(self) -> int:
+    def getNumPartitions(self) -> int:  # noqa: N802 (RDD API)
         return self._n
 
     def _is_barrier(self) -> bool:

@@ -38,11 +38,11 @@ def test_drivers_never_take_the_cores_their_applications_need():
                d.worker is None]
     assert len(waiting) == 4
     assert all("no room for an executor of its application (1 core(s), 256 MiB)"
-               in d.waitReason for d in waiting)
+               in d.wait_reason for d in waiting)
     logs = [i.text for _, out in outs for i in out if isinstance(i, Log)]
     assert sum("waits: launching it would leave no room" in t for t in logs) == 4
     from ember.deploy.master.state import driver_summary
-    assert driver_summary(waiting[0]).waitReason == waiting[0].waitReason
+    assert driver_summary(waiting[0]).waitReason == waiting[0].wait_reason
 
 
 def test_bigger_executors_reserve_more_and_unfit_executors_keep_the_driver_waiting():
@@ -78,7 +78,6 @@ def test_fifty_cluster_drivers_on_two_small_workers_all_finish_once(tmp_path):
     """Measured on Spark's rules: 4 drivers take all 4 cores and their applications wait
     forever. With admission they run 2 at a time and every one finishes exactly once."""
     import json
-    import os
     import textwrap
     import time
     import urllib.request
@@ -126,7 +125,6 @@ def test_fifty_cluster_drivers_on_two_small_workers_all_finish_once(tmp_path):
         assert "waiting: launching it would leave no room for an executor" in page
         j = c.json()
         assert len([d for d in j["activedrivers"] if d["state"] == "RUNNING"]) <= 2
-        final = {"FINISHED", "FAILED", "ERROR", "KILLED"}
         deadline = time.monotonic() + 900
         while True:
             j = c.json()

@@ -91,5 +91,5 @@ def test_a_driver_its_worker_killed_at_lease_expiry_is_relaunched_at_once_if_sup
     out = m.handle(DriverStateChanged(sup.driverId, DriverState.RELAUNCHING, why, -9, 1), NOW)
     assert not msgs(out, LaunchDriver) and m.drivers[sup.driverId].attempt == 2
     m.handle(DriverStateChanged(plain.driverId, DriverState.RELAUNCHING, why, -9, 1), NOW)
-    (done,) = [d for d in m.completedDrivers if d.id == plain.driverId]
+    (done,) = [d for d in m.completed_drivers if d.id == plain.driverId]
     assert done.state == DriverState.ERROR and done.exception == why

@@ -316,7 +316,7 @@ def description(jar_url: str, main: str = "__main__", args: tuple = (),
 def drivers(tmp_path, worker_env):
     """Start DriverRunners in tmp_path/work; every one is killed and joined afterwards."""
     started: list[DriverRunner] = []
-    worker_url = f"spark://Worker@{worker_env.address.hostPort}"
+    worker_url = f"spark://Worker@{worker_env.address.host_port}"
 
     def start(driver_id: str, desc: DriverDescription, **kw: Any) -> tuple[DriverRunner, Reports]:
         reports = Reports()
@@ -492,13 +492,13 @@ def test_wrapper_exits_when_worker_goes_away(tmp_path):
     out = tmp_path / "stdout"
     with open(out, "wb") as o, open(tmp_path / "stderr", "wb") as e:
         proc = subprocess.Popen([sys.executable, "-m", "ember.deploy.driver_wrapper",
-                                 f"spark://Worker@{env.address.hostPort}", sleeper, "__main__"],
+                                 f"spark://Worker@{env.address.host_port}", sleeper, "__main__"],
                                 cwd=tmp_path, stdout=o, stderr=e, start_new_session=True)
     try:
         wait_until(lambda: b"up" in out.read_bytes(), what="app started")
         env.shutdown()
         assert proc.wait(10) == 255
-        assert (f"Lost connection to worker rpc endpoint spark://Worker@{env.address.hostPort}. "
+        assert (f"Lost connection to worker rpc endpoint spark://Worker@{env.address.host_port}. "
                 "Exiting.") in (tmp_path / "stderr").read_text()
     finally:
         if proc.poll() is None:
@@ -511,11 +511,11 @@ def test_wrapper_exits_when_worker_goes_away(tmp_path):
     assert bad.stderr.strip() == ("Usage: DriverWrapper <workerUrl> <userJar> "
                                   "<driverMainClass> [options]")
     gone = subprocess.run([sys.executable, "-m", "ember.deploy.driver_wrapper",
-                           f"spark://Worker@{env.address.hostPort}", sleeper, "__main__"],
+                           f"spark://Worker@{env.address.host_port}", sleeper, "__main__"],
                           capture_output=True, text=True, cwd=tmp_path)
     assert gone.returncode == 255 and "up" not in gone.stdout
     assert (f"Could not initialize connection to worker spark://Worker@"
-            f"{env.address.hostPort}. Exiting.") in gone.stderr
+            f"{env.address.host_port}. Exiting.") in gone.stderr
 
 
 # ------------------------------------------------------------------------------------------

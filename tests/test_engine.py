@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from ember import SparkConf, SparkContext, StorageLevel, TaskContext
+from ember import SparkConf, StorageLevel, TaskContext
 from ember.errors import JobCancelledException, SparkException
 from ember.scheduler.progress import ConsoleProgressBar, render
 from ember.status import SparkStageInfo

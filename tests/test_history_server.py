@@ -122,16 +122,16 @@ def test_killed_driver_is_listed_incomplete_with_what_it_recorded(server, tmp_pa
 def test_ui_process_formats_task_lines_exactly_as_in_process():
     import marshal
 
-    from ember.scheduler import listener as L
+    from ember.scheduler import listener as sl
     from ember.scheduler.task import SUCCESS, TaskInfo, TaskKilled
     from ember.ui.event_log import _dumps, _TaskLines
     from ember.ui.ui_process import pack, unpack
-    start = L.TaskStart(2, 1, TaskInfo(7, 3, 0, 3, 1000.5, "1", "h\"ost", "NODE_LOCAL", True))
+    start = sl.TaskStart(2, 1, TaskInfo(7, 3, 0, 3, 1000.5, "1", "h\"ost", "NODE_LOCAL", True))
     done = TaskInfo(7, 3, 0, 3, 1000.5, "1", "h\"ost", "NODE_LOCAL", True, 1001.25,
                     successful=True)
-    end = L.TaskEnd(2, 1, "ShuffleMapTask", SUCCESS, done,
+    end = sl.TaskEnd(2, 1, "ShuffleMapTask", SUCCESS, done,
                     {"executorRunTime": 5, "shuffleBytesWritten": 10})
-    killed = L.TaskEnd(2, 1, "ResultTask", TaskKilled("stop"), done, {})
+    killed = sl.TaskEnd(2, 1, "ResultTask", TaskKilled("stop"), done, {})
     direct, shipped = _TaskLines(), _TaskLines()
     for e in (start, end, killed):
         item = marshal.loads(marshal.dumps(pack(e, _dumps)))

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-import ember.deploy.messages as M
+import ember.deploy.messages as msgs
 from ember.deploy.json_protocol import (
     cluster_utilization_json, java_date_string, master_state_field_json, master_state_json,
     worker_state_json,
@@ -42,25 +42,25 @@ def test_java_date_string():
 
 def test_master_json_keys_order_and_types():
     m = MasterState({}, host="m", port=7077, self_ref="master", rng=random.Random(0))
-    m.handle(M.ElectedLeader(), NOW)
+    m.handle(msgs.ElectedLeader(), NOW)
     ref = RpcEndpointRef(RpcAddress("10.0.0.2", 35000), "Worker")
-    m.handle(M.RegisterWorker("worker-0", "10.0.0.2", 35000, ref, 4, 7168, "http://10.0.0.2:8081",
+    m.handle(msgs.RegisterWorker("worker-0", "10.0.0.2", 35000, ref, 4, 7168, "http://10.0.0.2:8081",
                               RpcAddress("m", 7077),
-                              {"gpu": M.ResourceInformation("gpu", ["0", "1"])}), NOW)
+                              {"gpu": msgs.ResourceInformation("gpu", ["0", "1"])}), NOW)
     dead = RpcEndpointRef(RpcAddress("10.0.0.9", 1), "Worker")
-    m.handle(M.RegisterWorker("worker-dead", "10.0.0.9", 1, dead, 16, 16384, "",
+    m.handle(msgs.RegisterWorker("worker-dead", "10.0.0.9", 1, dead, 16, 16384, "",
                               RpcAddress("m", 7077)), NOW)
     m.handle(Disconnected(dead.address), NOW)
-    desc = M.ApplicationDescription("PythonPi", 2, M.Command("x"), "http://d:4040",
-                                    M.ResourceProfile.of(memoryMb=1024, custom={"gpu": 1}),
+    desc = msgs.ApplicationDescription("PythonPi", 2, msgs.Command("x"), "http://d:4040",
+                                    msgs.ResourceProfile.of(memoryMb=1024, custom={"gpu": 1}),
                                     user="alice")
-    m.handle(M.RegisterApplication(desc, "driver-1"), NOW + 10_000)
-    ddesc = M.DriverDescription("file:/pi.py", 512, 1, False,
-                                M.Command("w", ["{{WORKER_URL}}", "{{USER_JAR}}", "pi.Main"]))
-    m.handle(Ask(1, M.RequestSubmitDriver(ddesc)), NOW + 11_000)
-    m.handle(Ask(2, M.RequestSubmitDriver(M.DriverDescription(
-        "file:/big.py", 10**6, 1, False, M.Command("w", ["a", "b", "big.Main"])))), NOW + 11_000)
-    (resp,) = [i.message for i in m.handle(Ask(3, M.RequestMasterState()), NOW + 15_000)
+    m.handle(msgs.RegisterApplication(desc, "driver-1"), NOW + 10_000)
+    ddesc = msgs.DriverDescription("file:/pi.py", 512, 1, False,
+                                msgs.Command("w", ["{{WORKER_URL}}", "{{USER_JAR}}", "pi.Main"]))
+    m.handle(Ask(1, msgs.RequestSubmitDriver(ddesc)), NOW + 11_000)
+    m.handle(Ask(2, msgs.RequestSubmitDriver(msgs.DriverDescription(
+        "file:/big.py", 10**6, 1, False, msgs.Command("w", ["a", "b", "big.Main"])))), NOW + 11_000)
+    (resp,) = [i.message for i in m.handle(Ask(3, msgs.RequestMasterState()), NOW + 15_000)
                if isinstance(i, Reply)]
 
     doc = master_state_json(resp)
@@ -128,16 +128,16 @@ def test_cluster_utilization_without_workers_is_100():
 
 
 def test_worker_state_json():
-    desc = M.ApplicationDescription("PythonPi", None, M.Command("ember.executor.backend",
+    desc = msgs.ApplicationDescription("PythonPi", None, msgs.Command("ember.executor.backend",
                                                                 ["--cores", "2"], {"A": "1"}),
-                                    "", M.ResourceProfile.of(memoryMb=2048), user="bob")
-    e = M.ExecutorRunnerSummary("app-1", 3, desc, 2, 2048,
-                                {"gpu": M.ResourceInformation("gpu", ["0"])},
-                                M.ExecutorState.RUNNING)
-    resp = M.WorkerStateResponse("10.0.0.2", 35000, "worker-0", [e], [], [], [],
+                                    "", msgs.ResourceProfile.of(memoryMb=2048), user="bob")
+    e = msgs.ExecutorRunnerSummary("app-1", 3, desc, 2, 2048,
+                                {"gpu": msgs.ResourceInformation("gpu", ["0"])},
+                                msgs.ExecutorState.RUNNING)
+    resp = msgs.WorkerStateResponse("10.0.0.2", 35000, "worker-0", [e], [], [], [],
                                  "spark://m:7077", 8, 8192, 2, 2048, "http://m:8080",
-                                 {"gpu": M.ResourceInformation("gpu", ["0", "1"])},
-                                 {"gpu": M.ResourceInformation("gpu", ["0"])})
+                                 {"gpu": msgs.ResourceInformation("gpu", ["0", "1"])},
+                                 {"gpu": msgs.ResourceInformation("gpu", ["0"])})
     doc = worker_state_json(resp)
     assert list(doc) == ["id", "masterurl", "masterwebuiurl", "cores", "coresused", "memory",
                          "memoryused", "resources", "resourcesused", "executors",
@@ -156,8 +156,8 @@ def test_worker_state_json():
 # -- messages on the wire -----------------------------------------------------------------------
 
 def test_every_deploy_message_is_registered_and_frozen():
-    for name in M.__all__:
-        obj = getattr(M, name)
+    for name in msgs.__all__:
+        obj = getattr(msgs, name)
         if not isinstance(obj, type):
             continue
         if issubclass(obj, enum.Enum):
@@ -169,42 +169,42 @@ def test_every_deploy_message_is_registered_and_frozen():
 
 def test_messages_round_trip_through_the_codec():
     ref = RpcEndpointRef(RpcAddress("10.0.0.2", 35000), "Worker")
-    desc = M.ApplicationDescription("app", 4, M.Command("m", ["a"], {"K": "v"}), "ui",
-                                    M.ResourceProfile.of(cores=2, memoryMb=512,
+    desc = msgs.ApplicationDescription("app", 4, msgs.Command("m", ["a"], {"K": "v"}), "ui",
+                                    msgs.ResourceProfile.of(cores=2, memoryMb=512,
                                                          custom={"gpu": 1}),
                                     initialExecutorLimit=0, user="u")
-    ddesc = M.DriverDescription("file:/x.py", 512, 1, True, M.Command("w"),
-                                [M.ResourceRequirement("gpu", 1)])
+    ddesc = msgs.DriverDescription("file:/x.py", 512, 1, True, msgs.Command("w"),
+                                [msgs.ResourceRequirement("gpu", 1)])
     samples = [
-        M.RegisterWorker("w1", "h", 1, ref, 4, 1024, "http://h:8081", RpcAddress("m", 7077),
-                         {"gpu": M.ResourceInformation("gpu", ["0"])}),
-        M.RegisteredWorker(ref, "http://m:8080", RpcAddress("m", 7077), False),
-        M.MasterInStandby(), M.Heartbeat("w1", ref),
-        M.WorkerLatestState("w1", [M.ExecutorDescription("a", 1, 0, 2, 512,
-                                                         M.ExecutorState.RUNNING)], ["d1"]),
-        M.LaunchExecutor("spark://m:7077", "a", 1, 0, desc, 2, 512, {}),
-        M.LaunchDriver("d1", ddesc, {}),
-        M.ExecutorStateChanged("a", 1, M.ExecutorState.EXITED, "Command exited with code 0", 0),
-        M.DriverStateChanged("d1", M.DriverState.ERROR, "boom"),
-        M.WorkerSchedulerStateResponse("w1", [M.WorkerExecutorStateResponse(
-            M.ExecutorDescription("a", 1, 0, 2, 512, M.ExecutorState.RUNNING))],
-            [M.WorkerDriverStateResponse("d1")]),
-        M.RegisterApplication(desc, ref), M.RequestExecutors("a", [(desc.defaultProfile, 3)]),
-        M.ExecutorUpdated(1, M.ExecutorState.LOST, "worker lost: x", None, "h"),
-        M.RequestSubmitDriver(ddesc), M.SubmitDriverResponse(ref, True, "d1", "ok"),
-        M.DriverStatusResponse(True, M.DriverState.RUNNING, "w1", "h:1", None),
-        M.SparkAppConfig([("spark.app.name", "x")], None, None, M.ResourceProfile()),
-        M.RegisterExecutor("1", ref, "h", 2, {"stdout": "u"}, {}, {}, 0),
-        M.LaunchTask(b"\x00\x01"), M.StatusUpdate("1", 7, "FINISHED", b"r"),
-        M.KillTask(7, "1", True, "stage cancelled"), M.ShuffleBlockRequest(0, "/tmp/m", 3),
-        M.FetchBroadcast(1), M.FetchFile("a.txt"), M.RecoveryState.ALIVE,
+        msgs.RegisterWorker("w1", "h", 1, ref, 4, 1024, "http://h:8081", RpcAddress("m", 7077),
+                         {"gpu": msgs.ResourceInformation("gpu", ["0"])}),
+        msgs.RegisteredWorker(ref, "http://m:8080", RpcAddress("m", 7077), False),
+        msgs.MasterInStandby(), msgs.Heartbeat("w1", ref),
+        msgs.WorkerLatestState("w1", [msgs.ExecutorDescription("a", 1, 0, 2, 512,
+                                                         msgs.ExecutorState.RUNNING)], ["d1"]),
+        msgs.LaunchExecutor("spark://m:7077", "a", 1, 0, desc, 2, 512, {}),
+        msgs.LaunchDriver("d1", ddesc, {}),
+        msgs.ExecutorStateChanged("a", 1, msgs.ExecutorState.EXITED, "Command exited with code 0", 0),
+        msgs.DriverStateChanged("d1", msgs.DriverState.ERROR, "boom"),
+        msgs.WorkerSchedulerStateResponse("w1", [msgs.WorkerExecutorStateResponse(
+            msgs.ExecutorDescription("a", 1, 0, 2, 512, msgs.ExecutorState.RUNNING))],
+            [msgs.WorkerDriverStateResponse("d1")]),
+        msgs.RegisterApplication(desc, ref), msgs.RequestExecutors("a", [(desc.defaultProfile, 3)]),
+        msgs.ExecutorUpdated(1, msgs.ExecutorState.LOST, "worker lost: x", None, "h"),
+        msgs.RequestSubmitDriver(ddesc), msgs.SubmitDriverResponse(ref, True, "d1", "ok"),
+        msgs.DriverStatusResponse(True, msgs.DriverState.RUNNING, "w1", "h:1", None),
+        msgs.SparkAppConfig([("spark.app.name", "x")], None, None, msgs.ResourceProfile()),
+        msgs.RegisterExecutor("1", ref, "h", 2, {"stdout": "u"}, {}, {}, 0),
+        msgs.LaunchTask(b"\x00\x01"), msgs.StatusUpdate("1", 7, "FINISHED", b"r"),
+        msgs.KillTask(7, "1", True, "stage cancelled"), msgs.ShuffleBlockRequest(0, "/tmp/m", 3),
+        msgs.FetchBroadcast(1), msgs.FetchFile("a.txt"), msgs.RecoveryState.ALIVE,
     ]
     for msg in samples:
         assert decode(encode(msg)) == msg, msg
     # the master's snapshot travels too
     m = MasterState({}, host="m", port=7077, self_ref=ref)
-    m.handle(M.ElectedLeader(), NOW)
-    m.handle(M.RegisterWorker("w1", "h", 1, ref, 4, 1024, "", RpcAddress("m", 7077)), NOW)
-    m.handle(M.RegisterApplication(desc, RpcEndpointRef(RpcAddress("d", 5), "AppClient")), NOW)
+    m.handle(msgs.ElectedLeader(), NOW)
+    m.handle(msgs.RegisterWorker("w1", "h", 1, ref, 4, 1024, "", RpcAddress("m", 7077)), NOW)
+    m.handle(msgs.RegisterApplication(desc, RpcEndpointRef(RpcAddress("d", 5), "AppClient")), NOW)
     snap = m.master_state_response(NOW)
     assert decode(encode(snap)) == snap

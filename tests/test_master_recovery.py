@@ -258,7 +258,7 @@ def test_standby_answers_like_spark_and_clients_find_the_leader(tmp_path):
     env.setup_endpoint("Master", standby)
     leader = start_master("127.0.0.1", 0, 0, {"spark.master.rest.enabled": "false"})
     client = RpcEnv.create("test", "127.0.0.1", 0, {}, client_mode=True)
-    both = f"spark://{env.address.hostPort},{leader.rpc_env.address.hostPort}"
+    both = f"spark://{env.address.host_port},{leader.rpc_env.address.host_port}"
     gateways = []
     try:
         sref = client.endpoint_ref(env.address, "Master")
@@ -272,7 +272,7 @@ def test_standby_answers_like_spark_and_clients_find_the_leader(tmp_path):
         assert gw.status(driver_id).state == "SUBMITTED"          # answered by the leader
         assert gw.kill(driver_id)[0] is True
         # only a standby: the client waits for a leader (bounded), which then answers
-        alone = RpcGateway(f"spark://{env.address.hostPort}", {"spark.rpc.askTimeout": "20s"})
+        alone = RpcGateway(f"spark://{env.address.host_port}", {"spark.rpc.askTimeout": "20s"})
         gateways.append(alone)
         threading.Timer(1.0, agent.elect, args=(4,)).start()
         later = alone.submit({}, _app_spec(tmp_path), "file:/x.py", {})
@@ -287,7 +287,7 @@ def test_standby_answers_like_spark_and_clients_find_the_leader(tmp_path):
             time.sleep(0.05)
         assert sref.ask_sync(RequestMasterState(), timeout=10).activeDrivers == []
         with pytest.raises(SubmitError, match="not alive: STANDBY"):
-            RpcGateway(f"spark://{env.address.hostPort}",
+            RpcGateway(f"spark://{env.address.host_port}",
                        {"spark.rpc.askTimeout": "1s"}).submit({}, _app_spec(tmp_path),
                                                               "file:/x.py", {})
     finally:
@@ -352,7 +352,7 @@ def test_a_submission_the_store_cannot_write_is_refused_then_retried(tmp_path):
                     agent=MonarchyLeaderAgent())
     env.setup_endpoint("Master", master)
     client = RpcEnv.create("test", "127.0.0.1", 0, {}, client_mode=True)
-    url = f"spark://{env.address.hostPort}"
+    url = f"spark://{env.address.host_port}"
     try:
         assert master.ready.wait(30)
         ref = client.endpoint_ref(env.address, "Master")

@@ -179,28 +179,28 @@ def test_restart_recovers_workers_apps_running_and_waiting_drivers():
     store.apply(out)
     assert m.drivers[waiting.driverId].state == DriverState.SUBMITTED
     (w,) = m.workers
-    exec_id = next(iter(m.idToApp[app_id].executors))
+    exec_id = next(iter(m.id_to_app[app_id].executors))
 
     m2, out = restarted(store, 2)
     assert m2.state == RecoveryState.RECOVERING and m2.epoch == 2
-    w2 = m2.idToWorker["worker-1"]
+    w2 = m2.id_to_worker["worker-1"]
     assert MasterChanged(MASTER, "http://m:8080", 2) in msgs(out, target=w2.endpoint)
     assert MasterChanged(MASTER, "http://m:8080", 2) in msgs(out, target="driver-A")
     assert ScheduleTimer(60_000, CompleteRecovery(2)) in out
-    assert m2.waitingDrivers == [m2.drivers[waiting.driverId]]
+    assert m2.waiting_drivers == [m2.drivers[waiting.driverId]]
     store.apply(m2.handle(MasterChangeAcknowledged(app_id), NOW + 5_100))
     out = store.apply(m2.handle(WorkerSchedulerStateResponse("worker-1", [
         WorkerExecutorStateResponse(ExecutorDescription(app_id, exec_id, 0, 1, 1024,
                                                         ExecutorState.RUNNING))],
         [WorkerDriverStateResponse(running.driverId)]), NOW + 5_300))
     assert "Recovery complete in 300 ms - resuming operations!" in logs(out)
-    assert m2.state == RecoveryState.ALIVE and m2.recoveryDurationMs == 300
-    app = m2.idToApp[app_id]
+    assert m2.state == RecoveryState.ALIVE and m2.recovery_duration_ms == 300
+    app = m2.id_to_app[app_id]
     assert app.state == ApplicationState.RUNNING and list(app.executors) == [exec_id]
     assert m2.drivers[running.driverId].worker is w2
     assert m2.drivers[waiting.driverId].state == DriverState.SUBMITTED      # still waiting
     assert not msgs(out, LaunchDriver) and not msgs(out, KillExecutor)      # nothing twice
-    assert (w2.coresUsed, w2.memoryUsed) == (2, 1024 + 512)
+    assert (w2.cores_used, w2.memory_used) == (2, 1024 + 512)
     # new ids never repeat recovered ones, even in the same second
     new_app, _ = register_app(m2, "driver-B")
     assert new_app.endswith("-0001")
@@ -235,7 +235,7 @@ def test_drivers_lost_in_recovery_follow_spark_and_finished_ones_are_not_relaunc
     for wid in ("worker-1", "worker-2"):
         store.apply(m2.handle(WorkerSchedulerStateResponse(wid, [], []), NOW + 5_200))
     assert m2.state == RecoveryState.ALIVE
-    finished = {d.id: (d.state, d.exitStatus) for d in m2.completedDrivers}
+    finished = {d.id: (d.state, d.exit_status) for d in m2.completed_drivers}
     assert finished[done.driverId] == (DriverState.FINISHED, 0)
     assert finished[plain.driverId] == (DriverState.ERROR, None)
     relaunched = m2.drivers[sup.driverId]
@@ -255,19 +255,19 @@ def test_retained_lists_survive_restarts_in_order():
         store.apply(out)
         store.apply(m.handle(UnregisterApplication(app_id), NOW))
         ids.append(app_id)
-    assert [a.id for a in m.completedApps] == ids[1:]
+    assert [a.id for a in m.completed_apps] == ids[1:]
     assert sorted(k for k in store.data if k.startswith("completed_app_")) == \
         sorted(f"completed_app_{i}" for i in ids[1:])
     m2, _ = restarted(store, 2, conf=conf)
     assert m2.state == RecoveryState.ALIVE                  # nothing active: no recovery
-    assert [(a.id, a.state) for a in m2.completedApps] == \
+    assert [(a.id, a.state) for a in m2.completed_apps] == \
         [(i, ApplicationState.FINISHED) for i in ids[1:]]
     app_id, out = register_app(m2, "driver-9")
     assert app_id.endswith("-0004")
     store.apply(out)
     store.apply(m2.handle(UnregisterApplication(app_id), NOW))
     m3, _ = restarted(store, 3, conf=conf)
-    assert [a.id for a in m3.completedApps] == ids[2:] + [app_id]
+    assert [a.id for a in m3.completed_apps] == ids[2:] + [app_id]
 
 
 def test_worker_that_re_registers_before_answering_keeps_its_work():
@@ -283,11 +283,11 @@ def test_worker_that_re_registers_before_answering_keeps_its_work():
     out = m2.handle(WorkerLatestState("worker-1", [ExecutorDescription(
         app_id, 0, 0, 2, 1024, ExecutorState.RUNNING)], []), NOW + 5_100)
     assert not msgs(out, KillExecutor)                           # re-attached, not killed
-    assert list(m2.idToApp[app_id].executors) == [0]
+    assert list(m2.id_to_app[app_id].executors) == [0]
     # a second report (the answer to MasterChanged) changes nothing
     m2.handle(WorkerSchedulerStateResponse("worker-1", [WorkerExecutorStateResponse(
         ExecutorDescription(app_id, 0, 0, 2, 1024, ExecutorState.RUNNING))], []), NOW + 5_200)
-    assert m2.idToWorker["worker-1"].coresUsed == 2
+    assert m2.id_to_worker["worker-1"].cores_used == 2
 
 
 def test_work_unknown_after_recovery_is_killed():
@@ -322,7 +322,7 @@ def test_revoked_leader_stops_acting_and_a_stale_recovery_timer_is_ignored():
     assert m2.state == RecoveryState.RECOVERING
     m2.handle(CompleteRecovery(3), NOW + 121_000)
     assert m2.state == RecoveryState.ALIVE
-    assert m2.idToWorker == {} and m2.workers and all(
+    assert m2.id_to_worker == {} and m2.workers and all(
         w.state == WorkerState.DEAD for w in m2.workers)          # never answered: removed
 
 
@@ -406,7 +406,7 @@ def test_a_submission_whose_record_fails_is_refused_and_leaves_no_trace():
     assert not answer.success and answer.driverId is None
     assert answer.message.startswith(NOT_RECORDED_PREFIX) and "No space left" in answer.message
     s = m.master_state_response()
-    assert s.activeDrivers == [] and s.workers[0].coresUsed == 0 and not m.waitingDrivers
+    assert s.activeDrivers == [] and s.workers[0].coresUsed == 0 and not m.waiting_drivers
     # The client asks again and this time the write succeeds.
     resp, out = submit_driver(m)
     assert resp.success and len(msgs(out, LaunchDriver)) == 1
@@ -420,9 +420,9 @@ def test_a_worker_whose_record_fails_is_forgotten_and_its_work_goes_elsewhere():
     assert msgs(out, LaunchExecutor) and msgs(out, LaunchDriver)   # what schedule() decided
     done, failed = carry_out(m, out, "worker_")
     assert not msgs(done, RegisteredWorker) and not msgs(done, LaunchExecutor)
-    assert "worker-1" not in m.idToWorker and not m.workers
-    assert m.idToApp[app_id].executors == {} and m.idToApp[app_id].coresGranted == 0
-    assert [d.id for d in m.waitingDrivers] == [resp.driverId]
+    assert "worker-1" not in m.id_to_worker and not m.workers
+    assert m.id_to_app[app_id].executors == {} and m.id_to_app[app_id].cores_granted == 0
+    assert [d.id for d in m.waiting_drivers] == [resp.driverId]
     assert m.drivers[resp.driverId].state == DriverState.SUBMITTED
     assert not msgs(failed)                                # no answer: the worker retries
     # Its registration retry succeeds: everything is launched there, once.
@@ -448,7 +448,7 @@ def test_an_application_whose_record_fails_is_not_registered():
     app_id, out = register_app(m, "driver-a")
     done, failed = carry_out(m, out, "app_")
     assert not msgs(done, RegisteredApplication) and not msgs(done, LaunchExecutor)
-    assert not msgs(failed) and app_id not in m.idToApp and not m.apps and not m.waitingApps
+    assert not msgs(failed) and app_id not in m.id_to_app and not m.apps and not m.waiting_apps
     assert m.master_state_response().workers[0].coresUsed == 0
     again, out = register_app(m, "driver-a")                # the app client's retry
     assert again is not None and len(msgs(out, LaunchExecutor)) == 1

@@ -156,7 +156,7 @@ def place(app, workers, spread):
     """Like startExecutorsOnWorkers for one app: {worker id: [cores of each executor]}."""
     usable = usable_workers(app, workers)
     assigned = schedule_executors_on_workers(app, usable, spread)
-    cpe = app.resource_desc().coresPerExecutor
+    cpe = app.resource_desc().cores_per_executor
     return {w.id: allocate_worker_resource_to_executors(c, cpe)
             for w, c in zip(usable, assigned) if c > 0}
 
@@ -198,9 +198,9 @@ def test_memory_limits_executors_per_worker():
 
 def test_memory_already_used_on_worker():
     w = make_worker(4096, 8)
-    w.memoryUsed = 3500
+    w.memory_used = 3500
     assert usable_workers(make_app(1024), [w]) == []
-    w.memoryUsed = 3000
+    w.memory_used = 3000
     assert sched(make_app(1024, 1), [w], True) == [1]
 
 
@@ -276,7 +276,7 @@ def test_driver_round_robin_over_seeded_shuffle():
     assert [w.id for _, w in plan.placements] == [order[i % 5].id for i in range(7)]
     assert [d.id for d, _ in plan.placements] == [d.id for d in drivers]
     # inputs untouched
-    assert all(not w.drivers and w.coresUsed == 0 for w in workers)
+    assert all(not w.drivers and w.cores_used == 0 for w in workers)
 
 
 def test_driver_round_robin_skips_full_workers_and_counts_earlier_placements():
@@ -342,10 +342,10 @@ def test_thousand_workers_thousand_apps(capsys):
         desc = ApplicationDescription(f"app{i}", 8, Command("Main"), "",
                                       ResourceProfile.of(cores=2, memoryMb=1024))
         state.handle(RegisterApplication(desc, f"driver-{i}"), now)
-    assert len(state.waitingApps) == n
+    assert len(state.waiting_apps) == n
     for i in range(n):
         w = WorkerInfo(f"worker-{i:04d}", f"10.0.{i // 250}.{i % 250}", 7078, 8, 16384,
-                       endpoint=f"worker-ref-{i}", lastHeartbeat=now)
+                       endpoint=f"worker-ref-{i}", last_heartbeat=now)
         assert state._register_worker(w)
 
     t0 = time.perf_counter()
@@ -355,14 +355,14 @@ def test_thousand_workers_thousand_apps(capsys):
     launches = [i.message for i in out if isinstance(i, Send)
                 and isinstance(i.message, LaunchExecutor)]
     assert len(launches) == 4 * n
-    for app in state.waitingApps:
-        assert app.coresGranted == 8 and len(app.executors) == 4
+    for app in state.waiting_apps:
+        assert app.cores_granted == 8 and len(app.executors) == 4
         assert all(e.cores == 2 for e in app.executors.values())
     for w in state.workers:
-        assert w.coresUsed == 8 and w.memoryUsed == 4 * 1024
+        assert w.cores_used == 8 and w.memory_used == 4 * 1024
         assert sum(e.cores for e in w.executors.values()) == 8
     # spread-out: each app's 4 executors land on 4 different workers
-    assert all(len({e.worker.id for e in a.executors.values()}) == 4 for a in state.waitingApps)
+    assert all(len({e.worker.id for e in a.executors.values()}) == 4 for a in state.waiting_apps)
     logs = sum(1 for i in out if isinstance(i, Log))
     with capsys.disabled():
         print(f"\n[benchmark] master schedule(): {n} workers x {n} waiting apps -> "
@@ -431,8 +431,8 @@ def test_master_assigns_distinct_addresses_and_releases_them():
     launches = _launches(out)
     assert len(launches) == 2            # 4 cores, but only 2 GPUs of one each
     assert sorted(a for l in launches for a in l.resources["gpu"].addresses) == ["0", "1"]
-    worker = state.idToWorker["worker-0"]
-    assert sorted(worker.resourcesUsed["gpu"]) == ["0", "1"]
+    worker = state.id_to_worker["worker-0"]
+    assert sorted(worker.resources_used["gpu"]) == ["0", "1"]
     app_id = launches[0].appId
     gone = launches[0]
     out = state.handle(Ask("r", ExecutorStateChanged(app_id, gone.execId,
@@ -440,7 +440,7 @@ def test_master_assigns_distinct_addresses_and_releases_them():
     relaunched = _launches(out)          # the freed GPU goes to a replacement executor
     assert [l.resources["gpu"].addresses for l in relaunched] == \
         [gone.resources["gpu"].addresses]
-    assert sorted(worker.resourcesUsed["gpu"]) == ["0", "1"]
+    assert sorted(worker.resources_used["gpu"]) == ["0", "1"]
 
 
 def test_request_executors_per_profile_places_by_the_profile():

@@ -174,7 +174,7 @@ def test_revoked_leadership_steps_down_to_standby_and_forgets_the_cluster():
     register_worker(m, "worker-1")
     assert m.handle(RevokedLeadership(), NOW) == [
         Log("ERROR", "Leadership has been revoked -- stepping down to STANDBY.")]
-    assert m.state == RecoveryState.STANDBY and not m.workers and not m.idToWorker
+    assert m.state == RecoveryState.STANDBY and not m.workers and not m.id_to_worker
     assert m.handle(RevokedLeadership(), NOW) == []
 
 
@@ -187,8 +187,8 @@ def test_register_worker():
     assert [i for i in out if isinstance(i, Persist)][0].key == "worker_worker-1"
     assert msgs(out, target=ref) == [RegisteredWorker(MASTER, "http://m:8080",
                                                       RpcAddress("m", 7077), False)]
-    w = m.idToWorker["worker-1"]
-    assert (w.cores, w.memory, w.state, w.lastHeartbeat) == (8, 8192, WorkerState.ALIVE, NOW)
+    w = m.id_to_worker["worker-1"]
+    assert (w.cores, w.memory, w.state, w.last_heartbeat) == (8, 8192, WorkerState.ALIVE, NOW)
     _, out = register_worker(m, "worker-2", memory=1024)
     assert logs(out)[0] == "Registering worker 10.0.0.1:40002 with 4 cores, 1024.0 MiB RAM"
 
@@ -210,7 +210,7 @@ def test_register_worker_at_same_address_fails():
         "Attempted to re-register worker at same address: 10.0.0.1:40001")]
     assert "Worker registration failed. Attempted to re-register worker at same address: " \
            "10.0.0.1:40001" in logs(out, "WARN")
-    assert list(m.idToWorker) == ["worker-1"]
+    assert list(m.id_to_worker) == ["worker-1"]
 
 
 def test_dead_worker_at_same_host_port_is_replaced_on_registration():
@@ -227,7 +227,7 @@ def test_heartbeat():
     m = new_master()
     ref, _ = register_worker(m, "worker-1")
     assert m.handle(Heartbeat("worker-1", ref), NOW + 5000) == []
-    assert m.idToWorker["worker-1"].lastHeartbeat == NOW + 5000
+    assert m.id_to_worker["worker-1"].last_heartbeat == NOW + 5000
     # never registered: warning only
     out = m.handle(Heartbeat("worker-x", wref("x9")), NOW)
     assert out == [Log("WARN", "Got heartbeat from unregistered worker worker-x. This worker "
@@ -245,7 +245,7 @@ def test_worker_timeout_loses_executors_and_drivers():
     sup, _ = submit_driver(m, driver_desc(supervise=True))
     plain, _ = submit_driver(m, driver_desc(supervise=False))
     app_id, _ = register_app(m, "driver-A", app_desc(max_cores=2))
-    assert [e.worker.id for e in m.idToApp[app_id].executors.values()] == ["worker-1"]
+    assert [e.worker.id for e in m.id_to_app[app_id].executors.values()] == ["worker-1"]
     w2, out = register_worker(m, "worker-2", cores=4, memory=8192, now=NOW + 30_000)
 
     # not yet: the last heartbeat is exactly 60 s old
@@ -260,19 +260,19 @@ def test_worker_timeout_loses_executors_and_drivers():
     assert WorkerRemoved("worker-1", "10.0.0.1", "Not receiving heartbeat for 60 seconds") in \
         msgs(out, target="driver-A")
     assert Unpersist("worker_worker-1") in out
-    assert m.idToWorker.keys() == {"worker-2"}
-    assert m.idToApp[app_id].executors[1].worker.id == "worker-2"  # rescheduled elsewhere
+    assert m.id_to_worker.keys() == {"worker-2"}
+    assert m.id_to_app[app_id].executors[1].worker.id == "worker-2"  # rescheduled elsewhere
     assert LaunchExecutor in {type(x) for x in msgs(out, target=w2)}
 
     # supervised driver: relaunched under the same id, next attempt; unsupervised: ERROR
-    completed = {d.id: d.state for d in m.completedDrivers}
+    completed = {d.id: d.state for d in m.completed_drivers}
     assert completed == {plain.driverId: DriverState.ERROR}
     assert f"Re-launching {sup.driverId}" in logs(out)
     assert f"Not re-launching {plain.driverId} because it was not supervised" in logs(out)
     # fencing: not before worker-1's lease (= spark.worker.timeout) + grace since its last
     # heartbeat has expired, when worker-1 has surely killed its copy
     (new_driver,) = m.drivers.values()
-    assert new_driver.worker is None and new_driver in m.waitingDrivers
+    assert new_driver.worker is None and new_driver in m.waiting_drivers
     assert ScheduleTimer(1_999, LeaseExpired(sup.driverId), None) in out
     assert LaunchDriver not in {type(x) for x in msgs(out, target=w2)}
     assert not msgs(m.handle(LeaseExpired(sup.driverId), NOW + 61_999), LaunchDriver)
@@ -287,8 +287,8 @@ def test_worker_timeout_loses_executors_and_drivers():
     assert m.drivers[sup.driverId].state == DriverState.RUNNING
     assert "Ignoring FAILED of" in logs(late, "WARN")[0]
     m.handle(DriverStateChanged(sup.driverId, DriverState.FINISHED, None, 0, 2), NOW + 62_003)
-    assert m.completedDrivers[-1].id == sup.driverId
-    assert m.completedDrivers[-1].exitStatus == 0
+    assert m.completed_drivers[-1].id == sup.driverId
+    assert m.completed_drivers[-1].exit_status == 0
     assert msgs(out, LaunchDriver, w2)[0].driverId == new_driver.id
 
     # DEAD workers are culled after (15 + 1) * 60 s without a heartbeat
@@ -307,7 +307,7 @@ def test_worker_disconnect_removes_it_at_once():
     out = m.handle(Disconnected(ref.address), NOW)
     assert logs(out)[0] == "10.0.0.1:40001 got disassociated, removing it."
     assert WorkerRemoved("worker-1", "10.0.0.1", "10.0.0.1:40001 got disassociated") in msgs(out)
-    assert m.idToWorker == {}
+    assert m.id_to_worker == {}
 
 
 def test_worker_latest_state_kills_unknown_executors_and_drivers():
@@ -330,7 +330,7 @@ def test_decommission_workers_on_hosts():
     app_id, _ = register_app(m, "driver-A", app_desc(max_cores=8))
     out = m.handle(Ask(7, DecommissionWorkersOnHosts(["HOSTA"])), NOW)
     assert reply(out) == 1
-    assert m.idToWorker["worker-1"].state == WorkerState.DECOMMISSIONED
+    assert m.id_to_worker["worker-1"].state == WorkerState.DECOMMISSIONED
     assert Send(r1, DecommissionWorker()) in out
     exec_on_1 = [u for u in msgs(out, ExecutorUpdated, "driver-A")]
     assert exec_on_1 and exec_on_1[0].state == ExecutorState.DECOMMISSIONED
@@ -344,7 +344,7 @@ def test_decommission_workers_on_hosts():
            "decommissioned" in logs(out, "WARN")
     # the worker's own signal
     m.handle(WorkerDecommissioning("worker-2", r2), NOW)
-    assert m.idToWorker["worker-2"].state == WorkerState.DECOMMISSIONED
+    assert m.id_to_worker["worker-2"].state == WorkerState.DECOMMISSIONED
 
 
 # -- applications -----------------------------------------------------------------------------
@@ -357,13 +357,13 @@ def test_register_application_ids_and_launches():
     assert logs(out)[:2] == ["Registering app PythonPi",
                              "Registered app PythonPi with ID app-20250101000000-0000"]
     assert [(i.key, i.obj) for i in out if isinstance(i, Persist)] == [
-        (f"app_{app_id}", app_record(m.idToApp[app_id]))]
+        (f"app_{app_id}", app_record(m.id_to_app[app_id]))]
     assert msgs(out, target="driver-A")[0] == RegisteredApplication(app_id, MASTER)
     launch = msgs(out, LaunchExecutor, w)[0]
     assert (launch.masterUrl, launch.appId, launch.execId, launch.rpId, launch.cores,
             launch.memory) == (MASTER_URL, app_id, 0, 0, 4, 1024)
     assert ExecutorAdded(0, "worker-1", "10.0.0.1:40001", 4, 1024) in msgs(out, target="driver-A")
-    assert m.idToApp[app_id].state == ApplicationState.RUNNING
+    assert m.id_to_app[app_id].state == ApplicationState.RUNNING
     app2, _ = register_app(m, "driver-B", now=NOW + 1000)
     assert app2 == "app-20250101000001-0001"
 
@@ -372,7 +372,7 @@ def test_app_and_driver_id_patterns_and_modulo():
     m = new_master({"spark.deploy.appIdPattern": "job-%s-%06d",
                     "spark.deploy.driverIdPattern": "drv-%s-%d",
                     "spark.deploy.appNumberModulo": "1000"})
-    m.nextAppNumber = 999
+    m.next_app_number = 999
     assert register_app(m, "d1")[0] == "job-20250101000000-000999"
     assert register_app(m, "d2")[0] == "job-20250101000000-000000"
     assert submit_driver(m)[0].driverId == "drv-20250101000000-0"
@@ -393,7 +393,7 @@ def test_reregistration_at_same_driver_address_is_not_tracked():
     second, out = register_app(m, "driver-A")
     assert "Attempted to re-register application at same address: driver-A" in logs(out)
     assert msgs(out, RegisteredApplication) == [RegisteredApplication(second, MASTER)]
-    assert list(m.idToApp) == [first]
+    assert list(m.id_to_app) == [first]
 
 
 def test_invalid_application_is_removed_with_a_reason():
@@ -425,7 +425,7 @@ def test_executor_state_changed_running_and_exit():
     m = new_master()
     w, _ = register_worker(m, "worker-1")
     app_id, _ = register_app(m, "driver-A")
-    app = m.idToApp[app_id]
+    app = m.id_to_app[app_id]
     out = m.handle(Ask("r1", ExecutorStateChanged(app_id, 0, ExecutorState.RUNNING)), NOW)
     assert reply(out) is True
     assert msgs(out, target="driver-A") == [ExecutorUpdated(0, ExecutorState.RUNNING, None, None,
@@ -437,7 +437,7 @@ def test_executor_state_changed_running_and_exit():
     out = m.handle(Ask("r3", ExecutorStateChanged(app_id, 0, ExecutorState.EXITED,
                                                   "Command exited with code 0", 0)), NOW)
     assert f"Removing executor {app_id}/0 because it is EXITED" in logs(out)
-    assert app.retryCount == 0
+    assert app.retry_count == 0
     assert [x.execId for x in msgs(out, LaunchExecutor)] == [1]
     assert reply(out) is True
     # unknown executor
@@ -450,7 +450,7 @@ def test_illegal_transition_to_running_is_refused_without_change():
     m = new_master()
     register_worker(m, "worker-1")
     app_id, _ = register_app(m, "driver-A")
-    exec = m.idToApp[app_id].executors[0]
+    exec = m.id_to_app[app_id].executors[0]
     exec.state = ExecutorState.KILLED
     out = m.handle(Ask("r", ExecutorStateChanged(app_id, 0, ExecutorState.RUNNING)), NOW)
     text = "executor 0 state transfer from KILLED to RUNNING is illegal"
@@ -467,7 +467,7 @@ def test_executor_retries_remove_the_application():
     m = new_master({"spark.deploy.maxExecutorRetries": "3"})
     w, _ = register_worker(m, "worker-1")
     app_id, _ = register_app(m, "driver-A", app_desc("Flaky"))
-    app = m.idToApp[app_id]
+    app = m.id_to_app[app_id]
     for attempt in range(2):
         out = fail_executor(m, app_id, attempt)
         assert msgs(out, LaunchExecutor)  # replaced at once
@@ -475,7 +475,7 @@ def test_executor_retries_remove_the_application():
     assert "Application Flaky with ID app-20250101000000-0000 failed 3 times; removing it" in \
         logs(out, "ERROR")
     assert ApplicationRemoved("FAILED") in msgs(out, target="driver-A")
-    assert app.state == ApplicationState.FAILED and app in m.completedApps
+    assert app.state == ApplicationState.FAILED and app in m.completed_apps
     assert ApplicationFinished(app_id) in msgs(out, target=w)
     assert reply(out) is True
 
@@ -487,11 +487,11 @@ def test_executor_retries_spare_an_app_with_a_running_executor():
     app_id, _ = register_app(m, "driver-A")
     m.handle(Ask("r", ExecutorStateChanged(app_id, 0, ExecutorState.RUNNING)), NOW)
     out = fail_executor(m, app_id, 1)
-    assert m.idToApp[app_id].retryCount == 1
+    assert m.id_to_app[app_id].retry_count == 1
     assert not msgs(out, ApplicationRemoved)
     # RUNNING resets the count
     m.handle(Ask("r", ExecutorStateChanged(app_id, 2, ExecutorState.RUNNING)), NOW)
-    assert m.idToApp[app_id].retryCount == 0
+    assert m.id_to_app[app_id].retry_count == 0
 
 
 def test_executors_failing_to_start_on_a_worker_back_off_past_the_retry_limit():
@@ -536,9 +536,9 @@ def test_executor_retries_disabled_and_decommissioned_exits_do_not_count():
     m2 = new_master({"spark.deploy.maxExecutorRetries": "1"})
     register_worker(m2, "worker-1")
     app2, _ = register_app(m2, "driver-B")
-    m2.idToApp[app2].executors[0].state = ExecutorState.DECOMMISSIONED
+    m2.id_to_app[app2].executors[0].state = ExecutorState.DECOMMISSIONED
     out = fail_executor(m2, app2, 0)
-    assert m2.idToApp[app2].retryCount == 0
+    assert m2.id_to_app[app2].retry_count == 0
 
 
 def test_unregister_application_finishes_it():
@@ -546,7 +546,7 @@ def test_unregister_application_finishes_it():
     w, _ = register_worker(m, "worker-1")
     w2, _ = register_worker(m, "worker-2")
     app_id, _ = register_app(m, "driver-A", app_desc(max_cores=4))
-    app = m.idToApp[app_id]
+    app = m.id_to_app[app_id]
     worker = app.executors[0].worker
     out = m.handle(UnregisterApplication(app_id), NOW + 5000)
     assert logs(out)[:2] == [f"Received unregister request from application {app_id}",
@@ -555,9 +555,9 @@ def test_unregister_application_finishes_it():
     assert not msgs(out, ApplicationRemoved)
     assert msgs(out, ApplicationFinished) == [ApplicationFinished(app_id)] * 2
     assert Unpersist(f"app_{app_id}") in out
-    assert (app.state, app.endTime) == (ApplicationState.FINISHED, NOW + 5000)
+    assert (app.state, app.end_time) == (ApplicationState.FINISHED, NOW + 5000)
     assert app.executors[0].state == ExecutorState.KILLED
-    assert worker.coresUsed == 0 and m.completedApps == [app] and m.waitingApps == []
+    assert worker.cores_used == 0 and m.completed_apps == [app] and m.waiting_apps == []
 
 
 def test_driver_disconnect_finishes_the_application():
@@ -567,7 +567,7 @@ def test_driver_disconnect_finishes_the_application():
     app_id, _ = register_app(m, driver)
     out = m.handle(Disconnected(RpcAddress("client-host", 51234)), NOW)
     assert logs(out)[0] == "client-host:51234 got disassociated, removing it."
-    assert m.completedApps[0].state == ApplicationState.FINISHED
+    assert m.completed_apps[0].state == ApplicationState.FINISHED
 
 
 def test_kill_application_from_the_ui():
@@ -588,7 +588,7 @@ def test_retained_applications_are_trimmed():
         m.handle(UnregisterApplication(app_id), NOW)
         ids.append(app_id)
     # at 20 completed, the oldest max(20 / 10, 1) = 2 go before the 21st is added
-    assert [a.id for a in m.completedApps] == ids[2:]
+    assert [a.id for a in m.completed_apps] == ids[2:]
 
 
 def test_request_executors_and_kill_executors():
@@ -597,7 +597,7 @@ def test_request_executors_and_kill_executors():
     register_worker(m, "worker-2", cores=8)
     app_id, out = register_app(m, "driver-A", app_desc(cores=2, limit=0))
     assert not msgs(out, LaunchExecutor)  # dynamic allocation starts at 0
-    rp = m.idToApp[app_id].desc.defaultProfile
+    rp = m.id_to_app[app_id].desc.defaultProfile
     out = m.handle(Ask(1, RequestExecutors(app_id, [(rp, 3)])), NOW)
     assert reply(out) is True
     assert f"Application {app_id} requested executors: Map(ResourceProfile(id=0) -> 3)." in \
@@ -624,7 +624,7 @@ def test_multiple_resource_profiles():
     for i in (1, 2, 3):
         register_worker(m, f"worker-{i}", cores=2, memory=512)
     app_id, _ = register_app(m, "d", app_desc(memory=128, max_cores=4, limit=0))
-    app = m.idToApp[app_id]
+    app = m.id_to_app[app_id]
     rp1 = ResourceProfile.of(id=1, cores=3, memoryMb=256)   # too many cores for any worker
     rp3 = ResourceProfile.of(id=3, cores=1, memoryMb=256)
     rp4 = ResourceProfile.of(id=4, cores=1, memoryMb=256)
@@ -633,7 +633,7 @@ def test_multiple_resource_profiles():
     assert reply(out) is True
     counts = {rp: app.executor_count(rp) for rp in (0, 1, 3, 4)}
     assert counts == {0: 1, 1: 0, 3: 1, 4: 1}  # maxCores 4: 2 (default) + 1 + 1
-    assert app.executors[app.executorsPerResourceProfileId[3].copy().pop()].memory == 256
+    assert app.executors[app.executors_per_resource_profile_id[3].copy().pop()].memory == 256
 
 
 # -- drivers ----------------------------------------------------------------------------------
@@ -650,7 +650,7 @@ def test_submit_driver_launches_it():
     assert Persist(f"driver_{d.id}", driver_record(d)) in out
     assert msgs(out, target=w) == [LaunchDriver(d.id, d.desc, {})]
     assert (d.state, d.worker.id) == (DriverState.RUNNING, "worker-1")
-    assert m.idToWorker["worker-1"].coresUsed == 1
+    assert m.id_to_worker["worker-1"].cores_used == 1
     # reply comes after the launch
     assert isinstance(out[-1], Reply)
 
@@ -663,7 +663,7 @@ def test_waiting_driver_launches_when_a_worker_registers():
         logs(out, "WARN")
     w, out = register_worker(m, "worker-1")
     assert msgs(out, LaunchDriver, w)[0].driverId == resp.driverId
-    assert m.waitingDrivers == []
+    assert m.waiting_drivers == []
 
 
 def test_drivers_take_precedence_over_executors():
@@ -681,7 +681,7 @@ def test_max_drivers():
     register_worker(m, "worker-1", cores=8, memory=8192)
     submit_driver(m)
     _, out = submit_driver(m)
-    assert not msgs(out, LaunchDriver) and len(m.waitingDrivers) == 1
+    assert not msgs(out, LaunchDriver) and len(m.waiting_drivers) == 1
 
 
 def test_kill_driver():
@@ -696,7 +696,7 @@ def test_kill_driver():
     assert m.drivers[running.driverId].state == DriverState.RUNNING  # until the worker says so
     out = m.handle(Ask(2, RequestKillDriver(waiting.driverId)), NOW)
     assert reply(out).success is True
-    assert [(d.id, d.state) for d in m.completedDrivers] == [(waiting.driverId,
+    assert [(d.id, d.state) for d in m.completed_drivers] == [(waiting.driverId,
                                                               DriverState.KILLED)]
     out = m.handle(Ask(3, RequestKillDriver("driver-nope")), NOW)
     assert reply(out) == KillDriverResponse(MASTER, "driver-nope", False,
@@ -706,7 +706,7 @@ def test_kill_driver():
     out = m.handle(DriverStateChanged(running.driverId, DriverState.KILLED), NOW)
     assert f"Removing driver: {running.driverId} (KILLED)" in logs(out)
     assert Unpersist(f"driver_{running.driverId}") in out
-    assert m.idToWorker["worker-1"].coresUsed == 0 and m.drivers == {}
+    assert m.id_to_worker["worker-1"].cores_used == 0 and m.drivers == {}
 
 
 def test_kill_all_drivers():
@@ -718,7 +718,7 @@ def test_kill_all_drivers():
     assert reply(out) == KillAllDriversResponse(MASTER, True,
                                                 "Kill request for all drivers submitted")
     assert Send(w, KillDriver(running.driverId)) in out
-    assert [d.id for d in m.completedDrivers] == [waiting.driverId]
+    assert [d.id for d in m.completed_drivers] == [waiting.driverId]
     assert "Asked to kill all drivers" in logs(out)
 
 
@@ -752,14 +752,14 @@ def test_retained_drivers_and_clear():
         resp, _ = submit_driver(m)
         m.handle(DriverStateChanged(resp.driverId, DriverState.FINISHED), NOW)
         ids.append(resp.driverId)
-    assert [d.id for d in m.completedDrivers] == ids[1:]
+    assert [d.id for d in m.completed_drivers] == ids[1:]
     app_id, _ = register_app(m, "d")
     m.handle(UnregisterApplication(app_id), NOW)
     out = m.handle(Ask(1, RequestClearCompletedDriversAndApps()), NOW)
     assert len([i for i in out if isinstance(i, Unpersist)]) == 6
     assert [i for i in out if not isinstance(i, Unpersist)] == [Log("INFO", "Asked to clear 5 completed drivers and 1 completed apps."),
                    Reply(1, True)]
-    assert m.completedDrivers == [] and m.completedApps == []
+    assert m.completed_drivers == [] and m.completed_apps == []
 
 
 def test_use_driver_id_as_app_name():
@@ -870,7 +870,7 @@ def test_recovery_completes_when_everyone_answered():
     assert (d_found.state, d_found.worker) == (DriverState.RUNNING, w)
     # schedule() after recovery: the app still wants cores; the new id follows recovered ones
     assert [(x.execId, x.cores) for x in msgs(out, LaunchExecutor)] == [(6, 1)]
-    assert w.coresUsed == 2 + 1 + 1
+    assert w.cores_used == 2 + 1 + 1
 
 
 def test_recovery_timeout_drops_the_silent():
@@ -884,7 +884,7 @@ def test_recovery_timeout_drops_the_silent():
     assert app.state == ApplicationState.FINISHED  # never acknowledged
     assert "Driver driver-s was not found after master recovery" in logs(out, "WARN")
     assert "Did not re-launch driver-p because it was not supervised" in logs(out, "WARN")
-    states = {d.id: d.state for d in m.completedDrivers}
+    states = {d.id: d.state for d in m.completed_drivers}
     assert states == {"driver-p": DriverState.ERROR}
     (relaunched,) = m.drivers.values()
     assert relaunched.id == "driver-s" and relaunched.attempt == 2

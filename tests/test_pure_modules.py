@@ -310,19 +310,19 @@ def test_row_keywords_and_access():
 
 
 def test_row_factory():
-    Person = Row("name", "age")
-    assert repr(Person) == "<Row('name', 'age')>"
-    assert "name" in Person and "x" not in Person
-    p = Person("Alice", 11)
+    person = Row("name", "age")
+    assert repr(person) == "<Row('name', 'age')>"
+    assert "name" in person and "x" not in person
+    p = person("Alice", 11)
     assert repr(p) == "Row(name='Alice', age=11)"
     assert p.age == 11 and p["name"] == "Alice"
     assert p.asDict() == {"name": "Alice", "age": 11}
     with pytest.raises(ValueError):
-        Person(1, 2, 3)
+        person(1, 2, 3)
     with pytest.raises(TypeError):
-        Person.asDict()
+        person.asDict()
     with pytest.raises(AttributeError):
-        Person.name
+        person.name
 
 
 def test_row_as_dict_recursive():
@@ -334,12 +334,12 @@ def test_row_as_dict_recursive():
 
 
 def test_row_pickle_roundtrip_in_process():
-    Person = Row("name", "age")
-    for obj in [Row(a=1, b=[1, 2]), Person, Person("Bob", 3), Row(), Row(1, 2)]:
+    person = Row("name", "age")
+    for obj in [Row(a=1, b=[1, 2]), person, person("Bob", 3), Row(), Row(1, 2)]:
         for proto in (2, 5):
             back = pickle.loads(pickle.dumps(obj, proto))
             assert type(back) is Row and back == obj and repr(back) == repr(obj)
-    back = pickle.loads(pickle.dumps(Person("Bob", 3)))
+    back = pickle.loads(pickle.dumps(person("Bob", 3)))
     assert back.name == "Bob" and back["age"] == 3
 
 

@@ -293,7 +293,7 @@ def test_bad_driver_discovery_script_fails_the_context(fresh_sc, tmp_path):
 
 
 def test_event_log_records_resource_profiles(fresh_sc, tmp_path):
-    from ember.scheduler import listener as L
+    from ember.scheduler import listener as sl
     from ember.ui.event_log import replay
     logs = tmp_path / "events"
     logs.mkdir()
@@ -303,7 +303,7 @@ def test_event_log_records_resource_profiles(fresh_sc, tmp_path):
     sc.parallelize(range(4), 2).count()
     sc.stop()
     (path,) = [str(p) for p in logs.iterdir()]
-    added = [e for e in replay(path) if isinstance(e, L.ResourceProfileAdded)]
+    added = [e for e in replay(path) if isinstance(e, sl.ResourceProfileAdded)]
     assert [e.resource_profile_id for e in added] == [0]
     assert added[0].executor_resources["memory"] == (1024, "", "")
     assert added[0].task_resources == {"cpus": 1.0}

@@ -374,7 +374,7 @@ def test_codec_encode_errors_and_registration():
 
 def test_rpc_address_parsing():
     a = RpcAddress.from_spark_url("spark://h:7077")
-    assert a == RpcAddress("h", 7077) and a.hostPort == "h:7077" and str(a) == "h:7077"
+    assert a == RpcAddress("h", 7077) and a.host_port == "h:7077" and str(a) == "h:7077"
     assert a.to_spark_url() == "spark://h:7077"
     assert RpcAddress.from_spark_url("spark://[::1]:7077") == RpcAddress("::1", 7077)
     assert RpcAddress("::1", 1).to_spark_url() == "spark://[::1]:1"

@@ -27,7 +27,7 @@ import pyspark
 
 from ember import SparkConf
 from ember.deploy.local_cluster import LocalCluster, free_port
-from ember.scheduler import listener as L
+from ember.scheduler import listener as sl
 from ember.scheduler.task import ExecutorLostFailure, FetchFailed
 from ember.ui.api import api_get, api_response
 from ember.ui.event_log import EventLog
@@ -86,24 +86,24 @@ def _synthetic_log(log_dir: str, crashed: bool = False) -> str:
     """app_events (every other reason) plus a stage whose tasks end in FetchFailed and
     ExecutorLostFailure, written the way a driver writes it (EventLog + UiProcess). A
     `crashed` app (id app-crashed) stops mid-stage: no ApplicationEnd, still .inprogress."""
-    s9 = L.StageInfo(9, 0, "collect at b.py:1", 2)
+    s9 = sl.StageInfo(9, 0, "collect at b.py:1", 2)
     events = app_events("synthetic")[:-1] + [
-        L.JobStart(9, T0 + 4, [L.StageInfo(9, 0, "collect at b.py:1", 2)], {}),
-        L.StageSubmitted(s9, {})]
+        sl.JobStart(9, T0 + 4, [sl.StageInfo(9, 0, "collect at b.py:1", 2)], {}),
+        sl.StageSubmitted(s9, {})]
     for tid, reason in ((90, FetchFailed(0, 1, 0, "1", "shuffle block lost")),
                         (91, ExecutorLostFailure("1", False, "worker lost"))):
-        events.append(L.TaskStart(9, 0, _info(tid, tid - 90, T0 + 4.01)))
-        events.append(L.TaskEnd(9, 0, "ResultTask", reason,
+        events.append(sl.TaskStart(9, 0, _info(tid, tid - 90, T0 + 4.01)))
+        events.append(sl.TaskEnd(9, 0, "ResultTask", reason,
                                 _info(tid, tid - 90, T0 + 4.01, state="FAILED",
                                       finish=T0 + 4.02), {}))
     s9.completion_time, s9.failure_reason = T0 + 4.03, "fetch failed"
-    events += [L.StageCompleted(s9), L.JobEnd(9, T0 + 4.04, False, "fetch failed"),
-               L.ApplicationEnd(T0 + 5)]
+    events += [sl.StageCompleted(s9), sl.JobEnd(9, T0 + 4.04, False, "fetch failed"),
+               sl.ApplicationEnd(T0 + 5)]
     app_id = "app-1"
     if crashed:
         app_id = "app-crashed"
-        events = [L.ApplicationStart("crashed", app_id, T0, "alice")
-                  if isinstance(e, L.ApplicationStart) else e for e in events[:-6]]
+        events = [sl.ApplicationStart("crashed", app_id, T0, "alice")
+                  if isinstance(e, sl.ApplicationStart) else e for e in events[:-6]]
     conf = {"spark.eventLog.dir": log_dir}
     writer, event_log = UiProcess(conf, None, event_log=True), EventLog(conf)
     writer.open_log(event_log.start(app_id))

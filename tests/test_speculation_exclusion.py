@@ -10,7 +10,7 @@ from ember.scheduler.backend import SchedulerBackend, WorkerOffer
 from ember.scheduler.health_tracker import (ExcludeSettings, HealthTracker,
                                             TaskSetExcludelist)
 from ember.scheduler.speculation import SpeculationSettings, median
-from ember.scheduler.task import ExceptionFailure, Task, TaskKilled, TaskSet
+from ember.scheduler.task import Task, TaskSet
 from ember.scheduler.task_scheduler import TaskSchedulerImpl
 
 
@@ -304,12 +304,12 @@ def test_context_refuses_exclude_config_spark_refuses(fresh_sc):
 
 
 def test_exclusion_and_speculation_events_round_trip_as_sparks_jackson_json():
-    from ember.scheduler import listener as L
+    from ember.scheduler import listener as sl
     from ember.ui.event_log import event_to_json, json_to_event
-    events = [L.SpeculativeTaskSubmitted(3, 0, 7, 7), L.ExecutorExcluded(12.5, "4", 2),
-              L.ExecutorUnexcluded(13.0, "4"), L.NodeExcluded(14.0, "hostA", 2),
-              L.NodeUnexcluded(15.0, "hostA"), L.ExecutorExcludedForStage(16.0, "4", 2, 3, 0),
-              L.NodeExcludedForStage(17.0, "hostA", 2, 3, 0)]
+    events = [sl.SpeculativeTaskSubmitted(3, 0, 7, 7), sl.ExecutorExcluded(12.5, "4", 2),
+              sl.ExecutorUnexcluded(13.0, "4"), sl.NodeExcluded(14.0, "hostA", 2),
+              sl.NodeUnexcluded(15.0, "hostA"), sl.ExecutorExcludedForStage(16.0, "4", 2, 3, 0),
+              sl.NodeExcludedForStage(17.0, "hostA", 2, 3, 0)]
     for e in events:
         d = event_to_json(e)
         assert d["Event"] == "org.apache.spark.scheduler.SparkListener" + type(e).__name__

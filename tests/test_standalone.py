@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from ember import SparkConf, SparkContext
-from ember.scheduler import listener as L
+from ember.scheduler import listener as sl
 from tests.cluster import ROOT, LocalCluster, _env
 
 pytestmark = pytest.mark.timeout(180)
@@ -50,7 +50,7 @@ def test_wordcount_and_sort_match_local_mode_with_remote_shuffle_reads(cluster, 
 
     class Rec:
         def on_event(self, e):
-            if isinstance(e, L.TaskEnd):
+            if isinstance(e, sl.TaskEnd):
                 remote.append(e.metrics.get("shuffleRemoteBytesRead", 0))
 
     sc = _context(cluster, "wc-cluster")

@@ -112,7 +112,7 @@ class StandaloneAppClient(RpcEndpoint):
                 self._mark_dead(f"Authentication with master {addr.to_spark_url()} failed: "
                                 f"{exc}. Set spark.authenticate.secret to the cluster's secret.")
         else:
-            log.warning("Failed to connect to master %s: %s", addr.hostPort, exc)
+            log.warning("Failed to connect to master %s: %s", addr.host_port, exc)
 
     def _mark_dead(self, reason: str) -> None:
         if not self.already_dead:
@@ -180,7 +180,7 @@ class StandaloneAppClient(RpcEndpoint):
     def on_disconnected(self, remote: RpcAddress) -> None:
         if self.master_ref is not None and remote == self.master_ref.address:
             log.warning("Connection to %s failed; waiting for master to reconnect...",
-                        remote.hostPort)
+                        remote.host_port)
             self.listener.disconnected()
             if self.app_id is not None and not self.already_dead \
                     and self._reconnect_deadline is None:

@@ -171,17 +171,17 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
 
     def on_disconnected(self, remote: RpcAddress) -> None:
         if remote == self.driver_address:
-            self.exit(1, f"Driver {remote.hostPort} disassociated! Shutting down.")
+            self.exit(1, f"Driver {remote.host_port} disassociated! Shutting down.")
         elif self.worker_address is not None and remote == self.worker_address:
             self.exit(1, f"Lost connection to worker rpc endpoint "
-                         f"spark://Worker@{remote.hostPort}. Exiting.")
+                         f"spark://Worker@{remote.host_port}. Exiting.")
 
     def _heartbeat(self) -> None:
         """Fencing: ask the driver whether it still counts on us; once it has not answered
         for the lease, its application is gone (or cut off) and nothing here may run on."""
         now = time.monotonic()
         if self.lease.expired(now):
-            self.exit(1, f"Driver {self.driver_address.hostPort} has not answered for "
+            self.exit(1, f"Driver {self.driver_address.host_port} has not answered for "
                          f"{self.lease.silent_for(now):.1f} s (spark.ember.executor."
                          f"driverLease={self.lease.lease_s:g} s). Shutting down.")
             return
@@ -244,7 +244,7 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
     def shuffle_location(self) -> tuple[str, str]:
         """(address, endpoint) reducers fetch this executor's map output from."""
         if self.shuffle_service is not None:
-            return self.shuffle_service.hostPort, SHUFFLE_SERVICE_ENDPOINT
+            return self.shuffle_service.host_port, SHUFFLE_SERVICE_ENDPOINT
         addr = self.rpc_env.address
         return f"{addr.host}:{addr.port}", ENDPOINT_NAME
 
@@ -279,7 +279,7 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
         addr = self.rpc_env.address
         env_conf = {"executor_id": self.executor_id, "host": self.hostname,
                     "address": f"{addr.host}:{addr.port}", "local_dir": self.work_dir,
-                    **({"shuffle_address": self.shuffle_service.hostPort,
+                    **({"shuffle_address": self.shuffle_service.host_port,
                         "shuffle_endpoint": SHUFFLE_SERVICE_ENDPOINT}
                        if self.shuffle_service is not None else {}),
                     "block_dir": block_dir, "memory_limit_mb": memory,

@@ -75,12 +75,12 @@ class _Stage:
 
 
 def _load_stage(blob: bytes, meta: bytes) -> _Stage:
-    before = dict(accumulators._accumulatorRegistry)
+    before = dict(accumulators._accumulator_registry)
     kind, rdd, func = pickle.loads(blob)
     st = _Stage()
     st.kind, st.rdd, st.func = kind, rdd, func
     # the copies this blob created (an accumulator reused across jobs gets a new copy)
-    st.accumulators = [a for aid, a in accumulators._accumulatorRegistry.items()
+    st.accumulators = [a for aid, a in accumulators._accumulator_registry.items()
                        if before.get(aid) is not a and a._deserialized]
     st.map_locations = pickle.loads(meta) if meta else {}
     return st
@@ -248,7 +248,7 @@ def serve(sock: socket.socket, env: TaskEnv) -> None:
             env.block_manager.export_to_disk()
             send_msg(sock, ("exported",))
         elif op == "unpersist_broadcast":
-            broadcast._broadcastRegistry.pop(msg[1], None)
+            broadcast._broadcast_registry.pop(msg[1], None)
         elif op == "forget_stage":
             for k in [k for k in stages if k[0] == msg[1]]:
                 del stages[k]

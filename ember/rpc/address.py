@@ -50,13 +50,13 @@ class RpcAddress:
         return cls(host, int(port_s))
 
     @property
-    def hostPort(self) -> str:  # noqa: N802 - Spark's name
+    def host_port(self) -> str:
         """``host:port`` (IPv6 hosts in brackets)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port}"
 
     def to_spark_url(self) -> str:
-        return f"spark://{self.hostPort}"
+        return f"spark://{self.host_port}"
 
     def __str__(self) -> str:  # Spark's RpcAddress.toString is hostPort
-        return self.hostPort
+        return self.host_port

@@ -250,7 +250,7 @@ class RpcEndpointRef:
 
     @property
     def url(self) -> str:
-        return f"spark://{self.name}@{self.address.hostPort}"
+        return f"spark://{self.name}@{self.address.host_port}"
 
     def _bound_env(self) -> "RpcEnv":
         env = self._env

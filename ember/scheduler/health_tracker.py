@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from ember import config
 from ember.clock import Clock
-from ember.scheduler import listener as L
+from ember.scheduler import listener as sl
 
 log = logging.getLogger(__name__)
 
@@ -136,14 +136,14 @@ class TaskSetExcludelist:
         if n >= self.s.max_failures_per_exec_stage and executor_id not in self.excluded_execs:
             self.excluded_execs.add(executor_id)
             log.info("Excluding executor %s for stage %d", executor_id, self.stage_id)
-            self.post(L.ExecutorExcludedForStage(now, executor_id, n, self.stage_id,
+            self.post(sl.ExecutorExcludedForStage(now, executor_id, n, self.stage_id,
                                                  self.stage_attempt))
             excluded_on_node = on_node & self.excluded_execs
             if len(excluded_on_node) >= self.s.max_failed_exec_per_node_stage and \
                     host not in self.excluded_nodes:
                 self.excluded_nodes.add(host)
                 log.info("Excluding %s for stage %d", host, self.stage_id)
-                self.post(L.NodeExcludedForStage(now, host, len(excluded_on_node),
+                self.post(sl.NodeExcludedForStage(now, host, len(excluded_on_node),
                                                  self.stage_id, self.stage_attempt))
 
 
@@ -196,13 +196,13 @@ class HealthTracker:
                     execs.discard(ex)
                     if not execs:
                         del self.node_to_excluded_execs[st.node]
-                self.post(L.ExecutorUnexcluded(now, ex))
+                self.post(sl.ExecutorUnexcluded(now, ex))
         for node, expiry in list(self.node_to_expiry.items()):
             if expiry < now:
                 log.info("Removing node %s from exclude list because the exclude list for "
                          "that node has timed out", node)
                 del self.node_to_expiry[node]
-                self.post(L.NodeUnexcluded(now, node))
+                self.post(sl.NodeUnexcluded(now, node))
         self._update_next_expiry_time()
 
     def _update_next_expiry_time(self) -> None:
@@ -228,7 +228,7 @@ class HealthTracker:
                 node = in_task_set.node
                 expiry = now + self.s.timeout
                 self.executor_to_excluded[exec_id] = _ExcludedExecutor(node, expiry)
-                self.post(L.ExecutorExcluded(now, exec_id, total))
+                self.post(sl.ExecutorExcluded(now, exec_id, total))
                 del self.executor_to_failure_times[exec_id]
                 self._update_next_expiry_time()
                 self._kill_excluded_executor(exec_id)
@@ -239,7 +239,7 @@ class HealthTracker:
                     log.info("Excluding node %s because it has %d executors excluded: %s",
                              node, len(on_node), ",".join(sorted(on_node)))
                     self.node_to_expiry[node] = expiry
-                    self.post(L.NodeExcluded(now, node, len(on_node)))
+                    self.post(sl.NodeExcluded(now, node, len(on_node)))
                     self._kill_executors_on_node(node)
 
     def update_excluded_for_fetch_failure(self, host: str, exec_id: str) -> None:
@@ -254,13 +254,13 @@ class HealthTracker:
                 log.info("excluding node %s due to fetch failure of external shuffle service",
                          host)
                 self.node_to_expiry[host] = expiry
-                self.post(L.NodeExcluded(now, host, 1))
+                self.post(sl.NodeExcluded(now, host, 1))
                 self._update_next_expiry_time()
                 self._kill_executors_on_node(host)
         elif exec_id not in self.executor_to_excluded:
             log.info("Excluding executor %s due to fetch failure", exec_id)
             self.executor_to_excluded[exec_id] = _ExcludedExecutor(host, expiry)
-            self.post(L.ExecutorExcluded(now, exec_id, 1))
+            self.post(sl.ExecutorExcluded(now, exec_id, 1))
             self._update_next_expiry_time()
             self._kill_excluded_executor(exec_id)
             self.node_to_excluded_execs.setdefault(host, set()).add(exec_id)

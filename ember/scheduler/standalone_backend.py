@@ -406,7 +406,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             self.total_cores += msg.cores
             self._registered.notify_all()
         log.info("Registered executor %s (%s) with ID %s, ResourceProfileId %d",
-                 msg.executorRef, addr.hostPort, eid, msg.resourceProfileId)
+                 msg.executorRef, addr.host_port, eid, msg.resourceProfileId)
         self.scheduler.register_executor_resources(
             eid, msg.cores, {n: list(i.addresses) for n, i in msg.resources.items()},
             msg.resourceProfileId)
@@ -524,7 +524,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
     def revive_offers(self) -> None:
         sched = self.scheduler
         with sched.lock:
-            offers = [WorkerOffer(e.executor_id, e.host, s, e.address.hostPort)
+            offers = [WorkerOffer(e.executor_id, e.host, s, e.address.host_port)
                       for e in self.executors.values()
                       if e.executor_id not in self._decommissioning
                       for s in sorted(e.free_slots)]

@@ -43,7 +43,7 @@ class DataFrameReader:
 
 
 class SparkSession:
-    _instantiatedSession: "SparkSession | None" = None
+    _instantiated_session: "SparkSession | None" = None
     _lock = threading.RLock()
 
     class Builder:
@@ -74,7 +74,7 @@ class SparkSession:
 
         def getOrCreate(self) -> "SparkSession":
             with SparkSession._lock:
-                session = SparkSession._instantiatedSession
+                session = SparkSession._instantiated_session
                 if session is not None and not session.sparkContext._stopped:
                     for k, v in self._options.items():
                         session._conf[k] = v
@@ -89,7 +89,7 @@ class SparkSession:
                 sc = SparkContext.getOrCreate(conf)
                 session = SparkSession(sc)
                 session._conf.update(self._options)
-                SparkSession._instantiatedSession = session
+                SparkSession._instantiated_session = session
                 return session
 
     builder = Builder()
@@ -116,8 +116,8 @@ class SparkSession:
     def stop(self) -> None:
         self._sc.stop()
         with SparkSession._lock:
-            if SparkSession._instantiatedSession is self:
-                SparkSession._instantiatedSession = None
+            if SparkSession._instantiated_session is self:
+                SparkSession._instantiated_session = None
 
     def __enter__(self) -> "SparkSession":
         return self

@@ -8,14 +8,14 @@ WORDCOUNT = """
     import json, os, sys, time
     from operator import add
     from ember import SparkContext
-    from ember.scheduler import listener as L
+    from ember.scheduler import listener as sl
 
     out, text = sys.argv[1], sys.argv[2]
     remote, failures = [], []
 
     class Rec:
         def on_event(self, e):
-            if isinstance(e, L.TaskEnd):
+            if isinstance(e, sl.TaskEnd):
                 remote.append(e.metrics.get("shuffleRemoteBytesRead", 0))
                 if e.reason not in (None, "Success") and str(e.reason) != "Success":
                     failures.append(str(e.reason))

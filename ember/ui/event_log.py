@@ -31,7 +31,7 @@ from typing import Any, Iterator, Mapping
 
 from ember import config, fs
 from ember.version import SPARK_VERSION
-from ember.scheduler import listener as L
+from ember.scheduler import listener as sl
 from ember.scheduler.task import (ExceptionFailure, ExecutorLostFailure, FetchFailed, Success,
                                   TaskEndReason, TaskInfo, TaskKilled, TaskProcessCrashed)
 from ember.storagelevel import StorageLevel
@@ -91,7 +91,7 @@ def _level_json(level: Any) -> dict[str, Any]:
             "Replication": level.replication}
 
 
-def _stage_info_json(s: L.StageInfo, submitted_only: bool = False) -> dict[str, Any]:
+def _stage_info_json(s: sl.StageInfo, submitted_only: bool = False) -> dict[str, Any]:
     d: dict[str, Any] = {
         "Stage ID": s.stage_id, "Stage Attempt ID": s.attempt_id, "Stage Name": s.name,
         "Number of Tasks": s.num_tasks,
@@ -179,35 +179,35 @@ def _reason_json(r: Any) -> dict[str, Any]:
 def event_to_json(e: Any) -> dict[str, Any] | None:
     """One listener event as Spark's JsonProtocol object; None for events not logged."""
     t = type(e)
-    if t is L.TaskEnd:
+    if t is sl.TaskEnd:
         return {"Event": "SparkListenerTaskEnd", "Stage ID": e.stage_id,
                 "Stage Attempt ID": e.stage_attempt, "Task Type": e.task_type,
                 "Task End Reason": _reason_json(e.reason),
                 "Task Info": _task_info_json(e.task_info, True),
                 "Task Executor Metrics": {}, "Task Metrics": _metrics_json(e.metrics or {})}
-    if t is L.TaskStart:
+    if t is sl.TaskStart:
         return {"Event": "SparkListenerTaskStart", "Stage ID": e.stage_id,
                 "Stage Attempt ID": e.stage_attempt,
                 "Task Info": _task_info_json(e.task_info, False)}
-    if t is L.StageSubmitted:
+    if t is sl.StageSubmitted:
         return {"Event": "SparkListenerStageSubmitted",
                 "Stage Info": _stage_info_json(e.stage_info, submitted_only=True),
                 "Properties": dict(e.properties)}
-    if t is L.StageCompleted:
+    if t is sl.StageCompleted:
         return {"Event": "SparkListenerStageCompleted",
                 "Stage Info": _stage_info_json(e.stage_info)}
-    if t is L.JobStart:
+    if t is sl.JobStart:
         return {"Event": "SparkListenerJobStart", "Job ID": e.job_id,
                 "Submission Time": _ms(e.time),
                 "Stage Infos": [_stage_info_json(s) for s in e.stage_infos],
                 "Stage IDs": [s.stage_id for s in e.stage_infos],
                 "Properties": dict(e.properties)}
-    if t is L.JobEnd:
+    if t is sl.JobEnd:
         result: dict[str, Any] = {"Result": "JobSucceeded"} if e.succeeded else {
             "Result": "JobFailed", "Exception": {"Message": e.error, "Stack Trace": []}}
         return {"Event": "SparkListenerJobEnd", "Job ID": e.job_id,
                 "Completion Time": _ms(e.time), "Job Result": result}
-    if t is L.ExecutorAdded:
+    if t is sl.ExecutorAdded:
         return {"Event": "SparkListenerExecutorAdded", "Timestamp": _ms(e.time),
                 "Executor ID": e.executor_id,
                 "Executor Info": {"Host": e.host, "Total Cores": e.cores,
@@ -215,18 +215,18 @@ def event_to_json(e: Any) -> dict[str, Any] | None:
                                   "Resources": {n: {"name": n, "addresses": list(a)}
                                                 for n, a in e.resources.items()},
                                   "Resource Profile Id": e.resource_profile_id}}
-    if t is L.ExecutorRemoved:
+    if t is sl.ExecutorRemoved:
         return {"Event": "SparkListenerExecutorRemoved", "Timestamp": _ms(e.time),
                 "Executor ID": e.executor_id, "Removed Reason": e.reason}
-    if t is L.BlockUpdated:
+    if t is sl.BlockUpdated:
         return {"Event": "SparkListenerBlockUpdated", "Block Updated Info": {
             "Block Manager ID": {"Executor ID": e.executor_id, "Host": e.host,
                                  "Port": BLOCK_MANAGER_PORT},
             "Block ID": e.block_name, "Storage Level": _level_json(e.storage_level),
             "Memory Size": e.mem_size, "Disk Size": e.disk_size}}
-    if t is L.UnpersistRDD:
+    if t is sl.UnpersistRDD:
         return {"Event": "SparkListenerUnpersistRDD", "RDD ID": e.rdd_id}
-    if t is L.ResourceProfileAdded:
+    if t is sl.ResourceProfileAdded:
         return {"Event": "SparkListenerResourceProfileAdded",
                 "Resource Profile Id": e.resource_profile_id,
                 "Executor Resource Requests": {
@@ -234,21 +234,21 @@ def event_to_json(e: Any) -> dict[str, Any] | None:
                     for n, (a, s, v) in e.executor_resources.items()},
                 "Task Resource Requests": {n: {"Resource Name": n, "Amount": a}
                                            for n, a in e.task_resources.items()}}
-    if t is L.EnvironmentUpdate:
+    if t is sl.EnvironmentUpdate:
         d = {"Event": "SparkListenerEnvironmentUpdate"}
         for section in ("JVM Information", "Spark Properties", "Hadoop Properties",
                         "System Properties", "Metrics Properties", "Classpath Entries"):
             d[section] = dict(e.details.get(section, []))
         return d
-    if t is L.ApplicationStart:
+    if t is sl.ApplicationStart:
         d = {"Event": "SparkListenerApplicationStart", "App Name": e.app_name,
              "App ID": e.app_id, "Timestamp": _ms(e.time), "User": e.user}
         if e.attempt_id is not None:
             d["App Attempt ID"] = e.attempt_id
         return d
-    if t is L.ApplicationEnd:
+    if t is sl.ApplicationEnd:
         return {"Event": "SparkListenerApplicationEnd", "Timestamp": _ms(e.time)}
-    if t is L.LogStart:
+    if t is sl.LogStart:
         return {"Event": "SparkListenerLogStart", "Spark Version": e.spark_version}
     fields = _JACKSON_EVENTS.get(t)
     if fields is not None:       # Spark writes these with Jackson: class name, camelCase
@@ -264,26 +264,26 @@ def event_to_json(e: Any) -> dict[str, Any] | None:
 # name and the fields are the case class's own names.
 _SCHEDULER_PKG = "org.apache.spark.scheduler."
 _JACKSON_NAMES = {
-    L.SpeculativeTaskSubmitted: "SparkListenerSpeculativeTaskSubmitted",
-    L.ExecutorExcluded: "SparkListenerExecutorExcluded",
-    L.ExecutorUnexcluded: "SparkListenerExecutorUnexcluded",
-    L.NodeExcluded: "SparkListenerNodeExcluded",
-    L.NodeUnexcluded: "SparkListenerNodeUnexcluded",
-    L.ExecutorExcludedForStage: "SparkListenerExecutorExcludedForStage",
-    L.NodeExcludedForStage: "SparkListenerNodeExcludedForStage"}
+    sl.SpeculativeTaskSubmitted: "SparkListenerSpeculativeTaskSubmitted",
+    sl.ExecutorExcluded: "SparkListenerExecutorExcluded",
+    sl.ExecutorUnexcluded: "SparkListenerExecutorUnexcluded",
+    sl.NodeExcluded: "SparkListenerNodeExcluded",
+    sl.NodeUnexcluded: "SparkListenerNodeUnexcluded",
+    sl.ExecutorExcludedForStage: "SparkListenerExecutorExcludedForStage",
+    sl.NodeExcludedForStage: "SparkListenerNodeExcludedForStage"}
 _JACKSON_EVENTS = {
-    L.SpeculativeTaskSubmitted: (("stage_id", "stageId"), ("stage_attempt_id", "stageAttemptId"),
+    sl.SpeculativeTaskSubmitted: (("stage_id", "stageId"), ("stage_attempt_id", "stageAttemptId"),
                                  ("task_index", "taskIndex"), ("partition_id", "partitionId")),
-    L.ExecutorExcluded: (("time", "time"), ("executor_id", "executorId"),
+    sl.ExecutorExcluded: (("time", "time"), ("executor_id", "executorId"),
                          ("task_failures", "taskFailures")),
-    L.ExecutorUnexcluded: (("time", "time"), ("executor_id", "executorId")),
-    L.NodeExcluded: (("time", "time"), ("host_id", "hostId"),
+    sl.ExecutorUnexcluded: (("time", "time"), ("executor_id", "executorId")),
+    sl.NodeExcluded: (("time", "time"), ("host_id", "hostId"),
                      ("executor_failures", "executorFailures")),
-    L.NodeUnexcluded: (("time", "time"), ("host_id", "hostId")),
-    L.ExecutorExcludedForStage: (("time", "time"), ("executor_id", "executorId"),
+    sl.NodeUnexcluded: (("time", "time"), ("host_id", "hostId")),
+    sl.ExecutorExcludedForStage: (("time", "time"), ("executor_id", "executorId"),
                                  ("task_failures", "taskFailures"), ("stage_id", "stageId"),
                                  ("stage_attempt_id", "stageAttemptId")),
-    L.NodeExcludedForStage: (("time", "time"), ("host_id", "hostId"),
+    sl.NodeExcludedForStage: (("time", "time"), ("host_id", "hostId"),
                              ("executor_failures", "executorFailures"),
                              ("stage_id", "stageId"), ("stage_attempt_id", "stageAttemptId"))}
 _JACKSON_BY_NAME = {_SCHEDULER_PKG + n: t for t, n in _JACKSON_NAMES.items()}
@@ -349,12 +349,12 @@ class _TaskLines:
 
     def encode(self, e: Any) -> str:
         t = type(e)
-        if t is L.TaskStart:
+        if t is sl.TaskStart:
             i = e.task_info
             head, tail, _, _ = self._cached(e.stage_id, e.stage_attempt, "", i)
             ids = self._running[i.task_id] = _ids(i)
             return f"{head}{ids}{tail}"
-        if t is L.TaskEnd:
+        if t is sl.TaskEnd:
             i = e.task_info
             ids = self._running.pop(i.task_id, None)
             if type(e.reason) is Success:
@@ -438,7 +438,7 @@ class EventLog:
             self._done = (target + IN_PROGRESS, target)
             spec["path"] = target + IN_PROGRESS
         writer = EventLogWriter(spec)
-        writer.write(_dumps(L.LogStart(SPARK_VERSION)).encode())
+        writer.write(_dumps(sl.LogStart(SPARK_VERSION)).encode())
         writer.close()
         if self.remote:
             self._upload(final, in_progress=True)
@@ -539,15 +539,15 @@ def _level(d: Mapping[str, Any] | None) -> StorageLevel:
                         d.get("Replication", 1))
 
 
-def _stage_info(d: Mapping[str, Any]) -> L.StageInfo:
-    return L.StageInfo(
+def _stage_info(d: Mapping[str, Any]) -> sl.StageInfo:
+    return sl.StageInfo(
         d["Stage ID"], d.get("Stage Attempt ID", 0), d.get("Stage Name", ""),
         d.get("Number of Tasks", 0), details=d.get("Details", ""),
         submission_time=_s(d.get("Submission Time")),
         completion_time=_s(d.get("Completion Time")), failure_reason=d.get("Failure Reason"),
         parent_ids=list(d.get("Parent IDs", [])),
         resource_profile_id=d.get("Resource Profile Id", 0),
-        rdd_infos=[L.RDDInfo(r["RDD ID"], r.get("Name", ""), r.get("Number of Partitions", 0),
+        rdd_infos=[sl.RDDInfo(r["RDD ID"], r.get("Name", ""), r.get("Number of Partitions", 0),
                              _level(r.get("Storage Level")), r.get("Callsite", ""),
                              list(r.get("Parent IDs", [])), bool(r.get("Barrier", False)))
                    for r in d.get("RDD Info", [])])
@@ -627,61 +627,61 @@ def json_to_event(d: Mapping[str, Any]) -> Any:
     """One JsonProtocol object -> the listener event; None for events Ember does not use."""
     kind = d.get("Event")
     if kind == "SparkListenerTaskEnd":
-        return L.TaskEnd(d["Stage ID"], d.get("Stage Attempt ID", 0), d.get("Task Type", ""),
+        return sl.TaskEnd(d["Stage ID"], d.get("Stage Attempt ID", 0), d.get("Task Type", ""),
                          _reason(d.get("Task End Reason") or {}), _task_info(d["Task Info"]),
                          _metrics(d.get("Task Metrics")))
     if kind == "SparkListenerTaskStart":
-        return L.TaskStart(d["Stage ID"], d.get("Stage Attempt ID", 0),
+        return sl.TaskStart(d["Stage ID"], d.get("Stage Attempt ID", 0),
                            _task_info(d["Task Info"]))
     if kind == "SparkListenerStageSubmitted":
-        return L.StageSubmitted(_stage_info(d["Stage Info"]), dict(d.get("Properties") or {}))
+        return sl.StageSubmitted(_stage_info(d["Stage Info"]), dict(d.get("Properties") or {}))
     if kind == "SparkListenerStageCompleted":
-        return L.StageCompleted(_stage_info(d["Stage Info"]))
+        return sl.StageCompleted(_stage_info(d["Stage Info"]))
     if kind == "SparkListenerJobStart":
         infos = [_stage_info(s) for s in d.get("Stage Infos", [])]
-        return L.JobStart(d["Job ID"], _s(d.get("Submission Time", 0)) or 0.0, infos,
+        return sl.JobStart(d["Job ID"], _s(d.get("Submission Time", 0)) or 0.0, infos,
                           dict(d.get("Properties") or {}))
     if kind == "SparkListenerJobEnd":
         result = d.get("Job Result") or {}
         ok = result.get("Result") == "JobSucceeded"
-        return L.JobEnd(d["Job ID"], _s(d.get("Completion Time", 0)) or 0.0, ok,
+        return sl.JobEnd(d["Job ID"], _s(d.get("Completion Time", 0)) or 0.0, ok,
                         "" if ok else (result.get("Exception") or {}).get("Message", ""))
     if kind == "SparkListenerExecutorAdded":
         info = d.get("Executor Info") or {}
-        return L.ExecutorAdded(d["Executor ID"], info.get("Host", ""),
+        return sl.ExecutorAdded(d["Executor ID"], info.get("Host", ""),
                                info.get("Total Cores", 0), _s(d.get("Timestamp", 0)) or 0.0,
                                dict(info.get("Log Urls") or {}),
                                {n: list(r.get("addresses", [])) for n, r in
                                 (info.get("Resources") or {}).items()},
                                info.get("Resource Profile Id", 0))
     if kind == "SparkListenerExecutorRemoved":
-        return L.ExecutorRemoved(d["Executor ID"], d.get("Removed Reason", ""),
+        return sl.ExecutorRemoved(d["Executor ID"], d.get("Removed Reason", ""),
                                  _s(d.get("Timestamp", 0)) or 0.0)
     if kind == "SparkListenerBlockUpdated":
         b = d.get("Block Updated Info") or {}
         bm = b.get("Block Manager ID") or {}
-        return L.BlockUpdated(bm.get("Executor ID", ""), bm.get("Host", ""),
+        return sl.BlockUpdated(bm.get("Executor ID", ""), bm.get("Host", ""),
                               b.get("Block ID", ""), _level(b.get("Storage Level")),
                               b.get("Memory Size", 0), b.get("Disk Size", 0))
     if kind == "SparkListenerUnpersistRDD":
-        return L.UnpersistRDD(d["RDD ID"])
+        return sl.UnpersistRDD(d["RDD ID"])
     if kind == "SparkListenerResourceProfileAdded":
-        return L.ResourceProfileAdded(
+        return sl.ResourceProfileAdded(
             d.get("Resource Profile Id", 0),
             {n: (r.get("Amount", 0), r.get("Discovery Script", ""), r.get("Vendor", ""))
              for n, r in (d.get("Executor Resource Requests") or {}).items()},
             {n: r.get("Amount", 0.0) for n, r in (d.get("Task Resource Requests") or {}).items()})
     if kind == "SparkListenerEnvironmentUpdate":
-        return L.EnvironmentUpdate({k: [(str(a), str(b)) for a, b in v.items()]
+        return sl.EnvironmentUpdate({k: [(str(a), str(b)) for a, b in v.items()]
                                     for k, v in d.items() if isinstance(v, dict)})
     if kind == "SparkListenerApplicationStart":
-        return L.ApplicationStart(d.get("App Name", ""), d.get("App ID", ""),
+        return sl.ApplicationStart(d.get("App Name", ""), d.get("App ID", ""),
                                   _s(d.get("Timestamp", 0)) or 0.0, d.get("User", ""),
                                   d.get("App Attempt ID"))
     if kind == "SparkListenerApplicationEnd":
-        return L.ApplicationEnd(_s(d.get("Timestamp", 0)) or 0.0)
+        return sl.ApplicationEnd(_s(d.get("Timestamp", 0)) or 0.0)
     if kind == "SparkListenerLogStart":
-        return L.LogStart(d.get("Spark Version", ""))
+        return sl.LogStart(d.get("Spark Version", ""))
     t = _JACKSON_BY_NAME.get(kind)
     if t is not None:
         return t(*[(_s(d.get(key)) or 0.0) if attr == "time" else d.get(key)

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from ember import config
 from ember.version import SPARK_VERSION
-from ember.scheduler import listener as L
+from ember.scheduler import listener as sl
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ class _Stage:
                  "tasks", "task_metrics", "executors", "resource_profile_id",
                  "excluded_executors")
 
-    def __init__(self, info: L.StageInfo, props: Mapping[str, str]) -> None:
+    def __init__(self, info: sl.StageInfo, props: Mapping[str, str]) -> None:
         self.stage_id = info.stage_id
         self.resource_profile_id = info.resource_profile_id
         self.excluded_executors: set[str] = set()
@@ -164,7 +164,7 @@ class _Job:
                  "completed_stages", "skipped_stages", "skipped_tasks", "failed_stages",
                  "not_run", "dropped", "dropped_indices")
 
-    def __init__(self, e: L.JobStart) -> None:
+    def __init__(self, e: sl.JobStart) -> None:
         infos = sorted(e.stage_infos, key=lambda s: s.stage_id)
         props = e.properties
         self.job_id = e.job_id
@@ -209,7 +209,7 @@ class _Executor:
 class _RDD:
     __slots__ = ("rdd_id", "name", "num_partitions", "level", "blocks")
 
-    def __init__(self, info: L.RDDInfo) -> None:
+    def __init__(self, info: sl.RDDInfo) -> None:
         self.rdd_id = info.rdd_id
         self.name = info.name
         self.num_partitions = info.num_partitions
@@ -258,19 +258,19 @@ class AppStatusStore:
                                        "nodes_excluded"), 0)
         self.executors_removed: dict[str, int] = {}   # cause -> count (removal_cause)
         self._handlers: dict[type, Callable[[Any], None]] = {
-            L.TaskStart: self._task_start, L.TaskEnd: self._task_end,
-            L.JobStart: self._job_start, L.JobEnd: self._job_end,
-            L.StageSubmitted: self._stage_submitted, L.StageCompleted: self._stage_completed,
-            L.ExecutorAdded: self._executor_added, L.ExecutorRemoved: self._executor_removed,
-            L.ApplicationStart: self._app_start, L.ApplicationEnd: self._app_end,
-            L.EnvironmentUpdate: self._environment, L.BlockUpdated: self._block_updated,
-            L.UnpersistRDD: self._unpersist, L.LogStart: self._log_start,
-            L.ResourceProfileAdded: self._resource_profile_added,
-            L.SpeculativeTaskSubmitted: self._speculative_submitted,
-            L.ExecutorExcluded: self._exclusion, L.ExecutorUnexcluded: self._exclusion,
-            L.NodeExcluded: self._exclusion, L.NodeUnexcluded: self._exclusion,
-            L.ExecutorExcludedForStage: self._excluded_for_stage,
-            L.NodeExcludedForStage: self._excluded_for_stage}
+            sl.TaskStart: self._task_start, sl.TaskEnd: self._task_end,
+            sl.JobStart: self._job_start, sl.JobEnd: self._job_end,
+            sl.StageSubmitted: self._stage_submitted, sl.StageCompleted: self._stage_completed,
+            sl.ExecutorAdded: self._executor_added, sl.ExecutorRemoved: self._executor_removed,
+            sl.ApplicationStart: self._app_start, sl.ApplicationEnd: self._app_end,
+            sl.EnvironmentUpdate: self._environment, sl.BlockUpdated: self._block_updated,
+            sl.UnpersistRDD: self._unpersist, sl.LogStart: self._log_start,
+            sl.ResourceProfileAdded: self._resource_profile_added,
+            sl.SpeculativeTaskSubmitted: self._speculative_submitted,
+            sl.ExecutorExcluded: self._exclusion, sl.ExecutorUnexcluded: self._exclusion,
+            sl.NodeExcluded: self._exclusion, sl.NodeUnexcluded: self._exclusion,
+            sl.ExecutorExcludedForStage: self._excluded_for_stage,
+            sl.NodeExcludedForStage: self._excluded_for_stage}
 
     # --- writing (bus thread or replay) -------------------------------------------------
     def on_event(self, e: Any) -> None:
@@ -282,7 +282,7 @@ class AppStatusStore:
         handlers = self._handlers
         events = events if isinstance(events, (list, tuple)) else list(events)
         with self.lock:
-            self._ending = {e.task_info.task_id for e in events if type(e) is L.TaskEnd}
+            self._ending = {e.task_info.task_id for e in events if type(e) is sl.TaskEnd}
             for e in events:
                 handler = handlers.get(type(e))
                 if handler is not None:
@@ -291,18 +291,18 @@ class AppStatusStore:
                     except Exception:
                         log.exception("Cannot apply %r to the UI status store", e)
 
-    def _app_start(self, e: L.ApplicationStart) -> None:
+    def _app_start(self, e: sl.ApplicationStart) -> None:
         self.app.update(id=e.app_id, name=e.app_name, user=e.user, attempt_id=e.attempt_id,
                         start=ms(e.time))
         self.last_updated = ms(e.time) or self.last_updated
 
-    def _app_end(self, e: L.ApplicationEnd) -> None:
+    def _app_end(self, e: sl.ApplicationEnd) -> None:
         self.app["end"] = self.last_updated = ms(e.time)
 
-    def _log_start(self, e: L.LogStart) -> None:
+    def _log_start(self, e: sl.LogStart) -> None:
         self.app["version"] = e.spark_version
 
-    def _resource_profile_added(self, e: L.ResourceProfileAdded) -> None:
+    def _resource_profile_added(self, e: sl.ResourceProfileAdded) -> None:
         """Spark's ResourceProfileInfo, as the environment API lists it."""
         self.resource_profiles[e.resource_profile_id] = {
             "id": e.resource_profile_id,
@@ -312,10 +312,10 @@ class AppStatusStore:
             "taskResources": {n: {"resourceName": n, "amount": a}
                               for n, a in e.task_resources.items()}}
 
-    def _environment(self, e: L.EnvironmentUpdate) -> None:
+    def _environment(self, e: sl.EnvironmentUpdate) -> None:
         self.environment = {k: list(v) for k, v in e.details.items()}
 
-    def _job_start(self, e: L.JobStart) -> None:
+    def _job_start(self, e: sl.JobStart) -> None:
         self._jobs[e.job_id] = _Job(e)
         for info in e.stage_infos:
             self._stage_jobs.setdefault(info.stage_id, set()).add(e.job_id)
@@ -326,7 +326,7 @@ class AppStatusStore:
             if st.status in (PENDING, ACTIVE):      # a finished attempt is skipped here
                 st.job_ids.add(e.job_id)
 
-    def _job_end(self, e: L.JobEnd) -> None:
+    def _job_end(self, e: sl.JobEnd) -> None:
         job = self._jobs.get(e.job_id)
         if job is None:
             return
@@ -349,7 +349,7 @@ class AppStatusStore:
                     del self._stage_jobs[sid]
         self._trim_jobs()
 
-    def _stage_submitted(self, e: L.StageSubmitted) -> None:
+    def _stage_submitted(self, e: sl.StageSubmitted) -> None:
         info = e.stage_info
         key = (info.stage_id, info.attempt_id)
         st = self._stages.get(key)
@@ -379,7 +379,7 @@ class AppStatusStore:
                 else:
                     rdd.name, rdd.num_partitions = r.name, r.num_partitions
 
-    def _stage_completed(self, e: L.StageCompleted) -> None:
+    def _stage_completed(self, e: sl.StageCompleted) -> None:
         info = e.stage_info
         st = self._stages.get((info.stage_id, info.attempt_id))
         if st is None:
@@ -413,7 +413,7 @@ class AppStatusStore:
                 self._executors[executor_id] = _Executor(executor_id, host, 0, None, {})
         return sums
 
-    def _task_start(self, e: L.TaskStart) -> None:
+    def _task_start(self, e: sl.TaskStart) -> None:
         st = self._stages.get((e.stage_id, e.stage_attempt))
         if st is None:
             return
@@ -424,7 +424,7 @@ class AppStatusStore:
             st.tasks[info.task_id] = _task(info)
             self._sums(st, info.executor_id, info.host).active += 1
 
-    def _task_end(self, e: L.TaskEnd) -> None:
+    def _task_end(self, e: sl.TaskEnd) -> None:
         st = self._stages.get((e.stage_id, e.stage_attempt))
         if st is None:
             return
@@ -452,7 +452,7 @@ class AppStatusStore:
         if len(st.tasks) > self.retained_tasks:
             self._trim_tasks(st)
 
-    def _executor_added(self, e: L.ExecutorAdded) -> None:
+    def _executor_added(self, e: sl.ExecutorAdded) -> None:
         self.counters["executors_added"] += 1
         ex = self._executors.get(e.executor_id)
         if ex is None:
@@ -465,7 +465,7 @@ class AppStatusStore:
         ex.resources = dict(e.resources)
         ex.resource_profile_id = e.resource_profile_id
 
-    def _speculative_submitted(self, e: L.SpeculativeTaskSubmitted) -> None:
+    def _speculative_submitted(self, e: sl.SpeculativeTaskSubmitted) -> None:
         self.counters["speculative_tasks_submitted"] += 1
 
     def _executors_of(self, e: Any) -> list[_Executor]:
@@ -480,10 +480,10 @@ class AppStatusStore:
     def _exclusion(self, e: Any) -> None:
         """Spark's AppStatusListener: an excluded executor, or every executor of an excluded
         node, shows isExcluded until it is unexcluded."""
-        excluded = type(e) in (L.ExecutorExcluded, L.NodeExcluded)
-        if type(e) is L.ExecutorExcluded:
+        excluded = type(e) in (sl.ExecutorExcluded, sl.NodeExcluded)
+        if type(e) is sl.ExecutorExcluded:
             self.counters["executors_excluded"] += 1
-        elif type(e) is L.NodeExcluded:
+        elif type(e) is sl.NodeExcluded:
             self.counters["nodes_excluded"] += 1
         for ex in self._executors_of(e):
             ex.is_excluded = excluded
@@ -495,7 +495,7 @@ class AppStatusStore:
             if st is not None:
                 st.excluded_executors.add(ex.executor_id)
 
-    def _executor_removed(self, e: L.ExecutorRemoved) -> None:
+    def _executor_removed(self, e: sl.ExecutorRemoved) -> None:
         ex = self._executors.get(e.executor_id)
         if ex is None:
             return
@@ -513,7 +513,7 @@ class AppStatusStore:
                 :_to_remove(len(dead), self.retained_dead_executors)]:
             del self._executors[x.executor_id]
 
-    def _block_updated(self, e: L.BlockUpdated) -> None:
+    def _block_updated(self, e: sl.BlockUpdated) -> None:
         parts = e.block_name.split("_")
         if len(parts) != 3 or parts[0] != "rdd":
             return
@@ -532,7 +532,7 @@ class AppStatusStore:
             rdd.blocks.setdefault(e.block_name, {})[e.executor_id] = \
                 (e.mem_size, e.disk_size, e.host)
 
-    def _unpersist(self, e: L.UnpersistRDD) -> None:
+    def _unpersist(self, e: sl.UnpersistRDD) -> None:
         self._rdds.pop(e.rdd_id, None)
 
     def _trim_jobs(self) -> None:

@@ -40,7 +40,7 @@ import sys
 import threading
 from typing import Any, Callable, Iterable
 
-from ember.scheduler import listener as L
+from ember.scheduler import listener as sl
 from ember.scheduler.task import SUCCESS, Success, TaskInfo
 from ember.util.logs import configure_logging
 
@@ -54,12 +54,12 @@ def pack(e: Any, encode_line: Callable[[Any], str]) -> Any:
     """A task start or successful task end as a tuple of plain values; anything else as its
     line, formatted here by `encode_line`."""
     t = type(e)
-    if t is L.TaskStart:
+    if t is sl.TaskStart:
         i = e.task_info
         return (0, e.stage_id, e.stage_attempt, i.task_id, i.index, i.attempt_number,
                 i.partition_id, i.launch_time, i.executor_id, i.host, i.locality,
                 i.speculative)
-    if t is L.TaskEnd and type(e.reason) is Success:
+    if t is sl.TaskEnd and type(e.reason) is Success:
         i = e.task_info
         return (1, e.stage_id, e.stage_attempt, i.task_id, i.index, i.attempt_number,
                 i.partition_id, i.launch_time, i.executor_id, i.host, i.locality,
@@ -71,9 +71,9 @@ def unpack(item: tuple) -> Any:
     """The listener event `pack` was given (as far as its JSON line goes)."""
     info = TaskInfo(*item[3:12])
     if item[0] == 0:
-        return L.TaskStart(item[1], item[2], info)
+        return sl.TaskStart(item[1], item[2], info)
     info.finish_time, info.successful = item[13], True
-    return L.TaskEnd(item[1], item[2], item[12], SUCCESS, info, item[14])
+    return sl.TaskEnd(item[1], item[2], item[12], SUCCESS, info, item[14])
 
 
 class UiProcess:

@@ -208,7 +208,7 @@ class Master(RpcEndpoint):
             return replace(msg, appDescription=replace(
                 desc, command=replace(desc.command, environment=env)))
         if scope is not None:
-            app = self.state.idToApp.get(getattr(msg, "appId", ""))
+            app = self.state.id_to_app.get(getattr(msg, "appId", ""))
             if app is None and isinstance(msg, RequestAppStatus):
                 return msg   # "not found" tells a driver after failover to give up; no leak
             if app is None or app.desc.command.environment.get(SCOPE_ENV) != scope:
@@ -310,12 +310,12 @@ class Master(RpcEndpoint):
         worker = driver.worker
         if worker is None:
             context.reply(DriverLogResponse(
-                False, state=driver.state, exitStatus=driver.exitStatus,
+                False, state=driver.state, exitStatus=driver.exit_status,
                 message=f"Driver {msg.driverId} has not been launched on a worker yet"))
             return
-        if self.state.idToWorker.get(worker.id) is not worker:
+        if self.state.id_to_worker.get(worker.id) is not worker:
             context.reply(DriverLogResponse(
-                False, state=driver.state, exitStatus=driver.exitStatus,
+                False, state=driver.state, exitStatus=driver.exit_status,
                 message=f"Worker {worker.id}, which ran driver {msg.driverId}, is gone"))
             return
 
@@ -327,7 +327,7 @@ class Master(RpcEndpoint):
                     False, message=f"Worker {worker.id} did not answer for the log: {e}"))
                 return
             d = self.state.find_driver(msg.driverId) or driver
-            context.reply(replace(page, state=d.state, exitStatus=d.exitStatus))
+            context.reply(replace(page, state=d.state, exitStatus=d.exit_status))
 
         worker.endpoint.ask(msg).add_done_callback(answer)
 

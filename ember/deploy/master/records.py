@@ -54,13 +54,13 @@ def completed_driver_key(driver_id: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 def app_record(app: ApplicationInfo) -> dict:
-    return {"id": app.id, "startTime": app.startTime, "submitDate": app.submitDate,
-            "desc": app.desc, "driver": app.driver, "defaultCores": app.defaultCores}
+    return {"id": app.id, "startTime": app.start_time, "submitDate": app.submit_date,
+            "desc": app.desc, "driver": app.driver, "defaultCores": app.default_cores}
 
 
 def driver_record(driver: DriverInfo) -> dict:
     """`launched`: the driver was sent to a worker (the record is rewritten at each launch)."""
-    return {"id": driver.id, "startTime": driver.startTime, "submitDate": driver.submitDate,
+    return {"id": driver.id, "startTime": driver.start_time, "submitDate": driver.submit_date,
             "desc": driver.desc, "attempt": driver.attempt,
             "launched": driver.worker is not None,
             "workerId": driver.worker.id if driver.worker is not None else None}
@@ -69,21 +69,21 @@ def driver_record(driver: DriverInfo) -> dict:
 def worker_record(worker: WorkerInfo) -> dict:
     return {"id": worker.id, "host": worker.host, "port": worker.port, "cores": worker.cores,
             "memory": worker.memory, "endpoint": worker.endpoint,
-            "webUiAddress": worker.webUiAddress,
+            "webUiAddress": worker.web_ui_address,
             "resources": {n: list(a) for n, a in worker.resources.items()}}
 
 
 def completed_app_record(app: ApplicationInfo, seq: int) -> dict:
-    return {"id": app.id, "startTime": app.startTime, "submitDate": app.submitDate,
-            "desc": app.desc, "state": app.state, "endTime": app.endTime,
-            "defaultCores": app.defaultCores, "seq": seq}
+    return {"id": app.id, "startTime": app.start_time, "submitDate": app.submit_date,
+            "desc": app.desc, "state": app.state, "endTime": app.end_time,
+            "defaultCores": app.default_cores, "seq": seq}
 
 
 def completed_driver_record(driver: DriverInfo, seq: int) -> dict:
     w = driver.worker
-    return {"id": driver.id, "startTime": driver.startTime, "submitDate": driver.submitDate,
+    return {"id": driver.id, "startTime": driver.start_time, "submitDate": driver.submit_date,
             "desc": driver.desc, "state": driver.state, "exception": driver.exception,
-            "exitStatus": driver.exitStatus, "attempt": driver.attempt,
+            "exitStatus": driver.exit_status, "attempt": driver.attempt,
             "workerId": w.id if w is not None else None,
             "workerHost": w.host if w is not None else None,
             "workerPort": w.port if w is not None else None, "seq": seq}
@@ -127,7 +127,7 @@ def worker_from_record(record: dict, bind: Callable[[Any], Any]) -> WorkerInfo:
     return WorkerInfo(_get(record, "id", str), _get(record, "host", str),
                       _get(record, "port", int), _get(record, "cores", int),
                       _get(record, "memory", int), endpoint=bind(record.get("endpoint")),
-                      webUiAddress=_get(record, "webUiAddress", str),
+                      web_ui_address=_get(record, "webUiAddress", str),
                       resources={str(n): [str(a) for a in addrs]
                                  for n, addrs in resources.items()})
 
@@ -138,7 +138,7 @@ def completed_app_from_record(record: dict) -> ApplicationInfo:
                           _get(record, "submitDate", int), None,
                           _get(record, "defaultCores", int))
     app.state = _get(record, "state", ApplicationState)
-    app.endTime = _get(record, "endTime", int)
+    app.end_time = _get(record, "endTime", int)
     return app
 
 
@@ -149,7 +149,7 @@ def completed_driver_from_record(record: dict) -> DriverInfo:
                         _get(record, "desc", DriverDescription), _get(record, "submitDate", int))
     driver.state = _get(record, "state", DriverState)
     driver.exception = _get(record, "exception", str, optional=True)
-    driver.exitStatus = _get(record, "exitStatus", int, optional=True)
+    driver.exit_status = _get(record, "exitStatus", int, optional=True)
     driver.attempt = _get(record, "attempt", int)
     worker_id = _get(record, "workerId", str, optional=True)
     if worker_id is not None:

@@ -48,9 +48,9 @@ class WorkerSelectionPolicy(Enum):
 @dataclass(frozen=True)
 class ExecutorResourceDescription:
     """What one executor of a resource profile needs (Spark: ExecutorResourceDescription)."""
-    coresPerExecutor: Optional[int]
-    memoryMbPerExecutor: int
-    customResourcesPerExecutor: tuple[ResourceRequirement, ...] = ()
+    cores_per_executor: Optional[int]
+    memory_mb_per_executor: int
+    custom_resources_per_executor: tuple[ResourceRequirement, ...] = ()
 
 
 def resources_meet_requirements(free: dict[str, int], reqs: Iterable[ResourceRequirement]) -> bool:
@@ -67,67 +67,67 @@ class WorkerInfo:
     cores: int
     memory: int
     endpoint: Any = None
-    webUiAddress: str = ""
+    web_ui_address: str = ""
     resources: dict[str, list[str]] = field(default_factory=dict)
     state: WorkerState = WorkerState.ALIVE
-    coresUsed: int = 0
-    memoryUsed: int = 0
-    lastHeartbeat: int = 0
+    cores_used: int = 0
+    memory_used: int = 0
+    last_heartbeat: int = 0
     executors: dict[str, "ExecutorDesc"] = field(default_factory=dict)  # by fullId
     drivers: dict[str, "DriverInfo"] = field(default_factory=dict)
-    resourcesUsed: dict[str, list[str]] = field(default_factory=dict)  # assigned addresses
+    resources_used: dict[str, list[str]] = field(default_factory=dict)  # assigned addresses
 
     @property
-    def coresFree(self) -> int:
-        return self.cores - self.coresUsed
+    def cores_free(self) -> int:
+        return self.cores - self.cores_used
 
     @property
-    def memoryFree(self) -> int:
-        return self.memory - self.memoryUsed
+    def memory_free(self) -> int:
+        return self.memory - self.memory_used
 
     @property
-    def hostPort(self) -> str:
+    def host_port(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def isAlive(self) -> bool:
+    def is_alive(self) -> bool:
         return self.state == WorkerState.ALIVE
 
     @property
-    def resourcesAmountFree(self) -> dict[str, int]:
-        return {name: len(addrs) - len(self.resourcesUsed.get(name, ()))
+    def resources_amount_free(self) -> dict[str, int]:
+        return {name: len(addrs) - len(self.resources_used.get(name, ()))
                 for name, addrs in self.resources.items()}
 
     @property
-    def resourcesInfo(self) -> dict[str, ResourceInformation]:
+    def resources_info(self) -> dict[str, ResourceInformation]:
         return {n: ResourceInformation(n, list(a)) for n, a in self.resources.items()}
 
     @property
-    def resourcesInfoUsed(self) -> dict[str, ResourceInformation]:
-        return {n: ResourceInformation(n, list(self.resourcesUsed.get(n, ())))
+    def resources_info_used(self) -> dict[str, ResourceInformation]:
+        return {n: ResourceInformation(n, list(self.resources_used.get(n, ())))
                 for n in self.resources}
 
     def add_executor(self, exec: "ExecutorDesc") -> None:
-        self.executors[exec.fullId] = exec
-        self.coresUsed += exec.cores
-        self.memoryUsed += exec.memory
+        self.executors[exec.full_id] = exec
+        self.cores_used += exec.cores
+        self.memory_used += exec.memory
 
     def remove_executor(self, exec: "ExecutorDesc") -> None:
-        if exec.fullId in self.executors:
-            del self.executors[exec.fullId]
-            self.coresUsed -= exec.cores
-            self.memoryUsed -= exec.memory
+        if exec.full_id in self.executors:
+            del self.executors[exec.full_id]
+            self.cores_used -= exec.cores
+            self.memory_used -= exec.memory
             self.release_resources(exec.resources)
 
     def add_driver(self, driver: "DriverInfo") -> None:
         self.drivers[driver.id] = driver
-        self.memoryUsed += driver.desc.mem
-        self.coresUsed += driver.desc.cores
+        self.memory_used += driver.desc.mem
+        self.cores_used += driver.desc.cores
 
     def remove_driver(self, driver: "DriverInfo") -> None:
         if driver.id in self.drivers:
             del self.drivers[driver.id]
-            self.memoryUsed -= driver.desc.mem
-            self.coresUsed -= driver.desc.cores
+            self.memory_used -= driver.desc.mem
+            self.cores_used -= driver.desc.cores
             self.release_resources(driver.resources)
 
     def acquire_resources(self, reqs: Iterable[ResourceRequirement]
@@ -135,7 +135,7 @@ class WorkerInfo:
         """Take the first free addresses for each requirement (callers checked they fit)."""
         out: dict[str, ResourceInformation] = {}
         for r in reqs:
-            used = self.resourcesUsed.setdefault(r.resourceName, [])
+            used = self.resources_used.setdefault(r.resourceName, [])
             free = [a for a in self.resources.get(r.resourceName, ()) if a not in used]
             taken = free[:r.amount]
             used.extend(taken)
@@ -144,7 +144,7 @@ class WorkerInfo:
 
     def release_resources(self, allocated: dict[str, ResourceInformation]) -> None:
         for name, info in (allocated or {}).items():
-            used = self.resourcesUsed.get(name)
+            used = self.resources_used.get(name)
             if used:
                 for a in info.addresses:
                     if a in used:
@@ -153,25 +153,25 @@ class WorkerInfo:
     def recover_resources(self, allocated: dict[str, ResourceInformation]) -> None:
         """Mark addresses a worker reports as in use (master recovery)."""
         for name, info in (allocated or {}).items():
-            used = self.resourcesUsed.setdefault(name, [])
+            used = self.resources_used.setdefault(name, [])
             used.extend(a for a in info.addresses if a not in used)
 
 
 @dataclass(eq=False)
 class DriverInfo:
     """A cluster-mode driver the master tracks (waiting, running or completed)."""
-    startTime: int  # epoch ms
+    start_time: int  # epoch ms
     id: str
     desc: DriverDescription
-    submitDate: int  # epoch ms
+    submit_date: int  # epoch ms
     state: DriverState = DriverState.SUBMITTED
     worker: Optional[WorkerInfo] = None
     exception: Optional[str] = None
     resources: dict[str, ResourceInformation] = field(default_factory=dict)
     attempt: int = 1                   # Ember: master-level launches (see LaunchDriver.attempt)
-    exitStatus: Optional[int] = None   # Ember: the driver process's last exit code
-    waitReason: Optional[str] = None   # Ember: why admission keeps a waiting driver waiting
-    relaunchNotBefore: int = 0         # Ember: epoch ms; a lost worker's lease (fencing)
+    exit_status: Optional[int] = None   # Ember: the driver process's last exit code
+    wait_reason: Optional[str] = None   # Ember: why admission keeps a waiting driver waiting
+    relaunch_not_before: int = 0         # Ember: epoch ms; a lost worker's lease (fencing)
 
 
 @dataclass(eq=False)
@@ -183,11 +183,11 @@ class ExecutorDesc:
     cores: int
     memory: int
     resources: dict[str, ResourceInformation]
-    rpId: int
+    rp_id: int
     state: ExecutorState = ExecutorState.LAUNCHING
 
     @property
-    def fullId(self) -> str:
+    def full_id(self) -> str:
         return f"{self.application.id}/{self.id}"
 
     def copy_state(self, desc: ExecutorDescription) -> None:
@@ -202,37 +202,37 @@ class ApplicationInfo:
     changed by RequestExecutors).
     """
 
-    def __init__(self, startTime: int, id: str, desc: ApplicationDescription, submitDate: int,
-                 driver: Any, defaultCores: int = INT_MAX) -> None:
-        self.startTime = startTime
+    def __init__(self, start_time: int, id: str, desc: ApplicationDescription, submit_date: int,
+                 driver: Any, default_cores: int = INT_MAX) -> None:
+        self.start_time = start_time
         self.id = id
         self.desc = desc
-        self.submitDate = submitDate
+        self.submit_date = submit_date
         self.driver = driver
-        self.defaultCores = defaultCores
+        self.default_cores = default_cores
         self.state = ApplicationState.WAITING
         self.executors: dict[int, ExecutorDesc] = {}
-        self.removedExecutors: list[ExecutorDesc] = []
-        self.coresGranted = 0
-        self.endTime = -1
-        self.retryCount = 0
-        self.nextExecutorId = 0
-        self.requestedCores = desc.maxCores if desc.maxCores is not None else defaultCores
+        self.removed_executors: list[ExecutorDesc] = []
+        self.cores_granted = 0
+        self.end_time = -1
+        self.retry_count = 0
+        self.next_executor_id = 0
+        self.requested_cores = desc.maxCores if desc.maxCores is not None else default_cores
         limit = desc.initialExecutorLimit
-        self.rpIdToResourceProfile: dict[int, ResourceProfile] = {
+        self.rp_id_to_resource_profile: dict[int, ResourceProfile] = {
             DEFAULT_RESOURCE_PROFILE_ID: desc.defaultProfile}
         self._rp_ids = [DEFAULT_RESOURCE_PROFILE_ID]
-        self.rpIdToResourceDesc: dict[int, ExecutorResourceDescription] = {}
+        self.rp_id_to_resource_desc: dict[int, ExecutorResourceDescription] = {}
         self._create_resource_desc(desc.defaultProfile, DEFAULT_RESOURCE_PROFILE_ID)
-        self.targetNumExecutorsPerResourceProfileId: dict[int, int] = {
+        self.target_num_executors_per_resource_profile_id: dict[int, int] = {
             DEFAULT_RESOURCE_PROFILE_ID: limit if limit is not None else INT_MAX}
-        self.executorsPerResourceProfileId: dict[int, set[int]] = {}
+        self.executors_per_resource_profile_id: dict[int, set[int]] = {}
 
     def __repr__(self) -> str:
         return f"ApplicationInfo({self.id}, {self.desc.name}, {self.state})"
 
     def _create_resource_desc(self, rp: ResourceProfile, rp_id: int) -> None:
-        if rp_id not in self.rpIdToResourceDesc:
+        if rp_id not in self.rp_id_to_resource_desc:
             cores = rp.getExecutorCores()
             if cores is None:
                 cores = self.desc.coresPerExecutor
@@ -241,13 +241,13 @@ class ApplicationInfo:
                 mem = self.desc.memoryPerExecutorMB
             custom = tuple(ResourceRequirement(r.resourceName, int(r.amount))
                            for _, r in sorted(rp.getCustomExecutorResources().items()))
-            self.rpIdToResourceDesc[rp_id] = ExecutorResourceDescription(cores, int(mem), custom)
+            self.rp_id_to_resource_desc[rp_id] = ExecutorResourceDescription(cores, int(mem), custom)
 
     @property
-    def coresLeft(self) -> int:
-        return self.requestedCores - self.coresGranted
+    def cores_left(self) -> int:
+        return self.requested_cores - self.cores_granted
 
-    def isFinished(self) -> bool:
+    def is_finished(self) -> bool:
         return self.state not in (ApplicationState.WAITING, ApplicationState.RUNNING)
 
     def requested_rp_ids(self) -> list[int]:
@@ -255,56 +255,56 @@ class ApplicationInfo:
 
     def resource_desc(self, rp_id: int = DEFAULT_RESOURCE_PROFILE_ID
                       ) -> ExecutorResourceDescription:
-        return self.rpIdToResourceDesc[rp_id]
+        return self.rp_id_to_resource_desc[rp_id]
 
     def executor_count(self, rp_id: int = DEFAULT_RESOURCE_PROFILE_ID) -> int:
-        return len(self.executorsPerResourceProfileId.get(rp_id, ()))
+        return len(self.executors_per_resource_profile_id.get(rp_id, ()))
 
     def target_executors(self, rp_id: int = DEFAULT_RESOURCE_PROFILE_ID) -> int:
-        return self.targetNumExecutorsPerResourceProfileId.get(rp_id, 0)
+        return self.target_num_executors_per_resource_profile_id.get(rp_id, 0)
 
     def request_executors(self, totals: Iterable[tuple[ResourceProfile, int]]) -> None:
         for rp, num in totals:
             self._create_resource_desc(rp, rp.id)
-            if rp.id not in self.rpIdToResourceProfile:
-                self.rpIdToResourceProfile[rp.id] = rp
-                self._rp_ids = sorted(self.rpIdToResourceProfile)
-            self.targetNumExecutorsPerResourceProfileId[rp.id] = int(num)
+            if rp.id not in self.rp_id_to_resource_profile:
+                self.rp_id_to_resource_profile[rp.id] = rp
+                self._rp_ids = sorted(self.rp_id_to_resource_profile)
+            self.target_num_executors_per_resource_profile_id[rp.id] = int(num)
 
-    def add_executor(self, worker: WorkerInfo, cores: int, memoryMb: int,
-                     resources: dict[str, ResourceInformation], rpId: int,
-                     useId: Optional[int] = None) -> ExecutorDesc:
-        if useId is not None:
-            exec_id = useId
-            self.nextExecutorId = max(self.nextExecutorId, useId + 1)
+    def add_executor(self, worker: WorkerInfo, cores: int, memory_mb: int,
+                     resources: dict[str, ResourceInformation], rp_id: int,
+                     use_id: Optional[int] = None) -> ExecutorDesc:
+        if use_id is not None:
+            exec_id = use_id
+            self.next_executor_id = max(self.next_executor_id, use_id + 1)
         else:
-            exec_id = self.nextExecutorId
-            self.nextExecutorId += 1
-        exec = ExecutorDesc(exec_id, self, worker, cores, memoryMb, resources, rpId)
+            exec_id = self.next_executor_id
+            self.next_executor_id += 1
+        exec = ExecutorDesc(exec_id, self, worker, cores, memory_mb, resources, rp_id)
         self.executors[exec_id] = exec
-        self.executorsPerResourceProfileId.setdefault(rpId, set()).add(exec_id)
-        self.coresGranted += cores
+        self.executors_per_resource_profile_id.setdefault(rp_id, set()).add(exec_id)
+        self.cores_granted += cores
         return exec
 
     def remove_executor(self, exec: ExecutorDesc) -> None:
         if exec.id in self.executors:
-            self.removedExecutors.append(self.executors.pop(exec.id))
-            self.executorsPerResourceProfileId.get(exec.rpId, set()).discard(exec.id)
-            self.coresGranted -= exec.cores
+            self.removed_executors.append(self.executors.pop(exec.id))
+            self.executors_per_resource_profile_id.get(exec.rp_id, set()).discard(exec.id)
+            self.cores_granted -= exec.cores
 
     def increment_retry_count(self) -> int:
-        self.retryCount += 1
-        return self.retryCount
+        self.retry_count += 1
+        return self.retry_count
 
     def reset_retry_count(self) -> None:
-        self.retryCount = 0
+        self.retry_count = 0
 
     def mark_finished(self, end_state: ApplicationState, now_ms: int) -> None:
         self.state = end_state
-        self.endTime = now_ms
+        self.end_time = now_ms
 
     def duration(self, now_ms: int) -> int:
-        return (self.endTime if self.endTime != -1 else now_ms) - self.startTime
+        return (self.end_time if self.end_time != -1 else now_ms) - self.start_time
 
 
 # ---------------------------------------------------------------------------------------------
@@ -418,13 +418,13 @@ def schedule_drivers(waiting_drivers: Sequence[DriverInfo], alive_workers: Seque
     def fits(w: WorkerInfo, d: DriverInfo) -> bool:
         k = id(w)
         desc = d.desc
-        if w.memoryFree - used_mem.get(k, 0) < desc.mem:
+        if w.memory_free - used_mem.get(k, 0) < desc.mem:
             return False
-        if w.coresFree - used_cores.get(k, 0) < desc.cores:
+        if w.cores_free - used_cores.get(k, 0) < desc.cores:
             return False
         if desc.resourceReqs:
             taken = used_res.get(k, {})
-            free = {n: a - taken.get(n, 0) for n, a in w.resourcesAmountFree.items()}
+            free = {n: a - taken.get(n, 0) for n, a in w.resources_amount_free.items()}
             if not resources_meet_requirements(free, desc.resourceReqs):
                 return False
         if admission is not None and not admission.admit(d, w):
@@ -497,13 +497,13 @@ def sort_workers(workers: list[WorkerInfo], policy: WorkerSelectionPolicy) -> No
     """Sort in place in `policy` order (Spark: sortBy((coresFree, id)), reversed for *_DESC;
     ids are unique, so a descending sort equals Spark's sort-then-reverse)."""
     if policy is WorkerSelectionPolicy.CORES_FREE_DESC:
-        workers.sort(key=lambda w: (w.cores - w.coresUsed, w.id), reverse=True)
+        workers.sort(key=lambda w: (w.cores - w.cores_used, w.id), reverse=True)
     elif policy is WorkerSelectionPolicy.CORES_FREE_ASC:
-        workers.sort(key=lambda w: (w.cores - w.coresUsed, w.id))
+        workers.sort(key=lambda w: (w.cores - w.cores_used, w.id))
     elif policy is WorkerSelectionPolicy.MEMORY_FREE_ASC:
-        workers.sort(key=lambda w: (w.memory - w.memoryUsed, w.id))
+        workers.sort(key=lambda w: (w.memory - w.memory_used, w.id))
     elif policy is WorkerSelectionPolicy.MEMORY_FREE_DESC:
-        workers.sort(key=lambda w: (w.memory - w.memoryUsed, w.id), reverse=True)
+        workers.sort(key=lambda w: (w.memory - w.memory_used, w.id), reverse=True)
     else:
         workers.sort(key=lambda w: w.id)
 
@@ -527,10 +527,10 @@ class WorkerOrder:
     def _key(self, w: WorkerInfo) -> Any:
         p = self.policy
         if p is WorkerSelectionPolicy.CORES_FREE_DESC or p is WorkerSelectionPolicy.CORES_FREE_ASC:
-            return (w.cores - w.coresUsed, w.id)
+            return (w.cores - w.cores_used, w.id)
         if p is WorkerSelectionPolicy.WORKER_ID:
             return (0, w.id)
-        return (w.memory - w.memoryUsed, w.id)
+        return (w.memory - w.memory_used, w.id)
 
     def __iter__(self):
         return reversed(self._workers) if self._desc else iter(self._workers)
@@ -567,16 +567,16 @@ def usable_workers(app: ApplicationInfo, alive_workers: Iterable[WorkerInfo],
     of one schedule() pass, which makes a pass over many apps cheaper); filtering keeps order.
     """
     desc = app.resource_desc(rp_id)
-    min_cores = desc.coresPerExecutor if desc.coresPerExecutor is not None else 1
-    mem = desc.memoryMbPerExecutor
-    reqs = desc.customResourcesPerExecutor
+    min_cores = desc.cores_per_executor if desc.cores_per_executor is not None else 1
+    mem = desc.memory_mb_per_executor
+    reqs = desc.custom_resources_per_executor
     if reqs:
         ws = [w for w in alive_workers
-              if w.memory - w.memoryUsed >= mem and w.cores - w.coresUsed >= min_cores
-              and resources_meet_requirements(w.resourcesAmountFree, reqs)]
+              if w.memory - w.memory_used >= mem and w.cores - w.cores_used >= min_cores
+              and resources_meet_requirements(w.resources_amount_free, reqs)]
     else:
         ws = [w for w in alive_workers
-              if w.memory - w.memoryUsed >= mem and w.cores - w.coresUsed >= min_cores]
+              if w.memory - w.memory_used >= mem and w.cores - w.cores_used >= min_cores]
     if not presorted:
         sort_workers(ws, policy)
     return ws
@@ -600,20 +600,20 @@ def schedule_executors_on_workers(app: ApplicationInfo, usable: Sequence[WorkerI
     and later rounds only look at workers that got cores in the first.
     """
     desc = app.resource_desc(rp_id)
-    cpe = desc.coresPerExecutor
+    cpe = desc.cores_per_executor
     min_cores = cpe if cpe is not None else 1
     one_per_worker = cpe is None
-    mem = desc.memoryMbPerExecutor
-    reqs = desc.customResourcesPerExecutor
+    mem = desc.memory_mb_per_executor
+    reqs = desc.custom_resources_per_executor
     n = len(usable)
-    res_free = [w.resourcesAmountFree for w in usable] if reqs else None
+    res_free = [w.resources_amount_free for w in usable] if reqs else None
     assigned_cores = [0] * n
     assigned_execs = [0] * n
     total_assigned_execs = 0
     # Spark: min(app.coresLeft, sum of usable free cores). The sum never binds - while any
     # worker has min_cores unassigned free cores, the free cores left in total are at least
     # that (no usable worker has negative free cores) - so it is not computed.
-    cores_to_assign = app.coresLeft
+    cores_to_assign = app.cores_left
     existing = app.executor_count(rp_id)
     limit = app.target_executors(rp_id)
 
@@ -621,11 +621,11 @@ def schedule_executors_on_workers(app: ApplicationInfo, usable: Sequence[WorkerI
         if cores_to_assign < min_cores:
             return False
         w = usable[pos]
-        if w.cores - w.coresUsed - assigned_cores[pos] < min_cores:
+        if w.cores - w.cores_used - assigned_cores[pos] < min_cores:
             return False
         num = assigned_execs[pos]
         if not one_per_worker or num == 0:  # launching a new executor
-            if w.memory - w.memoryUsed - num * mem < mem:
+            if w.memory - w.memory_used - num * mem < mem:
                 return False
             if reqs:
                 free = res_free[pos]

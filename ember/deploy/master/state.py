@@ -31,8 +31,8 @@ Events (`handle(event, now_ms)`; `now_ms` = wall clock, epoch milliseconds):
   An ask message fed without `Ask` is still handled; its reply is dropped.
 - `Disconnected(address)`: the RPC layer lost the connection to a remote RpcEnv at `address`
   (a worker's or a driver's): the worker is removed / the application FINISHED.
-- `BeginRecovery(storedApps, storedDrivers, storedWorkers, storedCompletedApps,
-  storedCompletedDrivers, completedSeq, epoch)`: instead of `ElectedLeader(epoch)` when the
+- `BeginRecovery(stored_apps, stored_drivers, stored_workers, stored_completed_apps,
+  stored_completed_drivers, completed_seq, epoch)`: instead of `ElectedLeader(epoch)` when the
   persistence engine returned data (fresh objects from `records.py`: apps WAITING without
   executors, drivers without a worker - SUBMITTED if never launched, RUNNING if launched -,
   workers ALIVE without executors). Recovery then follows Spark's flow (RECOVERING,
@@ -135,8 +135,8 @@ class LeaseExpired:
 class LaunchBackoffExpired:
     """Internal timer event: a worker where an application's executors kept failing to
     start may be tried again (never arrives over the wire)."""
-    appId: str
-    workerId: str
+    app_id: str
+    worker_id: str
 
 
 @dataclass(frozen=True)
@@ -149,14 +149,14 @@ class Disconnected:
 class BeginRecovery:
     """Elected leader with persisted data (Spark: ElectedLeader + readPersistedData).
     Drivers come SUBMITTED (never launched: they wait again) or RUNNING (launched: looked
-    for on the workers). Ember also restores the retained lists; `completedSeq` is the
+    for on the workers). Ember also restores the retained lists; `completed_seq` is the
     highest completion number stored, `epoch` the one this election gave."""
-    storedApps: list[ApplicationInfo] = field(default_factory=list)
-    storedDrivers: list[DriverInfo] = field(default_factory=list)
-    storedWorkers: list[WorkerInfo] = field(default_factory=list)
-    storedCompletedApps: list[ApplicationInfo] = field(default_factory=list)
-    storedCompletedDrivers: list[DriverInfo] = field(default_factory=list)
-    completedSeq: int = 0
+    stored_apps: list[ApplicationInfo] = field(default_factory=list)
+    stored_drivers: list[DriverInfo] = field(default_factory=list)
+    stored_workers: list[WorkerInfo] = field(default_factory=list)
+    stored_completed_apps: list[ApplicationInfo] = field(default_factory=list)
+    stored_completed_drivers: list[DriverInfo] = field(default_factory=list)
+    completed_seq: int = 0
     epoch: int = 0
 
 
@@ -435,9 +435,9 @@ class MasterState:
         self.conf = MasterConfig.from_conf(conf or {})
         self.host = host
         self.port = port
-        self.masterUrl = f"spark://{host}:{port}"
-        self.self_ref = self_ref if self_ref is not None else self.masterUrl
-        self.masterWebUiUrl = web_ui_url
+        self.master_url = f"spark://{host}:{port}"
+        self.self_ref = self_ref if self_ref is not None else self.master_url
+        self.master_web_ui_url = web_ui_url
         self.web_ui_port = web_ui_port
         self.rest_port = rest_port
         self.rng = rng if rng is not None else random.Random()
@@ -445,7 +445,7 @@ class MasterState:
 
         self.state = RecoveryState.STANDBY
         self.epoch = 0                  # leadership epoch, carried by every instruction sent
-        self.recoveryDurationMs = -1    # how long the last recovery took (-1: none yet)
+        self.recovery_duration_ms = -1    # how long the last recovery took (-1: none yet)
         self._reset_cluster_state()
 
         self._now = 0
@@ -491,24 +491,24 @@ class MasterState:
         leader steps down: it keeps nothing it could act on)."""
         # Ordered "sets" (insertion order = registration order, shown by the UI).
         self.workers: dict[WorkerInfo, None] = {}  # includes DEAD ones until culled
-        self.idToWorker: dict[str, WorkerInfo] = {}
-        self.addressToWorker: dict[Any, WorkerInfo] = {}
-        self._hostPortToWorkers: dict[tuple[str, int], list[WorkerInfo]] = {}
+        self.id_to_worker: dict[str, WorkerInfo] = {}
+        self.address_to_worker: dict[Any, WorkerInfo] = {}
+        self._host_port_to_workers: dict[tuple[str, int], list[WorkerInfo]] = {}
         self.apps: dict[ApplicationInfo, None] = {}
-        self.idToApp: dict[str, ApplicationInfo] = {}
-        self.waitingApps: list[ApplicationInfo] = []
-        self.addressToApp: dict[Any, ApplicationInfo] = {}
-        self.completedApps: list[ApplicationInfo] = []
-        self.nextAppNumber = 0
+        self.id_to_app: dict[str, ApplicationInfo] = {}
+        self.waiting_apps: list[ApplicationInfo] = []
+        self.address_to_app: dict[Any, ApplicationInfo] = {}
+        self.completed_apps: list[ApplicationInfo] = []
+        self.next_app_number = 0
         self.drivers: dict[str, DriverInfo] = {}  # active: waiting + running
-        self.waitingDrivers: list[DriverInfo] = []
-        self.completedDrivers: list[DriverInfo] = []
-        self.nextDriverNumber = 0
+        self.waiting_drivers: list[DriverInfo] = []
+        self.completed_drivers: list[DriverInfo] = []
+        self.next_driver_number = 0
         self._capacity_warned: set[str] = set()  # drivers told "no worker is big enough"
         # (app id, worker id) -> (consecutive executor launch failures, no launch before ms)
         self._launch_backoff: dict[tuple[str, str], tuple[int, int]] = {}
-        self.recoveryStartTimeMs = 0
-        self._completedSeq = 0  # orders the retained lists' records across restarts
+        self.recovery_start_time_ms = 0
+        self._completed_seq = 0  # orders the retained lists' records across restarts
         # Recovered workers whose executors and drivers are not re-attached yet.
         self._awaiting_worker_state: set[str] = set()
 
@@ -516,7 +516,7 @@ class MasterState:
 
     def on_start(self, now_ms: int) -> list[Instruction]:
         """What the shell does when the endpoint starts: log and start the liveness timer."""
-        return [Log(INFO, f"Starting Spark master at {self.masterUrl}"),
+        return [Log(INFO, f"Starting Spark master at {self.master_url}"),
                 ScheduleTimer(0, CheckForWorkerTimeOut(), self.conf.worker_timeout_ms)]
 
     def handle(self, event: Any, now_ms: int) -> list[Instruction]:
@@ -585,22 +585,22 @@ class MasterState:
             self._send(m.worker, RegisterWorkerFailed(
                 f"Invalid worker resources: cores and memory must be positive "
                 f"(got {m.cores} cores, {m.memory} MB)"))
-        elif m.id in self.idToWorker:
-            worker = self.idToWorker[m.id]
+        elif m.id in self.id_to_worker:
+            worker = self.id_to_worker[m.id]
             if worker.state == WorkerState.UNKNOWN:
                 self._log(INFO, f"Worker has been re-registered: {m.id}")
                 worker.state = WorkerState.ALIVE
-            self._send(m.worker, RegisteredWorker(self.self_ref, self.masterWebUiUrl,
+            self._send(m.worker, RegisteredWorker(self.self_ref, self.master_web_ui_url,
                                                   m.masterAddress, True, self.epoch))
         else:
             worker = WorkerInfo(
                 m.id, m.host, m.port, m.cores, m.memory, endpoint=m.worker,
-                webUiAddress=m.workerWebUiUrl,
+                web_ui_address=m.workerWebUiUrl,
                 resources={n: list(info.addresses) for n, info in (m.resources or {}).items()},
-                lastHeartbeat=self._now)
+                last_heartbeat=self._now)
             if self._register_worker(worker):
                 self._persist_gated(worker_key(worker.id), worker_record(worker))
-                self._send(m.worker, RegisteredWorker(self.self_ref, self.masterWebUiUrl,
+                self._send(m.worker, RegisteredWorker(self.self_ref, self.master_web_ui_url,
                                                       m.masterAddress, False, self.epoch))
                 self._schedule()
             else:
@@ -612,11 +612,11 @@ class MasterState:
 
     def _register_worker(self, worker: WorkerInfo) -> bool:
         key = (worker.host, worker.port)
-        for old in list(self._hostPortToWorkers.get(key, ())):
+        for old in list(self._host_port_to_workers.get(key, ())):
             if old.state == WorkerState.DEAD:
                 self._forget_worker(old)
         address = self.address_of(worker.endpoint)
-        old = self.addressToWorker.get(address)
+        old = self.address_to_worker.get(address)
         if old is not None:
             if old.state == WorkerState.UNKNOWN:
                 # Restarted during recovery: the old one must be dead.
@@ -626,40 +626,40 @@ class MasterState:
                                 f"{format_address(address)}")
                 return False
         self.workers[worker] = None
-        self._hostPortToWorkers.setdefault(key, []).append(worker)
-        self.idToWorker[worker.id] = worker
-        self.addressToWorker[address] = worker
+        self._host_port_to_workers.setdefault(key, []).append(worker)
+        self.id_to_worker[worker.id] = worker
+        self.address_to_worker[address] = worker
         return True
 
     def _forget_worker(self, worker: WorkerInfo) -> None:
         """Drop a (DEAD) worker from `workers` entirely (no longer listed)."""
         self.workers.pop(worker, None)
-        same = self._hostPortToWorkers.get((worker.host, worker.port))
+        same = self._host_port_to_workers.get((worker.host, worker.port))
         if same is not None:
             if worker in same:
                 same.remove(worker)
             if not same:
-                del self._hostPortToWorkers[(worker.host, worker.port)]
+                del self._host_port_to_workers[(worker.host, worker.port)]
 
     def _on_heartbeat(self, m: Heartbeat, request: Any) -> None:
-        worker = self.idToWorker.get(m.workerId)
+        worker = self.id_to_worker.get(m.workerId)
         # Ember: a heartbeat sent as an ask is answered, renewing the worker's lease only
         # while this master leads and counts it as registered; the answer carries the epoch
         # so the worker can refuse a renewal from a deposed master.
         self._reply(request, HeartbeatResponse(
             worker is not None and self.state != RecoveryState.STANDBY, self.epoch))
         if worker is not None:
-            worker.lastHeartbeat = self._now
+            worker.last_heartbeat = self._now
         elif any(w.id == m.workerId for w in self.workers):
             self._log(WARN, f"Got heartbeat from unregistered worker {m.workerId}. "
                             "Asking it to re-register.")
-            self._send(m.worker, ReconnectWorker(self.masterUrl, self.epoch))
+            self._send(m.worker, ReconnectWorker(self.master_url, self.epoch))
         else:
             self._log(WARN, f"Got heartbeat from unregistered worker {m.workerId}. "
                             "This worker was never registered, so ignoring the heartbeat.")
 
     def _on_worker_latest_state(self, m: WorkerLatestState, request: Any) -> None:
-        worker = self.idToWorker.get(m.id)
+        worker = self.id_to_worker.get(m.id)
         if worker is None:
             self._log(WARN, f"Worker state from unknown worker: {m.id}")
             return
@@ -673,7 +673,7 @@ class MasterState:
             known = worker.executors.get(f"{e.appId}/{e.execId}")
             if known is None or known.application.id != e.appId or known.id != e.execId:
                 # The master doesn't know this executor: tell the worker to kill it.
-                self._send(worker.endpoint, KillExecutor(self.masterUrl, e.appId, e.execId,
+                self._send(worker.endpoint, KillExecutor(self.master_url, e.appId, e.execId,
                                                                    self.epoch))
         for driver_id in m.driverIds:
             if driver_id not in worker.drivers:
@@ -682,23 +682,23 @@ class MasterState:
     def _time_out_dead_workers(self) -> None:
         timeout = self.conf.worker_timeout_ms
         now = self._now
-        for worker in [w for w in self.workers if w.lastHeartbeat < now - timeout]:
+        for worker in [w for w in self.workers if w.last_heartbeat < now - timeout]:
             if worker.state != WorkerState.DEAD:
                 self._log(WARN, f"Removing {worker.id} because we got no heartbeat in "
                                 f"{timeout} ms")
                 self._remove_worker(worker,
                                     f"Not receiving heartbeat for {timeout // 1000} seconds")
-            elif worker.lastHeartbeat < now - (self.conf.reaper_iterations + 1) * timeout:
+            elif worker.last_heartbeat < now - (self.conf.reaper_iterations + 1) * timeout:
                 self._forget_worker(worker)  # seen DEAD in the UI long enough; cull it
 
     def _remove_worker(self, worker: WorkerInfo, msg: str) -> None:
         self._log(INFO, f"Removing worker {worker.id} on {worker.host}:{worker.port}")
         worker.state = WorkerState.DEAD
-        if self.idToWorker.get(worker.id) is worker:
-            del self.idToWorker[worker.id]
+        if self.id_to_worker.get(worker.id) is worker:
+            del self.id_to_worker[worker.id]
         address = self.address_of(worker.endpoint)
-        if self.addressToWorker.get(address) is worker:
-            del self.addressToWorker[address]
+        if self.address_to_worker.get(address) is worker:
+            del self.address_to_worker[address]
         for exec in list(worker.executors.values()):
             self._log(INFO, f"Telling app of lost executor: {exec.id}")
             self._send(exec.application.driver, ExecutorUpdated(
@@ -710,7 +710,7 @@ class MasterState:
             if driver.desc.supervise:
                 self._log(INFO, f"Re-launching {driver.id}")
                 self._relaunch_driver(driver, relaunch_not_before_ms(
-                    worker.lastHeartbeat, self.conf.worker_lease_ms))
+                    worker.last_heartbeat, self.conf.worker_lease_ms))
             else:
                 self._log(INFO, f"Not re-launching {driver.id} because it was not supervised")
                 self._remove_driver(driver.id, DriverState.ERROR, None)
@@ -724,13 +724,13 @@ class MasterState:
         if self.state == RecoveryState.STANDBY:
             self._send(m.workerRef, MasterInStandby())
         else:
-            worker = self.idToWorker.get(m.id)
+            worker = self.id_to_worker.get(m.id)
             if worker is not None:
                 self._decommission_worker(worker)
 
     def _on_decommission_workers(self, m: DecommissionWorkers, request: Any) -> None:
         for worker_id in m.ids:
-            worker = self.idToWorker.get(worker_id)
+            worker = self.id_to_worker.get(worker_id)
             if worker is not None:
                 self._decommission_worker(worker)
                 self._send(worker.endpoint, DecommissionWorker(self.epoch))
@@ -741,9 +741,9 @@ class MasterState:
             self._reply(request, 0)
             return
         hosts = {h.lower() for h in m.hostnames}
-        matching = [w for address, w in self.addressToWorker.items()
+        matching = [w for address, w in self.address_to_worker.items()
                     if str(getattr(address, "host", w.host)).lower() in hosts]
-        host_ports = ", ".join(w.hostPort for w in matching)
+        host_ports = ", ".join(w.host_port for w in matching)
         self._log(INFO, f"Decommissioning the workers with host:ports List({host_ports})")
         self._reply(request, len(matching))
         # Spark sends DecommissionWorkers to itself; processed right away here.
@@ -795,31 +795,31 @@ class MasterState:
         return ApplicationInfo(now, app_id, desc, now, driver, self.conf.default_cores)
 
     def _new_application_id(self, now_ms: int) -> str:
-        app_id = self.conf.app_id_pattern % (format_timestamp(now_ms), self.nextAppNumber)
-        self.nextAppNumber += 1
+        app_id = self.conf.app_id_pattern % (format_timestamp(now_ms), self.next_app_number)
+        self.next_app_number += 1
         if self.conf.app_number_modulo > 0:
-            self.nextAppNumber %= self.conf.app_number_modulo
+            self.next_app_number %= self.conf.app_number_modulo
         return app_id
 
     def _register_application(self, app: ApplicationInfo) -> None:
         address = self.address_of(app.driver)
-        if address in self.addressToApp:
+        if address in self.address_to_app:
             self._log(INFO, "Attempted to re-register application at same address: "
                             f"{format_address(address)}")
             return
         self.apps[app] = None
-        self.idToApp[app.id] = app
-        self.addressToApp[address] = app
-        self.waitingApps.append(app)
+        self.id_to_app[app.id] = app
+        self.address_to_app[address] = app
+        self.waiting_apps.append(app)
 
     def _on_unregister_application(self, m: UnregisterApplication, request: Any) -> None:
         self._log(INFO, f"Received unregister request from application {m.appId}")
-        app = self.idToApp.get(m.appId)
+        app = self.id_to_app.get(m.appId)
         if app is not None:
             self._remove_application(app, ApplicationState.FINISHED)
 
     def _on_request_kill_application(self, m: RequestKillApplication, request: Any) -> None:
-        app = self.idToApp.get(m.appId)
+        app = self.id_to_app.get(m.appId)
         if app is not None:
             self._remove_application(app, ApplicationState.KILLED)
         self._reply(request, app is not None)
@@ -831,23 +831,23 @@ class MasterState:
         for key in [k for k in self._launch_backoff if k[0] == app.id]:
             del self._launch_backoff[key]
         del self.apps[app]
-        self.idToApp.pop(app.id, None)
+        self.id_to_app.pop(app.id, None)
         address = self.address_of(app.driver)
-        if self.addressToApp.get(address) is app:
-            del self.addressToApp[address]
+        if self.address_to_app.get(address) is app:
+            del self.address_to_app[address]
         retained = self.conf.retained_applications
-        if len(self.completedApps) >= retained:
-            for old in self.completedApps[:max(retained // 10, 1)]:
+        if len(self.completed_apps) >= retained:
+            for old in self.completed_apps[:max(retained // 10, 1)]:
                 self._unpersist(completed_app_key(old.id))
-            del self.completedApps[:max(retained // 10, 1)]
-        self.completedApps.append(app)
-        if app in self.waitingApps:
-            self.waitingApps.remove(app)
+            del self.completed_apps[:max(retained // 10, 1)]
+        self.completed_apps.append(app)
+        if app in self.waiting_apps:
+            self.waiting_apps.remove(app)
         for exec in list(app.executors.values()):
             self._kill_executor(exec)
         app.mark_finished(state, self._now)
-        self._completedSeq += 1
-        self._persist(completed_app_key(app.id), completed_app_record(app, self._completedSeq))
+        self._completed_seq += 1
+        self._persist(completed_app_key(app.id), completed_app_record(app, self._completed_seq))
         if state != ApplicationState.FINISHED:
             self._send(app.driver, ApplicationRemoved(str(state), self.epoch))
         self._unpersist(app_key(app.id))
@@ -859,11 +859,11 @@ class MasterState:
     def _kill_executor(self, exec: ExecutorDesc) -> None:
         exec.worker.remove_executor(exec)
         self._send(exec.worker.endpoint,
-                   KillExecutor(self.masterUrl, exec.application.id, exec.id, self.epoch))
+                   KillExecutor(self.master_url, exec.application.id, exec.id, self.epoch))
         exec.state = ExecutorState.KILLED
 
     def _on_executor_state_changed(self, m: ExecutorStateChanged, request: Any) -> None:
-        app = self.idToApp.get(m.appId)
+        app = self.id_to_app.get(m.appId)
         exec = app.executors.get(m.execId) if app is not None else None
         if exec is None:
             self._log(WARN, f"Got status update for unknown executor {m.appId}/{m.execId}")
@@ -886,9 +886,9 @@ class MasterState:
         self._send(app.driver, ExecutorUpdated(m.execId, m.state, m.message, m.exitStatus, None,
                                                self.epoch))
         if m.state.isFinished():
-            self._log(INFO, f"Removing executor {exec.fullId} because it is {m.state}")
+            self._log(INFO, f"Removing executor {exec.full_id} because it is {m.state}")
             # A finished app keeps its executors so the UI shows them.
-            if not app.isFinished():
+            if not app.is_finished():
                 app.remove_executor(exec)
             exec.worker.remove_executor(exec)
             normal_exit = m.exitStatus == 0
@@ -901,7 +901,7 @@ class MasterState:
                     and app.increment_retry_count() >= retries and retries >= 0):
                 if not any(e.state == ExecutorState.RUNNING for e in app.executors.values()):
                     self._log(ERROR, f"Application {app.desc.name} with ID {app.id} failed "
-                                     f"{app.retryCount} times; removing it")
+                                     f"{app.retry_count} times; removing it")
                     self._remove_application(app, ApplicationState.FAILED)
         self._schedule()
         self._reply(request, True)
@@ -930,7 +930,7 @@ class MasterState:
                      else m.resourceProfileToTotalExecs)
         shown = "Map(" + ", ".join(f"ResourceProfile(id={rp.id}) -> {n}"
                                    for rp, n in pairs) + ")"
-        app = self.idToApp.get(m.appId)
+        app = self.id_to_app.get(m.appId)
         if app is None:
             self._log(WARN, f"Unknown application {m.appId} requested executors: {shown}.")
             self._reply(request, False)
@@ -951,7 +951,7 @@ class MasterState:
                 ids.append(int(str(raw)))
             except ValueError:
                 self._log(ERROR, f"Encountered executor with a non-integer ID: {raw}. Ignoring")
-        app = self.idToApp.get(m.appId)
+        app = self.id_to_app.get(m.appId)
         if app is None:
             self._log(WARN, f"Unregistered application {m.appId} requested us to kill executors!")
             self._reply(request, False)
@@ -987,7 +987,7 @@ class MasterState:
         self._log(INFO, f"Driver submitted {desc.command.mainClass}")
         driver = self._create_driver(desc)
         self._persist_gated(driver_key(driver.id), driver_record(driver), request)
-        self.waitingDrivers.append(driver)
+        self.waiting_drivers.append(driver)
         self.drivers[driver.id] = driver
         self._schedule()
         # "Fire and forget": the client polls RequestDriverStatus.
@@ -996,8 +996,8 @@ class MasterState:
 
     def _create_driver(self, desc: DriverDescription) -> DriverInfo:
         now = self._now
-        driver_id = self.conf.driver_id_pattern % (format_timestamp(now), self.nextDriverNumber)
-        self.nextDriverNumber += 1
+        driver_id = self.conf.driver_id_pattern % (format_timestamp(now), self.next_driver_number)
+        self.next_driver_number += 1
         if self.conf.use_driver_id_as_app_name:
             opts = [o for o in desc.command.javaOpts if not o.startswith("-Dspark.app.name=")]
             opts.append(f"-Dspark.app.name={driver_id}")
@@ -1027,8 +1027,8 @@ class MasterState:
     def _kill_driver(self, driver: DriverInfo) -> bool:
         """Waiting: drop it from the queue (caller then removes it as KILLED) -> True.
         Running: ask its worker to kill it; the worker's DriverStateChanged finishes it."""
-        if driver in self.waitingDrivers:
-            self.waitingDrivers.remove(driver)
+        if driver in self.waiting_drivers:
+            self.waiting_drivers.remove(driver)
             return True
         if driver.worker is not None:
             self._send(driver.worker.endpoint, KillDriver(driver.id, self.epoch))
@@ -1054,7 +1054,7 @@ class MasterState:
         """An active or retained completed driver by id."""
         driver = self.drivers.get(driver_id)
         if driver is None:
-            driver = next((d for d in reversed(self.completedDrivers) if d.id == driver_id),
+            driver = next((d for d in reversed(self.completed_drivers) if d.id == driver_id),
                           None)
         return driver
 
@@ -1069,8 +1069,8 @@ class MasterState:
         else:
             w = driver.worker
             self._reply(request, DriverStatusResponse(
-                True, driver.state, w.id if w else None, w.hostPort if w else None,
-                driver.exception, driver.exitStatus, driver.attempt))
+                True, driver.state, w.id if w else None, w.host_port if w else None,
+                driver.exception, driver.exit_status, driver.attempt))
 
     def _on_driver_state_changed(self, m: DriverStateChanged, request: Any) -> None:
         driver = self.drivers.get(m.driverId)
@@ -1080,12 +1080,12 @@ class MasterState:
             self._log(WARN, f"Ignoring {m.state} of {m.driverId} attempt {m.attempt}: attempt "
                             f"{driver.attempt} is the current one")
             return
-        if driver is None and any(d.id == m.driverId for d in self.completedDrivers):
+        if driver is None and any(d.id == m.driverId for d in self.completed_drivers):
             # A worker re-sends the final states of drivers that ended around a failover.
             self._log(INFO, f"Driver {m.driverId} has already finished; ignoring {m.state}")
             return
         if driver is not None and m.exitStatus is not None:
-            driver.exitStatus = m.exitStatus
+            driver.exit_status = m.exitStatus
         if m.state == DriverState.RELAUNCHING and driver is not None:
             # Ember: its worker killed this copy when no master answered within its lease
             # (fencing); the copy is gone, so a supervised driver is placed again at once.
@@ -1103,15 +1103,15 @@ class MasterState:
                              f"{m.state}")
 
     def _on_request_clear_completed(self, m: Any, request: Any) -> None:
-        self._log(INFO, f"Asked to clear {len(self.completedDrivers)} completed drivers and "
-                        f"{len(self.completedApps)} completed apps.")
-        for driver in self.completedDrivers:
+        self._log(INFO, f"Asked to clear {len(self.completed_drivers)} completed drivers and "
+                        f"{len(self.completed_apps)} completed apps.")
+        for driver in self.completed_drivers:
             self._unpersist(completed_driver_key(driver.id))
-        for app in self.completedApps:
+        for app in self.completed_apps:
             self._unpersist(completed_app_key(app.id))
-        self._forget_uploads(self.completedDrivers)
-        self.completedDrivers.clear()
-        self.completedApps.clear()
+        self._forget_uploads(self.completed_drivers)
+        self.completed_drivers.clear()
+        self.completed_apps.clear()
         self._reply(request, True)
 
     def _launch_driver(self, worker: WorkerInfo, driver: DriverInfo) -> None:
@@ -1133,21 +1133,21 @@ class MasterState:
             return
         self._log(INFO, f"Removing driver: {driver_id} ({final_state})")
         retained = self.conf.retained_drivers
-        if len(self.completedDrivers) >= retained:
-            dropped = self.completedDrivers[:max(retained // 10, 1)]
+        if len(self.completed_drivers) >= retained:
+            dropped = self.completed_drivers[:max(retained // 10, 1)]
             for old in dropped:
                 self._unpersist(completed_driver_key(old.id))
-            del self.completedDrivers[:max(retained // 10, 1)]
+            del self.completed_drivers[:max(retained // 10, 1)]
             self._forget_uploads(dropped)
-        self.completedDrivers.append(driver)
+        self.completed_drivers.append(driver)
         self._unpersist(driver_key(driver.id))
         driver.state = final_state
         driver.exception = exception
-        self._completedSeq += 1
+        self._completed_seq += 1
         self._persist(completed_driver_key(driver.id),
-                      completed_driver_record(driver, self._completedSeq))
-        if driver in self.waitingDrivers:
-            self.waitingDrivers.remove(driver)
+                      completed_driver_record(driver, self._completed_seq))
+        if driver in self.waiting_drivers:
+            self.waiting_drivers.remove(driver)
         if driver.worker is not None:
             driver.worker.remove_driver(driver)
         self._schedule()
@@ -1173,14 +1173,14 @@ class MasterState:
         driver.attempt += 1
         driver.state = DriverState.SUBMITTED
         self._log(INFO, f"Driver {driver.id} will be relaunched as attempt {driver.attempt}")
-        driver.relaunchNotBefore = not_before_ms
+        driver.relaunch_not_before = not_before_ms
         if not_before_ms > self._now:
             self._log(INFO, f"Driver {driver.id} waits {not_before_ms - self._now} ms for the "
                             "lease of its lost worker to expire before it is relaunched")
             self._out.append(ScheduleTimer(not_before_ms - self._now, LeaseExpired(driver.id),
                                            None))
         self._persist(driver_key(driver.id), driver_record(driver))
-        self.waitingDrivers.append(driver)
+        self.waiting_drivers.append(driver)
         self._schedule()
 
     # -- UI / REST queries ------------------------------------------------------------------
@@ -1201,10 +1201,10 @@ class MasterState:
             self.host, self.port, self.rest_port,
             [worker_summary(w) for w in self.workers],
             [application_summary(a, now) for a in self.apps],
-            [application_summary(a, now) for a in self.completedApps],
+            [application_summary(a, now) for a in self.completed_apps],
             [driver_summary(d) for d in self.drivers.values()],
-            [driver_summary(d) for d in self.completedDrivers],
-            self.state, self.epoch, self.recoveryDurationMs,
+            [driver_summary(d) for d in self.completed_drivers],
+            self.state, self.epoch, self.recovery_duration_ms,
             None if self.state == RecoveryState.STANDBY else f"spark://{self.host}:{self.port}")
 
     # -- leadership and recovery ------------------------------------------------------------
@@ -1225,36 +1225,36 @@ class MasterState:
                             "ignoring")
             return
         self._restore_completed(m)
-        if not (m.storedApps or m.storedDrivers or m.storedWorkers):
+        if not (m.stored_apps or m.stored_drivers or m.stored_workers):
             self._on_elected_leader(ElectedLeader(m.epoch), request)
             return
         self.epoch = m.epoch
         self.state = RecoveryState.RECOVERING
         self._log(INFO, f"I have been elected leader! New state: {self.state}")
-        self.recoveryStartTimeMs = self._now
-        changed = MasterChanged(self.self_ref, self.masterWebUiUrl, self.epoch)
-        for app in m.storedApps:
+        self.recovery_start_time_ms = self._now
+        changed = MasterChanged(self.self_ref, self.master_web_ui_url, self.epoch)
+        for app in m.stored_apps:
             self._log(INFO, f"Trying to recover app: {app.id}")
             self._register_application(app)
             app.state = ApplicationState.UNKNOWN
             self._send(app.driver, changed)
-        for driver in m.storedDrivers:
+        for driver in m.stored_drivers:
             self.drivers[driver.id] = driver
             if driver.state == DriverState.SUBMITTED:
                 # Never launched: it waits for resources again (Spark would declare it lost).
-                self.waitingDrivers.append(driver)
+                self.waiting_drivers.append(driver)
             # Launched ones are re-attached by their worker, or found missing at the end.
-        for worker in m.storedWorkers:
+        for worker in m.stored_workers:
             self._log(INFO, f"Trying to recover worker: {worker.id}")
             self._register_worker(worker)
             worker.state = WorkerState.UNKNOWN
-            worker.lastHeartbeat = self._now  # transient in Spark: reset on read
+            worker.last_heartbeat = self._now  # transient in Spark: reset on read
             self._awaiting_worker_state.add(worker.id)
             self._send(worker.endpoint, changed)
-        self.nextAppNumber = max(self.nextAppNumber, _next_number(
-            [a.id for a in m.storedApps] + [a.id for a in self.completedApps]))
-        self.nextDriverNumber = max(self.nextDriverNumber, _next_number(
-            [d.id for d in m.storedDrivers] + [d.id for d in self.completedDrivers]))
+        self.next_app_number = max(self.next_app_number, _next_number(
+            [a.id for a in m.stored_apps] + [a.id for a in self.completed_apps]))
+        self.next_driver_number = max(self.next_driver_number, _next_number(
+            [d.id for d in m.stored_drivers] + [d.id for d in self.completed_drivers]))
         if self._can_complete_recovery():
             self._complete_recovery()
         else:
@@ -1263,18 +1263,18 @@ class MasterState:
 
     def _restore_completed(self, m: BeginRecovery) -> None:
         """The retained lists as they were (newest last), trimmed to today's limits."""
-        self.completedApps = list(m.storedCompletedApps)[-self.conf.retained_applications:]
-        self.completedDrivers = list(m.storedCompletedDrivers)[-self.conf.retained_drivers:]
-        self._completedSeq = max(self._completedSeq, m.completedSeq)
-        self.nextAppNumber = _next_number([a.id for a in self.completedApps])
-        self.nextDriverNumber = _next_number([d.id for d in self.completedDrivers])
+        self.completed_apps = list(m.stored_completed_apps)[-self.conf.retained_applications:]
+        self.completed_drivers = list(m.stored_completed_drivers)[-self.conf.retained_drivers:]
+        self._completed_seq = max(self._completed_seq, m.completed_seq)
+        self.next_app_number = _next_number([a.id for a in self.completed_apps])
+        self.next_driver_number = _next_number([d.id for d in self.completed_drivers])
 
     def _can_complete_recovery(self) -> bool:
         return (not any(w.state == WorkerState.UNKNOWN for w in self.workers)
                 and not any(a.state == ApplicationState.UNKNOWN for a in self.apps))
 
     def _on_master_change_acknowledged(self, m: MasterChangeAcknowledged, request: Any) -> None:
-        app = self.idToApp.get(m.appId)
+        app = self.id_to_app.get(m.appId)
         if app is not None:
             self._log(INFO, f"Application has been re-registered: {m.appId}")
             if app.state == ApplicationState.UNKNOWN:
@@ -1286,7 +1286,7 @@ class MasterState:
 
     def _on_worker_scheduler_state_response(self, m: WorkerSchedulerStateResponse,
                                             request: Any) -> None:
-        worker = self.idToWorker.get(m.id)
+        worker = self.id_to_worker.get(m.id)
         if worker is None:
             self._log(WARN, f"Scheduler state from unknown worker: {m.id}")
         else:
@@ -1304,17 +1304,17 @@ class MasterState:
         self._awaiting_worker_state.discard(worker.id)
         for resp in executors:
             d = resp.desc
-            app = self.idToApp.get(d.appId)
+            app = self.id_to_app.get(d.appId)
             if app is None:
                 self._log(WARN, f"Killing executor {d.appId}/{d.execId} on {worker.id}: its "
                                 "application is not known after recovery")
                 self._send(worker.endpoint,
-                           KillExecutor(self.masterUrl, d.appId, d.execId, self.epoch))
+                           KillExecutor(self.master_url, d.appId, d.execId, self.epoch))
                 continue
             if d.execId in app.executors:
                 continue
             exec = app.add_executor(worker, d.cores, d.memoryMb, dict(resp.resources),
-                                    d.rpId, useId=d.execId)
+                                    d.rpId, use_id=d.execId)
             worker.add_executor(exec)
             worker.recover_resources(resp.resources)
             exec.copy_state(d)
@@ -1327,8 +1327,8 @@ class MasterState:
                 continue
             if driver.worker is worker:
                 continue
-            if driver in self.waitingDrivers:
-                self.waitingDrivers.remove(driver)
+            if driver in self.waiting_drivers:
+                self.waiting_drivers.remove(driver)
             driver.worker = worker
             driver.state = DriverState.RUNNING
             driver.resources = dict(resp.resources)
@@ -1348,7 +1348,7 @@ class MasterState:
             if app.state == ApplicationState.WAITING:
                 app.state = ApplicationState.RUNNING
         for driver in [d for d in self.drivers.values()
-                       if d.worker is None and d not in self.waitingDrivers]:
+                       if d.worker is None and d not in self.waiting_drivers]:
             self._log(WARN, f"Driver {driver.id} was not found after master recovery")
             if driver.desc.supervise:
                 self._log(WARN, f"Re-launching {driver.id}")
@@ -1356,15 +1356,15 @@ class MasterState:
                 # may, behind a partition: wait out a lease counted from when the old
                 # master was last able to renew it, at the latest
                 self._relaunch_driver(driver, relaunch_not_before_ms(
-                    self.recoveryStartTimeMs, self.conf.worker_lease_ms) if silent else 0)
+                    self.recovery_start_time_ms, self.conf.worker_lease_ms) if silent else 0)
             else:
                 self._remove_driver(driver.id, DriverState.ERROR, None)
                 self._log(WARN, f"Did not re-launch {driver.id} because it was not supervised")
         self._awaiting_worker_state.clear()
         self.state = RecoveryState.ALIVE
         self._schedule()
-        self.recoveryDurationMs = self._now - self.recoveryStartTimeMs
-        self._log(INFO, f"Recovery complete in {self.recoveryDurationMs} ms - "
+        self.recovery_duration_ms = self._now - self.recovery_start_time_ms
+        self._log(INFO, f"Recovery complete in {self.recovery_duration_ms} ms - "
                         "resuming operations!")
 
     def _on_complete_recovery(self, m: CompleteRecovery, request: Any) -> None:
@@ -1392,54 +1392,54 @@ class MasterState:
             if driver is not None:
                 if driver.worker is not None:
                     driver.worker.remove_driver(driver)
-                if driver in self.waitingDrivers:
-                    self.waitingDrivers.remove(driver)
+                if driver in self.waiting_drivers:
+                    self.waiting_drivers.remove(driver)
             self._reply(m.request, SubmitDriverResponse(
                 self.self_ref, False, None,
                 f"{NOT_RECORDED_PREFIX} ({m.error}); nothing was submitted, try again."))
         elif kind == "app":
-            app = self.idToApp.pop(entity_id, None)
+            app = self.id_to_app.pop(entity_id, None)
             if app is not None:
                 for exec in list(app.executors.values()):
                     exec.worker.remove_executor(exec)
                 self.apps.pop(app, None)
                 address = self.address_of(app.driver)
-                if self.addressToApp.get(address) is app:
-                    del self.addressToApp[address]
-                if app in self.waitingApps:
-                    self.waitingApps.remove(app)
+                if self.address_to_app.get(address) is app:
+                    del self.address_to_app[address]
+                if app in self.waiting_apps:
+                    self.waiting_apps.remove(app)
         elif kind == "worker":
-            worker = self.idToWorker.pop(entity_id, None)
+            worker = self.id_to_worker.pop(entity_id, None)
             if worker is not None:
                 self._forget_worker(worker)
                 address = self.address_of(worker.endpoint)
-                if self.addressToWorker.get(address) is worker:
-                    del self.addressToWorker[address]
+                if self.address_to_worker.get(address) is worker:
+                    del self.address_to_worker[address]
                 for exec in list(worker.executors.values()):
                     app = exec.application
                     app.executors.pop(exec.id, None)
-                    app.executorsPerResourceProfileId.get(exec.rpId, set()).discard(exec.id)
-                    app.coresGranted -= exec.cores
+                    app.executors_per_resource_profile_id.get(exec.rp_id, set()).discard(exec.id)
+                    app.cores_granted -= exec.cores
                 for driver in list(worker.drivers.values()):
                     driver.worker, driver.resources = None, {}
                     driver.state = DriverState.SUBMITTED
-                    self.waitingDrivers.append(driver)
+                    self.waiting_drivers.append(driver)
                 self._schedule()    # what it was given goes to the other workers
         else:
             self._log(ERROR, f"PersistFailed for an unexpected record {m.key}")
 
     def _on_request_app_status(self, m: RequestAppStatus, request: Any) -> None:
-        self._reply(request, AppStatusResponse(self.state, m.appId in self.idToApp,
+        self._reply(request, AppStatusResponse(self.state, m.appId in self.id_to_app,
                                                self.epoch))
 
     def _on_disconnected(self, m: Disconnected, request: Any) -> None:
         # The disconnected client could be a worker or an app; remove whichever it was.
         shown = format_address(m.address)
         self._log(INFO, f"{shown} got disassociated, removing it.")
-        worker = self.addressToWorker.get(m.address)
+        worker = self.address_to_worker.get(m.address)
         if worker is not None:
             self._remove_worker(worker, f"{shown} got disassociated")
-        app = self.addressToApp.get(m.address)
+        app = self.address_to_app.get(m.address)
         if app is not None:
             self._remove_application(app, ApplicationState.FINISHED)
         if self.state == RecoveryState.RECOVERING and self._can_complete_recovery():
@@ -1452,24 +1452,24 @@ class MasterState:
         if self.state != RecoveryState.ALIVE:
             return
         alive = [w for w in self.workers if w.state == WorkerState.ALIVE]
-        ready = [d for d in self.waitingDrivers if d.relaunchNotBefore <= self._now]
+        ready = [d for d in self.waiting_drivers if d.relaunch_not_before <= self._now]
         if ready:
             plan = schedule_drivers(ready, alive, self.conf.spread_out_drivers,
                                     self.conf.max_drivers,
-                                    len(self.drivers) - len(self.waitingDrivers), self.rng,
+                                    len(self.drivers) - len(self.waiting_drivers), self.rng,
                                     self.conf.reserve_executor_for_drivers)
             # Warnings and launches interleave in Spark; launches first is equivalent here.
             for driver, worker in plan.placements:
                 driver.resources = worker.acquire_resources(driver.desc.resourceReqs)
                 self._launch_driver(worker, driver)
-                self.waitingDrivers.remove(driver)
+                self.waiting_drivers.remove(driver)
             for text in plan.warnings:
                 self._log(WARN, text)
-            for d in self.waitingDrivers:
+            for d in self.waiting_drivers:
                 reason = plan.waiting_reasons.get(d.id)
-                if reason is not None and reason != d.waitReason:
+                if reason is not None and reason != d.wait_reason:
                     self._log(INFO, f"Driver {d.id} waits: {reason}")
-                d.waitReason = reason
+                d.wait_reason = reason
             self._warn_unplaceable_drivers(alive)
         self._start_executors_on_workers(alive)
 
@@ -1477,7 +1477,7 @@ class MasterState:
         """Once per driver: no alive worker is big enough for it even when idle, so it will
         wait until a bigger worker registers (Spark only warns while the cluster is idle,
         which hides this behind any running executor)."""
-        for d in self.waitingDrivers:
+        for d in self.waiting_drivers:
             if d.id in self._capacity_warned or any(
                     w.memory >= d.desc.mem and w.cores >= d.desc.cores for w in alive):
                 continue
@@ -1491,13 +1491,13 @@ class MasterState:
         policy = self.conf.worker_selection_policy
         spread_out = self.conf.spread_out_apps
         ordered: Optional[WorkerOrder] = None  # alive workers in policy order, built on demand
-        for app in list(self.waitingApps):
+        for app in list(self.waiting_apps):
             for rp_id in app.requested_rp_ids():
                 self._log(INFO, f"Start scheduling for app {app.id} with rpId: {rp_id}")
                 desc = app.resource_desc(rp_id)
-                cpe = desc.coresPerExecutor
+                cpe = desc.cores_per_executor
                 # If the cores left are fewer than one executor's, they are not allocated.
-                if app.coresLeft < (cpe if cpe is not None else 1):
+                if app.cores_left < (cpe if cpe is not None else 1):
                     continue
                 if ordered is None:
                     ordered = WorkerOrder(alive, policy)
@@ -1505,7 +1505,7 @@ class MasterState:
                 if self._launch_backoff:
                     usable = [w for w in usable if self._launch_backoff.get(
                         (app.id, w.id), (0, 0))[1] <= self._now]
-                if (len(self.waitingApps) == 1 and not self.waitingApps[0].executors
+                if (len(self.waiting_apps) == 1 and not self.waiting_apps[0].executors
                         and not usable):
                     self._log(WARN, app_warning(app.id))
                 assigned = schedule_executors_on_workers(app, usable, spread_out, rp_id)
@@ -1515,8 +1515,8 @@ class MasterState:
                     worker = usable[pos]
                     changed.append(worker)
                     for exec_cores in allocate_worker_resource_to_executors(cores, cpe):
-                        allocated = worker.acquire_resources(desc.customResourcesPerExecutor)
-                        exec = app.add_executor(worker, exec_cores, desc.memoryMbPerExecutor,
+                        allocated = worker.acquire_resources(desc.custom_resources_per_executor)
+                        exec = app.add_executor(worker, exec_cores, desc.memory_mb_per_executor,
                                                 allocated, rp_id)
                         self._launch_executor(worker, exec)
                         app.state = ApplicationState.RUNNING
@@ -1524,13 +1524,13 @@ class MasterState:
                     ordered.update(changed)
 
     def _launch_executor(self, worker: WorkerInfo, exec: ExecutorDesc) -> None:
-        self._log(INFO, f"Launching executor {exec.fullId} on worker {worker.id}")
+        self._log(INFO, f"Launching executor {exec.full_id} on worker {worker.id}")
         worker.add_executor(exec)
         app = exec.application
         self._send(worker.endpoint, LaunchExecutor(
-            self.masterUrl, app.id, exec.id, exec.rpId, app.desc, exec.cores, exec.memory,
+            self.master_url, app.id, exec.id, exec.rp_id, app.desc, exec.cores, exec.memory,
             exec.resources, self.epoch))
-        self._send(app.driver, ExecutorAdded(exec.id, worker.id, worker.hostPort, exec.cores,
+        self._send(app.driver, ExecutorAdded(exec.id, worker.id, worker.host_port, exec.cores,
                                              exec.memory, self.epoch))
 
 
@@ -1539,28 +1539,28 @@ class MasterState:
 # ---------------------------------------------------------------------------------------------
 
 def worker_summary(w: WorkerInfo) -> WorkerSummary:
-    return WorkerSummary(w.id, w.host, w.port, w.webUiAddress, w.cores, w.coresUsed, w.memory,
-                         w.memoryUsed, w.resourcesInfo, w.resourcesInfoUsed, w.state,
-                         w.lastHeartbeat)
+    return WorkerSummary(w.id, w.host, w.port, w.web_ui_address, w.cores, w.cores_used, w.memory,
+                         w.memory_used, w.resources_info, w.resources_info_used, w.state,
+                         w.last_heartbeat)
 
 
 def executor_summary(e: ExecutorDesc) -> ExecutorSummary:
-    return ExecutorSummary(e.id, e.application.id, e.worker.id, e.worker.hostPort, e.cores,
-                           e.memory, dict(e.resources), e.rpId, e.state)
+    return ExecutorSummary(e.id, e.application.id, e.worker.id, e.worker.host_port, e.cores,
+                           e.memory, dict(e.resources), e.rp_id, e.state)
 
 
 def application_summary(a: ApplicationInfo, now_ms: int) -> ApplicationSummary:
     return ApplicationSummary(
-        a.id, a.startTime, a.desc, a.submitDate, a.state, a.coresGranted, a.endTime,
+        a.id, a.start_time, a.desc, a.submit_date, a.state, a.cores_granted, a.end_time,
         a.duration(now_ms), [executor_summary(e) for e in a.executors.values()],
-        [executor_summary(e) for e in a.removedExecutors])
+        [executor_summary(e) for e in a.removed_executors])
 
 
 def driver_summary(d: DriverInfo) -> DriverSummary:
     w = d.worker
-    return DriverSummary(d.id, d.startTime, d.desc, d.submitDate, d.state,
-                         w.id if w else None, w.hostPort if w else None, dict(d.resources),
-                         d.exception, d.waitReason)
+    return DriverSummary(d.id, d.start_time, d.desc, d.submit_date, d.state,
+                         w.id if w else None, w.host_port if w else None, dict(d.resources),
+                         d.exception, d.wait_reason)
 
 
 __all__ = [

@@ -183,7 +183,8 @@ def rest_auth_policy(conf: Mapping[str, str], host: str) -> RestPolicy:
 class UploadResponse(SubmitRestProtocolResponse):
     """Ember's answer to `/upload`: the URL a CreateSubmissionRequest's appResource names."""
 
-    resourceUrl: Optional[str] = None
+    # Field names are the JSON keys (Spark's REST protocol style), hence camelCase.
+    resourceUrl: Optional[str] = None  # noqa: N815
 
 
 @dataclass
@@ -191,13 +192,14 @@ class DriverLogResult(SubmitRestProtocolResponse):
     """Ember's answer to `/logs/<id>`: a page of a driver's stdout/stderr (base64 `data`)
     and the master's view of the driver, so `ember logs --follow` works over REST too."""
 
-    submissionId: Optional[str] = None
+    # Field names are the JSON keys (Spark's REST protocol style), hence camelCase.
+    submissionId: Optional[str] = None  # noqa: N815
     data: Optional[str] = None
     offset: Optional[int] = None
-    nextOffset: Optional[int] = None
-    totalLength: Optional[int] = None
-    driverState: Optional[str] = None
-    exitStatus: Optional[int] = None
+    nextOffset: Optional[int] = None  # noqa: N815
+    totalLength: Optional[int] = None  # noqa: N815
+    driverState: Optional[str] = None  # noqa: N815
+    exitStatus: Optional[int] = None  # noqa: N815
 
 
 def _one_line(e: BaseException) -> str:

@@ -434,8 +434,8 @@ class DriverRunner:
                  resources: Optional[dict[str, ResourceInformation]] = None,
                  base_env: Optional[Mapping[str, str]] = None,
                  initial_backoff: float = 1.0) -> None:
-        self.driverId = driver_id
-        self.driverDesc = desc
+        self.driver_id = driver_id
+        self.driver_desc = desc
         self.attempt = attempt
         self.resources = dict(resources or {})
         self.work_dir = os.path.abspath(work_dir)
@@ -457,7 +457,7 @@ class DriverRunner:
         self._lock = threading.Lock()
         self._killed = threading.Event()
         self._process: Optional[subprocess.Popen] = None
-        self._group = GroupKiller(f"driver {self.driverId}", self.terminate_timeout)
+        self._group = GroupKiller(f"driver {self.driver_id}", self.terminate_timeout)
         self._thread: Optional[threading.Thread] = None
         self._done = threading.Event()
         self._memory_exceeded: Optional[str] = None
@@ -466,11 +466,11 @@ class DriverRunner:
 
     @property
     def cores(self) -> int:
-        return self.driverDesc.cores
+        return self.driver_desc.cores
 
     @property
     def memory(self) -> int:
-        return self.driverDesc.mem
+        return self.driver_desc.mem
 
     @property
     def pid(self) -> Optional[int]:
@@ -482,11 +482,11 @@ class DriverRunner:
         return self._done.is_set()
 
     def summary(self) -> DriverRunnerSummary:
-        return DriverRunnerSummary(self.driverId, self.driverDesc, dict(self.resources),
+        return DriverRunnerSummary(self.driver_id, self.driver_desc, dict(self.resources),
                                    self.state, self.final_exception)
 
     def log_url(self, log_type: str) -> str:
-        return f"{self.web_ui_url}/logPage/?driverId={self.driverId}&logType={log_type}"
+        return f"{self.web_ui_url}/logPage/?driverId={self.driver_id}&logType={log_type}"
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -496,7 +496,7 @@ class DriverRunner:
             _LIVE.add(self)
         self.state = DriverState.RUNNING
         self._thread = threading.Thread(target=self._prepare_and_run,
-                                        name=f"DriverRunner for {self.driverId}", daemon=True)
+                                        name=f"DriverRunner for {self.driver_id}", daemon=True)
         self._thread.start()
 
     def kill(self, fence: bool = False) -> None:
@@ -526,7 +526,7 @@ class DriverRunner:
             state, exception = self._run_with_retry(cmd, env, policy)
         except Exception as e:
             exception = str(e) if isinstance(e, DriverLaunchError) else f"{type(e).__name__}: {e}"
-            log.error("Error running driver %s: %s", self.driverId, exception,
+            log.error("Error running driver %s: %s", self.driver_id, exception,
                       exc_info=not isinstance(e, (OSError, ValueError)))
             state = DriverState.ERROR
             proc = self._process
@@ -538,23 +538,23 @@ class DriverRunner:
             _LIVE.discard(self)
         self._done.set()
         try:
-            self._report(DriverStateChanged(self.driverId, state, exception, self.exit_status,
+            self._report(DriverStateChanged(self.driver_id, state, exception, self.exit_status,
                                             self.attempt))
         except Exception:
-            log.exception("Cannot report %s of driver %s", state, self.driverId)
+            log.exception("Cannot report %s of driver %s", state, self.driver_id)
 
     def _prepare(self) -> tuple[list[str], dict[str, str], SupervisePolicy]:
         """Driver dir, resources, command and environment (Spark's prepareAndRunDriver)."""
-        if (not re.fullmatch(r"[A-Za-z0-9._-]+", self.driverId)
-                or self.driverId in (".", "..")):
+        if (not re.fullmatch(r"[A-Za-z0-9._-]+", self.driver_id)
+                or self.driver_id in (".", "..")):
             raise DriverLaunchError(f"Failed to create directory {self.driver_dir} (invalid "
-                                    f"driver id {self.driverId!r})")
+                                    f"driver id {self.driver_id!r})")
         try:
             os.makedirs(self.driver_dir, exist_ok=True)
         except OSError as e:
             raise DriverLaunchError(f"Failed to create directory {self.driver_dir}: "
                                     f"{e.strerror or e}") from None
-        desc = self.driverDesc
+        desc = self.driver_desc
         _check_main_class(desc)   # before fetching anything for it
         props = parse_java_opts(desc.command.javaOpts)
         policy = supervise_policy(desc.supervise, props, self.worker_conf,
@@ -588,7 +588,7 @@ class DriverRunner:
     def _run_with_retry(self, cmd: list[str], env: dict[str, str], policy: SupervisePolicy
                         ) -> tuple[DriverState, Optional[str]]:
         """Spark's runCommandWithRetry plus the retry limit; -> (final state, exception)."""
-        supervisor = Supervisor(self.driverId, policy)
+        supervisor = Supervisor(self.driver_id, policy)
         while True:
             if self._killed.is_set():
                 return DriverState.KILLED, None
@@ -639,16 +639,16 @@ class DriverRunner:
     def _memory_watchdog(self, proc: subprocess.Popen) -> MemoryWatchdog:
         """--driver-memory (+ spark.driver.memoryOverhead) enforced on the driver process."""
         overhead = None
-        for opt in self.driverDesc.command.javaOpts:
+        for opt in self.driver_desc.command.javaOpts:
             if opt.startswith("-Dspark.driver.memoryOverhead="):
                 try:
                     overhead = parse_memory_mb(opt.split("=", 1)[1])
                 except ValueError:
                     pass
-        limit = memory_limit_mb(self.driverDesc.mem, overhead)
+        limit = memory_limit_mb(self.driver_desc.mem, overhead)
 
         def exceeded(rss_mb: int) -> None:
-            message = exceeded_message(f"Driver {self.driverId}", rss_mb, limit,
+            message = exceeded_message(f"Driver {self.driver_id}", rss_mb, limit,
                                        "spark.driver.memory")
             log.warning("%s", message)
             self._memory_exceeded = message

@@ -332,12 +332,12 @@ class ExecutorRunner:
                  terminate_timeout: float = 10.0,
                  base_env: Optional[Mapping[str, str]] = None,
                  shuffle_service_port: Optional[int] = None) -> None:
-        self.appId = app_id
-        self.execId = exec_id
-        self.appDesc = app_desc
+        self.app_id = app_id
+        self.exec_id = exec_id
+        self.app_desc = app_desc
         self.cores = cores
         self.memory = memory
-        self.rpId = rp_id
+        self.rp_id = rp_id
         self.resources = dict(resources or {})
         self.worker_id = worker_id
         self.host = host
@@ -356,15 +356,15 @@ class ExecutorRunner:
         self._kill_requested = False
         self._kill_state = ExecutorState.KILLED
         self._kill_message: Optional[str] = None
-        self._group = GroupKiller(f"executor {self.fullId}", terminate_timeout)
+        self._group = GroupKiller(f"executor {self.full_id}", terminate_timeout)
         self._thread: Optional[threading.Thread] = None
         self._done = threading.Event()
 
     # -- views ------------------------------------------------------------------------------
 
     @property
-    def fullId(self) -> str:  # noqa: N802 - Spark's name
-        return f"{self.appId}/{self.execId}"
+    def full_id(self) -> str:  # noqa: N802 - Spark's name
+        return f"{self.app_id}/{self.exec_id}"
 
     @property
     def pid(self) -> Optional[int]:
@@ -372,15 +372,15 @@ class ExecutorRunner:
         return p.pid if p is not None else None
 
     def description(self) -> ExecutorDescription:
-        return ExecutorDescription(self.appId, self.execId, self.rpId, self.cores, self.memory,
+        return ExecutorDescription(self.app_id, self.exec_id, self.rp_id, self.cores, self.memory,
                                    self.state)
 
     def summary(self) -> ExecutorRunnerSummary:
-        return ExecutorRunnerSummary(self.appId, self.execId, self.appDesc, self.cores,
-                                     self.memory, dict(self.resources), self.state, self.rpId)
+        return ExecutorRunnerSummary(self.app_id, self.exec_id, self.app_desc, self.cores,
+                                     self.memory, dict(self.resources), self.state, self.rp_id)
 
     def log_url(self, log_type: str) -> str:
-        return (f"{self.web_ui_url}/logPage/?appId={self.appId}&executorId={self.execId}"
+        return (f"{self.web_ui_url}/logPage/?appId={self.app_id}&executorId={self.exec_id}"
                 f"&logType={log_type}")
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -390,7 +390,7 @@ class ExecutorRunner:
         with _LIVE_LOCK:
             _LIVE.add(self)
         self._thread = threading.Thread(target=self._fetch_and_run,
-                                        name=f"ExecutorRunner for {self.fullId}", daemon=True)
+                                        name=f"ExecutorRunner for {self.full_id}", daemon=True)
         self._thread.start()
 
     def kill(self, state: ExecutorState = ExecutorState.KILLED,
@@ -424,20 +424,20 @@ class ExecutorRunner:
     def _emit(self, state: ExecutorState, message: Optional[str],
               exit_status: Optional[int]) -> None:
         try:
-            self._report(ExecutorStateChanged(self.appId, self.execId, state, message,
+            self._report(ExecutorStateChanged(self.app_id, self.exec_id, state, message,
                                               exit_status))
         except Exception:
-            log.exception("Cannot report %s of executor %s", state, self.fullId)
+            log.exception("Cannot report %s of executor %s", state, self.full_id)
 
     def _memory_watchdog(self, pid: int) -> MemoryWatchdog:
         """spark.executor.memory (+ memoryOverhead) enforced on the executor process."""
-        profile = self.appDesc.defaultProfile
+        profile = self.app_desc.defaultProfile
         overhead = (profile.executorResources.get("memoryOverhead")
-                    if self.rpId == profile.id else None)
+                    if self.rp_id == profile.id else None)
         limit = memory_limit_mb(self.memory, int(overhead.amount) if overhead else None)
 
         def exceeded(rss_mb: int) -> None:
-            message = exceeded_message(f"Executor {self.fullId}", rss_mb, limit,
+            message = exceeded_message(f"Executor {self.full_id}", rss_mb, limit,
                                        "spark.executor.memory")
             log.warning("%s", message)
             self.kill(ExecutorState.FAILED, message)
@@ -445,16 +445,16 @@ class ExecutorRunner:
 
     def _build(self) -> tuple[list[str], dict[str, str]]:
         args = substitute_variables(
-            self.appDesc.command.arguments, worker_url=self.worker_url, exec_id=self.execId,
-            host=self.host, cores=self.cores, app_id=self.appId, rp_id=self.rpId)
+            self.app_desc.command.arguments, worker_url=self.worker_url, exec_id=self.exec_id,
+            host=self.host, cores=self.cores, app_id=self.app_id, rp_id=self.rp_id)
         if self.resources:   # Spark: the assigned addresses reach the executor in a file
             os.makedirs(self.executor_dir, exist_ok=True)
             args += ["--resourcesFile", write_resources_file(
                 self.executor_dir, "spark.executor", self.resources)]
-        cmd = build_command(self.appDesc.command, args)
+        cmd = build_command(self.app_desc.command, args)
         env = build_environment(
             os.environ if self._base_env is None else self._base_env,
-            self.appDesc.command.environment, executor_dirs=self.app_local_dirs,
+            self.app_desc.command.environment, executor_dirs=self.app_local_dirs,
             stdout_url=self.log_url("stdout"), stderr_url=self.log_url("stderr"),
             auth_secret=self._auth_secret, shuffle_service_port=self._shuffle_service_port)
         return cmd, env
@@ -493,12 +493,12 @@ class ExecutorRunner:
                 with self._lock:
                     killed = self._kill_requested
                 if killed:
-                    log.info("Runner thread for executor %s interrupted", self.fullId)
+                    log.info("Runner thread for executor %s interrupted", self.full_id)
                     final = (self._kill_state, self._kill_message, code)
                 else:
                     final = (ExecutorState.EXITED, f"Command exited with code {code}", code)
         except Exception as e:
-            log.error("Error running executor %s: %s", self.fullId, e,
+            log.error("Error running executor %s: %s", self.full_id, e,
                       exc_info=not isinstance(e, (OSError, ValueError)))
             code = None
             if proc is not None:

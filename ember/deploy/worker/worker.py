@@ -350,7 +350,7 @@ class Worker(RpcEndpoint):
     @property
     def worker_url(self) -> str:
         """``spark://Worker@host:port`` (RpcEndpointAddress.toString)."""
-        return f"spark://{ENDPOINT_NAME}@{self.rpc_env.address.hostPort}"
+        return f"spark://{ENDPOINT_NAME}@{self.rpc_env.address.host_port}"
 
     @property
     def cores_free(self) -> int:
@@ -409,7 +409,7 @@ class Worker(RpcEndpoint):
     def _send_register(self, address: RpcAddress, generation: int) -> None:
         """Spark's setupEndpointRef + sendRegisterMessageToMaster, without a blocking
         thread: verify that "Master" exists at `address`, then send RegisterWorker."""
-        log.info("Connecting to master %s...", address.hostPort)
+        log.info("Connecting to master %s...", address.host_port)
         fut = self.rpc_env.setup_endpoint_ref_async(address, MASTER_ENDPOINT_NAME,
                                                     self.wconf.ask_timeout)
         fut.add_done_callback(
@@ -421,7 +421,7 @@ class Worker(RpcEndpoint):
             return   # cancelled: registered meanwhile, or a newer round started
         exc = f.exception()
         if exc is not None:
-            log.warning("Failed to connect to master %s: %s", address.hostPort, exc)
+            log.warning("Failed to connect to master %s: %s", address.host_port, exc)
             return
         master: RpcEndpointRef = f.result()
         master.send(RegisterWorker(self.worker_id, self.host, self.port, self.self_ref,
@@ -687,7 +687,7 @@ class Worker(RpcEndpoint):
         self._resend_driver_final_states(m.master)
         executors = [WorkerExecutorStateResponse(r.description(), dict(r.resources))
                      for r in self.executors.values()]
-        drivers = [WorkerDriverStateResponse(r.driverId, dict(r.resources))
+        drivers = [WorkerDriverStateResponse(r.driver_id, dict(r.resources))
                    for r in self.drivers.values()]
         m.master.send(WorkerSchedulerStateResponse(self.worker_id, executors, drivers))
 
@@ -851,8 +851,8 @@ class Worker(RpcEndpoint):
     def _on_application_finished(self, app_id: str) -> None:
         self.finished_apps.add(app_id)
         for runner in list(self.executors.values()):
-            if runner.appId == app_id:
-                log.info("Killing executor %s of finished application %s", runner.fullId,
+            if runner.app_id == app_id:
+                log.info("Killing executor %s of finished application %s", runner.full_id,
                          app_id)
                 runner.kill()
         self._maybe_cleanup_application(app_id)
@@ -860,7 +860,7 @@ class Worker(RpcEndpoint):
     def _maybe_cleanup_application(self, app_id: str) -> None:
         if app_id not in self.finished_apps:
             return
-        if any(r.appId == app_id for r in self.executors.values()):
+        if any(r.app_id == app_id for r in self.executors.values()):
             return
         self.finished_apps.discard(app_id)
         if self.shuffle_service is not None:
@@ -988,7 +988,7 @@ class Worker(RpcEndpoint):
     # -- work dir cleanup (§4.6) -------------------------------------------------------------
 
     def _work_dir_cleanup(self) -> None:
-        active = {r.appId for r in self.executors.values()} | set(self.drivers)
+        active = {r.app_id for r in self.executors.values()} | set(self.drivers)
         work_dir, ttl = self.work_dir, self.wconf.app_data_ttl
 
         def clean() -> None:
@@ -1028,7 +1028,7 @@ class WorkerSettings:
 
     @property
     def master_url(self) -> str:
-        return "spark://" + ",".join(a.hostPort for a in self.masters)
+        return "spark://" + ",".join(a.host_port for a in self.masters)
 
 
 class WorkerDaemon:
@@ -1128,7 +1128,7 @@ class WorkerDaemon:
     @property
     def worker_url(self) -> str:
         assert self.env is not None
-        return f"spark://{ENDPOINT_NAME}@{self.env.address.hostPort}"
+        return f"spark://{ENDPOINT_NAME}@{self.env.address.host_port}"
 
     # -- waiting and stopping ----------------------------------------------------------------
 
