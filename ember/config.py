@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 _MEM_UNITS = {"b": 1 / (1024 * 1024), "k": 1 / 1024, "kb": 1 / 1024, "m": 1, "mb": 1,
               "g": 1024, "gb": 1024, "t": 1024 * 1024, "tb": 1024 * 1024,
