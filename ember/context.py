@@ -324,7 +324,8 @@ class SparkContext:
                            dynamic_allocation=local is None and config.read(
                                self._conf, "spark.dynamicAllocation.enabled"),
                            shuffle_service_enabled=local is None and
-                           config.read(self._conf, "spark.shuffle.service.enabled"))
+                           config.read(self._conf, "spark.shuffle.service.enabled"),
+                           clock=clock)
         sched.initialize(backend, dag)
         if health_tracker is not None:
             health_tracker.kill_executors = getattr(backend, "kill_executors", None)

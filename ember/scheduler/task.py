@@ -6,6 +6,7 @@ TaskDescription (a task bound to an executor slot), TaskInfo, and the end reason
 """
 from __future__ import annotations
 
+import pickle
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +56,9 @@ class TaskSet:
 
 @dataclass
 class TaskDescription:
+    """A task bound to an executor slot. The locality decision only chooses it; the
+    caller (TaskSchedulerImpl) serializes it into task_bytes afterwards, as Spark's
+    TaskDescription.encode runs outside TaskSetManager's choice."""
     task_id: int
     attempt_number: int
     executor_id: str
@@ -64,7 +68,25 @@ class TaskDescription:
     stage_key: tuple
     blob: bytes
     meta: bytes
-    task_bytes: bytes
+    partition: Any = None
+    partition_id: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    resources: tuple | None = None      # (cpus, {name: addresses}) the task is given
+    task_bytes: bytes = b""
+
+    def encode(self) -> bytes:
+        """What the task process unpickles: partition, attempt, properties, resources."""
+        stage_id, stage_attempt = self.stage_key
+        return _dumps((self.partition, self.partition_id, self.attempt_number,
+                       self.properties, stage_id, stage_attempt, self.resources))
+
+
+def _dumps(obj: Any) -> bytes:
+    try:
+        return pickle.dumps(obj, protocol=5)
+    except Exception:
+        import cloudpickle
+        return cloudpickle.dumps(obj, protocol=5)
 
 
 @dataclass
