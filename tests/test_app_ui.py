@@ -513,7 +513,7 @@ def test_live_application_ui_api_metrics_and_event_log(fresh_sc, tmp_path) -> No
     pairs = sc.parallelize(range(40), 4).map(lambda x: (x % 4, x)).setName(EVIL).cache()
     assert sorted(pairs.reduceByKey(lambda a, b: a + b).collect())[0] == (0, 180)
     assert pairs.count() == 40
-    assert sc._bus.wait_until_empty(10) and sc._ui_process.sync()
+    assert sc.runtime.bus.wait_until_empty(10) and sc.runtime.ui_process.sync()
     api = f"{base}/api/v1/applications"
 
     status, ctype, body = _get(api)
@@ -558,7 +558,7 @@ def test_live_application_ui_api_metrics_and_event_log(fresh_sc, tmp_path) -> No
 
     live_jobs = json.loads(_get(f"{api}/{sc.applicationId}/jobs")[2])
     pairs.unpersist()
-    assert sc._bus.wait_until_empty(10) and sc._ui_process.sync()
+    assert sc.runtime.bus.wait_until_empty(10) and sc.runtime.ui_process.sync()
     assert json.loads(_get(f"{api}/{sc.applicationId}/storage/rdd")[2]) == []
     sc.stop()
     final = os.path.join(tmp_path, sc.applicationId)

@@ -451,7 +451,6 @@ class TaskSetManager:
         return False
 
     def _check_and_submit(self, now: float, threshold: float, customized: bool) -> bool:
-        sp = self.speculation
         found = False
         for tid in sorted(self.running):
             info = self.task_infos[tid]
