@@ -1072,12 +1072,6 @@ class Shutdown:
 
 @message
 @dataclass(frozen=True)
-class ReviveOffers:
-    pass
-
-
-@message
-@dataclass(frozen=True)
 class RemoveExecutor:
     executorId: str
     reason: str
