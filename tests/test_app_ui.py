@@ -33,8 +33,7 @@ def _info(tid: int, index: int, launch: float, executor: str = "1", host: str = 
           state: str | None = None, finish: float = 0.0) -> TaskInfo:
     info = TaskInfo(tid, index, 0, index, launch, executor, host, "PROCESS_LOCAL")
     if state is not None:
-        info.mark_finished(state)
-        info.finish_time = finish
+        info.mark_finished(state, finish)
     return info
 
 

@@ -106,8 +106,9 @@ class TaskInfo:
     successful: bool = False
     error_message: str = ""
 
-    def mark_finished(self, state: str, when: float | None = None) -> None:
-        self.finish_time = time.time() if when is None else when
+    def mark_finished(self, state: str, when: float) -> None:
+        """`when`: the scheduler's Clock time, as launch_time is."""
+        self.finish_time = when
         self.failed = state in ("FAILED", "LOST", "FETCH_FAILED")
         self.killed = state == "KILLED"
         self.successful = state == "FINISHED"
