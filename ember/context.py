@@ -123,7 +123,7 @@ class SparkContext:
         self._created_at = (name, file, line)
         self.master: str = self._conf.get("spark.master")  # type: ignore[assignment]
         self.appName: str = self._conf.get("spark.app.name")  # type: ignore[assignment]
-        self.spark_home = self._conf.get("spark.home")
+        self.sparkHome = self._conf.get("spark.home")
         from ember.serializers import (AutoBatchedSerializer, BatchedSerializer,
                                        CloudPickleSerializer, CPickleSerializer,
                                        PickleSerializer)
