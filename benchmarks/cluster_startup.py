@@ -21,7 +21,7 @@ def measure(url: str, workers: int) -> tuple[float, float]:
     first = all_ready = None
     try:
         while all_ready is None and time.perf_counter() - t0 < 60:
-            n = len(sc._backend.executors)
+            n = len(sc.runtime.scheduler_backend.executors)
             if n and first is None:
                 first = time.perf_counter() - t0
             if n >= workers:

@@ -50,7 +50,7 @@ def measure_scaling(url: str, idle_timeout: float) -> tuple[float, float]:
         ("spark.shuffle.service.enabled", "true")])
     sc = SparkContext(url, "elastic-bench-scale", conf=conf)
     try:
-        execs = sc._backend.executors
+        execs = sc.runtime.scheduler_backend.executors
         _wait(lambda: len(execs) == 1, 60, "first executor")
         done = threading.Event()
         t0 = time.perf_counter()
@@ -79,14 +79,14 @@ def measure_decommission(cluster, shuffle_mb: int) -> dict:
         ("spark.storage.decommission.enabled", "true")])
     sc = SparkContext(cluster.url, "elastic-bench-decommission", conf=conf)
     try:
-        backend = sc._backend
+        backend = sc.runtime.scheduler_backend
         _wait(lambda: len(backend.executors) == 4, 60, "4 executors")
         maps = 16
         per_task = max(1, shuffle_mb * 1024 // maps)    # ~1 KiB records
         pairs = sc.parallelize(range(maps), maps).flatMap(lambda i: _payload(i, per_task))
         shuffled = pairs.partitionBy(8)
         shuffled.foreachPartition(lambda it: None)        # the shuffle is written
-        tracker = sc._tracker
+        tracker = sc.runtime.map_output_tracker
         sid = max(tracker.shuffle_ids())
         victim_ui = f":{cluster.worker_ui[1]}"
         app = next(a for a in cluster.json("/json")["activeapps"])

@@ -319,7 +319,7 @@ def worker_target(h: Harness) -> Target:
 @target("driver")
 def driver_target(h: Harness) -> Target:
     from ember.deploy.messages import RetrieveSparkAppConfig, StatusUpdate
-    backend = h.sc._backend
+    backend = h.sc.runtime.scheduler_backend
     eid = next(iter(backend.executors))
     refused = [StatusUpdate(eid, 0, "FINISHED", pickle.dumps(_Evil(h.marker))),
                StatusUpdate("no-such", 1, "FAILED", pickle.dumps(_Evil(h.marker)))]
@@ -332,7 +332,7 @@ def driver_target(h: Harness) -> Target:
 def executor_target(h: Harness) -> Target:
     from ember.deploy.messages import LaunchTask, ShuffleBlockRequest, StopExecutor
     import psutil
-    ex = next(iter(h.sc._backend.executors.values()))
+    ex = next(iter(h.sc.runtime.scheduler_backend.executors.values()))
     pid = -1
     for p in psutil.process_iter(["pid"]):
         try:
@@ -344,7 +344,7 @@ def executor_target(h: Harness) -> Target:
     refused = [LaunchTask(pickle.dumps(_Evil(h.marker))), StopExecutor()]
     return _rpc_target(h, "executor", pid, ex.address.port, "Executor",
                        [ShuffleBlockRequest(0, "/etc/passwd", -1)], refused,
-                       lambda: sorted(h.sc._backend.executors), h.job_works)
+                       lambda: sorted(h.sc.runtime.scheduler_backend.executors), h.job_works)
 
 
 # ------------------------------------------------------------------------------------------

@@ -229,7 +229,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             sc = SparkContext(conf=c)
             try:
                 sc.parallelize(range(10), 2).count()
-                ui_pid = sc._ui_process.proc.pid
+                ui_pid = sc.runtime.ui_process.proc.pid
                 for t in targets_for(cluster, sc.uiWebUrl, ui_pid):
                     t0 = time.monotonic()
                     rep = run_target(t, args.inputs, args.seed)

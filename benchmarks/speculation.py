@@ -37,7 +37,7 @@ def _context(cluster, speculation: bool):
             .set("spark.ui.enabled", "false").set("spark.speculation", str(speculation).lower()))
     sc = SparkContext(conf=conf)
     deadline = time.monotonic() + 120
-    while len(sc._backend.executors) < 8:
+    while len(sc.runtime.scheduler_backend.executors) < 8:
         if time.monotonic() > deadline:
             raise RuntimeError("executors did not register")
         time.sleep(0.1)
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         for speculation in (True, False):
             sc = _context(cluster, speculation)
             try:
-                slow = sorted(e.executor_id for e in sc._backend.executors.values()
+                slow = sorted(e.executor_id for e in sc.runtime.scheduler_backend.executors.values()
                               if e.host == "127.0.0.2")[0]
                 _job(sc, "none", args.base)                   # warm-up
                 for _ in range(args.runs):

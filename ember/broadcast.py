@@ -65,8 +65,8 @@ class Broadcast(Generic[T]):
             self._path = path
             return
         self._pickle_registry = pickle_registry
-        bid = sc._next_broadcast_id()
-        self._path = os.path.join(sc._broadcast_dir, f"broadcast_{bid}")
+        bid = sc.runtime.new_broadcast_id()
+        self._path = os.path.join(sc.runtime.broadcast_dir, f"broadcast_{bid}")
         tmp = self._path + ".tmp"
         try:
             self.dump(value, open(tmp, "wb"))
@@ -129,7 +129,7 @@ class Broadcast(Generic[T]):
         if self._sc is None:
             raise PySparkRuntimeError("INVALID_BROADCAST_OPERATION",
                                       "Broadcast can only be unpersisted in driver.")
-        self._sc._unpersist_broadcast(self._bid)
+        self._sc.runtime.unpersist_broadcast(self._bid)
 
     def destroy(self, blocking: bool = False) -> None:
         if self._sc is None:

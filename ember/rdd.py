@@ -89,7 +89,7 @@ class RDD:
 
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
-        self._id = None if self._numbered_lazily else ctx._new_rdd_id()
+        self._id = None if self._numbered_lazily else ctx.runtime.new_rdd_id()
         self._storage_level = StorageLevel.NONE
         self.is_cached = False
         self.is_checkpointed = False
@@ -169,10 +169,10 @@ class RDD:
         return self.ctx
 
     def _memory_limit(self) -> int:
-        return self.ctx._python_worker_memory_mb
+        return self.ctx.runtime.python_worker_memory_mb
 
     def _default_reduce_partitions(self) -> int:
-        dp = self.ctx._conf.get("spark.default.parallelism")
+        dp = self.ctx.runtime.conf.get("spark.default.parallelism")
         if dp is not None:
             return int(dp)
         return self.getNumPartitions()
@@ -241,11 +241,11 @@ class RDD:
     def unpersist(self, blocking: bool = False) -> "RDD":
         self.is_cached = False
         self._storage_level = StorageLevel.NONE
-        self.ctx._unpersist_rdd(self._id)
+        self.ctx.runtime.unpersist_rdd(self._id)
         return self
 
     def checkpoint(self) -> None:
-        if self.ctx._checkpoint_dir is None:
+        if self.ctx.runtime.checkpoint_dir is None:
             raise SparkException("Checkpoint directory has not been set in the SparkContext")
         self._checkpoint_requested = True
         self.is_checkpointed = True          # PySpark sets this flag at request time
@@ -272,7 +272,7 @@ class RDD:
     def cleanShuffleDependencies(self, blocking: bool = False) -> None:
         for dep in self.dependencies():
             if isinstance(dep, ShuffleDependency):
-                self.ctx._remove_shuffle(dep.shuffle_id)
+                self.ctx.runtime.remove_shuffle(dep.shuffle_id)
 
     def _lineage(self) -> list["RDD"]:
         seen: dict[int, RDD] = {}
@@ -292,14 +292,14 @@ class RDD:
                 rdd._write_checkpoint()
             elif rdd._local_checkpointed and not rdd._truncated:
                 n = rdd.getNumPartitions()
-                locs = self.ctx._block_master
+                locs = self.ctx.runtime.block_manager_master
                 missing = [p for p in range(n) if not locs.locations(rdd._id, p)]
                 if missing:
-                    self.ctx._run_job(rdd, _count_iter, missing)
+                    self.ctx.runtime.run_job(rdd, _count_iter, missing)
                 rdd._truncated = True
 
     def _write_checkpoint(self) -> None:
-        path = fs.join(self.ctx._checkpoint_dir, f"rdd-{self._id}")
+        path = fs.join(self.ctx.runtime.checkpoint_dir, f"rdd-{self._id}")
         fs.makedirs(path)
 
         def write(ctx: Any, it: Iterator) -> None:
@@ -313,7 +313,7 @@ class RDD:
 
         self._checkpoint_requested = False   # the write job itself must not checkpoint again
         try:
-            self.ctx._run_job(self, write, list(range(self.getNumPartitions())),
+            self.ctx.runtime.run_job(self, write, list(range(self.getNumPartitions())),
                               with_context=True)
         finally:
             self._checkpoint_requested = True
@@ -494,7 +494,7 @@ class RDD:
     def withResources(self, profile: Any) -> "RDD":
         """Compute this RDD's stage with `profile`'s executor and task requirements
         (PySpark's RDD.withResources; Spark checks here that the master supports it)."""
-        self.ctx._resource_profile_manager.add(profile)
+        self.ctx.runtime.resource_profile_manager.add(profile)
         self.has_resource_profile = True
         self._resource_profile = profile
         return self
@@ -527,7 +527,7 @@ class RDD:
         num_partitions = (self._default_reduce_partitions() if numPartitions is None
                           else numPartitions)
         memory = self._memory_limit()
-        local_dirs = self.ctx._spill_dirs
+        local_dirs = self.ctx.runtime.spill_dirs
         agg = Aggregator(createCombiner, mergeValue, mergeCombiners)
 
         def combine_locally(iterator: Iterable) -> Iterator:
@@ -580,7 +580,7 @@ class RDD:
         num_partitions = (self._default_reduce_partitions() if numPartitions is None
                           else numPartitions)
         memory = self._memory_limit()
-        local_dirs = self.ctx._spill_dirs
+        local_dirs = self.ctx.runtime.spill_dirs
 
         def create_combiner(x: Any) -> list:
             return [x]
@@ -696,7 +696,7 @@ class RDD:
             return _reservoir_keys(it, per_partition,
                                    random.Random((rdd_id << 16) ^ ctx.partitionId()))
 
-        sketched = self.ctx._run_job(self, sketch, with_context=True)
+        sketched = self.ctx.runtime.run_job(self, sketch, with_context=True)
         total = sum(n for n, _ in sketched)
         if total == 0:
             return None
@@ -712,7 +712,7 @@ class RDD:
         if imbalanced:
             keys = self.map(lambda kv: kv[0]).sample(False, fraction, rdd_id + 1)
             weight = 1.0 / fraction
-            for part in self.ctx._run_job(keys, list, imbalanced):
+            for part in self.ctx.runtime.run_job(keys, list, imbalanced):
                 candidates.extend((keyfunc(k), weight) for k in part)
         candidates.sort(key=lambda c: c[0])
         step = sum(w for _, w in candidates) / partitions
@@ -743,7 +743,7 @@ class RDD:
     # --- actions ------------------------------------------------------------------------
     def collect(self) -> list:
         out: list = []
-        for part in self.ctx._run_job(self, list):
+        for part in self.ctx.runtime.run_job(self, list):
             out.extend(part)
         return out
 
@@ -762,15 +762,15 @@ class RDD:
         n = self.getNumPartitions()
         if not prefetchPartitions:
             for p in range(n):
-                yield from self.ctx._run_job(self, list, [p])[0]
+                yield from self.ctx.runtime.run_job(self, list, [p])[0]
             return
         from concurrent.futures import ThreadPoolExecutor
         ctx = self.ctx
-        props = dict(ctx._props())
+        props = dict(ctx.runtime.local_properties())
 
         def fetch(p: int) -> list:
-            ctx._local.props = dict(props)
-            return ctx._run_job(self, list, [p])[0]
+            ctx.runtime.set_local_properties(dict(props))
+            return ctx.runtime.run_job(self, list, [p])[0]
 
         with ThreadPoolExecutor(1, thread_name_prefix="toLocalIterator-prefetch") as pool:
             pending = pool.submit(fetch, 0) if n else None
@@ -785,7 +785,7 @@ class RDD:
         def process(iterator: Iterable) -> None:
             for x in iterator:
                 f(x)
-        self.ctx._run_job(self, process)
+        self.ctx.runtime.run_job(self, process)
 
     def foreachPartition(self, f: Callable[[Iterable], None]) -> None:
         def process(iterator: Iterable) -> None:
@@ -796,10 +796,10 @@ class RDD:
                         pass
                 except TypeError:
                     pass
-        self.ctx._run_job(self, process)
+        self.ctx.runtime.run_job(self, process)
 
     def count(self) -> int:
-        return sum(self.ctx._run_job(self, _count_iter))
+        return sum(self.ctx.runtime.run_job(self, _count_iter))
 
     def reduce(self, f: Callable[[Any, Any], Any]) -> Any:
         from ember.shuffle.external import _is_add
@@ -815,7 +815,7 @@ class RDD:
             if adding and not isinstance(initial, (str, bytes, bytearray)):
                 return [sum(it, initial)]     # C loop, same left-to-right `+`
             return [_reduce(f, it, initial)]
-        vals = [v for part in self.ctx._run_job(self, func) for v in part]
+        vals = [v for part in self.ctx.runtime.run_job(self, func) for v in part]
         if vals:
             return _reduce(f, vals)
         raise ValueError("Can not reduce() empty RDD")
@@ -845,7 +845,7 @@ class RDD:
             for obj in iterator:
                 acc = op(acc, obj)
             return acc
-        vals = self.ctx._run_job(self, func)
+        vals = self.ctx.runtime.run_job(self, func)
         return _reduce(op, vals, zeroValue)
 
     def aggregate(self, zeroValue: Any, seqOp: Callable, combOp: Callable) -> Any:
@@ -857,7 +857,7 @@ class RDD:
             for obj in iterator:
                 acc = seq_op(acc, obj)
             return acc
-        vals = self.ctx._run_job(self, func)
+        vals = self.ctx.runtime.run_job(self, func)
         return _reduce(comb_op, vals, zeroValue)
 
     def treeAggregate(self, zeroValue: Any, seqOp: Callable, combOp: Callable,
@@ -898,12 +898,12 @@ class RDD:
         return self.reduce(lambda a, b: min(a, b, key=key))
 
     def sum(self) -> Any:
-        return sum(self.ctx._run_job(self, sum), 0)
+        return sum(self.ctx.runtime.run_job(self, sum), 0)
 
     def stats(self) -> StatCounter:
         def redfunc(left: StatCounter, right: StatCounter) -> StatCounter:
             return left.mergeStats(right)
-        parts = self.ctx._run_job(self, StatCounter)
+        parts = self.ctx.runtime.run_job(self, StatCounter)
         return _reduce(redfunc, parts, StatCounter())
 
     def mean(self) -> float:
@@ -992,7 +992,7 @@ class RDD:
             counters[-1] += last
             return counters
 
-        parts = self.ctx._run_job(self, histogram)
+        parts = self.ctx.runtime.run_job(self, histogram)
         counts = [sum(c) for c in zip(*parts)] if parts else [0] * (len(bucket_list) - 1)
         # PySpark hands back the caller's own buckets object (a tuple stays a tuple)
         return (bucket_list if isinstance(buckets, int) else buckets), counts
@@ -1007,7 +1007,7 @@ class RDD:
             for k, v in m2.items():
                 m1[k] += v
             return m1
-        return _reduce(merge, self.ctx._run_job(self, count_partition), defaultdict(int))
+        return _reduce(merge, self.ctx.runtime.run_job(self, count_partition), defaultdict(int))
 
     def countByKey(self) -> dict:
         return self.map(lambda x: x[0]).countByValue()
@@ -1028,7 +1028,7 @@ class RDD:
             for k, v in m2.items():
                 m1[k] = func(m1[k], v) if k in m1 else v
             return m1
-        return _reduce(merge, self.ctx._run_job(self, reduce_partition), {})
+        return _reduce(merge, self.ctx.runtime.run_job(self, reduce_partition), {})
 
     def lookup(self, key: Any) -> list:
         values = self.filter(lambda kv: kv[0] == key).values()
@@ -1042,7 +1042,7 @@ class RDD:
 
         def merge(a: list, b: list) -> list:
             return heapq.nlargest(num, a + b, key=key)
-        return _reduce(merge, self.ctx._run_job(self, top_iterator), [])
+        return _reduce(merge, self.ctx.runtime.run_job(self, top_iterator), [])
 
     def takeOrdered(self, num: int, key: Callable[[Any], Any] | None = None) -> list:
         if num < 0:
@@ -1052,7 +1052,7 @@ class RDD:
 
         def merge(a: list, b: list) -> list:
             return heapq.nsmallest(num, a + b, key)
-        return _reduce(merge, self.ctx._run_job(
+        return _reduce(merge, self.ctx.runtime.run_job(
             self, lambda it: heapq.nsmallest(num, it, key)), [])
 
     def take(self, num: int) -> list:
@@ -1072,7 +1072,7 @@ class RDD:
             def take_up_to_num_left(iterator: Iterable, left: int = left) -> list:
                 return list(itertools.islice(iterator, left))
             p = list(range(parts_scanned, min(parts_scanned + num_parts_to_try, total_parts)))
-            for res in self.ctx._run_job(self, take_up_to_num_left, p):
+            for res in self.ctx.runtime.run_job(self, take_up_to_num_left, p):
                 items.extend(res)
             parts_scanned += num_parts_to_try
         return items[:num]
@@ -1134,7 +1134,7 @@ class RDD:
                 h.add(portable_hash(x))
             return h.registers
 
-        parts = self.ctx._run_job(self, sketch)
+        parts = self.ctx.runtime.run_job(self, sketch)
         return HyperLogLog.merge_estimate(p, parts)
 
     # --- output -------------------------------------------------------------------------
@@ -1175,7 +1175,7 @@ class RDD:
         def run(ctx: Any, it: Iterator) -> str:
             return write(ctx, it, committer)
         try:
-            attempt_files = self.ctx._run_job(self, run, with_context=True)
+            attempt_files = self.ctx.runtime.run_job(self, run, with_context=True)
         except BaseException:
             committer.abort_job()
             raise
@@ -1225,7 +1225,7 @@ def _partition_sorter(rdd: RDD, ascending: bool, keyfunc: Callable[[Any], Any]
     """Sort one partition's (k, v) pairs by keyfunc(k), spilling past the memory budget."""
     from ember.shuffle.external import ExternalSorter
     memory = rdd._memory_limit()
-    local_dirs = rdd.ctx._spill_dirs
+    local_dirs = rdd.ctx.runtime.spill_dirs
     key = operator.itemgetter(0) if keyfunc is _identity else (lambda kv: keyfunc(kv[0]))
 
     def sort_partition(iterator: Iterable) -> Iterator:
@@ -1382,7 +1382,7 @@ class MapPartitionsRDD(RDD):
     def _id(self) -> int:
         rid = self._rdd_id
         if rid is None:
-            rid = self._rdd_id = self.ctx._new_rdd_id()
+            rid = self._rdd_id = self.ctx.runtime.new_rdd_id()
         return rid
 
     @_id.setter
@@ -1460,8 +1460,8 @@ class ShuffledRDD(RDD):
         self.prev = prev
         self.num_partitions = num_partitions
         self.partition_func = partition_func
-        self.shuffle_id = prev.ctx._new_shuffle_id()
-        self._serializer = prev.ctx._data_serializer
+        self.shuffle_id = prev.ctx.runtime.new_shuffle_id()
+        self._serializer = prev.ctx.runtime.data_serializer
         self._dep = ShuffleDependency(prev, self.shuffle_id, num_partitions, partition_func,
                                       self._serializer)
 

@@ -25,7 +25,7 @@ _shared: list = []
 @pytest.fixture
 def sc():
     """The shared local[2] context, recreated if a test stopped it (cheap to reuse)."""
-    if not _shared or _shared[0]._stopped:
+    if not _shared or _shared[0].runtime.stopped:
         _stop_active()
         _shared[:] = [SparkContext("local[2]", "ember-tests")]
     return _shared[0]

@@ -33,8 +33,7 @@ def _info(tid: int, index: int, launch: float, executor: str = "1", host: str = 
           state: str | None = None, finish: float = 0.0) -> TaskInfo:
     info = TaskInfo(tid, index, 0, index, launch, executor, host, "PROCESS_LOCAL")
     if state is not None:
-        info.mark_finished(state)
-        info.finish_time = finish
+        info.mark_finished(state, finish)
     return info
 
 
@@ -513,7 +512,7 @@ def test_live_application_ui_api_metrics_and_event_log(fresh_sc, tmp_path) -> No
     pairs = sc.parallelize(range(40), 4).map(lambda x: (x % 4, x)).setName(EVIL).cache()
     assert sorted(pairs.reduceByKey(lambda a, b: a + b).collect())[0] == (0, 180)
     assert pairs.count() == 40
-    assert sc._bus.wait_until_empty(10) and sc._ui_process.sync()
+    assert sc.runtime.bus.wait_until_empty(10) and sc.runtime.ui_process.sync()
     api = f"{base}/api/v1/applications"
 
     status, ctype, body = _get(api)
@@ -558,7 +557,7 @@ def test_live_application_ui_api_metrics_and_event_log(fresh_sc, tmp_path) -> No
 
     live_jobs = json.loads(_get(f"{api}/{sc.applicationId}/jobs")[2])
     pairs.unpersist()
-    assert sc._bus.wait_until_empty(10) and sc._ui_process.sync()
+    assert sc.runtime.bus.wait_until_empty(10) and sc.runtime.ui_process.sync()
     assert json.loads(_get(f"{api}/{sc.applicationId}/storage/rdd")[2]) == []
     sc.stop()
     final = os.path.join(tmp_path, sc.applicationId)

@@ -36,7 +36,7 @@ def _cluster_context(cluster, name: str, **conf: str) -> SparkContext:
         active.stop()
     sc = SparkContext(cluster.url, name, conf=_conf(**conf))
     deadline = time.time() + 60         # barrier stages need every slot registered
-    while sc._backend.max_num_concurrent_tasks() < 4 and time.time() < deadline:
+    while sc.runtime.scheduler_backend.max_num_concurrent_tasks() < 4 and time.time() < deadline:
         time.sleep(0.1)
     return sc
 
@@ -285,7 +285,7 @@ def test_driver_refuses_request_to_sync_from_a_non_executor(cluster):
     sc = _cluster_context(cluster, "barrier-foreign-request")
     env = RpcEnv.create("foreign", "127.0.0.1", 0, {}, client_mode=True)
     try:
-        ref = env.endpoint_ref(sc._backend.rpc_env.address, "CoarseGrainedScheduler")
+        ref = env.endpoint_ref(sc.runtime.scheduler_backend.rpc_env.address, "CoarseGrainedScheduler")
         with pytest.raises(RpcRemoteError) as e:
             ref.ask_sync(RequestToSync(2, 0, 0, 0, 0, 0, "", "BARRIER"), timeout=30)
         assert "which is not a registered executor" in str(e.value)

@@ -5,10 +5,12 @@ from typing import Any
 
 import pytest
 
+from ember.clock import ManualClock
 from ember.dependency import OneToOneDependency, ShuffleDependency
 from ember.errors import JobCancelledException, SparkException
 from ember.scheduler.dag_scheduler import DAGScheduler
-from ember.scheduler.listener import ListenerBus
+from ember.scheduler.listener import (JobEnd, JobStart, ListenerBus, StageCompleted,
+                                      StageSubmitted)
 from ember.scheduler.map_output_tracker import MapOutputTracker
 from ember.scheduler.task import SUCCESS, ExceptionFailure, FetchFailed, TaskSet
 from ember.shuffle.base import MapStatus
@@ -88,14 +90,15 @@ class FakeTaskScheduler:
 
 
 class Harness:
-    def __init__(self) -> None:
+    def __init__(self, clock: ManualClock | None = None) -> None:
         self.ts = FakeTaskScheduler()
         self.timers: list = []
         self.tracker = MapOutputTracker()
-        self.dag = DAGScheduler(self.ts, ListenerBus(), self.tracker, lambda r, p: [],
+        self.bus = ListenerBus()
+        self.dag = DAGScheduler(self.ts, self.bus, self.tracker, lambda r, p: [],
                                 lambda kind, rdd, f: b"blob", lambda dep: None,
                                 max_consecutive_attempts=4,
-                                timer=lambda d, fn: self.timers.append(fn))
+                                timer=lambda d, fn: self.timers.append(fn), clock=clock)
 
     def run_job(self, rdd: FakeRDD, partitions: list[int] | None = None,
                 properties: dict | None = None) -> tuple[Any, dict]:
@@ -340,3 +343,21 @@ def test_a_barrier_job_waiting_for_slots_can_be_cancelled_or_shut_down() -> None
     h.ts.backend.slots = 2
     h.fire_timers()                   # the pending re-checks find nothing to do
     assert not h.ts.task_sets
+
+
+def test_job_and_stage_times_come_from_the_injected_clock() -> None:
+    clock = ManualClock(500.0)
+    h = Harness(clock)
+    events: list = []
+    h.bus.add_sync(type("Rec", (), {"on_event": lambda self, e: events.append(e)})())
+    waiter, _ = h.run_job(FakeRDD(1))
+    clock.advance(2.0)
+    h.complete(h.ts.task_sets[0])
+    assert waiter.completed
+    times = [(type(e).__name__, e.time if isinstance(e, (JobStart, JobEnd)) else
+              e.stage_info.submission_time if isinstance(e, StageSubmitted) else
+              e.stage_info.completion_time)
+             for e in events if isinstance(e, (JobStart, JobEnd, StageSubmitted,
+                                              StageCompleted))]
+    assert times == [("JobStart", 500.0), ("StageSubmitted", 500.0),
+                     ("StageCompleted", 502.0), ("JobEnd", 502.0)]

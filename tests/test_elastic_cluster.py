@@ -81,7 +81,7 @@ def test_dynamic_allocation_grows_shrinks_frees_cores_and_keeps_shuffle(elastic_
     events.mkdir()
     sc = fresh_sc(elastic_cluster.url, "elastic-da", dynamic_conf(
         spark_eventLog_enabled="true", spark_eventLog_dir=str(events)))
-    backend = sc._backend
+    backend = sc.runtime.scheduler_backend
     map_runs = sc.accumulator(0)
 
     def mapper(it):
@@ -94,7 +94,7 @@ def test_dynamic_allocation_grows_shrinks_frees_cores_and_keeps_shuffle(elastic_
     assert map_runs.value == 40
     peak = {e for e in backend.executors}
     assert len(peak) == 4, "a burst of 40 tasks grows the application to maxExecutors"
-    statuses = [st for sid in sc._tracker.shuffle_ids() for st in sc._tracker.statuses(sid)]
+    statuses = [st for sid in sc.runtime.map_output_tracker.shuffle_ids() for st in sc.runtime.map_output_tracker.statuses(sid)]
     assert {st.endpoint for st in statuses} == {"ExternalShuffleService"}
     writers = {st.executor_id for st in statuses}
 
@@ -134,7 +134,7 @@ def test_shuffle_of_a_crashed_executor_is_served_by_the_shuffle_service(elastic_
     conf = (SparkConf().set("spark.executor.cores", "1").set("spark.executor.memory", "512m")
             .set("spark.cores.max", "2").set("spark.shuffle.service.enabled", "true"))
     sc = fresh_sc(elastic_cluster.url, "elastic-crash", conf)
-    backend = sc._backend
+    backend = sc.runtime.scheduler_backend
     wait_until(lambda: len(backend.executors) == 2, 60, "2 executors")
     map_runs = sc.accumulator(0)
 
@@ -144,8 +144,8 @@ def test_shuffle_of_a_crashed_executor_is_served_by_the_shuffle_service(elastic_
 
     counts = sc.parallelize(range(700), 6).mapPartitions(mapper).reduceByKey(operator.add, 3)
     assert dict(counts.collect()) == {k: 100 for k in range(7)}
-    writers = {st.executor_id for sid in sc._tracker.shuffle_ids()
-               for st in sc._tracker.statuses(sid)}
+    writers = {st.executor_id for sid in sc.runtime.map_output_tracker.shuffle_ids()
+               for st in sc.runtime.map_output_tracker.statuses(sid)}
     victim_id = sorted(writers)[0]
     victims = [p for p in elastic_cluster.all_processes()
                if "ember.executor.backend" in " ".join(p.cmdline())
@@ -167,7 +167,7 @@ def test_executor_decommissioned_by_its_own_signal_migrates_its_shuffle(elastic_
             .set("spark.cores.max", "2").set("spark.decommission.enabled", "true")
             .set("spark.storage.decommission.enabled", "true"))
     sc = fresh_sc(elastic_cluster.url, "elastic-executor-signal", conf)
-    backend = sc._backend
+    backend = sc.runtime.scheduler_backend
     wait_until(lambda: len(backend.executors) == 2, 60, "2 executors")
     map_runs = sc.accumulator(0)
 
@@ -184,8 +184,8 @@ def test_executor_decommissioned_by_its_own_signal_migrates_its_shuffle(elastic_
                   and p.cmdline()[p.cmdline().index("--executor-id") + 1] == victim_id)
     victim.send_signal(signal.SIGPWR)
     wait_until(lambda: victim_id not in backend.executors, 60, "the executor to drain")
-    assert all(st.executor_id != victim_id for sid in sc._tracker.shuffle_ids()
-               for st in sc._tracker.statuses(sid))
+    assert all(st.executor_id != victim_id for sid in sc.runtime.map_output_tracker.shuffle_ids()
+               for st in sc.runtime.map_output_tracker.statuses(sid))
     assert dict(counts.collect()) == {k: 100 for k in range(7)}
     assert map_runs.value == 6
 
@@ -194,7 +194,7 @@ CLUSTER_MODE_APP = """
 import threading, time
 from ember import SparkConf, SparkContext
 sc = SparkContext(conf=SparkConf())
-execs = sc._backend.executors
+execs = sc.runtime.scheduler_backend.executors
 peak = [0]
 def watch():
     while True:
@@ -245,8 +245,8 @@ def test_decommissioned_worker_migrates_shuffle_and_cache_mid_job(elastic_cluste
             .set("spark.locality.wait", "30s"))
     sc = fresh_sc(elastic_cluster.url, "elastic-decommission", conf)
     stages = StageAttempts()
-    sc._bus.sync_listeners.append(stages)
-    backend = sc._backend
+    sc.runtime.bus.sync_listeners.append(stages)
+    backend = sc.runtime.scheduler_backend
     wait_until(lambda: len(backend.executors) == 4, 60, "4 executors")
     map_runs = sc.accumulator(0)
     cache_runs = sc.accumulator(0)

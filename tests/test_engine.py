@@ -127,7 +127,7 @@ def test_lost_shuffle_output_is_recomputed_through_fetch_failed(sc):
     pairs = sc.parallelize(range(100), 4).map(lambda x: (x % 10, x))
     summed = pairs.reduceByKey(lambda a, b: a + b)
     expected = sorted(summed.collect())
-    for f in glob.glob(os.path.join(sc._local_dir, "shuffle_*.data")):
+    for f in glob.glob(os.path.join(sc.runtime.local_dir, "shuffle_*.data")):
         os.unlink(f)
     assert sorted(summed.collect()) == expected
 
@@ -136,15 +136,15 @@ def test_stages_are_skipped_when_shuffle_output_exists(sc):
     counts = sc.parallelize(range(1000), 4).map(lambda x: (x % 3, 1)).reduceByKey(lambda a, b: a + b)
     counts.collect()
     tracker = sc.statusTracker()
-    before = len(sc._status_store.stages)
+    before = len(sc.runtime.status_store.stages)
     counts.count()
-    jobs = sorted(sc._status_store.jobs)
+    jobs = sorted(sc.runtime.status_store.jobs)
     last = tracker.getJobInfo(jobs[-1])
     assert len(last.stageIds) == 2
     submitted = [sid for sid in last.stageIds
-                 if sc._status_store.stages[sid].status != "ACTIVE"]
+                 if sc.runtime.status_store.stages[sid].status != "ACTIVE"]
     assert len(submitted) == 1, "the map stage is skipped"
-    assert len(sc._status_store.stages) >= before
+    assert len(sc.runtime.status_store.stages) >= before
 
 
 def test_cancel_job_group_kills_running_tasks_promptly(sc):
@@ -203,7 +203,7 @@ def test_cache_locality_and_lru_eviction(fresh_sc):
     sc = fresh_sc("local[2]", conf=conf)
     big = sc.parallelize(range(8), 8).flatMap(lambda i: [float(i)] * 60000).cache()
     assert big.count() == 480000
-    cached = sc._block_master.rdd_blocks(big.id())
+    cached = sc.runtime.block_manager_master.rdd_blocks(big.id())
     assert 0 < len(cached) < 8, "a 4 MB budget cannot hold all eight ~1.9 MB blocks"
     assert big.sum() == sum(float(i) * 60000 for i in range(8))
 
@@ -214,11 +214,11 @@ def test_memory_and_disk_spills_evicted_blocks_to_disk(fresh_sc):
     rdd = sc.parallelize(range(6), 6).flatMap(lambda i: [i] * 60000) \
         .persist(StorageLevel.MEMORY_AND_DISK)
     assert rdd.count() == 360000
-    on_disk = glob.glob(os.path.join(sc._local_dir, "blocks", f"rdd_{rdd.id()}_*"))
+    on_disk = glob.glob(os.path.join(sc.runtime.local_dir, "blocks", f"rdd_{rdd.id()}_*"))
     assert on_disk
     assert rdd.sum() == sum(i * 60000 for i in range(6))
     rdd.unpersist()
-    assert not glob.glob(os.path.join(sc._local_dir, "blocks", f"rdd_{rdd.id()}_*"))
+    assert not glob.glob(os.path.join(sc.runtime.local_dir, "blocks", f"rdd_{rdd.id()}_*"))
 
 
 def test_disk_only_and_replicated_levels(sc):
@@ -298,7 +298,7 @@ def test_stop_leaves_no_processes_behind(fresh_sc):
     sc.stop()
     gone, alive = psutil.wait_procs(kids, timeout=5)
     assert not alive
-    assert not os.path.exists(sc._local_dir)
+    assert not os.path.exists(sc.runtime.local_dir)
 
 
 def test_bad_inputs_leave_the_context_usable(sc, tmp_path):

@@ -64,7 +64,7 @@ def test_finished_application_matches_the_live_ui(server):
         live = sc.uiWebUrl
         deadline = time.time() + 20    # a failed job's other tasks end after the job does
         while True:
-            sc._bus.wait_until_empty()
+            sc.runtime.bus.wait_until_empty()
             live_jobs = api(live, f"/applications/{app_id}/jobs")
             live_stages = api(live, f"/applications/{app_id}/stages")
             if not any(j["numActiveTasks"] for j in live_jobs) and \

@@ -53,7 +53,7 @@ def test_workers_with_fewer_cores_than_a_task_needs_are_refused(fresh_sc):
 
 def test_local_cluster_runs_jobs_and_barrier_stages_on_real_daemons_and_stops_them(fresh_sc):
     sc = fresh_sc("local-cluster[ 2 , 1 , 1024 ]", "local-cluster-app")
-    cluster = sc._local_cluster
+    cluster = sc.runtime.local_cluster
     assert sc.master == "local-cluster[ 2 , 1 , 1024 ]"
     j = cluster.json()
     assert j["status"] == "ALIVE" and j["aliveworkers"] == 2
@@ -68,7 +68,7 @@ def test_local_cluster_runs_jobs_and_barrier_stages_on_real_daemons_and_stops_th
         return [ctx.allGather(str(os.getppid()))]
     import time
     deadline = time.time() + 60      # both executors (one core each) must have registered
-    while sc._backend.max_num_concurrent_tasks() < 2 and time.time() < deadline:
+    while sc.runtime.scheduler_backend.max_num_concurrent_tasks() < 2 and time.time() < deadline:
         time.sleep(0.1)
     gathered = sc.parallelize(range(2), 2).barrier().mapPartitions(where).collect()
     assert gathered[0] == gathered[1] and len(set(gathered[0])) == 2, \

@@ -19,14 +19,14 @@ def test_task_past_pyspark_memory_fails_with_the_reason_and_executor_survives(cl
     sc = SparkContext(conf=conf)
     try:
         assert sc.parallelize(range(8), 4).sum() == 28
-        before = {e.executor_id: e.address for e in sc._backend.executors.values()}
+        before = {e.executor_id: e.address for e in sc.runtime.scheduler_backend.executors.values()}
         with pytest.raises(MemoryError) as e:           # a PythonException that is one
             sc.parallelize([1], 1).mapPartitions(_hog).collect()
         assert "exceeded its memory limit (spark.executor.pyspark.memory: 500 MiB" in \
             str(e.value)
         # the same executors run the next job: nothing was lost
         assert sc.parallelize(range(100), 4).map(lambda x: x * 2).sum() == 9900
-        after = {e.executor_id: e.address for e in sc._backend.executors.values()}
+        after = {e.executor_id: e.address for e in sc.runtime.scheduler_backend.executors.values()}
         assert after == before
     finally:
         sc.stop()

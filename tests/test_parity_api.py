@@ -318,11 +318,11 @@ def test_broadcast_constructor_forms(sc, tmp_path):
 
 
 def test_broadcast_of_an_unpicklable_value(sc, capsys):
-    before = set(os.listdir(sc._broadcast_dir))
+    before = set(os.listdir(sc.runtime.broadcast_dir))
     with pytest.raises(pickle.PicklingError,
                        match="^Could not serialize broadcast: TypeError: cannot pickle "
                              "'_thread.lock' object$"):
         sc.broadcast(threading.Lock())
     assert "Traceback" in capsys.readouterr().err      # PySpark prints it too
-    assert set(os.listdir(sc._broadcast_dir)) == before  # nothing half-written is left
+    assert set(os.listdir(sc.runtime.broadcast_dir)) == before  # nothing half-written is left
     assert sc.broadcast([1]).value == [1]

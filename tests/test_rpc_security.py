@@ -409,7 +409,7 @@ def test_io_encryption_in_local_mode(tmp_path):
         counts = dict(sc.parallelize([(i % 3, mark) for i in range(300)], 3)
                       .groupByKey().mapValues(len).collect())
         assert counts == {0: 100, 1: 100, 2: 100}
-        files = [os.path.join(d, f) for d, _, fs in os.walk(sc._local_dir) for f in fs
+        files = [os.path.join(d, f) for d, _, fs in os.walk(sc.runtime.local_dir) for f in fs
                  if f.startswith("shuffle_") and f.endswith(".data")]
         assert files
         assert not any(mark.encode() in open(p, "rb").read() for p in files)
@@ -433,7 +433,7 @@ def test_io_encryption_with_the_applications_serializer(tmp_path):
         counts = dict(sc.parallelize([(i % 3, mark) for i in range(300)], 3)
                       .groupByKey().mapValues(len).collect())
         assert counts == {0: 100, 1: 100, 2: 100}
-        files = [os.path.join(d, f) for d, _, fs in os.walk(sc._local_dir) for f in fs
+        files = [os.path.join(d, f) for d, _, fs in os.walk(sc.runtime.local_dir) for f in fs
                  if f.startswith("shuffle_") and f.endswith(".data")]
         assert files
         assert not any(mark.encode() in open(p, "rb").read() for p in files)

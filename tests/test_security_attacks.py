@@ -158,7 +158,7 @@ def app(mode):
 
 def test_launch_task_to_an_executor_from_a_stranger_is_refused(mode, app):
     path = marker(mode, "launch-task")
-    executors = list(app._backend.executors.values())
+    executors = list(app.runtime.scheduler_backend.executors.values())
     assert executors
     ex = executors[0]
     task = LaunchTask(pickle.dumps(_Evil(path)))
@@ -171,8 +171,8 @@ def test_launch_task_to_an_executor_from_a_stranger_is_refused(mode, app):
 
 def test_status_update_to_a_driver_from_strangers_is_refused(mode, app):
     path = marker(mode, "status-update")
-    driver = app._backend.rpc_env.address
-    eid = next(iter(app._backend.executors))
+    driver = app.runtime.scheduler_backend.rpc_env.address
+    eid = next(iter(app.runtime.scheduler_backend.executors))
     update = StatusUpdate(eid, 0, "FINISHED", pickle.dumps(_Evil(path)))
     assert_refused(stranger(mode, driver.port, _one_way("CoarseGrainedScheduler", update)))
     # another application's executor (its own credential / not the registered connection)
@@ -189,7 +189,7 @@ def test_application_removed_from_an_executor_identity_is_refused(mode, app):
     """The master connects to a client-mode driver as the cluster; a connection holding the
     application's own credential (what its executors have) cannot play the master."""
     from ember.deploy.messages import ApplicationRemoved
-    driver = app._backend.rpc_env.address
+    driver = app.runtime.scheduler_backend.rpc_env.address
     if mode.name == "authenticated":
         executor_like = mode.env("executor-like", {**AUTH, "spark.authenticate.secret":
                                                    app_credential(SECRET.encode(),

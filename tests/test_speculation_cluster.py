@@ -36,14 +36,14 @@ def _context(cluster, name, **conf):
         c.set(k, v)
     sc = SparkContext(conf=c)
     deadline = time.monotonic() + 120
-    while len(sc._backend.executors) < 8:
+    while len(sc.runtime.scheduler_backend.executors) < 8:
         assert time.monotonic() < deadline, "executors did not all register"
         time.sleep(0.2)
     return sc
 
 
 def _executor_on(sc, host):
-    return sorted(e.executor_id for e in sc._backend.executors.values() if e.host == host)[0]
+    return sorted(e.executor_id for e in sc.runtime.scheduler_backend.executors.values() if e.host == host)[0]
 
 
 def _straggler_job(sc, slow, out=None):
@@ -75,7 +75,7 @@ def test_straggler_with_and_without_speculation(two_hosts, tmp_path):
                 ends.append(e)
             elif type(e).__name__ == "SpeculativeTaskSubmitted":
                 submitted.append(e)
-    sc._bus.add_sync(Recorder())
+    sc.runtime.bus.add_sync(Recorder())
     try:
         slow = _executor_on(sc, "127.0.0.2")
         _straggler_job(sc, "none")                           # warm the executors
@@ -139,7 +139,7 @@ def test_executor_whose_tasks_always_fail_is_excluded(two_hosts, tmp_path):
             return i
 
         assert sc.parallelize(range(32), 32).map(work).sum() == sum(range(32))
-        ht = sc._task_scheduler.health_tracker
+        ht = sc.runtime.task_scheduler.health_tracker
         assert ht.is_executor_excluded(bad)
         assert not ht.is_node_excluded("127.0.0.2")
         # the next job runs nowhere near it
@@ -149,7 +149,7 @@ def test_executor_whose_tasks_always_fail_is_excluded(two_hosts, tmp_path):
             def on_event(self, e):
                 if type(e).__name__ == "TaskEnd":
                     ends.append(e.task_info.executor_id)
-        sc._bus.add_sync(Recorder())
+        sc.runtime.bus.add_sync(Recorder())
         assert sc.parallelize(range(32), 32).map(work).sum() == sum(range(32))
         assert ends and bad not in ends
         url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/executors"

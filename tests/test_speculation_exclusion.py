@@ -6,45 +6,13 @@ from __future__ import annotations
 import pytest
 
 from ember.clock import ManualClock
-from ember.scheduler.backend import SchedulerBackend, WorkerOffer
+from ember.scheduler.backend import WorkerOffer
 from ember.scheduler.health_tracker import (ExcludeSettings, HealthTracker,
                                             TaskSetExcludelist)
 from ember.scheduler.speculation import SpeculationSettings, median
 from ember.scheduler.task import Task, TaskSet
 from ember.scheduler.task_scheduler import TaskSchedulerImpl
-
-
-class RecordingBackend(SchedulerBackend):
-    def __init__(self):
-        self.killed = []
-        self.killed_executors = []
-
-    def start(self): ...
-    def stop(self): ...
-    def revive_offers(self): ...
-    def default_parallelism(self): return 2
-
-    def kill_task(self, task_id, executor_id, slot, reason):
-        self.killed.append((task_id, reason))
-
-    def kill_executors(self, ids):
-        self.killed_executors.extend(ids)
-        return True
-
-
-class RecordingDag:
-    def __init__(self):
-        self.ended = []
-        self.failed = []
-
-    def task_ended(self, task, reason, result, accum, metrics, info):
-        self.ended.append((task.partition_id, type(reason).__name__, result, accum, info))
-
-    def task_set_failed(self, task_set, message, exception):
-        self.failed.append(message)
-
-    def executor_lost(self, executor_id, worker_host=None):
-        pass
+from tests.helpers.recording_scheduler import RecordingBackend, RecordingDag
 
 
 def make(n_tasks=10, speculation=None, exclude=None, max_failures=4, clock=None):

@@ -55,13 +55,13 @@ def test_wordcount_and_sort_match_local_mode_with_remote_shuffle_reads(cluster, 
 
     sc = _context(cluster, "wc-cluster")
     try:
-        sc._bus.add_sync(Rec())
-        _wait(lambda: len(sc._backend.executors) == 2)
+        sc.runtime.bus.add_sync(Rec())
+        _wait(lambda: len(sc.runtime.scheduler_backend.executors) == 2)
         counts = sorted(sc.textFile(str(text), 4).flatMap(str.split)
                         .map(lambda w: (w, 1)).reduceByKey(add, 4).collect())
         pairs = sc.parallelize([(i * 7919 % 1000, i) for i in range(2000)], 4)
         ordered = pairs.sortByKey(numPartitions=3).collect()
-        hosts = {eid: d.address for eid, d in sc._backend.executors.items()}
+        hosts = {eid: d.address for eid, d in sc.runtime.scheduler_backend.executors.items()}
     finally:
         sc.stop()
     with SparkContext("local[2]", "wc-local") as local:
@@ -83,7 +83,7 @@ def test_application_appears_in_master_json_and_executors_register(cluster):
         j = cluster.wait_for(lambda j: any(a["id"] == app_id for a in j["activeapps"]))
         app = [a for a in j["activeapps"] if a["id"] == app_id][0]
         assert app["name"] == "json-app" and isinstance(app["starttime"], int)
-        _wait(lambda: len(sc._backend.executors) == 2)
+        _wait(lambda: len(sc.runtime.scheduler_backend.executors) == 2)
         assert sc.defaultParallelism == 4
     finally:
         sc.stop()
@@ -123,7 +123,7 @@ def test_worker_killed_mid_job_job_completes_and_worker_goes_dead(tmp_path):
                       conf={"spark.worker.timeout": "2"}) as cluster:
         sc = _context(cluster, "survivor")
         try:
-            _wait(lambda: len(sc._backend.executors) == 2)
+            _wait(lambda: len(sc.runtime.scheduler_backend.executors) == 2)
             data = sc.parallelize(range(20000), 8).map(lambda x: (x % 97, x))
             summed = data.reduceByKey(add, 4)
             expected = {k: sum(x for x in range(20000) if x % 97 == k) for k in range(97)}
@@ -249,12 +249,12 @@ def test_daemon_cli_rejects_bad_input_with_one_line(tmp_path):
 def test_unpersist_and_broadcast_updates_reach_executors(cluster):
     sc = _context(cluster, "unpersist")
     try:
-        _wait(lambda: len(sc._backend.executors) == 2)
+        _wait(lambda: len(sc.runtime.scheduler_backend.executors) == 2)
         rdd = sc.parallelize(range(100), 4).map(lambda x: x + 1).cache()
         assert rdd.sum() == 5050
-        assert sc._block_master.rdd_blocks(rdd.id())
+        assert sc.runtime.block_manager_master.rdd_blocks(rdd.id())
         rdd.unpersist()
-        assert not sc._block_master.rdd_blocks(rdd.id())
+        assert not sc.runtime.block_manager_master.rdd_blocks(rdd.id())
         assert rdd.sum() == 5050          # recomputed from lineage
         b = sc.broadcast([1, 2, 3])
         assert sc.parallelize(range(4), 4).map(lambda x: sum(b.value)).collect() == [6] * 4

@@ -2,23 +2,25 @@
 
 Its state (jobs, stages, which are waiting, running or failed) is changed only by the
 handle_* methods, one event at a time on one thread, and it acts on the world only through
-injected collaborators (task scheduler, listener bus, timer) — so the unit tests drive it
+injected collaborators (task scheduler, listener bus, timer, clock) — so the unit tests drive it
 with fake task results and no processes. Names and messages follow Spark's DAGScheduler.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
+import pickle
 import threading
-import time
 from typing import Any, Callable
 
+from ember.clock import Clock, SystemClock
 from ember.dependency import NarrowDependency, ShuffleDependency, stage_rdds
 from ember.errors import (BarrierJobRunWithDynamicAllocationException,
                           BarrierJobSlotsNumberCheckFailed,
                           BarrierJobUnsupportedRDDChainException, JobCancelledException,
                           PicklingError, SparkException, make_python_exception)
-from ember.scheduler import listener as L
+from ember.scheduler.listener import (JobEnd, JobStart, ListenerBus, RDDInfo, StageCompleted,
+                                      StageInfo, StageSubmitted, TaskEnd)
 from ember.scheduler.map_output_tracker import MapOutputTracker
 from ember.scheduler.task import (ExceptionFailure, FetchFailed, Success, Task, TaskLocation,
                                   TaskSet)
@@ -29,10 +31,10 @@ log = logging.getLogger(__name__)
 RESUBMIT_TIMEOUT = 0.2
 
 
-def rdd_infos(rdd: Any) -> list[L.RDDInfo]:
+def rdd_infos(rdd: Any) -> list[RDDInfo]:
     """The stage's RDD and its narrow ancestors, as Spark's StageInfo.fromStage lists them:
     the UI learns cached RDDs' names, sizes and storage levels from these."""
-    return [L.RDDInfo(r.id(), r.name() or type(r).__name__, len(r.partitions()),
+    return [RDDInfo(r.id(), r.name() or type(r).__name__, len(r.partitions()),
                       r._storage_level, r._call_site, [d.rdd.id() for d in r.dependencies()],
                       r._is_barrier())
             for r in stage_rdds(rdd)]
@@ -52,7 +54,7 @@ class Stage:
         self.next_attempt_id = 0
         self.failed_attempt_ids: set[int] = set()
         self.pending_partitions: set[int] = set()
-        self.latest_info = L.StageInfo(stage_id, 0, call_site, num_tasks,
+        self.latest_info = StageInfo(stage_id, 0, call_site, num_tasks,
                                        parent_ids=[p.id for p in parents],
                                        rdd_infos=rdd_infos(rdd))
 
@@ -61,7 +63,7 @@ class Stage:
         return self.call_site
 
     def make_new_attempt(self, num_partitions_to_compute: int) -> None:
-        self.latest_info = L.StageInfo(self.id, self.next_attempt_id, self.call_site,
+        self.latest_info = StageInfo(self.id, self.next_attempt_id, self.call_site,
                                        num_partitions_to_compute,
                                        rdd_name=self.rdd.name() or "",
                                        parent_ids=[p.id for p in self.parents],
@@ -156,7 +158,7 @@ class JobWaiter:
 
 
 class DAGScheduler:
-    def __init__(self, task_scheduler: Any, bus: L.ListenerBus, tracker: MapOutputTracker,
+    def __init__(self, task_scheduler: Any, bus: ListenerBus, tracker: MapOutputTracker,
                  cache_locations: Callable[[int, int], list[TaskLocation]],
                  serialize_stage: Callable[[str, Any, Any], bytes],
                  map_writer: Callable[[ShuffleDependency], Any],
@@ -165,8 +167,9 @@ class DAGScheduler:
                  loop: Any = None, barrier_check_interval: float = 15.0,
                  barrier_check_max_failures: int = 40,
                  dynamic_allocation: bool = False,
-                 shuffle_service_enabled: bool = False) -> None:
+                 shuffle_service_enabled: bool = False, clock: Clock | None = None) -> None:
         self.task_scheduler = task_scheduler
+        self.clock = clock or SystemClock()
         self.shuffle_service_enabled = shuffle_service_enabled
         self.bus = bus
         self.tracker = tracker
@@ -403,7 +406,7 @@ class DAGScheduler:
         # copies: async listeners must see the stages as they were when the job started
         stage_infos = [dataclasses.replace(self.stage_id_to_stage[s].latest_info)
                        for s in sorted(self.job_id_to_stage_ids.get(job_id, ()))]
-        self.bus.post(L.JobStart(job_id, time.time(), stage_infos, properties))
+        self.bus.post(JobStart(job_id, self.clock.time(), stage_infos, properties))
         self.submit_stage(final)
 
     def _recheck_barrier_job(self, job_id: int, *submission: Any) -> None:
@@ -482,7 +485,6 @@ class DAGScheduler:
         return manager.stage_profile(profiles_of_stage(rdd))
 
     def submit_missing_tasks(self, stage: Stage, job_id: int) -> None:
-        import pickle
         parts = stage.find_missing_partitions()
         job = self.job_id_to_active_job[job_id]
         properties = job.properties
@@ -494,8 +496,8 @@ class DAGScheduler:
         self.running_stages.add(stage)
         stage.make_new_attempt(len(parts))
         stage.latest_info.resource_profile_id = rp_id
-        stage.latest_info.submission_time = time.time()
-        self.bus.post(L.StageSubmitted(stage.latest_info, properties))
+        stage.latest_info.submission_time = self.clock.time()
+        self.bus.post(StageSubmitted(stage.latest_info, properties))
         try:
             if isinstance(stage, ResultStage):
                 blob = self.serialize_stage("result", stage.rdd, stage.func)
@@ -537,18 +539,18 @@ class DAGScheduler:
     def mark_stage_finished(self, stage: Stage, error: str | None = None,
                             will_retry: bool = False) -> None:
         info = stage.latest_info
-        info.completion_time = time.time()
+        info.completion_time = self.clock.time()
         if error is None:
             stage.failed_attempt_ids.clear()
         else:
             info.failure_reason = error
-        self.bus.post(L.StageCompleted(info))
+        self.bus.post(StageCompleted(info))
         self.running_stages.discard(stage)
 
     def handle_task_completion(self, task: Task, reason: Any, result: Any,
                                accum_updates: dict, metrics: dict, task_info: Any) -> None:
         stage = self.stage_id_to_stage.get(task.stage_id)
-        self.bus.post(L.TaskEnd(task.stage_id, task.stage_attempt, task.type_name, reason,
+        self.bus.post(TaskEnd(task.stage_id, task.stage_attempt, task.type_name, reason,
                                 task_info, metrics))
         if stage is None:
             return
@@ -565,7 +567,7 @@ class DAGScheduler:
                 if job.num_finished == job.num_partitions:
                     self.mark_stage_finished(stage)
                     self.cleanup_state_for_job(job)
-                    self.bus.post(L.JobEnd(job.job_id, time.time(), True))
+                    self.bus.post(JobEnd(job.job_id, self.clock.time(), True))
                 try:
                     job.listener.task_succeeded(task.output_id, result)
                 except Exception as e:
@@ -747,7 +749,7 @@ class DAGScheduler:
         if failed.id not in self.stage_id_to_stage:
             return
         jobs = [j for j in self.active_jobs if self._stage_depends_on(j.final_stage, failed)]
-        failed.latest_info.completion_time = time.time()
+        failed.latest_info.completion_time = self.clock.time()
         for job in jobs:
             msg = f"Job aborted due to stage failure: {reason}"
             if isinstance(exception, PicklingError):
@@ -773,7 +775,7 @@ class DAGScheduler:
                 self.task_scheduler.cancel_tasks(sid, f"Stage {sid} was cancelled")
                 self.mark_stage_finished(stage, str(error))
         self.cleanup_state_for_job(job)
-        self.bus.post(L.JobEnd(job.job_id, time.time(), False, str(error)))
+        self.bus.post(JobEnd(job.job_id, self.clock.time(), False, str(error)))
         job.listener.job_failed(error)
 
     def cleanup_state_for_job(self, job: ActiveJob) -> None:

@@ -78,10 +78,10 @@ class DriverEndpoint(RpcEndpoint):
             context.reply(SparkAppConfig(sorted(b.app_conf().items()),
                                          resourceProfile=b.profile_message(msg.resourceProfileId)))
         elif isinstance(msg, FetchBroadcast):
-            self._reply_file(context, os.path.join(b.sc._broadcast_dir, f"broadcast_{msg.id}"))
+            self._reply_file(context, os.path.join(b.runtime.broadcast_dir, f"broadcast_{msg.id}"))
         elif isinstance(msg, FetchFile):
             name = os.path.basename(msg.name)
-            self._reply_file(context, os.path.join(b.sc._files_dir, name))
+            self._reply_file(context, os.path.join(b.runtime.files_dir, name))
         elif isinstance(msg, RequestToSync):
             b.barrier_request(msg, context)
         elif isinstance(msg, ExecutorDecommissioning):
@@ -171,17 +171,17 @@ def driver_host(conf: Any, masters: list[RpcAddress]) -> str:
 
 
 class StandaloneSchedulerBackend(SchedulerBackend):
-    def __init__(self, sc: Any, scheduler: Any, master: str) -> None:
-        self.sc = sc
+    def __init__(self, runtime: Any, scheduler: Any, master: str) -> None:
+        self.runtime = runtime        # the driver's DriverRuntime
         self.scheduler = scheduler
         self.masters = parse_master_urls(master)
         self._allocation: ExecutorAllocationManager | None = None
         if scheduler.rp_manager is not None and scheduler.rp_manager.dynamic_enabled:
             # Spark's validateSettings: a bad setting fails the SparkContext before it binds
             self._allocation = ExecutorAllocationManager(
-                AllocationSettings.from_conf(dict(sc._conf.getAll())),
+                AllocationSettings.from_conf(dict(runtime.conf.getAll())),
                 scheduler.rp_manager.max_tasks_per_executor)
-        self.conf = sc._conf
+        self.conf = runtime.conf
         self.executors: dict[str, ExecutorData] = {}
         self._slot_of: dict[int, int] = {}
         self.app_id: str | None = None
@@ -243,13 +243,13 @@ class StandaloneSchedulerBackend(SchedulerBackend):
                             "expected. It's recommended to set spark.executor.cores "
                             "explicitly. Please check SPARK-30299 for more details.")
             initial = "0"
-        event_log = self.sc._event_log
+        event_log = self.runtime.event_log
         return ApplicationDescription(
-            self.sc.appName, int(max_cores) if max_cores else None, command,
-            self.sc.uiWebUrl or "",
+            self.runtime.app_name, int(max_cores) if max_cores else None, command,
+            self.runtime.ui_url or "",
             self.profile_message(DEFAULT_RESOURCE_PROFILE_ID),
             "file:" + event_log.log_dir if event_log is not None else None, None,
-            int(initial) if initial else None, self.sc.sparkUser())
+            int(initial) if initial else None, self.runtime.spark_user)
 
     def profile_message(self, rp_id: int) -> ResourceProfile:
         """A resource profile as the master and executors see it (an unknown id: the default)."""
@@ -319,7 +319,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self._dead_reason = reason
         if not self._stopping and self.app_id is not None:
             log.error("Application has been killed. Reason: %s", reason)
-            threading.Thread(target=self.sc.stop, daemon=True).start()
+            threading.Thread(target=self.runtime.stop_context, daemon=True).start()
 
     def executor_added(self, exec_id: str, worker_id: str, host_port: str, cores: int,
                        memory: int) -> None:
@@ -365,14 +365,14 @@ class StandaloneSchedulerBackend(SchedulerBackend):
                 shuffle_id, map_index = (int(x) for x in block[len("shuffle_"):].split("_")[:2])
             except ValueError:
                 return False
-            statuses = self.sc._tracker.statuses(shuffle_id)
+            statuses = self.runtime.map_output_tracker.statuses(shuffle_id)
             old = statuses[map_index] if 0 <= map_index < len(statuses) else None
             if old is None or os.path.basename(old.path) + ".data" != block:
                 return False
             new = dataclasses.replace(old, executor_id=data.executor_id, host=data.host,
                                       path=msg.path, address=msg.shuffleAddress,
                                       endpoint=msg.shuffleEndpoint)
-            moved = self.sc._tracker.update_map_output(shuffle_id, map_index, new)
+            moved = self.runtime.map_output_tracker.update_map_output(shuffle_id, map_index, new)
             if moved:
                 log.info("Updated map output of shuffle %d map %d: executor %s -> %s",
                          shuffle_id, map_index, old.executor_id, data.executor_id)
@@ -382,8 +382,8 @@ class StandaloneSchedulerBackend(SchedulerBackend):
                 rdd_id, partition = (int(x) for x in block[len("rdd_"):].split("_"))
             except ValueError:
                 return False
-            holders = {b.executor_id for b in self.sc._block_master.locations(rdd_id, partition)}
-            self.sc._block_master.update(data.executor_id, -1, data.host,
+            holders = {b.executor_id for b in self.runtime.block_manager_master.locations(rdd_id, partition)}
+            self.runtime.block_manager_master.update(data.executor_id, -1, data.host,
                                          [(block, "disk", msg.memSize, msg.diskSize)])
             for old in holders & set(self._decommissioning):
                 self.scheduler.block_migrated(old, data.executor_id, data.host, partition)
@@ -411,7 +411,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             eid, msg.cores, {n: list(i.addresses) for n, i in msg.resources.items()},
             msg.resourceProfileId)
         self.scheduler.executor_added(eid)
-        self.sc._bus.post(ExecutorAdded(
+        self.runtime.bus.post(ExecutorAdded(
             eid, msg.hostname, msg.cores, log_urls=dict(msg.logUrls),
             resources={n: list(i.addresses) for n, i in msg.resources.items()},
             resource_profile_id=msg.resourceProfileId))
@@ -449,7 +449,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             log.warning("Removed executor %s on %s: %s", exec_id, data.host, reason)
         else:
             log.error("Lost executor %s on %s: %s", exec_id, data.host, reason)
-        self.sc._bus.post(ExecutorRemoved(exec_id, reason))
+        self.runtime.bus.post(ExecutorRemoved(exec_id, reason))
         self.scheduler.executor_lost(exec_id, reason, caused_by_app, worker_host)
         self.revive_offers()
 
@@ -485,8 +485,8 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         alloc = self._allocation
         if alloc is None or self._stopping or self.client is None:
             return
-        keeps_shuffle = self.sc._tracker.executors_with_outputs()
-        cached = self.sc._block_master.executors_with_blocks()
+        keeps_shuffle = self.runtime.map_output_tracker.executors_with_outputs()
+        cached = self.runtime.block_manager_master.executors_with_blocks()
         execs = [ExecutorSnapshot(e.executor_id, e.rp_id, e.idle_since,
                                   e.executor_id in cached, e.executor_id in keeps_shuffle)
                  for e in self.executors.values() if e.executor_id not in self._decommissioning]

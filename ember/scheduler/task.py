@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ember.util.pickling import dumps
+
 
 @dataclass(frozen=True)
 class TaskLocation:
@@ -55,6 +57,9 @@ class TaskSet:
 
 @dataclass
 class TaskDescription:
+    """A task bound to an executor slot. The locality decision only chooses it; the
+    caller (TaskSchedulerImpl) serializes it into task_bytes afterwards, as Spark's
+    TaskDescription.encode runs outside TaskSetManager's choice."""
     task_id: int
     attempt_number: int
     executor_id: str
@@ -64,7 +69,17 @@ class TaskDescription:
     stage_key: tuple
     blob: bytes
     meta: bytes
-    task_bytes: bytes
+    partition: Any = None
+    partition_id: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    resources: tuple | None = None      # (cpus, {name: addresses}) the task is given
+    task_bytes: bytes = b""
+
+    def encode(self) -> bytes:
+        """What the task process unpickles: partition, attempt, properties, resources."""
+        stage_id, stage_attempt = self.stage_key
+        return dumps((self.partition, self.partition_id, self.attempt_number,
+                       self.properties, stage_id, stage_attempt, self.resources))
 
 
 @dataclass
@@ -84,8 +99,9 @@ class TaskInfo:
     successful: bool = False
     error_message: str = ""
 
-    def mark_finished(self, state: str, when: float | None = None) -> None:
-        self.finish_time = time.time() if when is None else when
+    def mark_finished(self, state: str, when: float) -> None:
+        """`when`: the scheduler's Clock time, as launch_time is."""
+        self.finish_time = when
         self.failed = state in ("FAILED", "LOST", "FETCH_FAILED")
         self.killed = state == "KILLED"
         self.successful = state == "FINISHED"

@@ -25,6 +25,8 @@ from ember.scheduler.task_set_manager import TaskSetManager
 
 log = logging.getLogger(__name__)
 
+TASK_SIZE_TO_WARN_KIB = 1000    # Spark's TaskSetManager.TASK_SIZE_TO_WARN_KIB
+
 
 class TaskSchedulerImpl:
     def __init__(self, max_task_failures: int, scheduling_mode: str = "FIFO",
@@ -272,7 +274,21 @@ class TaskSchedulerImpl:
                 self.unschedulable_expiry.clear()
             if launched:
                 self.has_launched_task = True
+            for td in launched:
+                self._serialize_task(self.task_id_to_tsm[td.task_id], td)
             return launched
+
+    @staticmethod
+    def _serialize_task(tsm: TaskSetManager, td: TaskDescription) -> None:
+        """Encode a chosen task (after the locality decision, barrier addresses included)
+        and warn once per task set about a very large one, as Spark's prepareLaunchingTask."""
+        td.task_bytes = td.encode()
+        size = len(td.task_bytes)
+        if size > TASK_SIZE_TO_WARN_KIB * 1024 and not tsm.emitted_task_size_warning:
+            tsm.emitted_task_size_warning = True
+            log.warning("Stage %d contains a task of very large size (%d KiB). The maximum "
+                        "recommended task size is %d KiB.", tsm.stage_id, size // 1024,
+                        TASK_SIZE_TO_WARN_KIB)
 
     def _check_unschedulable(self, tsm: TaskSetManager) -> None:
         """Spark's handling of a task set one of whose tasks no executor may run: with an

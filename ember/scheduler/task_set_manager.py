@@ -13,7 +13,6 @@ import logging
 from typing import Any
 
 from ember.clock import Clock, SystemClock
-from ember.util.pickling import dumps as _dumps
 from ember.scheduler.health_tracker import HealthTracker, TaskSetExcludelist
 from ember.scheduler.speculation import SpeculationSettings, median
 
@@ -47,7 +46,8 @@ class TaskSetManager:
         self.max_crashes = max(max_crashes, max_task_failures)
         self.stage_id = task_set.stage_id
         self.is_barrier = task_set.barrier
-        self.barrier_resources: dict[int, tuple | None] = {}   # tid -> resources until launch
+        # Spark's emittedTaskSizeWarning: the caller warns once per task set
+        self.emitted_task_size_warning = False
         self.priority = task_set.priority
         self.name = f"TaskSet_{task_set.id}"
         self.weight = 1
@@ -262,8 +262,8 @@ class TaskSetManager:
 
     def resource_offer(self, executor_id: str, host: str, slot: int, max_level: str,
                        task_resources: tuple | None = None) -> TaskDescription | None:
-        """A task for this slot, or None. `task_resources` = (cpus, {name: addresses}) the
-        task is given (TaskContext.cpus() / resources())."""
+        """The task chosen for this slot, or None; the caller serializes it. `task_resources`
+        = (cpus, {name: addresses}) the task is given (TaskContext.cpus() / resources())."""
         if self.is_zombie:
             return None
         ex = self.excludelist
@@ -287,8 +287,8 @@ class TaskSetManager:
         task = self.tasks[index]
         tid = self.sched.new_task_id()
         attempt = len(self.attempts[index])
-        info = TaskInfo(tid, index, attempt, task.partition_id, self.clock.time(), executor_id,
-                        host, level, speculative)
+        info = TaskInfo(tid, index, attempt, task.partition_id, now, executor_id, host, level,
+                        speculative)
         if speculative:
             log.info("Starting speculative task %d.%d in stage %s (TID %d) (%s, executor %s)",
                      index, attempt, self.task_set.id, tid, host, executor_id)
@@ -300,21 +300,10 @@ class TaskSetManager:
             self.current_level_index = self.levels.index(level)
             self.last_reset = now
         ts = self.task_set
-        if self.is_barrier:
-            # a barrier task's bytes wait for the addresses of all its siblings
-            self.barrier_resources[tid] = task_resources
-            task_bytes = b""
-        else:
-            task_bytes = self._task_bytes(index, attempt, ts.properties, task_resources)
         return TaskDescription(tid, attempt, executor_id, slot,
                                f"task {index}.{attempt} in stage {ts.id}", index,
-                               self.stage_key, ts.blob, ts.meta, task_bytes)
-
-    def _task_bytes(self, index: int, attempt: int, properties: dict[str, str],
-                    task_resources: tuple | None) -> bytes:
-        task, ts = self.tasks[index], self.task_set
-        return _dumps((task.partition, task.partition_id, attempt, properties, ts.stage_id,
-                       ts.stage_attempt, task_resources))
+                               self.stage_key, ts.blob, ts.meta, task.partition,
+                               task.partition_id, ts.properties, task_resources)
 
     def can_launch_barrier(self, free_offers: int) -> bool:
         """A barrier task set launches once, all of its tasks in one round of offers."""
@@ -325,12 +314,11 @@ class TaskSetManager:
                               addresses: dict[int, str]) -> None:
         """Tell every task of the barrier stage where all of them run (the local property
         "addresses", ordered by partition id, which BarrierTaskContext.getTaskInfos reads)."""
-        by_partition = sorted(launched, key=lambda td: self.tasks[td.index].partition_id)
+        by_partition = sorted(launched, key=lambda td: td.partition_id)
         props = dict(self.task_set.properties)
         props["addresses"] = ",".join(addresses[td.task_id] for td in by_partition)
         for td in launched:
-            td.task_bytes = self._task_bytes(td.index, td.attempt_number, props,
-                                             self.barrier_resources.pop(td.task_id, None))
+            td.properties = props
 
     # --- results ------------------------------------------------------------------------
     def handle_success(self, tid: int, result: Any, accum: dict, metrics: dict) -> None:
@@ -463,7 +451,6 @@ class TaskSetManager:
         return False
 
     def _check_and_submit(self, now: float, threshold: float, customized: bool) -> bool:
-        sp = self.speculation
         found = False
         for tid in sorted(self.running):
             info = self.task_infos[tid]

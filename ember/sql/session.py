@@ -75,7 +75,7 @@ class SparkSession:
         def getOrCreate(self) -> "SparkSession":
             with SparkSession._lock:
                 session = SparkSession._instantiated_session
-                if session is not None and not session.sparkContext._stopped:
+                if session is not None and not session.sparkContext.runtime.stopped:
                     for k, v in self._options.items():
                         session._conf[k] = v
                     return session

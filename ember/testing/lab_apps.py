@@ -21,10 +21,10 @@ WORDCOUNT = """
                     failures.append(str(e.reason))
 
     sc = SparkContext(appName="lab-wordcount")
-    sc._bus.add_sync(Rec())
+    sc.runtime.bus.add_sync(Rec())
     want = int(os.environ.get("LAB_EXECUTORS", "3"))
     deadline = time.time() + 60
-    while len(sc._backend.executors) < want and time.time() < deadline:
+    while len(sc.runtime.scheduler_backend.executors) < want and time.time() < deadline:
         time.sleep(0.1)
     go = os.environ.get("LAB_GO")        # wait until the test has set up its fault
     if go:
@@ -36,7 +36,7 @@ WORDCOUNT = """
                     .reduceByKey(add, 6).collect())
     pairs = sc.parallelize([(i * 7919 % 1000, i) for i in range(3000)], 6)
     ordered = [k for k, _ in pairs.sortByKey(numPartitions=3).collect()]
-    hosts = sorted({d.address.host for d in sc._backend.executors.values()})
+    hosts = sorted({d.address.host for d in sc.runtime.scheduler_backend.executors.values()})
     sc.stop()
     with open(out + ".tmp", "w") as f:
         json.dump({"counts": counts, "sorted": ordered, "remote": sum(remote),
@@ -76,7 +76,7 @@ SLOW_SHUFFLE = """
     out = sys.argv[1]
     sc = SparkContext(appName="lab-slow-shuffle")
     deadline = time.time() + 60
-    while len(sc._backend.executors) < 3 and time.time() < deadline:
+    while len(sc.runtime.scheduler_backend.executors) < 3 and time.time() < deadline:
         time.sleep(0.1)
 
     def slow(x):

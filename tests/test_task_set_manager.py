@@ -1,0 +1,257 @@
+"""TaskSetManager as a state machine on a manual clock, no processes: delay scheduling
+across locality levels, retries up to spark.task.maxFailures and Spark's abort text, zombie
+task sets, and the serialization that happens after the locality decision (Spark's
+TaskSetManagerSuite, in Ember's terms)."""
+from __future__ import annotations
+
+import logging
+import pickle
+
+from ember.clock import ManualClock
+from ember.scheduler.backend import WorkerOffer
+from ember.scheduler.speculation import SpeculationSettings
+from ember.scheduler.task import (ExceptionFailure, FetchFailed, Task, TaskKilled,
+                                  TaskLocation, TaskSet)
+from ember.scheduler.task_scheduler import TASK_SIZE_TO_WARN_KIB, TaskSchedulerImpl
+from ember.scheduler.task_set_manager import (ANY, NO_PREF, NODE_LOCAL, PROCESS_LOCAL,
+                                              TaskSetManager)
+from tests.helpers.recording_scheduler import RecordingBackend, RecordingDag
+
+WAIT = 3.0      # spark.locality.wait's default
+
+
+def make(locations, max_failures=4, locality_wait=WAIT, speculation=None, stage_attempt=0,
+         sched=None, clock=None, partitions=None):
+    """A real TaskSchedulerImpl (recording backend and DAG) with one task set; its manager."""
+    if sched is None:
+        clock = clock or ManualClock(1000.0)
+        sched = TaskSchedulerImpl(max_failures, locality_wait=locality_wait, clock=clock,
+                                  speculation=speculation)
+        sched.initialize(RecordingBackend(), RecordingDag())
+    tasks = [Task(0, stage_attempt, partitions[i] if partitions else None, i, True, i,
+                  locations=list(locs)) for i, locs in enumerate(locations)]
+    sched.submit_tasks(TaskSet(tasks, 0, stage_attempt, 0, {"k": "v"}, b"blob", b"meta"))
+    return sched, sched.stage_tsms[0][stage_attempt]
+
+
+def offer(tsm: TaskSetManager, executor: str, host: str, slot: int = 0, max_level: str = ANY):
+    td = tsm.resource_offer(executor, host, slot, max_level)
+    return None if td is None else (td.index, tsm.task_infos[td.task_id].locality)
+
+
+def fail(tsm: TaskSetManager, index: int, reason=None) -> None:
+    tid = next(i.task_id for i in tsm.attempts[index] if i.finish_time == 0)
+    tsm.handle_failure(tid, "FAILED", reason or ExceptionFailure("ValueError", "boom", ""), {})
+
+
+def succeed(tsm: TaskSetManager, index: int) -> None:
+    tid = next(i.task_id for i in tsm.attempts[index] if i.finish_time == 0)
+    tsm.handle_success(tid, f"r{index}", {}, {})
+
+
+# --- delay scheduling ---------------------------------------------------------------------
+def test_delay_scheduling_waits_locality_wait_per_level_process_node_any():
+    in_process = TaskLocation("host1", "exec1", 0)
+    sched, tsm = make([[in_process], [in_process], [TaskLocation("host2")]])
+    clock = sched.clock
+    assert tsm.levels == [PROCESS_LOCAL, NODE_LOCAL, ANY]
+    # an offer from elsewhere waits while process-local tasks are pending
+    assert offer(tsm, "exec2", "host3") is None
+    assert offer(tsm, "exec1", "host1") == (0, PROCESS_LOCAL)
+    clock.advance(WAIT - 0.1)
+    assert offer(tsm, "exec2", "host3") is None
+    # spark.locality.wait after the last launch at PROCESS_LOCAL: NODE_LOCAL, not ANY yet
+    clock.advance(0.1)
+    assert offer(tsm, "exec2", "host3") is None
+    assert offer(tsm, "exec3", "host2") == (2, NODE_LOCAL)
+    # a launch at NODE_LOCAL restarts the wait there
+    clock.advance(WAIT - 0.1)
+    assert offer(tsm, "exec2", "host3") is None
+    clock.advance(0.1)
+    assert offer(tsm, "exec2", "host3") == (1, ANY)
+
+
+def test_a_level_with_nothing_pending_is_skipped_without_waiting():
+    sched, tsm = make([[TaskLocation("host1", "exec1", 0)], [TaskLocation("host2")], []])
+    assert tsm.levels == [PROCESS_LOCAL, NODE_LOCAL, NO_PREF, ANY]
+    assert offer(tsm, "exec1", "host1") == (0, PROCESS_LOCAL)
+    # no process-local task left: the next offer may go straight to NODE_LOCAL, then on to
+    # NO_PREF (which has no wait) once host2's task is running
+    assert offer(tsm, "exec9", "host2") == (1, NODE_LOCAL)
+    assert offer(tsm, "exec9", "host9") == (2, NO_PREF)
+
+
+def test_tasks_without_preferences_never_wait():
+    sched, tsm = make([[], [], []])
+    assert tsm.levels == [NO_PREF, ANY]
+    assert [offer(tsm, "exec1", "host1", s) for s in range(3)] == \
+        [(0, NO_PREF), (1, NO_PREF), (2, NO_PREF)]
+
+
+def test_the_offer_cap_bounds_the_level_whatever_the_wait():
+    sched, tsm = make([[TaskLocation("host2")]])
+    sched.clock.advance(10 * WAIT)
+    assert offer(tsm, "exec1", "host1", max_level=NODE_LOCAL) is None
+    assert offer(tsm, "exec1", "host1", max_level=ANY) == (0, ANY)
+
+
+def test_zero_locality_wait_schedules_anywhere_at_once():
+    sched, tsm = make([[TaskLocation("host1", "exec1", 0)]], locality_wait=0.0)
+    assert offer(tsm, "exec2", "host2") == (0, ANY)
+
+
+def test_scheduler_offers_walk_the_levels_and_serialize_after_choosing():
+    sched, tsm = make([[TaskLocation("host1", "exec1", 0)], []], partitions=["p0", "p1"])
+    launched = sched.resource_offers([WorkerOffer("exec1", "host1", 0),
+                                      WorkerOffer("exec2", "host2", 0)])
+    assert sorted((td.executor_id, td.index) for td in launched) == \
+        [("exec1", 0), ("exec2", 1)]
+    for td in launched:
+        # what the task process unpickles: partition, id, attempt, properties, stage, cpus
+        assert pickle.loads(td.task_bytes) == (f"p{td.index}", td.index, 0, {"k": "v"}, 0, 0,
+                                               None)
+        assert (td.blob, td.meta) == (b"blob", b"meta")
+
+
+def test_resource_offer_only_chooses_the_task_serialization_is_the_callers():
+    sched, tsm = make([[]], partitions=["p0"])
+    td = tsm.resource_offer("exec1", "host1", 0, ANY, (1, {"gpu": ["0"]}))
+    assert td.task_bytes == b"" and td.partition == "p0" and td.resources == (1, {"gpu": ["0"]})
+    assert td.properties == {"k": "v"} and td.stage_key == (0, 0)
+
+
+def test_a_very_large_task_warns_once_per_task_set(caplog):
+    big = "x" * (TASK_SIZE_TO_WARN_KIB * 1024 + 1)
+    sched, tsm = make([[], []], partitions=[big, big])
+    with caplog.at_level(logging.WARNING, "ember.scheduler.task_scheduler"):
+        launched = sched.resource_offers([WorkerOffer("exec1", "host1", s) for s in range(2)])
+    assert len(launched) == 2
+    warnings = [r.getMessage() for r in caplog.records if "very large size" in r.getMessage()]
+    assert warnings == [f"Stage 0 contains a task of very large size ({len(launched[0].task_bytes) // 1024} "
+                        f"KiB). The maximum recommended task size is {TASK_SIZE_TO_WARN_KIB} KiB."]
+
+
+# --- retries and abort --------------------------------------------------------------------
+def test_a_task_is_retried_until_max_failures_then_aborts_with_sparks_text():
+    sched, tsm = make([[]], max_failures=4)
+    dag = sched.dag
+    for attempt in range(3):
+        assert offer(tsm, "exec1", "host1") == (0, NO_PREF)
+        fail(tsm, 0)
+        assert dag.failed == [] and not tsm.is_zombie
+        assert tsm.num_failures[0] == attempt + 1
+    assert offer(tsm, "exec1", "host1") == (0, NO_PREF)
+    fail(tsm, 0)
+    assert dag.failed == [
+        "Task 0 in stage 0.0 failed 4 times, most recent failure: Lost task 0.3 in stage 0.0 "
+        "(TID 3) (host1 executor exec1): ValueError: boom\nDriver stacktrace:"]
+    assert tsm.is_zombie
+    assert offer(tsm, "exec1", "host1") is None
+    assert 0 not in sched.stage_tsms, "an aborted task set with nothing running is finished"
+
+
+def test_abort_text_carries_the_python_traceback_of_the_last_failure():
+    sched, tsm = make([[]], max_failures=1)
+    offer(tsm, "exec1", "host1")
+    fail(tsm, 0, ExceptionFailure("ZeroDivisionError", "division by zero",
+                                  "Traceback (most recent call last):\nZeroDivisionError: "
+                                  "division by zero\n"))
+    assert sched.dag.failed == [
+        "Task 0 in stage 0.0 failed 1 times, most recent failure: Lost task 0.0 in stage 0.0 "
+        "(TID 0) (host1 executor exec1): org.apache.spark.api.python.PythonException: "
+        "Traceback (most recent call last):\nZeroDivisionError: division by zero\n\n"
+        "Driver stacktrace:"]
+
+
+def test_killed_attempts_do_not_count_towards_max_failures():
+    sched, tsm = make([[]], max_failures=2)
+    for _ in range(5):
+        offer(tsm, "exec1", "host1")
+        fail(tsm, 0, TaskKilled("stage cancelled"))
+    assert tsm.num_failures[0] == 0 and sched.dag.failed == []
+    assert offer(tsm, "exec1", "host1") == (0, NO_PREF)
+
+
+def test_a_failed_task_retries_on_another_executor_while_one_is_offering():
+    sched, tsm = make([[], []])
+    assert offer(tsm, "exec1", "host1") == (0, NO_PREF)
+    assert offer(tsm, "exec2", "host2") == (1, NO_PREF)
+    fail(tsm, 1)
+    assert offer(tsm, "exec2", "host2") is None, "exec1 has not seen it fail"
+    assert offer(tsm, "exec1", "host1", 1) == (1, NO_PREF)
+
+
+def test_a_not_serializable_result_aborts_at_once():
+    sched, tsm = make([[]], max_failures=4)
+    offer(tsm, "exec1", "host1")
+    fail(tsm, 0, ExceptionFailure("NotSerializableResult", "cannot pickle 'lock'", "", False))
+    assert sched.dag.failed == ["Task 0 in stage 0.0 had a not serializable result: "
+                                "cannot pickle 'lock'"]
+    assert tsm.is_zombie
+
+
+# --- zombies ------------------------------------------------------------------------------
+def test_a_new_stage_attempt_makes_the_old_task_set_a_zombie_that_still_takes_results():
+    sched, old = make([[], []])
+    offer(old, "exec1", "host1", 0)
+    _, new = make([[], []], stage_attempt=1, sched=sched)
+    assert old.is_zombie and not new.is_zombie
+    assert offer(old, "exec1", "host1", 1) is None, "a zombie launches nothing"
+    # its running task still reports to the DAG scheduler, and a failure is not retried
+    fail(old, 0)
+    assert old.num_failures[0] == 0, "a zombie's failures count towards nothing"
+    assert sched.dag.ended[-1][1] == "ExceptionFailure"
+    assert offer(old, "exec1", "host1", 0) is None
+    assert sched.stage_tsms[0] == {1: new}, "the zombie finished once nothing ran"
+
+
+def test_a_fetch_failure_makes_the_task_set_a_zombie():
+    sched, tsm = make([[], []])
+    offer(tsm, "exec1", "host1", 0)
+    offer(tsm, "exec1", "host1", 1)
+    tid = tsm.attempts[0][0].task_id
+    tsm.handle_failure(tid, "FETCH_FAILED", FetchFailed(3, 0, 0, "exec9", "gone"), {})
+    assert tsm.is_zombie and sched.dag.failed == []
+    assert 0 in sched.stage_tsms, "still running its other task"
+    succeed(tsm, 1)
+    assert 0 not in sched.stage_tsms
+
+
+def test_all_tasks_successful_makes_a_zombie_and_finishes_the_set():
+    sched, tsm = make([[], []])
+    offer(tsm, "exec1", "host1", 0)
+    offer(tsm, "exec1", "host1", 1)
+    succeed(tsm, 1)
+    assert not tsm.is_zombie
+    succeed(tsm, 0)
+    assert tsm.is_zombie and 0 not in sched.stage_tsms
+    assert [e[2] for e in sched.dag.ended] == ["r1", "r0"]
+
+
+# --- times from the clock -----------------------------------------------------------------
+def test_task_times_come_from_the_schedulers_clock():
+    sched, tsm = make([[]])
+    offer(tsm, "exec1", "host1")
+    sched.clock.advance(2.5)
+    succeed(tsm, 0)
+    info = tsm.attempts[0][0]
+    assert (info.launch_time, info.finish_time, info.duration) == (1000.0, 1002.5, 2.5)
+
+
+def test_speculation_marks_a_task_only_once_it_ran_longer_than_the_threshold():
+    spec = SpeculationSettings(interval=0.1, multiplier=2.0, quantile=0.5,
+                               min_task_runtime=0.1)
+    sched, tsm = make([[], []], speculation=spec)
+    offer(tsm, "exec1", "host1", 0)
+    offer(tsm, "exec2", "host2", 0)
+    sched.clock.advance(1.0)
+    succeed(tsm, 0)                    # median 1.0 s: threshold 2.0 s of runtime
+    sched.clock.advance(1.0)           # task 1 has run 2.0 s: not more than the threshold
+    assert not tsm.check_speculatable_tasks(spec.min_task_runtime)
+    sched.clock.advance(0.001)
+    assert tsm.check_speculatable_tasks(spec.min_task_runtime)
+    assert tsm.speculatable == {1}
+    # the copy goes to a host where the task has no attempt
+    assert offer(tsm, "exec2", "host2", 1) is None
+    assert offer(tsm, "exec1", "host1", 1) == (1, PROCESS_LOCAL)
+    assert tsm.attempts[1][1].speculative
