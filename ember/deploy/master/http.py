@@ -55,7 +55,7 @@ from aiohttp import web
 from ember.deploy.json_protocol import (
     cluster_utilization_json, driver_main_class, master_state_json,
 )
-from ember.deploy.master.state import megabytes_to_string
+from ember.util.units import megabytes_to_string
 from ember.deploy.messages import (
     ApplicationState, ApplicationSummary, DriverState, DriverSummary, ExecutorState,
     ExecutorSummary, MasterStateResponse, RecoveryState, RequestKillApplication,

@@ -45,7 +45,7 @@ from aiohttp import web
 
 from ember.deploy import daemon as daemon_files
 from ember.deploy.json_protocol import driver_main_class, worker_state_json
-from ember.deploy.master.state import bytes_to_string, megabytes_to_string as _mb
+from ember.util.units import bytes_to_string, megabytes_to_string as _mb
 from ember.deploy.messages import (
     DriverRunnerSummary, ExecutorRunnerSummary, ExecutorState, RequestWorkerState,
     WorkerStateResponse,
