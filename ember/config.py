@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from ember.util.units import MiB, parse_duration, parse_size
+from ember.util.units import MiB, duration_to_string, parse_duration, parse_size
 
 # The processes that read keys (the "Read by" column of docs/configuration.md).
 MASTER, WORKER, DRIVER, EXECUTOR = "master", "worker", "driver", "executor"
@@ -89,22 +89,26 @@ def parse_list(value: Any) -> list[str]:
 
 @dataclass(frozen=True)
 class ConfType:
-    """A value type: its name in the reference page and its one parser."""
+    """A value type: its name in the reference page, its one parser and what a bad value's
+    error says it should be."""
     name: str
     parse: Callable[[Any], Any]
+    expected: str
 
 
-BOOL = ConfType("boolean", parse_bool)
-INT = ConfType("int", parse_int)
-FLOAT = ConfType("double", parse_float)
-STRING = ConfType("string", str)
-UPPER = ConfType("string", lambda v: str(v).strip().upper())
-LIST = ConfType("list", parse_list)
-SIZE_MB = ConfType("size (bare number: MiB)", parse_memory_mb)
-SIZE_BYTES = ConfType("size (bare number: bytes)", parse_bytes)
-SECONDS = ConfType("duration (bare number: s)", parse_time_seconds)
-MILLIS = ConfType("duration (bare number: ms)", lambda v: parse_time_seconds(v, "ms"))
-PREFIX = ConfType("prefix", str)
+BOOL = ConfType("boolean", parse_bool, "boolean")
+INT = ConfType("int", parse_int, "int")
+FLOAT = ConfType("double", parse_float, "double")
+STRING = ConfType("string", str, "a string")
+UPPER = ConfType("string", lambda v: str(v).strip().upper(), "a string")
+LIST = ConfType("list", parse_list, "a comma-separated list")
+SIZE_MB = ConfType("size (bare number: MiB)", parse_memory_mb, "a size like 512m or 2g")
+SIZE_BYTES = ConfType("size (bare number: bytes)", parse_bytes, "a size like 64m or 512k")
+SECONDS = ConfType("duration (bare number: s)", parse_time_seconds,
+                   "a duration like 120s, 500ms or 2min")
+MILLIS = ConfType("duration (bare number: ms)", lambda v: parse_time_seconds(v, "ms"),
+                  "a duration like 10s or 500ms")
+PREFIX = ConfType("prefix", str, "a string")
 
 
 @dataclass(frozen=True)
@@ -124,15 +128,12 @@ class ConfigEntry:
         return self.type.parse
 
     def parse_value(self, raw: Any) -> Any:
-        """`raw` parsed; ValueError naming the key (Spark's "<key> should be <type>" text
-        for numbers and booleans)."""
+        """`raw` parsed; ValueError in Spark's words: "<key> should be int, but was 'x'"."""
         try:
             return self.type.parse(raw)
-        except (ValueError, TypeError) as e:
-            if self.type in (BOOL, INT, FLOAT):
-                raise ValueError(f"{self.key} should be {self.type.name}, but was "
-                                 f"{raw!r}") from None
-            raise ValueError(f"Invalid value for {self.key}: {raw!r} ({e})") from None
+        except (ValueError, TypeError):
+            raise ValueError(f"{self.key} should be {self.type.expected}, but was "
+                             f"{raw!r}") from None
 
     def read(self, conf: Mapping[str, Any] | Any, default: Any = None) -> Any:
         """The typed value in `conf` (a dict or SparkConf), else `default`, else the
@@ -610,8 +611,10 @@ _entry("spark.master.ui.historyServerUrl", None, STRING,
 _entry("spark.master.historyServerUrl", None, STRING,
        "Legacy name of spark.master.ui.historyServerUrl.")
 _entry("spark.ui.killEnabled", True, BOOL, "The master's UI may kill applications and drivers.")
-_entry("spark.master.rest.enabled", False, BOOL,
-       "Run the REST submission gateway.", by=(MASTER, SUBMIT))
+_entry("spark.master.rest.enabled", True, BOOL,
+       "Run the REST submission gateway (Spark 4.1's default). `submit` uses REST only when "
+       "the client's configuration sets it true (SparkSubmit's default there is false).",
+       by=(MASTER, SUBMIT))
 _entry("spark.master.rest.port", 6066, INT, "Port of the REST submission gateway.",
        by=(MASTER, SUBMIT))
 _entry("spark.master.rest.host", None, STRING,
@@ -739,9 +742,7 @@ def _format_default(e: ConfigEntry) -> str:
     if e.type is SIZE_BYTES:
         return f"{d // MiB}m" if d % MiB == 0 else str(d)
     if e.type in (SECONDS, MILLIS):
-        if d == float("inf"):
-            return "(never)"
-        return f"{d * 1000:g}ms" if d < 1 else f"{d:g}s"
+        return "(never)" if d == float("inf") else duration_to_string(d)
     return str(d)
 
 

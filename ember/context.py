@@ -142,6 +142,7 @@ class SparkContext:
         if not self._conf.contains("spark.app.name"):
             raise PySparkRuntimeError("APPLICATION_NAME_NOT_SET",
                                       "An application name must be set in your configuration.")
+        config.check_unsupported(self._conf)
         self.environment: dict[str, str] = {
             k[len("spark.executorEnv."):]: v for k, v in self._conf.getAll()
             if k.startswith("spark.executorEnv.")}
@@ -298,8 +299,8 @@ class SparkContext:
                 fs_conf=fs.hadoop_conf(self._conf),
                 pyspark_memory_mb=pyspark_worker_memory_mb(dict(self._conf.getAll())),
                 # spark.io.encryption.enabled: a key for this application's shuffle files
-                io_key=bytes.fromhex(new_key_hex()) if self._conf.get(IO_ENCRYPTION, "false")
-                .strip().lower() == "true" else None)
+                io_key=(bytes.fromhex(new_key_hex()) if config.read(self._conf, IO_ENCRYPTION)
+                        else None))
             from ember.scheduler.local_backend import EXECUTOR_ID
             # Spark's local mode: tasks take their cores and the driver's resources
             sched.register_executor_resources(EXECUTOR_ID, threads, {
@@ -345,8 +346,8 @@ class SparkContext:
     def _start_local_cluster(self, workers: int, cores: int, memory_mb: int) -> str:
         """Spark's test master: a real master and `workers` workers on 127.0.0.1 as child
         processes of this driver, stopped with it; returns the master's spark:// URL."""
-        executor_cores = int(self._conf.get("spark.executor.cores") or cores)
-        task_cpus = int(self._conf.get("spark.task.cpus") or 1)
+        executor_cores = config.read(self._conf, "spark.executor.cores", cores)
+        task_cpus = config.read(self._conf, "spark.task.cpus")
         if executor_cores < task_cpus:
             raise SparkException(f"The number of cores per executor (={executor_cores}) has to "
                                  f"be >= the number of cpus per task = {task_cpus}.")

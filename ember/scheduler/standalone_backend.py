@@ -192,7 +192,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self._dead_reason: str | None = None
         host = driver_host(self.conf, self.masters)
         bind = self.conf.get("spark.driver.bindAddress") or host
-        port = int(self.conf.get("spark.driver.port") or 0)
+        port = config.read(self.conf, "spark.driver.port")
         rpc_conf = {k: v for k, v in self.conf.getAll()
                     if k.startswith(("spark.authenticate", "spark.rpc.", "spark.port.",
                                      "spark.network.crypto.", "spark.ember.rpc.",
@@ -213,7 +213,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         conf = dict(self.conf.getAll())
         conf["spark.app.id"] = self.app_id or ""
         conf.pop("spark.authenticate.secret", None)   # executors get it from the worker env
-        if conf.get(IO_ENCRYPTION, "false").strip().lower() == "true":
+        if config.read(conf, IO_ENCRYPTION):
             if self._io_key is None:
                 self._io_key = conf.get(IO_KEY) or new_key_hex()
             conf[IO_KEY] = self._io_key      # one key per application, drawn here
@@ -279,9 +279,8 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         starvation = config.read(self.conf, "spark.starvation.timeout")
         self._starvation = self.rpc_env.schedule_periodic(starvation, starvation,
                                                           self._warn_if_starved)
-        ratio = float(self.conf.get("spark.scheduler.minRegisteredResourcesRatio") or 0.0)
-        wait = float((self.conf.get("spark.scheduler.maxRegisteredResourcesWaitingTime")
-                      or "30s").rstrip("s"))
+        ratio = config.read(self.conf, "spark.scheduler.minRegisteredResourcesRatio")
+        wait = config.read(self.conf, "spark.scheduler.maxRegisteredResourcesWaitingTime")
         max_cores = self.conf.get("spark.cores.max")
         if ratio > 0 and max_cores:
             deadline = time.monotonic() + wait

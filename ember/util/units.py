@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 __all__ = ["BYTE_UNITS", "TIME_UNITS", "KiB", "MiB", "GiB", "parse_size", "parse_duration",
-           "bytes_to_string", "megabytes_to_string"]
+           "duration_to_string", "bytes_to_string", "megabytes_to_string"]
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
@@ -82,6 +82,16 @@ def parse_duration(text: Any, bare_unit: str = "s", *, signed: bool = True) -> f
     if suffix and suffix not in TIME_UNITS:
         raise ValueError(f'Invalid suffix: "{suffix}"')
     return float(m.group("num")) * TIME_UNITS[suffix or bare_unit]
+
+
+def duration_to_string(seconds: float) -> str:
+    """A duration as Spark's time strings write it, in its largest exact unit: 3600 -> '1h',
+    90 -> '90s', 0.5 -> '500ms'."""
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0), ("s", 1.0),
+                       ("ms", 0.001)):
+        if seconds >= size and abs(seconds / size - round(seconds / size)) < 1e-9:
+            return f"{round(seconds / size)}{unit}"
+    return f"{seconds:g}s"
 
 
 def bytes_to_string(size: int) -> str:

@@ -33,6 +33,7 @@ import tempfile
 import threading
 from typing import Any, Callable, Mapping, Optional
 
+from ember import config
 from ember.deploy.master.journal import JournalFull, RecordJournal, fsync_dir, sync_file_system
 from ember.rpc.messages import MessageDecodeError, decode, encode
 
@@ -433,7 +434,7 @@ def recovery_mode(conf: Mapping[str, Any], warn: Callable[[str], None] = log.war
     """NONE, FILESYSTEM or ZOOKEEPER. An unknown value is NONE, as in Spark (whose master
     matches the known names and falls back to the black hole), plus a warning naming it;
     Spark modes Ember does not implement raise RecoveryError."""
-    raw = str(conf.get("spark.deploy.recoveryMode", "NONE")).strip()
+    raw = config.read(conf, "spark.deploy.recoveryMode").strip()
     mode = raw.upper()
     if mode in RECOVERY_MODES:
         return mode
@@ -446,7 +447,7 @@ def recovery_mode(conf: Mapping[str, Any], warn: Callable[[str], None] = log.war
 
 
 def recovery_directory(conf: Mapping[str, Any]) -> str:
-    directory = str(conf.get("spark.deploy.recoveryDirectory", "") or "").strip()
+    directory = config.read(conf, "spark.deploy.recoveryDirectory").strip()
     if not directory:
         raise RecoveryError("spark.deploy.recoveryDirectory must be set when "
                             "spark.deploy.recoveryMode=FILESYSTEM")

@@ -24,6 +24,7 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Mapping, Optional
 from urllib.parse import unquote
 
+from ember import config
 from ember.util.units import MiB, parse_size
 
 PROTOCOL_VERSION = "v1"
@@ -710,14 +711,12 @@ def replace_placeholder(value: Optional[str], env: Mapping[str, str]) -> Optiona
 
 
 PLACEHOLDER_ALLOW_LIST = "spark.ember.rest.placeholderEnvAllowList"
-DEFAULT_PLACEHOLDER_ALLOW_LIST = "SPARK_HOME,JAVA_HOME"
 
 
 def placeholder_env(environ: Mapping[str, str], conf: Mapping[str, str]) -> dict[str, str]:
     """The part of the master's environment a submission's `{{NAME}}` may read: only the
     allow-listed names (a submitted driver must not get the master's secrets copied in)."""
-    names = {n.strip() for n in conf.get(PLACEHOLDER_ALLOW_LIST,
-                                         DEFAULT_PLACEHOLDER_ALLOW_LIST).split(",") if n.strip()}
+    names = set(config.read(conf, PLACEHOLDER_ALLOW_LIST))
     return {k: v for k, v in environ.items() if k in names}
 
 

@@ -26,6 +26,7 @@ import socket
 import sys
 from typing import Mapping, NoReturn, Optional, Sequence
 
+from ember import config
 from ember.deploy.properties import daemon_conf
 from ember.util.units import MiB, parse_size
 from ember.deploy.worker.worker import (WorkerDaemon, WorkerSettings, WorkerStartError,
@@ -299,7 +300,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", None)):
         if sig is not None:
             previous[sig] = signal.signal(sig, on_stop_signal)
-    sig_name = "SIG" + str(settings.conf.get("spark.worker.decommission.signal", "PWR")).upper()
+    sig_name = "SIG" + config.read(settings.conf, "spark.worker.decommission.signal").upper()
     decommission_sig = getattr(signal, sig_name, None)
     if decommission_sig is not None:
         try:
