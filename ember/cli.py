@@ -288,13 +288,12 @@ OOM_EXIT_CODE = 52
 def limit_client_driver_memory(conf: dict[str, str]) -> None:
     """Client mode: --driver-memory (+ spark.driver.memoryOverhead) bounds this process, as
     the worker bounds a cluster-mode driver; past it the driver exits with the reason."""
-    from ember.config import parse_memory_mb
+    from ember import config
     from ember.deploy.worker.memory_watchdog import (MemoryWatchdog, exceeded_message,
                                                      memory_limit_mb)
     try:
-        overhead = conf.get("spark.driver.memoryOverhead")
-        limit = memory_limit_mb(parse_memory_mb(conf["spark.driver.memory"]),
-                                parse_memory_mb(overhead) if overhead else None)
+        limit = memory_limit_mb(config.read(conf, "spark.driver.memory"),
+                                config.read(conf, "spark.driver.memoryOverhead"))
     except ValueError as e:
         raise CliError(str(e)) from None
 

@@ -216,8 +216,7 @@ _entry("spark.ui.retainedDeadExecutors", 100, INT, "Removed executors the UI rem
 _entry("spark.eventLog.enabled", False, BOOL,
        "Write the application's events to spark.eventLog.dir (for the history server).")
 _entry("spark.eventLog.dir", "file:/tmp/spark-events", STRING,
-       "Existing directory (file: URI or path) where event logs are written.",
-       by=(DRIVER, MASTER))
+       "Existing directory (file: URI or path) where event logs are written.")
 # Spark 4 turns both on by default; Ember writes plain JSON lines in one file unless asked.
 _entry("spark.eventLog.compress", False, BOOL,
        "Compress the event log (spark.eventLog.compression.codec; Ember writes zstd).")
@@ -239,8 +238,7 @@ _entry("spark.python.task.killTimeout", 2.0, SECONDS,
        "Time a killed task gets to stop before its task process is killed and replaced.",
        by=(DRIVER, EXECUTOR))
 _entry("spark.ember.worker.maxCrashes", 4, INT,
-       "Attempts of a task whose task process dies (even in local mode, where maxFailures is 1).",
-       by=(DRIVER, EXECUTOR))
+       "Attempts of a task whose task process dies (even in local mode, where maxFailures is 1).")
 _entry("spark.barrier.sync.timeout", 31536000.0, SECONDS,
        "Time the coordinator waits for all tasks of a barrier stage to call barrier() or "
        "allGather() before failing the call in every task.")

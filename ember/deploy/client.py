@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Protocol, TextIO, TypeVar
 
 from ember import config
-from ember.config import parse_time_seconds
 from ember.deploy.messages import (
     DriverDescription, DriverLogResponse, DriverStatusResponse, RequestDriverLog,
     NOT_RECORDED_PREFIX, RequestDriverStatus, RequestKillDriver, RequestSubmitDriver,
@@ -120,7 +119,7 @@ class RpcGateway:
         self.env = RpcEnv.create("driverClient", "127.0.0.1", 0, rpc_conf, client_mode=True)
         self.masters = [self.env.endpoint_ref(a, "Master") for a in parse_master_urls(master)]
         self.active: Any = None
-        self.leader_wait = parse_time_seconds(rpc_conf["spark.rpc.askTimeout"])
+        self.leader_wait = config.read(rpc_conf, "spark.rpc.askTimeout")
 
     def _ask_all(self, msg: Any, accept: Callable[[Any], bool],
                  sleep: Callable[[float], None] = time.sleep) -> Any:

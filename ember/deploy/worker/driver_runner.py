@@ -154,14 +154,19 @@ def supervise_policy(supervise: bool, props: Mapping[str, str],
     defaults. ValueError names a bad key (the driver is then reported ERROR)."""
     conf = {**worker_conf, **{k: props[k] for k in (MAX_RETRIES_KEY, WINDOW_KEY)
                               if props.get(k) is not None}}
-    retries = config.read(conf, MAX_RETRIES_KEY)
-    if retries < 0:
-        raise ValueError(f"Invalid value for {MAX_RETRIES_KEY}: {conf[MAX_RETRIES_KEY]!r} "
-                         "(must not be negative)")
-    window = config.read(conf, WINDOW_KEY)
-    if window <= 0:
-        raise ValueError(f"Invalid value for {WINDOW_KEY}: {conf[WINDOW_KEY]!r} "
-                         "(must be positive)")
+
+    def read(key: str, valid: Callable[[Any], bool], rule: str) -> Any:
+        entry = config.REGISTRY[key]
+        try:
+            value = entry.read(conf)
+        except ValueError:
+            rule = f"should be {entry.type.expected}"
+            value = None
+        if value is None or not valid(value):
+            raise ValueError(f"Invalid value for {key}: {conf[key]!r} ({rule})")
+        return value
+    retries = read(MAX_RETRIES_KEY, lambda n: n >= 0, "must not be negative")
+    window = read(WINDOW_KEY, lambda w: w > 0, "must be positive")
     return SupervisePolicy(supervise, retries, window, initial_wait)
 
 
