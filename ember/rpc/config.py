@@ -28,6 +28,7 @@ MAX_PENDING = "spark.ember.rpc.maxPendingConnections"
 INBOUND_BUDGET = "spark.ember.rpc.inboundBufferBudget"
 STALLED_FRAME_TIMEOUT = "spark.ember.rpc.stalledFrameTimeout"
 
+
 def parse_time(key: str, value: Any, default_unit: str = "s") -> float:
     """Spark's time strings ("120s", "500ms", "2min", bare number = default unit) -> seconds."""
     try:
@@ -117,6 +118,10 @@ class RpcConf:
         if crypto and not auth:
             raise ValueError(f"{security.CRYPTO_ENABLED}=true needs spark.authenticate=true "
                              "(its keys are derived from the authentication handshake)")
+        for key in (HANDSHAKE_TIMEOUT, STALLED_FRAME_TIMEOUT, ASK_TIMEOUT, CONNECT_TIMEOUT):
+            if config.read(conf, key) < 0:
+                raise ValueError(f"{key} should be {config.SECONDS.expected}, but was "
+                                 f"{conf.get(key)!r}")
         budget_mb = config.read(conf, INBOUND_BUDGET)
         max_mb = config.read(conf, MAX_SIZE)
         if not 0 < max_mb <= 2047:

@@ -69,7 +69,7 @@ REST_PORT = "spark.master.rest.port"
 REST_HOST = "spark.master.rest.host"
 REST_FILTERS = "spark.master.rest.filters"
 REST_ALLOW_UNAUTHENTICATED = "spark.master.rest.allowUnauthenticated"
-DEFAULT_REST_PORT = 6066
+DEFAULT_REST_PORT = config.REGISTRY[REST_PORT].default
 UPLOAD_PATH = f"{BASE_CONTEXT}/upload"
 LOGS_PATH = f"{BASE_CONTEXT}/logs/"
 SHA256_HEADER = "X-Ember-Sha256"
@@ -128,9 +128,9 @@ def is_loopback_host(host: str) -> bool:
 
 
 def _rest_port(conf: Mapping[str, Any]) -> int:
-    raw = conf.get(REST_PORT, str(DEFAULT_REST_PORT))
+    raw = conf.get(REST_PORT)
     try:
-        port = int(str(raw).strip())
+        port = config.read(conf, REST_PORT)
     except ValueError:
         port = -1
     if port != 0 and not 1024 <= port <= 65535:
