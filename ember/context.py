@@ -289,13 +289,13 @@ class SparkContext:
                 storage = max(32, int((mem - 300) *
                                       config.read(self._conf, "spark.memory.fraction")))
                 storage = storage // threads
-            dp = self._conf.get("spark.default.parallelism")
+            dp = config.read(self._conf, "spark.default.parallelism")
             self._loop = EventLoop("dag-scheduler-event-loop")
             backend = LocalSchedulerBackend(
                 sched, threads, self._local_dir, self._python_worker_memory_mb, storage << 20,
                 self._files_dir, dict(self.environment),
                 config.read(self._conf, "spark.python.task.killTimeout"),
-                int(dp) if dp else None, self._loop, self._fork_client,
+                dp or None, self._loop, self._fork_client,
                 fs_conf=fs.hadoop_conf(self._conf),
                 pyspark_memory_mb=pyspark_worker_memory_mb(dict(self._conf.getAll())),
                 # spark.io.encryption.enabled: a key for this application's shuffle files
@@ -636,8 +636,8 @@ class SparkContext:
 
     @property
     def defaultParallelism(self) -> int:
-        dp = self._conf.get("spark.default.parallelism")
-        return int(dp) if dp else self._backend.default_parallelism()
+        dp = config.read(self._conf, "spark.default.parallelism")
+        return dp if dp else self._backend.default_parallelism()
 
     @property
     def defaultMinPartitions(self) -> int:

@@ -233,8 +233,8 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(
             path + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
         command = Command("ember.executor.backend", args, env, [], [], [])
-        max_cores = self.conf.get("spark.cores.max")
-        initial = self.conf.get("spark.dynamicAllocation.initialExecutors")
+        max_cores = config.read(self.conf, "spark.cores.max")
+        initial = config.read(self.conf, "spark.dynamicAllocation.initialExecutors")
         if self._allocation is not None:
             # Spark: start with none, the allocation manager asks per profile
             if self.conf.get("spark.executor.cores") is None:
@@ -242,14 +242,14 @@ class StandaloneSchedulerBackend(SchedulerBackend):
                             "explicitly set, you may get more executors allocated than "
                             "expected. It's recommended to set spark.executor.cores "
                             "explicitly. Please check SPARK-30299 for more details.")
-            initial = "0"
+            initial = 0
         event_log = self.sc._event_log
         return ApplicationDescription(
-            self.sc.appName, int(max_cores) if max_cores else None, command,
+            self.sc.appName, max_cores or None, command,
             self.sc.uiWebUrl or "",
             self.profile_message(DEFAULT_RESOURCE_PROFILE_ID),
             "file:" + event_log.log_dir if event_log is not None else None, None,
-            int(initial) if initial else None, self.sc.sparkUser())
+            initial or None, self.sc.sparkUser())
 
     def profile_message(self, rp_id: int) -> ResourceProfile:
         """A resource profile as the master and executors see it (an unknown id: the default)."""
@@ -281,12 +281,12 @@ class StandaloneSchedulerBackend(SchedulerBackend):
                                                           self._warn_if_starved)
         ratio = config.read(self.conf, "spark.scheduler.minRegisteredResourcesRatio")
         wait = config.read(self.conf, "spark.scheduler.maxRegisteredResourcesWaitingTime")
-        max_cores = self.conf.get("spark.cores.max")
+        max_cores = config.read(self.conf, "spark.cores.max")
         if ratio > 0 and max_cores:
             deadline = time.monotonic() + wait
             with self._registered:
                 self._registered.wait_for(
-                    lambda: self.total_cores >= ratio * int(max_cores)
+                    lambda: self.total_cores >= ratio * max_cores
                     or time.monotonic() >= deadline, timeout=wait)
 
     def stop(self) -> None:
