@@ -127,6 +127,7 @@ def validate_master_conf(conf: Mapping[str, Any]) -> None:
         raise ValueError("spark.worker.timeout must be a positive number of seconds, but was "
                          f"{conf.get('spark.worker.timeout')!r}")
     RpcConf.from_conf(conf)
+    config.read(conf, "spark.ui.killEnabled")   # the web UI's, parsed before anything binds
     check_recovery_conf(conf)
     max_upload_bytes(conf)
     max_upload_bytes(conf, TOTAL_UPLOAD_SIZE)
