@@ -123,10 +123,6 @@ class ConfigEntry:
     unsupported: bool = False
     prefix: bool = False
 
-    @property
-    def parse(self) -> Callable[[Any], Any]:
-        return self.type.parse
-
     def parse_value(self, raw: Any) -> Any:
         """`raw` parsed; ValueError in Spark's words: "<key> should be int, but was 'x'"."""
         try:
@@ -165,10 +161,9 @@ def _entry(key: str, default: Any, conf_type: ConfType, doc: str, *,
     return e
 
 
-def _prefix(prefix: str, doc: str, *, by: Iterable[str] | None = None,
-            unsupported: bool = False) -> ConfigEntry:
+def _prefix(prefix: str, doc: str, *, by: Iterable[str] | None = None) -> ConfigEntry:
     e = ConfigEntry(prefix, None, PREFIX, doc, tuple(by) if by is not None else _readers,
-                    unsupported, prefix=True)
+                    prefix=True)
     PREFIXES[prefix] = e
     return e
 
@@ -690,10 +685,6 @@ _entry("spark.history.ui.admin.acls.groups", None, LIST,
 # ---------------------------------------------------------------------------------------------
 # Reading
 # ---------------------------------------------------------------------------------------------
-
-def get_entry(key: str) -> ConfigEntry | None:
-    return REGISTRY.get(key)
-
 
 def declared(key: str) -> bool:
     """Whether `key` is a declared key or belongs to a declared prefix family."""
