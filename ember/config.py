@@ -755,10 +755,10 @@ def markdown() -> str:
     out += ["", "## Spark keys Ember refuses", "",
             "Spark defines these for safety, and Ember does not implement them. Set to anything "
             "but Spark's default, they stop the master, worker, history server, SparkContext or "
-            "`submit` at "
-            "start with one line naming the key, rather than run without the protection asked "
-            "for. The spark.ssl.* ones are refused in their spark.ssl.&lt;namespace&gt;.* "
-            "forms too.", "", "| Key | Spark's default | Why |", "|---|---|---|"]
+            "`submit` at start with one line naming the key, rather than run without the "
+            "protection asked for. The spark.ssl.* ones are refused in their "
+            "spark.ssl.&lt;namespace&gt;.* forms too.", "",
+            "| Key | Spark's default | Why |", "|---|---|---|"]
     for e in sorted(REGISTRY.values(), key=lambda e: e.key):
         if e.unsupported:
             out.append(f"| `{e.key}` | {_cell(_format_default(e))} | {_cell(e.doc)} |")
