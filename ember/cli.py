@@ -69,7 +69,7 @@ def build_conf(args: argparse.Namespace) -> dict[str, str]:
     spark-defaults.conf under $SPARK_CONF_DIR or $SPARK_HOME/conf, as spark-submit) >
     defaults. Non-`spark.*` keys, from --conf or the file, are dropped with spark-submit's
     warning."""
-    from ember.config import parse_memory_mb
+    from ember.config import check_unsupported, parse_memory_mb
     from ember.deploy.properties import default_properties_file, read_properties
     props: dict[str, str] = {}
     path = args.properties_file or default_properties_file(os.environ)
@@ -110,6 +110,10 @@ def build_conf(args: argparse.Namespace) -> dict[str, str]:
                 raise CliError(f"{what} must be a positive number") from None
     if args.supervise:
         conf["spark.driver.supervise"] = "true"
+    try:
+        check_unsupported(conf)
+    except ValueError as e:
+        raise CliError(str(e)) from None
     conf.setdefault("spark.master", os.environ.get("MASTER", "local[*]"))
     if args.app or getattr(args, "main_class", None):
         conf.setdefault("spark.app.name", args.main_class or os.path.basename(args.app))
@@ -143,9 +147,9 @@ def submit_cluster(args: argparse.Namespace, conf: dict[str, str]) -> int:
             print(driver_id, flush=True)
             if args.follow:
                 return client.follow_log(gateway, driver_id, "stdout", True, sys.stdout.buffer)
-            wait = conf.get("spark.standalone.submit.waitAppCompletion", "false")
-            return client.report_driver_status(gateway, driver_id,
-                                               wait.strip().lower() == "true")
+            from ember import config
+            wait = config.read(conf, "spark.standalone.submit.waitAppCompletion")
+            return client.report_driver_status(gateway, driver_id, wait)
         finally:
             gateway.close()
     except sub.SubmitError as e:
@@ -284,13 +288,12 @@ OOM_EXIT_CODE = 52
 def limit_client_driver_memory(conf: dict[str, str]) -> None:
     """Client mode: --driver-memory (+ spark.driver.memoryOverhead) bounds this process, as
     the worker bounds a cluster-mode driver; past it the driver exits with the reason."""
-    from ember.config import parse_memory_mb
+    from ember import config
     from ember.deploy.worker.memory_watchdog import (MemoryWatchdog, exceeded_message,
                                                      memory_limit_mb)
     try:
-        overhead = conf.get("spark.driver.memoryOverhead")
-        limit = memory_limit_mb(parse_memory_mb(conf["spark.driver.memory"]),
-                                parse_memory_mb(overhead) if overhead else None)
+        limit = memory_limit_mb(config.read(conf, "spark.driver.memory"),
+                                config.read(conf, "spark.driver.memoryOverhead"))
     except ValueError as e:
         raise CliError(str(e)) from None
 

@@ -1,51 +1,69 @@
-"""The one registry of configuration keys Ember reads: name, type, default and a line of doc.
+"""The one registry of configuration keys Ember reads: name, type, default, a line of doc and
+the processes that read it.
 
-Spark's `spark.*` names where Spark has the concept. Values arrive as strings (SparkConf,
-`--conf`, properties files, environment) and are parsed here, so every reader agrees on what
-"512m" or "3s" means and a bad value fails with a message naming the key.
+Spark's `spark.*` names and defaults where Spark has the concept; `spark.ember.*` for Ember's
+own knobs. Values arrive as strings (SparkConf, `--conf`, properties files, environment) and
+are parsed here, one parser per type, so every reader agrees on what "512m" or "3s" means and
+a bad value fails with a message naming the key. `docs/configuration.md` is generated from
+this module (`python -m ember.config --markdown`), and tests/test_config_registry.py fails
+when code reads a `spark.` key that is not declared here.
+
+Some keys Spark defines promise a safety property Ember does not implement (SASL
+encryption, servlet filters on the UI, client-certificate TLS...). They are declared
+`unsupported`: set to anything but Spark's default, `check_unsupported` stops the daemon,
+SparkContext or submit at start with one line naming the key, instead of silently running
+without the protection the user asked for.
 """
 from __future__ import annotations
 
-import re
+import sys
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Mapping
 
-_MEM_UNITS = {"b": 1 / (1024 * 1024), "k": 1 / 1024, "kb": 1 / 1024, "m": 1, "mb": 1,
-              "g": 1024, "gb": 1024, "t": 1024 * 1024, "tb": 1024 * 1024,
-              "p": 1024 ** 3, "pb": 1024 ** 3}
-_TIME_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0,
-               "h": 3600.0, "d": 86400.0}
+from ember.util.units import MiB, duration_to_string, parse_duration, parse_size
+
+# The processes that read keys (the "Read by" column of docs/configuration.md).
+MASTER, WORKER, DRIVER, EXECUTOR = "master", "worker", "driver", "executor"
+HISTORY, SUBMIT, REST, SHUFFLE_SERVICE = "history", "submit", "rest", "shuffle-service"
+JOB = "job (local property)"
+RPC = (MASTER, WORKER, DRIVER, EXECUTOR)     # every process with an RpcEnv
 
 
-def _size_mb(value: str, default_unit: str) -> float:
-    m = re.fullmatch(r"(-?\d+(?:\.\d+)?)\s*([a-z]*)", str(value).strip().lower())
-    if not m or (m.group(2) and m.group(2) not in _MEM_UNITS):
-        raise ValueError(f"Invalid memory string: {value!r} (expected e.g. 512m, 2g)")
-    return float(m.group(1)) * _MEM_UNITS[m.group(2) or default_unit]
-
+# ---------------------------------------------------------------------------------------------
+# One parser per type
+# ---------------------------------------------------------------------------------------------
 
 def parse_memory_mb(value: str | int, default_unit: str = "m") -> int:
     """'512m' -> 512, '2g' -> 2048, '1024' -> 1024 (in default_unit). Raises ValueError."""
-    return value if isinstance(value, int) else int(_size_mb(value, default_unit))
+    if isinstance(value, int):
+        return value
+    try:
+        return int(parse_size(value, default_unit, fractions=True, signed=True,
+                              spaces=True) / MiB)
+    except ValueError:
+        raise ValueError(f"Invalid memory string: {value!r} (expected e.g. 512m, 2g)") from None
 
 
 def parse_bytes(value: str | int) -> int:
     """'64m' -> 67108864, '1024' -> 1024 (bytes). Raises ValueError."""
-    return value if isinstance(value, int) else round(_size_mb(value, "b") * (1 << 20))
+    if isinstance(value, int):
+        return value
+    try:
+        return parse_size(value, "b", fractions=True, signed=True, spaces=True)
+    except ValueError:
+        raise ValueError(f"Invalid memory string: {value!r} (expected e.g. 512m, 2g)") from None
 
 
 def parse_time_seconds(value: str | float, default_unit: str = "s") -> float:
     """'3s' -> 3.0, '200ms' -> 0.2, '60' -> 60 (in default_unit). Raises ValueError."""
-    if isinstance(value, (int, float)):
-        return float(value) * _TIME_UNITS[default_unit]
-    s = str(value).strip().lower()
-    m = re.fullmatch(r"(-?\d+(?:\.\d+)?)\s*([a-z]*)", s)
-    if not m or (m.group(2) and m.group(2) not in _TIME_UNITS):
-        raise ValueError(f"Invalid time string: {value!r} (expected e.g. 3s, 200ms)")
-    return float(m.group(1)) * _TIME_UNITS[m.group(2) or default_unit]
+    try:
+        return parse_duration(value, default_unit)
+    except ValueError:
+        raise ValueError(f"Invalid time string: {value!r} (expected e.g. 3s, 200ms)") from None
 
 
 def parse_bool(value: str | bool) -> bool:
+    """true/false (also 1/0, yes/no), any case. "" is not a boolean (as in Spark)."""
     if isinstance(value, bool):
         return value
     s = str(value).strip().lower()
@@ -56,232 +74,706 @@ def parse_bool(value: str | bool) -> bool:
     raise ValueError(f"Invalid boolean: {value!r}")
 
 
+def parse_int(value: Any) -> int:
+    return int(str(value).strip())
+
+
+def parse_float(value: Any) -> float:
+    return float(str(value).strip())
+
+
+def parse_list(value: Any) -> list[str]:
+    """Comma-separated names; blanks dropped."""
+    return [v.strip() for v in str(value).split(",") if v.strip()]
+
+
+@dataclass(frozen=True)
+class ConfType:
+    """A value type: its name in the reference page, its one parser and what a bad value's
+    error says it should be."""
+    name: str
+    parse: Callable[[Any], Any]
+    expected: str
+
+
+BOOL = ConfType("boolean", parse_bool, "boolean")
+INT = ConfType("int", parse_int, "int")
+FLOAT = ConfType("double", parse_float, "double")
+STRING = ConfType("string", str, "a string")
+UPPER = ConfType("string", lambda v: str(v).strip().upper(), "a string")
+LIST = ConfType("list", parse_list, "a comma-separated list")
+SIZE_MB = ConfType("size (bare number: MiB)", parse_memory_mb, "a size like 512m or 2g")
+SIZE_BYTES = ConfType("size (bare number: bytes)", parse_bytes, "a size like 64m or 512k")
+SECONDS = ConfType("duration (bare number: s)", parse_time_seconds,
+                   "a duration like 120s, 500ms or 2min")
+MILLIS = ConfType("duration (bare number: ms)", lambda v: parse_time_seconds(v, "ms"),
+                  "a duration like 10s or 500ms")
+PREFIX = ConfType("prefix", str, "a string")
+
+
 @dataclass(frozen=True)
 class ConfigEntry:
+    """One key. `unsupported` marks a Spark key Ember does not implement whose non-default
+    value a user relies on for safety; `prefix` a family of keys (`spark.executorEnv.*`)."""
     key: str
     default: Any
-    parse: Callable[[Any], Any]
+    type: ConfType
     doc: str
+    read_by: tuple[str, ...] = ()
+    unsupported: bool = False
+    prefix: bool = False
+
+    def parse_value(self, raw: Any) -> Any:
+        """`raw` parsed; ValueError in Spark's words: "<key> should be int, but was 'x'"."""
+        try:
+            return self.type.parse(raw)
+        except (ValueError, TypeError):
+            raise ValueError(f"{self.key} should be {self.type.expected}, but was "
+                             f"{raw!r}") from None
+
+    def read(self, conf: Mapping[str, Any] | Any, default: Any = None) -> Any:
+        """The typed value in `conf` (a dict or SparkConf), else `default`, else the
+        registry's default."""
+        raw = conf.get(self.key, None)
+        if raw is None:
+            return self.default if default is None else default
+        return self.parse_value(raw)
 
 
 REGISTRY: dict[str, ConfigEntry] = {}
+PREFIXES: dict[str, ConfigEntry] = {}
+_readers: tuple[str, ...] = ()
 
 
-def _entry(key: str, default: Any, parse: Callable[[Any], Any], doc: str) -> ConfigEntry:
-    e = ConfigEntry(key, default, parse, doc)
+def _section(*read_by: str) -> None:
+    """The processes reading the entries declared next (unless an entry names its own)."""
+    global _readers
+    _readers = read_by
+
+
+def _entry(key: str, default: Any, conf_type: ConfType, doc: str, *,
+           by: Iterable[str] | None = None, unsupported: bool = False) -> ConfigEntry:
+    if key in REGISTRY:
+        raise ValueError(f"{key} is declared twice")
+    e = ConfigEntry(key, default, conf_type, doc, tuple(by) if by is not None else _readers,
+                    unsupported)
     REGISTRY[key] = e
     return e
 
 
-def _int(v: Any) -> int:
-    return int(str(v).strip())
+def _prefix(prefix: str, doc: str, *, by: Iterable[str] | None = None) -> ConfigEntry:
+    e = ConfigEntry(prefix, None, PREFIX, doc, tuple(by) if by is not None else _readers,
+                    prefix=True)
+    PREFIXES[prefix] = e
+    return e
 
 
-def _str(v: Any) -> str:
-    return str(v)
-
-
-def _float(v: Any) -> float:
-    return float(str(v).strip())
-
+# ---------------------------------------------------------------------------------------------
+# The keys
+# ---------------------------------------------------------------------------------------------
 
 # --- application / driver runtime -------------------------------------------------------
-_entry("spark.app.name", None, _str, "Application name.")
-_entry("spark.master", None, _str, "Master URL: local, local[N], local[*], local[N,F], spark://...")
-_entry("spark.default.parallelism", None, _int, "Default partitions for parallelize and shuffles.")
-_entry("spark.task.maxFailures", 4, _int, "Attempts per task before the job is aborted (cluster).")
-_entry("spark.stage.maxConsecutiveAttempts", 4, _int,
+_section(DRIVER)
+_entry("spark.app.name", None, STRING, "Application name.", by=(DRIVER, SUBMIT, MASTER))
+_entry("spark.master", None, STRING, "Master URL: local, local[N], local[*], local[N,F], spark://...",
+       by=(DRIVER, SUBMIT))
+_entry("spark.default.parallelism", None, INT, "Default partitions for parallelize and shuffles.")
+_entry("spark.task.maxFailures", 4, INT, "Attempts per task before the job is aborted (cluster).")
+_entry("spark.stage.maxConsecutiveAttempts", 4, INT,
        "Consecutive fetch-failure attempts of a stage before it is aborted.")
-_entry("spark.scheduler.mode", "FIFO", lambda v: str(v).upper(), "FIFO or FAIR.")
-_entry("spark.scheduler.allocation.file", None, _str, "fairscheduler.xml with pool definitions.")
-_entry("spark.local.dir", None, _str, "Comma-separated scratch dirs for shuffle and spills.")
-_entry("spark.python.worker.memory", 512, parse_memory_mb,
-       "Memory per task process for aggregation before spilling to disk (e.g. 512m).")
-_entry("spark.executor.memory", 1024, parse_memory_mb, "Memory per executor (MB).")
-_entry("spark.driver.memory", 1024, parse_memory_mb, "Driver memory (MB).")
-_entry("spark.executor.pyspark.memory", None, parse_memory_mb,
+_entry("spark.scheduler.mode", "FIFO", UPPER, "FIFO or FAIR.")
+_entry("spark.scheduler.allocation.file", None, STRING, "fairscheduler.xml with pool definitions.")
+_entry("spark.local.dir", None, STRING, "Comma-separated scratch dirs for shuffle and spills.",
+       by=(DRIVER, EXECUTOR, WORKER))
+_entry("spark.python.worker.memory", 512, SIZE_MB,
+       "Memory per task process for aggregation before spilling to disk (e.g. 512m).",
+       by=(DRIVER, EXECUTOR))
+_entry("spark.executor.memory", 1024, SIZE_MB, "Memory per executor (MB).",
+       by=(DRIVER, SUBMIT, MASTER, REST))
+_entry("spark.driver.memory", 1024, SIZE_MB, "Driver memory (MB).", by=(SUBMIT, REST, WORKER))
+_entry("spark.executor.pyspark.memory", None, SIZE_MB,
        "Address-space limit (RLIMIT_AS) of the executor's Python task processes, divided "
-       "among spark.executor.cores; a task allocating past it fails with MemoryError.")
-_entry("spark.memory.fraction", 0.6, _float, "Fraction of (heap - 300MB) for execution+storage.")
-_entry("spark.ember.storage.memory", None, parse_memory_mb,
-       "Storage memory per task process for cached blocks; default from spark.memory.fraction.")
-_entry("spark.ui.showConsoleProgress", True, parse_bool, "Console progress bar on stderr (tty only).")
-_entry("spark.ui.enabled", True, parse_bool, "Run the application web UI on the driver.")
-_entry("spark.ui.port", 4040, _int, "Port of the application UI; busy ports retry upwards.")
-_entry("spark.port.maxRetries", 16, _int, "Successive ports tried when a port is busy.")
-_entry("spark.ui.retainedJobs", 1000, _int, "Finished jobs the UI and REST API remember.")
-_entry("spark.ui.retainedStages", 1000, _int, "Finished stages the UI and REST API remember.")
-_entry("spark.ui.retainedTasks", 100000, _int, "Tasks per stage the UI and REST API remember.")
-_entry("spark.ui.retainedDeadExecutors", 100, _int, "Removed executors the UI remembers.")
-_entry("spark.eventLog.enabled", False, parse_bool,
+       "among spark.executor.cores; a task allocating past it fails with MemoryError.",
+       by=(DRIVER, EXECUTOR))
+_entry("spark.memory.fraction", 0.6, FLOAT, "Fraction of (heap - 300MB) for execution+storage.",
+       by=(DRIVER, EXECUTOR))
+_entry("spark.ember.storage.memory", None, SIZE_MB,
+       "Storage memory per task process for cached blocks; default from spark.memory.fraction.",
+       by=(DRIVER, EXECUTOR))
+_entry("spark.ui.showConsoleProgress", True, BOOL, "Console progress bar on stderr (tty only).")
+_entry("spark.ui.enabled", True, BOOL, "Run the application web UI on the driver.")
+_entry("spark.ui.port", 4040, INT, "Port of the application UI; busy ports retry upwards.")
+_entry("spark.port.maxRetries", 16, INT, "Successive ports tried when a port is busy.", by=RPC)
+_entry("spark.ui.retainedJobs", 1000, INT, "Finished jobs the UI and REST API remember.")
+_entry("spark.ui.retainedStages", 1000, INT, "Finished stages the UI and REST API remember.")
+_entry("spark.ui.retainedTasks", 100000, INT, "Tasks per stage the UI and REST API remember.")
+_entry("spark.ui.retainedDeadExecutors", 100, INT, "Removed executors the UI remembers.")
+_entry("spark.eventLog.enabled", False, BOOL,
        "Write the application's events to spark.eventLog.dir (for the history server).")
-_entry("spark.eventLog.dir", "file:/tmp/spark-events", _str,
+_entry("spark.eventLog.dir", "file:/tmp/spark-events", STRING,
        "Existing directory (file: URI or path) where event logs are written.")
 # Spark 4 turns both on by default; Ember writes plain JSON lines in one file unless asked.
-_entry("spark.eventLog.compress", False, parse_bool,
+_entry("spark.eventLog.compress", False, BOOL,
        "Compress the event log (spark.eventLog.compression.codec; Ember writes zstd).")
-_entry("spark.eventLog.compression.codec", "zstd", _str,
+_entry("spark.eventLog.compression.codec", "zstd", STRING,
        "Event log codec; Ember supports zstd (Spark's default) only.")
-_entry("spark.eventLog.rolling.enabled", False, parse_bool,
+_entry("spark.eventLog.rolling.enabled", False, BOOL,
        "Write the event log as Spark's rolling directory eventlog_v2_<appId> of files of at "
        "most spark.eventLog.rolling.maxFileSize.")
-_entry("spark.eventLog.rolling.maxFileSize", 128 << 20, parse_bytes,
+_entry("spark.eventLog.rolling.maxFileSize", 128 << 20, SIZE_BYTES,
        "Size (bytes, or with a unit: 64m) at which a rolling event log starts a new file; "
        "at least 10 MiB.")
-_entry("spark.scheduler.listenerbus.eventqueue.capacity", 10000, _int,
+_entry("spark.scheduler.listenerbus.eventqueue.capacity", 10000, INT,
        "Events that may wait for the UI and event log; more are dropped, with an error.")
-_entry("spark.redaction.regex", "(?i)secret|password|token|access[.]?key", _str,
-       "Configuration keys (and values) matching this are redacted in the UI and event log.")
-_entry("spark.locality.wait", 3.0, parse_time_seconds, "Delay-scheduling wait per locality level.")
-_entry("spark.python.task.killTimeout", 2.0, parse_time_seconds,
-       "Time a killed task gets to stop before its task process is killed and replaced.")
-_entry("spark.ember.worker.maxCrashes", 4, _int,
+_entry("spark.redaction.regex", "(?i)secret|password|token|access[.]?key", STRING,
+       "Configuration keys (and values) matching this are redacted in the UI and event log.",
+       by=(DRIVER, MASTER, WORKER, HISTORY, SUBMIT))
+_entry("spark.locality.wait", 3.0, SECONDS, "Delay-scheduling wait per locality level.")
+_entry("spark.python.task.killTimeout", 2.0, SECONDS,
+       "Time a killed task gets to stop before its task process is killed and replaced.",
+       by=(DRIVER, EXECUTOR))
+_entry("spark.ember.worker.maxCrashes", 4, INT,
        "Attempts of a task whose task process dies (even in local mode, where maxFailures is 1).")
-_entry("spark.barrier.sync.timeout", 31536000.0, parse_time_seconds,
+_entry("spark.barrier.sync.timeout", 31536000.0, SECONDS,
        "Time the coordinator waits for all tasks of a barrier stage to call barrier() or "
        "allGather() before failing the call in every task.")
-_entry("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", 15.0, parse_time_seconds,
+_entry("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", 15.0, SECONDS,
        "Wait before checking again that a barrier stage's tasks all fit in the free slots.")
-_entry("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", 40, _int,
+_entry("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", 40, INT,
        "Failed slot checks of a barrier job before it fails with Spark's SPARK-24819 error.")
 
 # --- custom resources, resource profiles, dynamic allocation -----------------------------
-_entry("spark.task.cpus", 1, _int, "Cores each task takes from its executor.")
-_entry("spark.executor.cores", None, _int,
+_section(DRIVER)
+_entry("spark.task.cpus", 1, INT, "Cores each task takes from its executor.")
+_entry("spark.executor.cores", None, INT,
        "Cores per executor; unset on a standalone cluster: one executor per worker taking "
-       "all its free cores.")
-_entry("spark.scheduler.resource.profileMergeConflicts", False, parse_bool,
+       "all its free cores.",
+       by=(DRIVER, SUBMIT, MASTER, REST))
+_entry("spark.scheduler.resource.profileMergeConflicts", False, BOOL,
        "Merge (maximum of each request) the different ResourceProfiles of one stage's RDDs "
        "instead of failing the job.")
-_entry("spark.starvation.timeout", 15.0, parse_time_seconds,
+_entry("spark.starvation.timeout", 15.0, SECONDS,
        "How often a cluster driver warns that submitted tasks found no executor yet.")
-_entry("spark.dynamicAllocation.enabled", False, parse_bool,
+_entry("spark.dynamicAllocation.enabled", False, BOOL,
        "Request executors per resource profile from the standalone master as tasks need them "
        "(required for stage-level profiles with executor requests).")
-_entry("spark.dynamicAllocation.minExecutors", 0, _int, "Lower bound of each profile's target.")
-_entry("spark.dynamicAllocation.maxExecutors", 2147483647, _int,
+_entry("spark.dynamicAllocation.minExecutors", 0, INT, "Lower bound of each profile's target.")
+_entry("spark.dynamicAllocation.maxExecutors", 2147483647, INT,
        "Upper bound of each profile's executor target.")
-_entry("spark.dynamicAllocation.initialExecutors", None, _int,
+_entry("spark.dynamicAllocation.initialExecutors", None, INT,
        "Executors of the default profile asked for before the first stage.")
-_entry("spark.executor.instances", None, _int,
+_entry("spark.executor.instances", None, INT,
        "With dynamic allocation: also a floor of the initial executor target.")
-_entry("spark.dynamicAllocation.executorAllocationRatio", 1.0, _float,
+_entry("spark.dynamicAllocation.executorAllocationRatio", 1.0, FLOAT,
        "Fraction of the executors full parallelism would need that is asked for.")
-_entry("spark.dynamicAllocation.executorIdleTimeout", 60.0, parse_time_seconds,
+_entry("spark.dynamicAllocation.executorIdleTimeout", 60.0, SECONDS,
        "Idle time after which an executor beyond its profile's target is released.")
-_entry("spark.dynamicAllocation.cachedExecutorIdleTimeout", float("inf"), parse_time_seconds,
+_entry("spark.dynamicAllocation.cachedExecutorIdleTimeout", float("inf"), SECONDS,
        "Idle time after which an executor holding cached blocks is released (default: never).")
-_entry("spark.dynamicAllocation.schedulerBacklogTimeout", 1.0, parse_time_seconds,
+_entry("spark.dynamicAllocation.schedulerBacklogTimeout", 1.0, SECONDS,
        "Pending tasks backlogged this long make the first executor request.")
-_entry("spark.dynamicAllocation.sustainedSchedulerBacklogTimeout", None, parse_time_seconds,
+_entry("spark.dynamicAllocation.sustainedSchedulerBacklogTimeout", None, SECONDS,
        "Interval of the following (doubling) requests while the backlog lasts (default: "
        "schedulerBacklogTimeout).")
-_entry("spark.dynamicAllocation.shuffleTracking.enabled", True, parse_bool,
+_entry("spark.dynamicAllocation.shuffleTracking.enabled", True, BOOL,
        "Keep executors holding live shuffle output (without an external shuffle service).")
-_entry("spark.dynamicAllocation.shuffleTracking.timeout", float("inf"), parse_time_seconds,
+_entry("spark.dynamicAllocation.shuffleTracking.timeout", float("inf"), SECONDS,
        "Idle time after which an executor holding shuffle output is released anyway.")
-_entry("spark.shuffle.service.enabled", False, parse_bool,
+_entry("spark.shuffle.service.enabled", False, BOOL,
        "Executors register their shuffle output with their worker's external shuffle "
-       "service, which serves it after they exit.")
-_entry("spark.shuffle.service.port", 7337, _int, "Port of the worker's external shuffle service.")
-_entry("spark.decommission.enabled", False, parse_bool,
-       "Executors of a decommissioned worker drain gracefully instead of being lost.")
-_entry("spark.storage.decommission.enabled", False, parse_bool,
-       "Decommissioning executors migrate their blocks to other executors.")
-_entry("spark.storage.decommission.shuffleBlocks.enabled", True, parse_bool,
-       "Migrate shuffle output when decommissioning (needs storage decommission).")
-_entry("spark.storage.decommission.rddBlocks.enabled", True, parse_bool,
-       "Migrate cached RDD blocks when decommissioning (needs storage decommission).")
+       "service, which serves it after they exit.",
+       by=(DRIVER, EXECUTOR, WORKER))
+_entry("spark.shuffle.service.port", 7337, INT, "Port of the worker's external shuffle service.",
+       by=(DRIVER, EXECUTOR, WORKER))
+_entry("spark.decommission.enabled", False, BOOL,
+       "Executors of a decommissioned worker drain gracefully instead of being lost.",
+       by=(DRIVER, EXECUTOR, WORKER))
+_entry("spark.storage.decommission.enabled", False, BOOL,
+       "Decommissioning executors migrate their blocks to other executors.",
+       by=(DRIVER, EXECUTOR))
+_entry("spark.storage.decommission.shuffleBlocks.enabled", True, BOOL,
+       "Migrate shuffle output when decommissioning (needs storage decommission).",
+       by=(DRIVER, EXECUTOR))
+_entry("spark.storage.decommission.rddBlocks.enabled", True, BOOL,
+       "Migrate cached RDD blocks when decommissioning (needs storage decommission).",
+       by=(DRIVER, EXECUTOR))
 
-_entry("spark.ember.executor.driverLease", 120.0, parse_time_seconds,
+_entry("spark.ember.executor.driverLease", 120.0, SECONDS,
        "Ember only (fencing): an executor whose driver has not answered its heartbeat for "
        "this long exits, so no executor of a vanished driver runs on (Spark: after "
-       "spark.executor.heartbeat.maxFailures heartbeats, 10 min).")
-_entry("spark.ember.appClient.reconnectTimeout", 120.0, parse_time_seconds,
+       "spark.executor.heartbeat.maxFailures heartbeats, 10 min).",
+       by=(EXECUTOR,))
+_entry("spark.ember.appClient.reconnectTimeout", 120.0, SECONDS,
        "How long a driver that lost its master waits for a master (restarted, or a standby "
        "taking over) to take its application back before it ends the application.")
 
 # --- master recovery with ZooKeeper (ember/deploy/master/zookeeper.py) --------------------
-_entry("spark.deploy.zookeeper.url", None, _str,
+_section(MASTER)
+_entry("spark.deploy.zookeeper.url", None, STRING,
        "ZooKeeper connect string (host:port[,host:port...]) for recoveryMode=ZOOKEEPER.")
-_entry("spark.deploy.zookeeper.dir", "/spark", _str,
+_entry("spark.deploy.zookeeper.dir", "/spark", STRING,
        "ZooKeeper path of the master's records, leader election and uploaded resources.")
-_entry("spark.ember.deploy.zookeeper.sessionTimeout", 3.0, parse_time_seconds,
+_entry("spark.ember.deploy.zookeeper.sessionTimeout", 3.0, SECONDS,
        "ZooKeeper session timeout: how soon a dead leader's standby takes over (Spark: 60s).")
-_entry("spark.ember.deploy.zookeeper.maxBlobSize", 32 << 20, parse_bytes,
+_entry("spark.ember.deploy.zookeeper.maxBlobSize", 32 << 20, SIZE_BYTES,
        "Largest uploaded app resource kept in ZooKeeper (chunked znodes, SHA-256 checked).")
 
 
 # --- speculation (Spark's TaskSetManager.checkSpeculatableTasks) --------------------------
-_entry("spark.speculation", False, parse_bool,
+_section(DRIVER)
+_entry("spark.speculation", False, BOOL,
        "Launch a second attempt of a task running much longer than its stage's others.")
-_entry("spark.speculation.interval", 0.1, lambda v: parse_time_seconds(v, "ms"),
+_entry("spark.speculation.interval", 0.1, MILLIS,
        "How often running tasks are checked for speculation.")
-_entry("spark.speculation.multiplier", 3.0, _float,
+_entry("spark.speculation.multiplier", 3.0, FLOAT,
        "A task is speculatable when running longer than this times the median success.")
-_entry("spark.speculation.quantile", 0.9, _float,
+_entry("spark.speculation.quantile", 0.9, FLOAT,
        "Fraction of a stage's tasks that must succeed before speculation is considered.")
-_entry("spark.speculation.minTaskRuntime", 0.1, lambda v: parse_time_seconds(v, "ms"),
+_entry("spark.speculation.minTaskRuntime", 0.1, MILLIS,
        "Minimum run time of a task before it may be speculated.")
 _entry("spark.speculation.task.duration.threshold", None,
-       lambda v: parse_time_seconds(v, "ms"),
+       MILLIS,
        "Speculate a task running longer than this even before the quantile is reached, when "
        "the stage has no more tasks than one executor's slots.")
-_entry("spark.speculation.efficiency.enabled", True, parse_bool,
+_entry("spark.speculation.efficiency.enabled", True, BOOL,
        "Speculate only inefficient tasks (Ember measures no per-task record rate, so every "
        "task past the threshold counts as inefficient, as Spark treats a task without one).")
-_entry("spark.speculation.efficiency.processRateMultiplier", 0.75, _float,
+_entry("spark.speculation.efficiency.processRateMultiplier", 0.75, FLOAT,
        "Spark's process-rate bound for inefficient tasks (no record rate in Ember).")
-_entry("spark.speculation.efficiency.longRunTaskFactor", 2.0, _float,
+_entry("spark.speculation.efficiency.longRunTaskFactor", 2.0, FLOAT,
        "A task running longer than this times the threshold is speculated regardless of rate.")
 
 # --- exclude on failure (Spark's HealthTracker / TaskSetExcludelist) ---------------------
-_entry("spark.excludeOnFailure.enabled", False, parse_bool,
+_section(DRIVER)
+_entry("spark.excludeOnFailure.enabled", False, BOOL,
        "Stop scheduling on executors and nodes that keep failing tasks.")
-_entry("spark.excludeOnFailure.timeout", 3600.0, parse_time_seconds,
+_entry("spark.excludeOnFailure.timeout", 3600.0, SECONDS,
        "How long an executor or node stays excluded for the whole application.")
-_entry("spark.excludeOnFailure.task.maxTaskAttemptsPerExecutor", 1, _int,
+_entry("spark.excludeOnFailure.task.maxTaskAttemptsPerExecutor", 1, INT,
        "Failed attempts of one task on an executor before that task avoids it.")
-_entry("spark.excludeOnFailure.task.maxTaskAttemptsPerNode", 2, _int,
+_entry("spark.excludeOnFailure.task.maxTaskAttemptsPerNode", 2, INT,
        "Failed attempts of one task on a node before that task avoids it.")
-_entry("spark.excludeOnFailure.stage.maxFailedTasksPerExecutor", 2, _int,
+_entry("spark.excludeOnFailure.stage.maxFailedTasksPerExecutor", 2, INT,
        "Distinct failed tasks of a stage on an executor before the stage avoids it.")
-_entry("spark.excludeOnFailure.stage.maxFailedExecutorsPerNode", 2, _int,
+_entry("spark.excludeOnFailure.stage.maxFailedExecutorsPerNode", 2, INT,
        "Executors of a node excluded for a stage before the stage avoids the node.")
-_entry("spark.excludeOnFailure.application.maxFailedTasksPerExecutor", 2, _int,
+_entry("spark.excludeOnFailure.application.maxFailedTasksPerExecutor", 2, INT,
        "Failed tasks (of successful task sets) on an executor before the app excludes it.")
-_entry("spark.excludeOnFailure.application.maxFailedExecutorsPerNode", 2, _int,
+_entry("spark.excludeOnFailure.application.maxFailedExecutorsPerNode", 2, INT,
        "Excluded executors on a node before the application excludes the node.")
-_entry("spark.excludeOnFailure.killExcludedExecutors", False, parse_bool,
+_entry("spark.excludeOnFailure.killExcludedExecutors", False, BOOL,
        "Kill executors (and all executors of a node) when the application excludes them.")
-_entry("spark.excludeOnFailure.application.fetchFailure.enabled", False, parse_bool,
+_entry("spark.excludeOnFailure.application.fetchFailure.enabled", False, BOOL,
        "Exclude an executor (its node with the shuffle service) at its first fetch failure.")
 _entry("spark.scheduler.excludeOnFailure.unschedulableTaskSetTimeout", 120.0,
-       parse_time_seconds,
+       SECONDS,
        "Wait for a new executor before aborting a task set no executor may run.")
 
-_entry("spark.ember.deploy.driverAdmission.reserveExecutor", True, parse_bool,
-       "Master: launch a cluster-mode driver only where it and one executor of its "
+_entry("spark.ember.deploy.driverAdmission.reserveExecutor", True, BOOL,
+       "Launch a cluster-mode driver only where it and one executor of its "
        "application (spark.executor.cores / memory) fit beside the running drivers and "
-       "their reservations, so drivers cannot take every core (false: Spark's behaviour).")
+       "their reservations, so drivers cannot take every core (false: Spark's behaviour).",
+       by=(MASTER,))
 
 
-def get_entry(key: str) -> ConfigEntry | None:
-    return REGISTRY.get(key)
+
+# --- submission and the application's identity -------------------------------------------
+_section(DRIVER)
+_entry("spark.app.id", None, STRING, "The application id the cluster manager gave (set by Ember).")
+_entry("spark.app.startTime", None, INT, "Start time of the application, ms (set by Ember).")
+_entry("spark.home", None, STRING, "Spark home directory of the application.")
+_entry("spark.user", None, STRING, "User running the application: an owner in every ACL.",
+       by=(DRIVER, MASTER, WORKER, HISTORY))
+_entry("spark.submit.deployMode", "client", STRING,
+       "client (driver in the submitting process) or cluster (driver on a worker).",
+       by=(SUBMIT, DRIVER))
+_entry("spark.submit.pyFiles", "", LIST,
+       "Comma-separated .py/.zip/.egg files put on the PYTHONPATH of the driver and executors.",
+       by=(SUBMIT, DRIVER, WORKER))
+_entry("spark.files", "", LIST,
+       "Comma-separated files shipped to every executor's working directory.",
+       by=(SUBMIT, DRIVER, WORKER))
+_entry("spark.ember.files", None, LIST,
+       "Ember only, set by the driver: the shipped files an executor's tasks fetch.",
+       by=(EXECUTOR,))
+_entry("spark.standalone.submit.waitAppCompletion", False, BOOL,
+       "In cluster mode, `submit` waits until the driver finishes.", by=(SUBMIT,))
+_entry("spark.cores.max", None, INT,
+       "Most cores the application takes across the cluster (default spark.deploy.defaultCores).",
+       by=(DRIVER, SUBMIT, REST))
+_entry("spark.driver.cores", 1, INT, "Cores of a cluster-mode driver.", by=(SUBMIT, REST))
+_entry("spark.driver.supervise", False, BOOL,
+       "Restart a cluster-mode driver that exits with a non-zero code.", by=(SUBMIT, REST))
+_entry("spark.driver.supervise.maxRetries", 10, INT,
+       "Restarts of a supervised driver within spark.driver.supervise.window before the "
+       "worker gives up (Spark restarts forever).", by=(WORKER,))
+_entry("spark.driver.supervise.window", 3600.0, SECONDS,
+       "Window in which spark.driver.supervise.maxRetries restarts are counted.", by=(WORKER,))
+_entry("spark.driver.memoryOverhead", None, SIZE_MB,
+       "Memory beyond spark.driver.memory a client-mode driver may use before it is limited.",
+       by=(SUBMIT,))
+_entry("spark.executor.memoryOverhead", None, SIZE_MB,
+       "Executor memory beyond spark.executor.memory (part of the default resource profile).")
+_entry("spark.memory.offHeap.enabled", False, BOOL,
+       "Count spark.memory.offHeap.size in the default resource profile.")
+_entry("spark.memory.offHeap.size", 0, SIZE_MB, "Off-heap memory of an executor.")
+_entry("spark.driver.host", None, STRING,
+       "Address executors and the master reach the driver at (default: this host).",
+       by=(DRIVER, WORKER))
+_entry("spark.driver.bindAddress", None, STRING,
+       "Address the driver's RPC and UI bind to (default: spark.driver.host).")
+_entry("spark.driver.port", 0, INT, "Port of the driver's RpcEnv (0: any free port).")
+_entry("spark.driver.resourcesFile", None, STRING,
+       "JSON file of the resources (GPUs...) allocated to the driver.", by=(DRIVER, WORKER))
+_entry("spark.driver.defaultJavaOptions", None, STRING,
+       "JVM options of the driver; in REST submissions, where Ember reads spark.* -D options.",
+       by=(REST,))
+_entry("spark.driver.extraJavaOptions", None, STRING,
+       "JVM options of the driver; in REST submissions, where Ember reads spark.* -D options.",
+       by=(REST,))
+_entry("spark.driver.extraClassPath", None, STRING,
+       "Class path entries of a REST-submitted driver (kept in its description).", by=(REST,))
+_entry("spark.driver.extraLibraryPath", None, STRING,
+       "Library path entries of a REST-submitted driver (kept in its description).",
+       by=(REST,))
+_entry("spark.serializer.objectStreamReset", 100, INT,
+       "PySpark's SparkContext default (listed for compatibility; Ember pickles).")
+_entry("spark.rdd.compress", True, BOOL,
+       "PySpark's SparkContext default (listed for compatibility).")
+_entry("spark.sql.artifact.isolation.enabled", False, BOOL,
+       "PySpark's SparkContext default (listed for compatibility).")
+_entry("spark.scheduler.minRegisteredResourcesRatio", 0.0, FLOAT,
+       "Fraction of the requested cores that must register before the first job runs.")
+_entry("spark.scheduler.maxRegisteredResourcesWaitingTime", 30.0, SECONDS,
+       "Longest wait for spark.scheduler.minRegisteredResourcesRatio before jobs run anyway.")
+_entry("spark.shuffle.registration.maxAttempts", 3, INT,
+       "Attempts of an executor to register with the external shuffle service.",
+       by=(EXECUTOR,))
+_prefix("spark.executorEnv.", "spark.executorEnv.<NAME>: environment variable NAME of every "
+        "executor.", by=(DRIVER, EXECUTOR))
+_prefix("spark.driver.resource.", "spark.driver.resource.<name>.{amount,discoveryScript,"
+        "vendor}: custom resources of the driver.", by=(DRIVER, WORKER, SUBMIT))
+_prefix("spark.executor.resource.", "spark.executor.resource.<name>.{amount,discoveryScript,"
+        "vendor}: custom resources of each executor.", by=(DRIVER, EXECUTOR))
+_prefix("spark.task.resource.", "spark.task.resource.<name>.amount: custom resources each "
+        "task takes.")
+_prefix("spark.stage.maxConsecutiveAttempts.", "Never read: the prefix of Spark's "
+        "per-stage attempt keys that Ember declines with a message.")
+_prefix("spark.hadoop.", "spark.hadoop.<key>: Hadoop configuration; Ember reads the "
+        "spark.hadoop.fs.s3a.* keys of its S3 client.", by=(DRIVER, EXECUTOR, HISTORY))
+
+# --- job (local properties set through SparkContext, not configuration) -----------------
+_section(JOB)
+_entry("spark.job.description", None, STRING, "Description of the jobs a thread submits.")
+_entry("spark.jobGroup.id", None, STRING, "Job group of the jobs a thread submits.")
+_entry("spark.job.interruptOnCancel", False, BOOL,
+       "Interrupt the tasks of a cancelled job group.")
+_entry("spark.job.tags", "", LIST, "Tags of the jobs a thread submits (cancelJobsWithTag).")
+_entry("spark.scheduler.pool", "default", STRING, "FAIR scheduler pool of a thread's jobs.")
+
+# --- networking and RPC ---------------------------------------------------------------------
+_section(*RPC)
+_entry("spark.rpc.askTimeout", 120.0, SECONDS, "Default timeout of an RPC ask.",
+       by=(*RPC, SUBMIT, REST))
+_entry("spark.rpc.message.maxSize", 128, FLOAT,
+       "Largest RPC message, in MiB (at most 2047).")
+_entry("spark.rpc.connect.timeout", 10.0, SECONDS, "Timeout of opening an RPC connection.")
+_entry("spark.ember.rpc.inprocess", False, BOOL,
+       "Ember only: deliver RPC messages between envs of one process without sockets.")
+_entry("spark.ember.rpc.executorThreads", 8, INT,
+       "Ember only: threads running RPC handlers that block.")
+_entry("spark.ember.rpc.handshakeTimeout", 5.0, SECONDS,
+       "Ember only: time a new connection has to complete its authentication handshake.")
+_entry("spark.ember.rpc.maxPendingConnections", 64, INT,
+       "Ember only: connections that may be mid-handshake at once; more are refused.")
+_entry("spark.ember.rpc.inboundBufferBudget", 1024, FLOAT,
+       "Ember only: MiB of partly received frames an env buffers over all connections.")
+_entry("spark.ember.rpc.stalledFrameTimeout", 30.0, SECONDS,
+       "Ember only: a connection whose frame stops arriving for this long is closed.")
+_prefix("spark.rpc.", "The spark.rpc.* keys, passed on to executors and cluster-mode drivers.")
+_prefix("spark.port.", "The spark.port.* keys, passed on to executors and drivers.")
+
+# --- security ---------------------------------------------------------------------------------
+_section(*RPC, HISTORY, SUBMIT, REST)
+_entry("spark.authenticate", False, BOOL,
+       "Authenticate every RPC connection (and the HTTP servers) with a shared secret.")
+_entry("spark.authenticate.secret", None, STRING, "The shared secret (redacted everywhere).")
+_entry("spark.authenticate.secret.file", None, STRING,
+       "File holding the shared secret (default ~/.ember/secret when it exists).")
+_entry("spark.network.crypto.enabled", False, BOOL,
+       "Encrypt RPC traffic (AES-GCM, keys from the authentication handshake; needs "
+       "spark.authenticate).")
+_prefix("spark.network.crypto.", "The spark.network.crypto.* keys, passed on to executors.")
+_entry("spark.ember.network.insecure.allowUnauthenticated", False, BOOL,
+       "Ember only: accept connections from other users without spark.authenticate "
+       "(default: only the daemon's own user, checked by the kernel).")
+_prefix("spark.ember.network.", "The spark.ember.network.* keys, passed on to executors.")
+_prefix("spark.ember.rpc.", "The spark.ember.rpc.* keys, passed on to executors.")
+_entry("spark.io.encryption.enabled", False, BOOL,
+       "Encrypt shuffle and spill files (AES-GCM, a key per application).",
+       by=(DRIVER, EXECUTOR, WORKER))
+_entry("spark.ember.io.encryption.secret", None, STRING,
+       "Ember only, set by the driver: the application's I/O encryption key (redacted).",
+       by=(EXECUTOR,))
+_entry("spark.acls.enable", False, BOOL, "Check the UI view/modify ACLs.",
+       by=(DRIVER, MASTER, WORKER, HISTORY))
+_section(DRIVER, MASTER, WORKER, HISTORY)
+_entry("spark.admin.acls", None, LIST, "Users who may view and modify everything.")
+_entry("spark.admin.acls.groups", None, LIST, "Groups who may view and modify everything.")
+_entry("spark.ui.view.acls", None, LIST, "Users who may view the UI.")
+_entry("spark.ui.view.acls.groups", None, LIST, "Groups who may view the UI.")
+_entry("spark.modify.acls", None, LIST, "Users who may kill jobs, stages and applications.")
+_entry("spark.modify.acls.groups", None, LIST, "Groups who may kill.")
+_entry("spark.ember.ui.token.maxLifetime", 86400.0, SECONDS,
+       "Ember only: lifetime of a UI login token.")
+_entry("spark.ember.ui.allowedHosts", None, LIST,
+       "Ember only: Host headers the HTTP servers accept besides their own addresses.")
+_entry("spark.ember.ui.headerTimeout", 10.0, SECONDS,
+       "Ember only: time a client has to send a request's headers.")
+_entry("spark.ember.ui.idleTimeout", 60.0, SECONDS,
+       "Ember only: an idle HTTP connection is closed after this.")
+_entry("spark.ember.ui.maxConnections", 256, INT,
+       "Ember only: HTTP connections a server holds at once.")
+_prefix("spark.ssl.", "spark.ssl.<name> and spark.ssl.<namespace>.<name> (namespaces "
+        "standalone, ui, historyServer): enabled, port, certChain/certFile, privateKey/keyFile, "
+        "keyStore (PEM), keyPassword, trustStore (PEM), protocol.")
+
+# --- unsupported safety keys: a non-default value stops the process at start --------------
+_section(*RPC, HISTORY, SUBMIT)
+_entry("spark.authenticate.enableSaslEncryption", False, BOOL,
+       "Spark's SASL encryption is not implemented; use spark.network.crypto.enabled.",
+       unsupported=True)
+_entry("spark.network.sasl.serverAlwaysEncrypt", False, BOOL,
+       "SASL is not implemented, so a server cannot insist on SASL encryption; use "
+       "spark.network.crypto.enabled.", unsupported=True)
+_entry("spark.ssl.rpc.enabled", False, BOOL,
+       "TLS for RPC is not implemented; RPC is encrypted with spark.network.crypto.enabled.",
+       unsupported=True)
+_entry("spark.ssl.needClientAuth", False, BOOL,
+       "Client-certificate authentication of the HTTPS servers is not implemented.",
+       unsupported=True)
+_entry("spark.ssl.enabledAlgorithms", None, STRING,
+       "Restricting the TLS cipher suites is not implemented.", unsupported=True)
+_entry("spark.ui.filters", None, STRING,
+       "Servlet filters (authentication in front of the UIs) are not implemented; use "
+       "spark.authenticate and the ACLs.", unsupported=True)
+_entry("spark.ui.strictTransportSecurity", None, STRING,
+       "The HSTS header is not implemented.", unsupported=True)
+_entry("spark.redaction.string.regex", None, STRING,
+       "Redaction of matching text in the UI's strings is not implemented (spark.redaction.regex "
+       "is).", unsupported=True)
+_entry("spark.user.groups.mapping", "org.apache.spark.security.ShellBasedGroupsMappingProvider",
+       STRING, "Only the operating system's groups are used for group ACLs.", unsupported=True)
+
+# --- standalone master ------------------------------------------------------------------------
+_section(MASTER)
+_entry("spark.deploy.retainedApplications", 200, INT, "Finished applications the UI keeps.")
+_entry("spark.deploy.retainedDrivers", 200, INT, "Finished drivers the UI keeps.")
+_entry("spark.deploy.maxDrivers", 2147483647, INT, "Drivers the master runs at once.")
+_entry("spark.dead.worker.persistence", 15, INT,
+       "Worker timeouts a dead worker stays visible in the UI.")
+_entry("spark.deploy.recoveryMode", "NONE", STRING,
+       "NONE, FILESYSTEM or ZOOKEEPER: where the master keeps its state for recovery.")
+_entry("spark.deploy.recoveryDirectory", "", STRING,
+       "Directory of the master's state with recoveryMode=FILESYSTEM.")
+_entry("spark.deploy.recoveryTimeout", None, SECONDS,
+       "Time a recovering master waits for workers and apps (default spark.worker.timeout).")
+_entry("spark.deploy.maxExecutorRetries", 10, INT,
+       "Consecutive executor failures before an application without executors is removed.")
+_entry("spark.deploy.spreadOutDrivers", True, BOOL, "Spread drivers over workers.")
+_entry("spark.deploy.spreadOutApps", True, BOOL,
+       "Spread an application's executors over workers (else consolidate).")
+_entry("spark.deploy.spreadOut", True, BOOL, "Legacy name of spark.deploy.spreadOutApps.")
+_entry("spark.deploy.workerSelectionPolicy", "CORES_FREE_DESC", STRING,
+       "Order in which workers are offered executors (CORES_FREE_ASC/DESC, MEMORY_FREE_ASC/DESC,"
+       " WORKER_ID).")
+_entry("spark.deploy.defaultCores", 2147483647, INT,
+       "Cores of an application that does not set spark.cores.max.")
+_entry("spark.deploy.appIdPattern", "app-%s-%04d", STRING, "Application id pattern.")
+_entry("spark.deploy.driverIdPattern", "driver-%s-%04d", STRING, "Driver id pattern.")
+_entry("spark.deploy.appNumberModulo", None, INT,
+       "Wrap application numbers modulo this (at least 1000).")
+_entry("spark.master.useAppNameAsAppId.enabled", False, BOOL,
+       "Use the application name as its id (when it is a valid id).")
+_entry("spark.master.useDriverIdAsAppName.enabled", False, BOOL,
+       "Name cluster-mode applications after their driver id.")
+_entry("spark.master.ui.port", 8080, INT, "Port of the master's web UI.")
+_entry("spark.master.ui.title", None, STRING, "Title of the master's web UI.")
+_entry("spark.master.ui.historyServerUrl", None, STRING,
+       "History server the master's UI links finished applications to.")
+_entry("spark.master.historyServerUrl", None, STRING,
+       "Legacy name of spark.master.ui.historyServerUrl.")
+_entry("spark.ui.killEnabled", True, BOOL, "The master's UI may kill applications and drivers.")
+_entry("spark.master.rest.enabled", True, BOOL,
+       "Run the REST submission gateway (Spark 4.1's default). `submit` uses REST only when "
+       "the client's configuration sets it true (SparkSubmit's default there is false).",
+       by=(MASTER, SUBMIT))
+_entry("spark.master.rest.port", 6066, INT, "Port of the REST submission gateway.",
+       by=(MASTER, SUBMIT))
+_entry("spark.master.rest.host", None, STRING,
+       "Address of the REST gateway (default the master's).")
+_entry("spark.master.rest.filters", None, LIST,
+       "Filters of the REST gateway; org.apache.spark.ui.JWSFilter is supported.")
+_prefix("spark.org.apache.spark.ui.JWSFilter.param.",
+        "spark.org.apache.spark.ui.JWSFilter.param.secretKey: the JWSFilter's HMAC key.")
+_entry("spark.master.rest.allowUnauthenticated", False, BOOL,
+       "Ember only: run the REST gateway without authentication.")
+_entry("spark.ember.rest.placeholderEnvAllowList", "SPARK_HOME,JAVA_HOME", LIST,
+       "Ember only: environment variables {{NAME}} placeholders of REST submissions may name.")
+_entry("spark.ember.submit.maxUploadSize", 100 * MiB, SIZE_BYTES,
+       "Ember only: largest application resource the master keeps (default 100m).")
+_entry("spark.ember.submit.maxTotalUploadSize", 1024 * MiB, SIZE_BYTES,
+       "Ember only: what all uploaded resources together may hold (default 1g).")
+
+# --- standalone worker ------------------------------------------------------------------------
+_section(WORKER)
+_entry("spark.worker.timeout", 60.0, SECONDS,
+       "Seconds without a heartbeat before the master drops a worker; the worker sends a "
+       "heartbeat every timeout/4.", by=(MASTER, WORKER))
+_entry("spark.ember.worker.masterLease", None, SECONDS,
+       "Ember only (driver fencing, SPARK-19900): a worker that no master has answered for "
+       "this many seconds kills the drivers it runs, and a master relaunches a lost worker's "
+       "supervised driver only after it (plus 2 s). Default: spark.worker.timeout. Set the "
+       "same value on masters and workers.", by=(MASTER, WORKER))
+_entry("spark.worker.initialRegistrationRetries", 6, INT,
+       "Registration retries at the short (INITIAL, 5-15 s) interval.")
+_entry("spark.worker.maxRegistrationRetries", 16, INT,
+       "Total registration retries before 'All masters are unresponsive! Giving up.' (exit 1).")
+_entry("spark.ember.worker.registrationIntervalScale", 1.0, FLOAT,
+       "Ember only: multiplies the INITIAL/PROLONGED registration intervals (tests use 0.01).")
+_entry("spark.worker.preferConfiguredMasterAddress", False, BOOL,
+       "Re-register with the configured master address rather than the one the master reported.")
+_entry("spark.worker.cleanup.enabled", True, BOOL,
+       "Periodically delete the work dirs of stopped applications.")
+_entry("spark.worker.cleanup.interval", 1800.0, SECONDS, "Seconds between work-dir cleanups.")
+_entry("spark.worker.cleanup.appDataTtl", 604800.0, SECONDS,
+       "A stopped app's work dir is deleted only if nothing in it changed within this TTL.")
+_entry("spark.worker.ui.port", None, INT, "Worker web UI port; overrides --webui-port.")
+_entry("spark.worker.ui.retainedExecutors", 1000, INT, "Finished executors kept for the UI.")
+_entry("spark.worker.ui.retainedDrivers", 1000, INT, "Finished drivers kept for the UI.")
+_entry("spark.worker.idPattern", "worker-%s-%s-%d", STRING,
+       "Worker id pattern, formatted with (yyyyMMddHHmmss, host, port).")
+_entry("spark.worker.executorStateSync.maxAttempts", 5, INT,
+       "Failed ExecutorStateChanged asks to the master before the worker exits.")
+_entry("spark.ember.worker.executorTerminateTimeout", 10.0, SECONDS,
+       "Ember only: grace period between SIGTERM and SIGKILL when killing an executor's "
+       "process tree (Spark hard-codes 10 s).")
+_entry("spark.worker.driverTerminateTimeout", 10.0, MILLIS,
+       "Grace period between SIGTERM and SIGKILL when killing a driver.")
+_entry("spark.worker.decommission.signal", "PWR", STRING,
+       "Signal that makes a worker decommission itself.")
+_entry("spark.worker.resourcesFile", None, STRING,
+       "JSON file of the resources (GPUs...) the worker offers.")
+_prefix("spark.worker.resource.", "spark.worker.resource.<name>.{amount,discoveryScript}: "
+        "custom resources the worker offers.")
+
+# --- history server -----------------------------------------------------------------------
+_section(HISTORY)
+_entry("spark.history.fs.logDirectory", "file:/tmp/spark-events", STRING,
+       "Directory of the event logs the history server shows.")
+_entry("spark.history.ui.port", 18080, INT, "Port of the history server.")
+_entry("spark.history.ui.host", None, STRING,
+       "Address of the history server (default SPARK_LOCAL_IP, else 127.0.0.1).")
+_entry("spark.history.ui.acls.enable", False, BOOL,
+       "Check each application's view ACLs in the history server.")
+_entry("spark.history.ui.admin.acls", None, LIST,
+       "Users who may view every application in the history server.")
+_entry("spark.history.ui.admin.acls.groups", None, LIST,
+       "Groups who may view every application in the history server.")
 
 
-def read(conf: Any, key: str, default: Any = None) -> Any:
-    """Typed value of `key` from a SparkConf-like object (with .get), else the registry default."""
-    entry = REGISTRY.get(key)
-    raw = conf.get(key, None)
-    if raw is None:
-        if default is not None:
-            return default
-        return entry.default if entry else None
-    if entry is None:
-        return raw
-    try:
-        return entry.parse(raw)
-    except (ValueError, TypeError) as e:
-        raise ValueError(f"Invalid value for {key}: {raw!r} ({e})") from None
+# ---------------------------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------------------------
 
+def declared(key: str) -> bool:
+    """Whether `key` is a declared key or belongs to a declared prefix family."""
+    return key in REGISTRY or any(key.startswith(p) for p in PREFIXES)
+
+
+def read(conf: Mapping[str, Any] | Any, key: str, default: Any = None) -> Any:
+    """Typed value of the declared `key` from a dict or SparkConf, else `default`, else the
+    registry's default. KeyError for an undeclared key: declare it above first."""
+    return REGISTRY[key].read(conf, default)
+
+
+def check_unsupported(conf: Mapping[str, Any] | Any) -> None:
+    """Fail fast on a safety key Ember does not implement, set to a non-default value (also
+    spark.ssl.<namespace>.<name> forms of the spark.ssl.* ones). ValueError, one line."""
+    items = conf.items() if hasattr(conf, "items") else conf.getAll()
+    for key, raw in items:
+        entry = REGISTRY.get(key)
+        if entry is None and key.startswith("spark.ssl.") and key.count(".") == 3:
+            entry = REGISTRY.get("spark.ssl." + key.split(".")[3])   # spark.ssl.<ns>.<name>
+        if entry is None or not entry.unsupported or raw is None:
+            continue
+        try:
+            value = entry.parse_value(raw)
+        except ValueError:
+            value = raw
+        if value != entry.default:
+            raise ValueError(f"{key}={raw} is not supported by Ember: {entry.doc} (remove the "
+                             "setting, or set it to Spark's default)")
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference page (docs/configuration.md)
+# ---------------------------------------------------------------------------------------------
+
+def _format_default(e: ConfigEntry) -> str:
+    d = e.default
+    if e.prefix or d is None or d == "":
+        return "(none)"
+    if isinstance(d, bool):
+        return str(d).lower()
+    if e.type is SIZE_MB:
+        return f"{d}m"
+    if e.type is SIZE_BYTES:
+        return f"{d // MiB}m" if d % MiB == 0 else str(d)
+    if e.type in (SECONDS, MILLIS):
+        return "(never)" if d == float("inf") else duration_to_string(d)
+    return str(d)
+
+
+def markdown() -> str:
+    """Spark's configuration page for Ember: every key, its default, meaning and readers."""
+    out = ["# Ember configuration", "",
+           "Generated from `ember/config.py` by `python -m ember.config --markdown > "
+           "docs/configuration.md`; do not edit by hand (tests/test_config_registry.py checks "
+           "that this page is current).", "",
+           "Keys are Spark's names with Spark's defaults where Spark has the concept; "
+           "`spark.ember.*` keys are Ember's own. Sizes take Spark's suffixes (b, k, m, g, t, "
+           "p); durations take us, ms, s, m/min, h, d; a bare number counts in the unit the "
+           "Type column names.", "",
+           "| Key | Default | Type | Meaning | Read by |", "|---|---|---|---|---|"]
+    for e in sorted(REGISTRY.values(), key=lambda e: e.key):
+        if not e.unsupported:
+            out.append(_row(e))
+    out += ["", "## Key families", "", "| Prefix | Meaning | Read by |", "|---|---|---|"]
+    for e in sorted(PREFIXES.values(), key=lambda e: e.key):
+        out.append(f"| `{e.key}*` | {_cell(e.doc)} | {', '.join(e.read_by)} |")
+    out += ["", "## Spark keys Ember refuses", "",
+            "Spark defines these for safety, and Ember does not implement them. Set to anything "
+            "but Spark's default, they stop the master, worker, history server, SparkContext or "
+            "`submit` at start with one line naming the key, rather than run without the "
+            "protection asked for. The spark.ssl.* ones are refused in their "
+            "spark.ssl.&lt;namespace&gt;.* forms too.", "",
+            "| Key | Spark's default | Why |", "|---|---|---|"]
+    for e in sorted(REGISTRY.values(), key=lambda e: e.key):
+        if e.unsupported:
+            out.append(f"| `{e.key}` | {_cell(_format_default(e))} | {_cell(e.doc)} |")
+    return "\n".join(out) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _row(e: ConfigEntry) -> str:
+    return (f"| `{e.key}` | {_cell(_format_default(e))} | {e.type.name} | {_cell(e.doc)} | "
+            f"{', '.join(e.read_by)} |")
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--markdown"]:
+        sys.exit("usage: python -m ember.config --markdown > docs/configuration.md")
+    sys.stdout.write(markdown())

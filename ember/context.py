@@ -16,7 +16,7 @@ import threading
 import uuid
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from ember import fs
+from ember import config, fs
 from ember.accumulators import (COMPLEX_ACCUMULATOR_PARAM, FLOAT_ACCUMULATOR_PARAM,
                                 INT_ACCUMULATOR_PARAM, Accumulator, AccumulatorParam,
                                 new_accumulator_id)
@@ -104,6 +104,7 @@ class SparkContext:
         if not self._conf.contains("spark.app.name"):
             raise PySparkRuntimeError("APPLICATION_NAME_NOT_SET",
                                       "An application name must be set in your configuration.")
+        config.check_unsupported(self._conf)
         self.environment: dict[str, str] = {
             k[len("spark.executorEnv."):]: v for k, v in self._conf.getAll()
             if k.startswith("spark.executorEnv.")}
@@ -215,8 +216,8 @@ class SparkContext:
 
     @property
     def defaultParallelism(self) -> int:
-        dp = self._conf.get("spark.default.parallelism")
-        return int(dp) if dp else self.runtime.scheduler_backend.default_parallelism()
+        dp = config.read(self._conf, "spark.default.parallelism")
+        return dp if dp else self.runtime.scheduler_backend.default_parallelism()
 
     @property
     def defaultMinPartitions(self) -> int:

@@ -217,18 +217,18 @@ class DriverRuntime:
                 mem = config.read(conf, "spark.driver.memory")
                 storage = max(32, int((mem - 300) * config.read(conf, "spark.memory.fraction")))
                 storage = storage // threads
-            dp = conf.get("spark.default.parallelism")
+            dp = config.read(conf, "spark.default.parallelism")
             self.event_loop = EventLoop("dag-scheduler-event-loop")
             backend = LocalSchedulerBackend(
                 sched, threads, self.local_dir, self.python_worker_memory_mb, storage << 20,
                 self.files_dir, dict(environment),
                 config.read(conf, "spark.python.task.killTimeout"),
-                int(dp) if dp else None, self.event_loop, self.fork_client,
+                dp or None, self.event_loop, self.fork_client,
                 fs_conf=fs.hadoop_conf(conf),
                 pyspark_memory_mb=pyspark_worker_memory_mb(dict(conf.getAll())),
                 # spark.io.encryption.enabled: a key for this application's shuffle files
-                io_key=bytes.fromhex(new_key_hex()) if conf.get(IO_ENCRYPTION, "false")
-                .strip().lower() == "true" else None)
+                io_key=(bytes.fromhex(new_key_hex()) if config.read(conf, IO_ENCRYPTION)
+                        else None))
             from ember.scheduler.local_backend import EXECUTOR_ID
             # Spark's local mode: tasks take their cores and the driver's resources
             sched.register_executor_resources(EXECUTOR_ID, threads, {
@@ -275,8 +275,8 @@ class DriverRuntime:
         """Spark's test master: a real master and `workers` workers on 127.0.0.1 as child
         processes of this driver, stopped with it; returns the master's spark:// URL."""
         conf = self.conf
-        executor_cores = int(conf.get("spark.executor.cores") or cores)
-        task_cpus = int(conf.get("spark.task.cpus") or 1)
+        executor_cores = config.read(conf, "spark.executor.cores", cores)
+        task_cpus = config.read(conf, "spark.task.cpus")
         if executor_cores < task_cpus:
             raise SparkException(f"The number of cores per executor (={executor_cores}) has to "
                                  f"be >= the number of cpus per task = {task_cpus}.")

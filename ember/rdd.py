@@ -26,7 +26,7 @@ from collections import _count_elements, defaultdict, deque  # type: ignore[attr
 from functools import reduce as _reduce
 from typing import Any, Callable, Iterable, Iterator
 
-from ember import fs
+from ember import config, fs
 from ember import rdd_sources as src
 from ember.dependency import (Dependency, ManyToOneDependency, OneToOneDependency,
                               RangeDependency, ShuffleDependency, stage_rdds)
@@ -172,9 +172,9 @@ class RDD:
         return self.ctx.runtime.python_worker_memory_mb
 
     def _default_reduce_partitions(self) -> int:
-        dp = self.ctx.runtime.conf.get("spark.default.parallelism")
+        dp = config.read(self.ctx.runtime.conf, "spark.default.parallelism")
         if dp is not None:
-            return int(dp)
+            return dp
         return self.getNumPartitions()
 
     def _is_barrier(self) -> bool:

@@ -33,9 +33,10 @@ from ember.deploy.messages import (AppResourceData, Command, DriverDescription,
 from ember.deploy.worker.driver_runner import (
     DRIVER_WRAPPER_CLASS, Decision, DriverLaunchError, DriverRunner, Supervisor,
     SupervisePolicy, build_driver_environment, driver_command, fetch_resource, final_state,
-    format_duration, launch_header, read_driver_exception,
+    launch_header, read_driver_exception,
     substitute_driver_variables, supervise_policy)
 from ember.deploy.properties import parse_java_opts
+from ember.util.units import duration_to_string
 from ember.deploy.worker.worker import Worker, driver_log_path, read_log_chunk
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv
 
@@ -64,7 +65,7 @@ def test_final_state_and_durations():
     assert final_state(0, True) == DriverState.FINISHED      # Spark: exit 0 wins
     assert final_state(143, True) == DriverState.KILLED
     assert final_state(1, False) == DriverState.FAILED
-    assert [format_duration(s) for s in (3600, 30, 0.5, 90, 120, 86400)] == \
+    assert [duration_to_string(s) for s in (3600, 30, 0.5, 90, 120, 86400)] == \
         ["1h", "30s", "500ms", "90s", "2min", "1d"]
 
 

@@ -20,7 +20,7 @@ from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Protocol, TextIO, TypeVar
 
-from ember.config import parse_time_seconds
+from ember import config
 from ember.deploy.messages import (
     DriverDescription, DriverLogResponse, DriverStatusResponse, RequestDriverLog,
     NOT_RECORDED_PREFIX, RequestDriverStatus, RequestKillDriver, RequestSubmitDriver,
@@ -119,7 +119,7 @@ class RpcGateway:
         self.env = RpcEnv.create("driverClient", "127.0.0.1", 0, rpc_conf, client_mode=True)
         self.masters = [self.env.endpoint_ref(a, "Master") for a in parse_master_urls(master)]
         self.active: Any = None
-        self.leader_wait = parse_time_seconds(rpc_conf["spark.rpc.askTimeout"])
+        self.leader_wait = config.read(rpc_conf, "spark.rpc.askTimeout")
 
     def _ask_all(self, msg: Any, accept: Callable[[Any], bool],
                  sleep: Callable[[float], None] = time.sleep) -> Any:
@@ -275,7 +275,8 @@ class RestGateway:
 def open_gateway(master: str, conf: Mapping[str, str], out: TextIO = sys.stderr) -> Gateway:
     """REST when spark.master.rest.enabled=true (the client's setting, default false, as in
     Spark), falling back to the RPC gateway when the REST server cannot be reached."""
-    if str(conf.get("spark.master.rest.enabled", "false")).strip().lower() == "true":
+    # SparkSubmit reads it with its own default, false: REST only when the client asks
+    if config.read(conf, "spark.master.rest.enabled", False):
         gateway = RestGateway(master, conf)
         try:
             gateway._call("readyz")
@@ -300,11 +301,11 @@ def rest_first_urls(master: str, conf: Mapping[str, str]) -> list[tuple[str, boo
     master logs every such HTTP request as a failed handshake); a derived address may be
     another process, so its "not found" or failed kill is not believed and the URL as
     given, then the RPC gateway, are asked as well."""
-    from ember.deploy.rest.server import DEFAULT_REST_PORT, REST_PORT
+    from ember.deploy.rest.server import REST_PORT
     hosts = [hp.strip() for hp in master[len("spark://"):].split(",") if hp.strip()]
     given = [(master, True)]
     try:
-        port = int(str(conf.get(REST_PORT, DEFAULT_REST_PORT)).strip())
+        port = config.read(conf, REST_PORT)
     except ValueError:
         return given
     derived = [f"{hp.rsplit(':', 1)[0]}:{port}" for hp in hosts]

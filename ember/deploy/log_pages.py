@@ -26,7 +26,7 @@ from aiohttp import web
 
 from ember.deploy import daemon as daemon_files
 from ember.deploy import log_files
-from ember.deploy.master.state import bytes_to_string   # ember.util.units once merged
+from ember.util.units import bytes_to_string
 from ember.web.pages import Html, esc, html_response, link, page, url_with_query
 
 log = logging.getLogger("ember.deploy.worker.WorkerWebUI")

@@ -148,11 +148,11 @@ def driver_description(conf: Mapping[str, str], app: AppSpec, resource_url: str,
                        environment: Mapping[str, str]) -> DriverDescription:
     """Spark's ClientApp DriverDescription: memory/cores/supervise from the conf, every
     property as `-Dk=v`, the DriverWrapper command with the placeholders the worker fills."""
-    from ember.config import parse_memory_mb
+    from ember import config
     from ember.deploy.resources import driver_resource_requirements
-    mem = parse_memory_mb(conf.get("spark.driver.memory", "1024m"))
-    cores = int(conf.get("spark.driver.cores", "1"))
-    supervise = str(conf.get("spark.driver.supervise", "false")).strip().lower() == "true"
+    mem = config.read(conf, "spark.driver.memory")
+    cores = config.read(conf, "spark.driver.cores")
+    supervise = config.read(conf, "spark.driver.supervise")
     command = Command(DRIVER_WRAPPER_CLASS,
                       ["{{WORKER_URL}}", "{{USER_JAR}}", app.main, *app.args],
                       dict(environment), [], [],

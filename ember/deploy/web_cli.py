@@ -18,6 +18,7 @@ import socket
 import sys
 from typing import Optional, Sequence
 
+from ember import config
 from ember.rpc.config import parse_time
 
 
@@ -61,7 +62,7 @@ def token_main(argv: Optional[Sequence[str]] = None) -> int:
         if not 0 < lifetime <= limit:
             raise ValueError(f"--lifetime must be positive and at most {limit:g} s "
                              "(spark.ember.ui.token.maxLifetime)")
-        filters = [f.strip() for f in str(conf.get(REST_FILTERS, "")).split(",")]
+        filters = config.read(conf, REST_FILTERS) or []
         if args.app is not None:
             from ember.rpc.security import app_credential, parse_credential
             key = parse_credential(app_credential(resolve_secret(conf), args.app).encode())[1]

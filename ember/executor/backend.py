@@ -19,7 +19,6 @@ import time
 from typing import Any
 
 from ember import config, fs
-from ember.config import parse_bool, parse_memory_mb
 from ember.deploy.fencing import MasterLease
 from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, KillTask, LaunchTask,
                                    RegisteredExecutor, RegisterExecutor,
@@ -223,11 +222,11 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
         while self.task_slots and not self.exited.is_set():
             time.sleep(0.05)
         conf = self.conf
-        if parse_bool(conf.get("spark.storage.decommission.enabled", "false")):
+        if config.read(conf, "spark.storage.decommission.enabled"):
             try:
-                migrate_blocks(self, parse_bool(conf.get(
-                    "spark.storage.decommission.shuffleBlocks.enabled", "true")), parse_bool(
-                    conf.get("spark.storage.decommission.rddBlocks.enabled", "true")))
+                migrate_blocks(
+                    self, config.read(conf, "spark.storage.decommission.shuffleBlocks.enabled"),
+                    config.read(conf, "spark.storage.decommission.rddBlocks.enabled"))
             except Exception as e:   # what did not move is recomputed: log, still exit
                 log.error("Block migration of executor %s failed: %s", self.executor_id, e)
         self.exit(0, "Executor decommission: finished, exiting")
@@ -267,11 +266,11 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
     # --- tasks --------------------------------------------------------------------------
     def _start_pool(self) -> None:
         conf = self.conf
-        memory = parse_memory_mb(conf.get("spark.python.worker.memory", "512m"))
-        exec_mem = parse_memory_mb(conf.get("spark.executor.memory", "1g"))
-        storage = conf.get("spark.ember.storage.memory")
-        storage_mb = parse_memory_mb(storage) if storage else max(
-            32, int((exec_mem - 300) * float(conf.get("spark.memory.fraction", "0.6"))))
+        memory = config.read(conf, "spark.python.worker.memory")
+        exec_mem = config.read(conf, "spark.executor.memory")
+        storage_mb = config.read(conf, "spark.ember.storage.memory")
+        if storage_mb is None:
+            storage_mb = max(32, int((exec_mem - 300) * config.read(conf, "spark.memory.fraction")))
         block_dir = os.path.join(self.work_dir, "blocks")
         files_dir = os.path.join(self.work_dir, "files")
         os.makedirs(block_dir, exist_ok=True)
@@ -294,7 +293,7 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
         extra = {k[len("spark.executorEnv."):]: v for k, v in conf.items()
                  if k.startswith("spark.executorEnv.")}
         pool = TaskProcessPool(self.cores, env_conf, self._on_task_end, extra,
-                               float(conf.get("spark.python.task.killTimeout", "2")),
+                               config.read(conf, "spark.python.task.killTimeout"),
                                loop=RpcLoop(self.rpc_env), on_barrier=self._on_barrier)
         pool.start()
         self.pool = pool                  # published only once its slots exist
@@ -378,10 +377,10 @@ def _register_with_shuffle_service(env: RpcEnv, args: argparse.Namespace,
                                    conf: dict[str, str], work_dir: str) -> RpcAddress | None:
     """Register our local dir with the worker's external shuffle service (Spark's
     registerWithExternalShuffleServer: spark.shuffle.registration.maxAttempts tries)."""
-    port = os.environ.get("SPARK_SHUFFLE_SERVICE_PORT") or conf.get(
-        "spark.shuffle.service.port", "7337")
+    port = os.environ.get("SPARK_SHUFFLE_SERVICE_PORT") or config.read(
+        conf, "spark.shuffle.service.port")
     address = RpcAddress(args.hostname, int(port))
-    attempts = int(conf.get("spark.shuffle.registration.maxAttempts", "3"))
+    attempts = config.read(conf, "spark.shuffle.registration.maxAttempts")
     for attempt in range(1, attempts + 1):
         try:
             ref = env.setup_endpoint_ref_sync(address, SHUFFLE_SERVICE_ENDPOINT, timeout=30)
@@ -408,11 +407,10 @@ def _endpoint_address(url: str) -> RpcAddress:
 def pyspark_worker_memory_mb(conf: dict[str, str]) -> int | None:
     """Each task process's share of spark.executor.pyspark.memory: divided by
     spark.executor.cores (default 1), as Spark's PythonRunner divides it."""
-    value = conf.get("spark.executor.pyspark.memory")
-    if not value:
+    total = config.read(conf, "spark.executor.pyspark.memory")
+    if not total:
         return None
-    total = parse_memory_mb(value)
-    return max(total // max(int(conf.get("spark.executor.cores") or 1), 1), 1)
+    return max(total // max(config.read(conf, "spark.executor.cores", 1), 1), 1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -434,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     conf = {k: v for k, v in cfg.sparkProperties}
     conf.update(boot_conf)
-    if boot_conf and conf.get("spark.network.crypto.enabled", "").lower() == "true":
+    if boot_conf and config.read(conf, "spark.network.crypto.enabled"):
         env.require_encryption()   # shuffle fetches from other executors too
     profile_memory = cfg.resourceProfile.getExecutorMemory()
     if profile_memory:   # an executor of a stage-level profile sizes itself by the profile
@@ -449,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     root = dirs[0] if dirs else tempfile.gettempdir()
     work_dir = tempfile.mkdtemp(prefix=f"executor-{args.executor_id}-", dir=root)
     shuffle_service = None
-    if parse_bool(conf.get("spark.shuffle.service.enabled", "false")):
+    if config.read(conf, "spark.shuffle.service.enabled"):
         shuffle_service = _register_with_shuffle_service(env, args, conf, work_dir)
         if shuffle_service is None:
             env.shutdown()
@@ -466,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
             backend.exit(1, f"Could not initialize connection to worker {args.worker_url}. "
                             f"Exiting. ({e})")
     signal.signal(signal.SIGTERM, lambda *_: backend.exit(143, "RECEIVED SIGNAL TERM"))
-    if parse_bool(conf.get("spark.decommission.enabled", "false")) and hasattr(signal, "SIGPWR"):
+    if config.read(conf, "spark.decommission.enabled") and hasattr(signal, "SIGPWR"):
         signal.signal(signal.SIGPWR, lambda *_: env.call_soon(backend.decommission_signal))
     backend.exited.wait()
     backend.shutdown()

@@ -1,16 +1,17 @@
 """The RPC layer's view of the configuration: the few `spark.*` keys it reads, parsed once.
 
-The RpcEnv takes a plain ``dict[str, str]`` (not ember.config's registry) because it sits
-below everything else; the daemons pass their resolved SparkConf entries down.
+The RpcEnv takes a plain ``dict[str, str]`` (the daemons pass their resolved SparkConf
+entries down); the keys, their defaults and their parsers are ember.config's registry.
 """
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from ember import config
 from ember.rpc import security
+from ember.util.units import parse_duration
 
 AUTH = "spark.authenticate"
 AUTH_SECRET = "spark.authenticate.secret"
@@ -27,39 +28,22 @@ MAX_PENDING = "spark.ember.rpc.maxPendingConnections"
 INBOUND_BUDGET = "spark.ember.rpc.inboundBufferBudget"
 STALLED_FRAME_TIMEOUT = "spark.ember.rpc.stalledFrameTimeout"
 
-_TIME_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0,
-               "d": 86400.0}
-_TIME_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-z]*)\s*$")
-
 
 def parse_time(key: str, value: Any, default_unit: str = "s") -> float:
     """Spark's time strings ("120s", "500ms", "2min", bare number = default unit) -> seconds."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value) * _TIME_UNITS[default_unit]
-    m = _TIME_RE.match(str(value).lower())
-    unit = (m.group(2) or default_unit) if m else None
-    if m is None or unit not in _TIME_UNITS:
+    try:
+        return parse_duration(value, default_unit, signed=False)
+    except ValueError:
         raise ValueError(f"Invalid time string for {key}: {value!r} "
-                         "(expected a number with a unit us, ms, s, m, min, h or d, e.g. 120s)")
-    return float(m.group(1)) * _TIME_UNITS[unit]
+                         "(expected a number with a unit us, ms, s, m, min, h or d, e.g. 120s)"
+                         ) from None
 
 
 def parse_bool(key: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    v = str(value).strip().lower()
-    if v in ("true", "1", "yes"):
-        return True
-    if v in ("false", "0", "no", ""):
-        return False
-    raise ValueError(f"{key} should be boolean, but was {value}")
-
-
-def _parse_number(key: str, value: Any, kind: type) -> Any:
     try:
-        return kind(str(value).strip())
+        return config.parse_bool(value)
     except ValueError:
-        raise ValueError(f"{key} should be {kind.__name__}, but was {value}") from None
+        raise ValueError(f"{key} should be boolean, but was {value}") from None
 
 
 def resolve_secret(conf: Mapping[str, Any]) -> bytes:
@@ -119,43 +103,44 @@ class RpcConf:
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any] | None) -> "RpcConf":
         conf = conf or {}
-        auth = parse_bool(AUTH, conf.get(AUTH, "false"))
+        auth = config.read(conf, AUTH)
         scope = None
         secret = None
         if auth:
             scope, secret = security.parse_credential(resolve_secret(conf))
             security.check_secret(secret)
-        insecure = parse_bool(security.INSECURE_OPT_OUT, conf.get(
-            security.INSECURE_OPT_OUT, os.environ.get(security.INSECURE_OPT_OUT_ENV, "false")))
+        env_opt_out = os.environ.get(security.INSECURE_OPT_OUT_ENV) or None
+        insecure = config.read(conf, security.INSECURE_OPT_OUT, None if env_opt_out is None else
+                               config.REGISTRY[security.INSECURE_OPT_OUT].parse_value(env_opt_out))
         mode = (security.MODE_SECRET if auth else security.MODE_INSECURE if insecure
                 else security.MODE_LOCAL_USER)
-        crypto = parse_bool(security.CRYPTO_ENABLED, conf.get(security.CRYPTO_ENABLED, "false"))
+        crypto = config.read(conf, security.CRYPTO_ENABLED)
         if crypto and not auth:
             raise ValueError(f"{security.CRYPTO_ENABLED}=true needs spark.authenticate=true "
                              "(its keys are derived from the authentication handshake)")
-        budget_mb = _parse_number(INBOUND_BUDGET, conf.get(INBOUND_BUDGET, "1024"), float)
-        max_mb = _parse_number(MAX_SIZE, conf.get(MAX_SIZE, "128"), float)
+        for key in (HANDSHAKE_TIMEOUT, STALLED_FRAME_TIMEOUT, ASK_TIMEOUT, CONNECT_TIMEOUT):
+            if config.read(conf, key) < 0:
+                raise ValueError(f"{key} should be {config.SECONDS.expected}, but was "
+                                 f"{conf.get(key)!r}")
+        budget_mb = config.read(conf, INBOUND_BUDGET)
+        max_mb = config.read(conf, MAX_SIZE)
         if not 0 < max_mb <= 2047:
             raise ValueError(f"{MAX_SIZE} should not be greater than 2047 MB (and must be "
                              f"positive), but was {conf.get(MAX_SIZE)}")
-        retries = _parse_number(PORT_MAX_RETRIES, conf.get(PORT_MAX_RETRIES, "16"), int)
-        threads = _parse_number(EXECUTOR_THREADS, conf.get(EXECUTOR_THREADS, "8"), int)
         return cls(
             authenticate=auth,
             secret=secret,
             scope=scope,
             mode=mode,
             crypto=crypto,
-            handshake_timeout=parse_time(HANDSHAKE_TIMEOUT, conf.get(HANDSHAKE_TIMEOUT, "5s")),
-            max_pending_connections=max(1, _parse_number(
-                MAX_PENDING, conf.get(MAX_PENDING, "64"), int)),
+            handshake_timeout=config.read(conf, HANDSHAKE_TIMEOUT),
+            max_pending_connections=max(1, config.read(conf, MAX_PENDING)),
             inbound_budget=max(1 << 20, int(budget_mb * 1024 * 1024)),
-            stalled_frame_timeout=parse_time(STALLED_FRAME_TIMEOUT,
-                                             conf.get(STALLED_FRAME_TIMEOUT, "30s")),
-            ask_timeout=parse_time(ASK_TIMEOUT, conf.get(ASK_TIMEOUT, "120s")),
+            stalled_frame_timeout=config.read(conf, STALLED_FRAME_TIMEOUT),
+            ask_timeout=config.read(conf, ASK_TIMEOUT),
             max_message_size=int(max_mb * 1024 * 1024),
-            connect_timeout=parse_time(CONNECT_TIMEOUT, conf.get(CONNECT_TIMEOUT, "10s")),
-            port_max_retries=max(0, retries),
-            inprocess=parse_bool(INPROCESS, conf.get(INPROCESS, "false")),
-            executor_threads=max(1, threads),
+            connect_timeout=config.read(conf, CONNECT_TIMEOUT),
+            port_max_retries=max(0, config.read(conf, PORT_MAX_RETRIES)),
+            inprocess=config.read(conf, INPROCESS),
+            executor_threads=max(1, config.read(conf, EXECUTOR_THREADS)),
         )

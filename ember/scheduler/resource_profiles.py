@@ -23,7 +23,6 @@ from fractions import Fraction
 from typing import Any, Iterable, Mapping, Sequence
 
 from ember import config
-from ember.config import parse_bool, parse_memory_mb
 from ember.deploy.messages import BUILTIN_EXECUTOR_RESOURCES, DEFAULT_RESOURCE_PROFILE_ID
 from ember.deploy.messages import ResourceProfile as ResourceProfileMessage
 from ember.deploy.resources import parse_resource_requests
@@ -120,10 +119,10 @@ def default_profile(conf: Mapping[str, Any]) -> ResourceProfile:
     for key, name in (("spark.executor.memoryOverhead", "memoryOverhead"),
                       ("spark.executor.pyspark.memory", "pyspark.memory")):
         if conf.get(key) is not None:
-            execs[name] = ExecutorResourceRequest(name, parse_memory_mb(str(conf[key])))
+            execs[name] = ExecutorResourceRequest(name, config.read(conf, key))
     off_heap = 0
-    if parse_bool(conf.get("spark.memory.offHeap.enabled") or "false"):
-        off_heap = parse_memory_mb(str(conf.get("spark.memory.offHeap.size") or "0"))
+    if config.read(conf, "spark.memory.offHeap.enabled"):
+        off_heap = config.read(conf, "spark.memory.offHeap.size")
     execs["offHeap"] = ExecutorResourceRequest("offHeap", off_heap)
     for req in parse_resource_requests(conf, "spark.executor"):
         execs[req.name] = ExecutorResourceRequest(req.name, req.amount, req.discovery_script,

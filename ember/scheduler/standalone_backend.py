@@ -192,7 +192,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self._dead_reason: str | None = None
         host = driver_host(self.conf, self.masters)
         bind = self.conf.get("spark.driver.bindAddress") or host
-        port = int(self.conf.get("spark.driver.port") or 0)
+        port = config.read(self.conf, "spark.driver.port")
         rpc_conf = {k: v for k, v in self.conf.getAll()
                     if k.startswith(("spark.authenticate", "spark.rpc.", "spark.port.",
                                      "spark.network.crypto.", "spark.ember.rpc.",
@@ -213,7 +213,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         conf = dict(self.conf.getAll())
         conf["spark.app.id"] = self.app_id or ""
         conf.pop("spark.authenticate.secret", None)   # executors get it from the worker env
-        if conf.get(IO_ENCRYPTION, "false").strip().lower() == "true":
+        if config.read(conf, IO_ENCRYPTION):
             if self._io_key is None:
                 self._io_key = conf.get(IO_KEY) or new_key_hex()
             conf[IO_KEY] = self._io_key      # one key per application, drawn here
@@ -233,8 +233,8 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(
             path + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
         command = Command("ember.executor.backend", args, env, [], [], [])
-        max_cores = self.conf.get("spark.cores.max")
-        initial = self.conf.get("spark.dynamicAllocation.initialExecutors")
+        max_cores = config.read(self.conf, "spark.cores.max")
+        initial = config.read(self.conf, "spark.dynamicAllocation.initialExecutors")
         if self._allocation is not None:
             # Spark: start with none, the allocation manager asks per profile
             if self.conf.get("spark.executor.cores") is None:
@@ -242,14 +242,14 @@ class StandaloneSchedulerBackend(SchedulerBackend):
                             "explicitly set, you may get more executors allocated than "
                             "expected. It's recommended to set spark.executor.cores "
                             "explicitly. Please check SPARK-30299 for more details.")
-            initial = "0"
+            initial = 0
         event_log = self.runtime.event_log
         return ApplicationDescription(
-            self.runtime.app_name, int(max_cores) if max_cores else None, command,
+            self.runtime.app_name, max_cores or None, command,
             self.runtime.ui_url or "",
             self.profile_message(DEFAULT_RESOURCE_PROFILE_ID),
             "file:" + event_log.log_dir if event_log is not None else None, None,
-            int(initial) if initial else None, self.runtime.spark_user)
+            initial or None, self.runtime.spark_user)
 
     def profile_message(self, rp_id: int) -> ResourceProfile:
         """A resource profile as the master and executors see it (an unknown id: the default)."""
@@ -279,15 +279,14 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         starvation = config.read(self.conf, "spark.starvation.timeout")
         self._starvation = self.rpc_env.schedule_periodic(starvation, starvation,
                                                           self._warn_if_starved)
-        ratio = float(self.conf.get("spark.scheduler.minRegisteredResourcesRatio") or 0.0)
-        wait = float((self.conf.get("spark.scheduler.maxRegisteredResourcesWaitingTime")
-                      or "30s").rstrip("s"))
-        max_cores = self.conf.get("spark.cores.max")
+        ratio = config.read(self.conf, "spark.scheduler.minRegisteredResourcesRatio")
+        wait = config.read(self.conf, "spark.scheduler.maxRegisteredResourcesWaitingTime")
+        max_cores = config.read(self.conf, "spark.cores.max")
         if ratio > 0 and max_cores:
             deadline = time.monotonic() + wait
             with self._registered:
                 self._registered.wait_for(
-                    lambda: self.total_cores >= ratio * int(max_cores)
+                    lambda: self.total_cores >= ratio * max_cores
                     or time.monotonic() >= deadline, timeout=wait)
 
     def stop(self) -> None:

@@ -14,6 +14,8 @@ import pickle
 import struct
 from typing import Any, BinaryIO, Callable, Iterator
 
+from ember import config
+
 IO_ENCRYPTION = "spark.io.encryption.enabled"
 IO_KEY = "spark.ember.io.encryption.secret"
 _LEN = struct.Struct(">I")
@@ -26,7 +28,7 @@ def new_key_hex() -> str:
 
 def key_from_conf(conf: Any) -> bytes | None:
     """The application's I/O key when spark.io.encryption.enabled, else None."""
-    if str(conf.get(IO_ENCRYPTION, "false")).strip().lower() != "true":
+    if not config.read(conf, IO_ENCRYPTION):
         return None
     key = conf.get(IO_KEY)
     if not key:

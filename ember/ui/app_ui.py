@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping
 
 from ember.ui.api import StoreProvider
 from ember.ui.status_store import AppStatusStore
+from ember.util.units import bytes_to_string
 from ember.web.pages import (Html, PrometheusText, esc, format_date, format_duration, link,
                              table, url_with_query)
 
@@ -65,15 +66,6 @@ _LIVE_JS = """<script>
 
 
 # --- formatting -----------------------------------------------------------------------------
-def bytes_to_string(size: int) -> str:
-    """Spark's Utils.bytesToString: '512.0 B', '2.0 KiB', '1.5 MiB' (a unit from 2 of it)."""
-    for unit, scale in (("EiB", 1 << 60), ("PiB", 1 << 50), ("TiB", 1 << 40),
-                        ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if size >= 2 * scale:
-            return f"{size / scale:.1f} {unit}"
-    return f"{float(size):.1f} B"
-
-
 def _date(epoch_ms: int | None) -> str:
     return format_date(epoch_ms) if epoch_ms and epoch_ms > 0 else ""
 

@@ -35,7 +35,7 @@ import threading
 from typing import Any, Mapping, Optional, Sequence
 from urllib.parse import unquote
 
-from ember import fs
+from ember import config, fs
 from ember.ui.event_log import (
     EventLogInfo, is_log_dir, is_regular_file, list_event_logs, replay, resolve_log_dir,
 )
@@ -44,8 +44,8 @@ from ember.util.logs import configure_logging
 
 log = logging.getLogger("ember.deploy.history.HistoryServer")
 
-DEFAULT_PORT = 18080
-DEFAULT_LOG_DIR = "file:/tmp/spark-events"
+DEFAULT_PORT = config.REGISTRY["spark.history.ui.port"].default
+DEFAULT_LOG_DIR = config.REGISTRY["spark.history.fs.logDirectory"].default
 SERVICE_NAME = "HistoryServerUI"
 
 
@@ -165,7 +165,8 @@ def app_acls(conf: Mapping[str, str], store: AppStatusStore) -> Any:
     def joined(key: str) -> str:
         return ",".join(v for v in (props.get(key), conf.get(f"spark.history.ui.{key[6:]}"))
                         if v)
-    app_conf = {**props, "spark.acls.enable": conf.get("spark.history.ui.acls.enable", "false"),
+    app_conf = {**props,
+                "spark.acls.enable": str(config.read(conf, "spark.history.ui.acls.enable")),
                 "spark.admin.acls": joined("spark.admin.acls"),
                 "spark.admin.acls.groups": joined("spark.admin.acls.groups")}
     return Acls.from_conf(app_conf, [store.app.get("user") or "", current_user()])
@@ -260,16 +261,16 @@ def resolve_history_conf(argv: Sequence[str], environ: Optional[Mapping[str, str
         k, v = pair.split("=", 1)
         cli_conf[k] = v
     conf = daemon_conf(env, "SPARK_HISTORY_OPTS", args.properties_file, cli_conf)
-    log_dir = args.dir or conf.get("spark.history.fs.logDirectory", DEFAULT_LOG_DIR)
+    config.check_unsupported(conf)
+    log_dir = args.dir or config.read(conf, "spark.history.fs.logDirectory")
     if args.port is not None:
         port = args.port
     else:
-        raw = conf.get("spark.history.ui.port", str(DEFAULT_PORT))
         try:
-            port = int(raw)
+            port = config.read(conf, "spark.history.ui.port")
         except ValueError:
-            raise ValueError(f"Invalid spark.history.ui.port: {raw!r} (expected an integer)"
-                             ) from None
+            raise ValueError(f"Invalid spark.history.ui.port: {conf['spark.history.ui.port']!r}"
+                             " (expected an integer)") from None
     host = (args.host if args.host is not None
             else conf.get("spark.history.ui.host") or env.get("SPARK_LOCAL_IP", "127.0.0.1"))
     return log_dir, port, host, conf

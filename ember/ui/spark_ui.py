@@ -103,9 +103,9 @@ class SparkUI:
         self._sock = sock
         self._redirect = redirect
         self._tls = server_ssl_context(conf, "ui")
-        owners = [conf.get("spark.user", ""), os.environ.get("SPARK_USER", "")]
+        owners = [config.read(conf, "spark.user") or "", os.environ.get("SPARK_USER", "")]
         self.guard = HttpGuard(conf, sock.getsockname()[0], owners=owners,
-                               public_hosts=[conf.get("spark.driver.host", "")],
+                               public_hosts=[config.read(conf, "spark.driver.host") or ""],
                                tls=self._tls is not None)
         self.guard.port = sock.getsockname()[1]
 

@@ -42,8 +42,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional
 from urllib.parse import quote, urlsplit
 
+from ember import config
 from ember.web import jws
-from ember.rpc.config import AUTH, parse_bool, parse_time, resolve_secret
+from ember.rpc.config import AUTH, parse_bool, resolve_secret
 from ember.rpc.security import parse_credential
 
 TOKEN_MAX_LIFETIME = "spark.ember.ui.token.maxLifetime"
@@ -52,7 +53,6 @@ HEADER_TIMEOUT = "spark.ember.ui.headerTimeout"
 IDLE_TIMEOUT = "spark.ember.ui.idleTimeout"
 MAX_CONNECTIONS = "spark.ember.ui.maxConnections"
 REDACTION_REGEX = "spark.redaction.regex"
-DEFAULT_TOKEN_MAX_LIFETIME = "1d"
 MIN_KEY_BYTES = 32
 
 CSRF_FIELD = "csrf"
@@ -80,7 +80,7 @@ def ui_secret_key(conf: Mapping[str, Any]) -> Optional[bytes]:
     `spark.authenticate=true` (resolved as the RPC layer does), else None (no login).
     ValueError for a missing or too short (< 32 bytes) secret: a UI must not start with
     authentication silently weaker than asked for."""
-    if not parse_bool(AUTH, conf.get(AUTH, "false")):
+    if not config.read(conf, AUTH):
         return None
     # A cluster-mode driver (and its executors) holds only its application credential, not
     # the cluster secret: its UI verifies with the application's derived key, so a token
@@ -94,8 +94,7 @@ def ui_secret_key(conf: Mapping[str, Any]) -> Optional[bytes]:
 
 
 def max_token_lifetime(conf: Mapping[str, Any]) -> float:
-    return parse_time(TOKEN_MAX_LIFETIME,
-                      conf.get(TOKEN_MAX_LIFETIME, DEFAULT_TOKEN_MAX_LIFETIME))
+    return config.read(conf, TOKEN_MAX_LIFETIME)
 
 
 def mint_token(key: bytes, user: str, lifetime: float, now: Optional[float] = None) -> str:
@@ -159,7 +158,7 @@ class Acls:
         spark.admin.acls + .groups) or "spark.history.ui" for the history server's own
         (spark.history.ui.acls.enable, spark.history.ui.admin.acls[.groups])."""
         if prefix == "spark":
-            enabled = parse_bool("spark.acls.enable", conf.get("spark.acls.enable", "false"))
+            enabled = config.read(conf, "spark.acls.enable")
             admin = _names(conf.get("spark.admin.acls"))
             admin_groups = _names(conf.get("spark.admin.acls.groups"))
             view = _names(conf.get("spark.ui.view.acls"))
@@ -372,12 +371,8 @@ class ConnectionLimits:
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any]) -> "ConnectionLimits":
-        try:
-            limit = int(str(conf.get(MAX_CONNECTIONS, "256")).strip())
-        except ValueError:
-            raise ValueError(f"{MAX_CONNECTIONS} must be an integer") from None
-        return cls(parse_time(HEADER_TIMEOUT, conf.get(HEADER_TIMEOUT, "10s")),
-                   parse_time(IDLE_TIMEOUT, conf.get(IDLE_TIMEOUT, "60s")), max(1, limit))
+        return cls(config.read(conf, HEADER_TIMEOUT), config.read(conf, IDLE_TIMEOUT),
+                   max(1, config.read(conf, MAX_CONNECTIONS)))
 
 
 # ---------------------------------------------------------------------------------------------

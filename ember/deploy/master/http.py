@@ -56,7 +56,8 @@ from aiohttp import web
 from ember.deploy.json_protocol import (
     cluster_utilization_json, driver_main_class, master_state_json,
 )
-from ember.deploy.master.state import megabytes_to_string
+from ember import config
+from ember.util.units import megabytes_to_string
 from ember.deploy.messages import (
     ApplicationState, ApplicationSummary, DriverState, DriverSummary, ExecutorState,
     ExecutorSummary, MasterStateResponse, RecoveryState, RequestKillApplication,
@@ -164,10 +165,6 @@ def _pretty(v: Any, level: int, out: list[str]) -> None:
 # The server
 # ---------------------------------------------------------------------------------------------
 
-def _conf_flag(conf: Mapping[str, Any], key: str, default: bool) -> bool:
-    return str(conf.get(key, default)).strip().lower() == "true"
-
-
 class MasterWebUI:
     """HTTP server of the master on its own thread + asyncio loop (see the module doc)."""
 
@@ -181,7 +178,7 @@ class MasterWebUI:
         self.current_leader = current_leader
         conf = conf or {}
         self.title = str(conf.get("spark.master.ui.title") or f"Spark Master at {master_url}")
-        self.kill_enabled = _conf_flag(conf, "spark.ui.killEnabled", True)
+        self.kill_enabled = config.read(conf, "spark.ui.killEnabled")
         history = (conf.get("spark.master.ui.historyServerUrl")
                    or conf.get("spark.master.historyServerUrl"))
         self.history_server_url: Optional[str] = str(history).rstrip("/") if history else None

@@ -41,6 +41,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional
 
+from ember import config
 from ember.deploy.master.persistence import LeaderElectionAgent, PersistenceEngine
 from ember.deploy.master.recovery_mode import check_recovery_conf, create_recovery
 from ember.deploy.master.records import StoredState
@@ -66,6 +67,7 @@ from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv, Cancellab
 from ember.rpc.config import RpcConf
 from ember.rpc.core import PeerInfo
 from ember.rpc.security import SCOPE_ENV
+from ember.util.units import parse_size
 
 log = logging.getLogger("ember.deploy.master.Master")
 
@@ -118,12 +120,13 @@ def validate_master_conf(conf: Mapping[str, Any]) -> None:
     """Raise ValueError (one line, naming the key) for a configuration the master cannot run
     with, before anything is bound: so `ember master --conf spark.worker.timeout=abc` fails
     fast with `Error: ...` instead of half-starting."""
-    config = MasterConfig.from_conf(conf)
-    if config.worker_timeout_ms <= 0:
+    master_conf = MasterConfig.from_conf(conf)
+    if master_conf.worker_timeout_ms <= 0:
         # The liveness timer runs every spark.worker.timeout: it must be a positive period.
         raise ValueError("spark.worker.timeout must be a positive number of seconds, but was "
                          f"{conf.get('spark.worker.timeout')!r}")
     RpcConf.from_conf(conf)
+    config.read(conf, "spark.ui.killEnabled")   # the web UI's, parsed before anything binds
     check_recovery_conf(conf)
     max_upload_bytes(conf)
     max_upload_bytes(conf, TOTAL_UPLOAD_SIZE)
@@ -485,13 +488,14 @@ def max_upload_bytes(conf: Mapping[str, Any],
                      key: str = "spark.ember.submit.maxUploadSize") -> int:
     """spark.ember.submit.maxUploadSize (default 100m): the largest app resource kept; with
     `key` TOTAL_UPLOAD_SIZE (default 1g), what all uploads together may hold."""
-    import re
-    default = "1g" if key == TOTAL_UPLOAD_SIZE else "100m"
-    value = str(conf.get(key, default)).strip().lower()
-    m = re.fullmatch(r"(\d+)\s*([kmgt]?)b?", value)
-    if not m:
-        raise ValueError(f"{key} must be a size like 100m or 512k, but was {value!r}")
-    return int(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " ")
+    value = conf.get(key)
+    if value is None:
+        return config.REGISTRY[key].default
+    try:
+        return parse_size(value, "b", spaces=True)
+    except ValueError:
+        raise ValueError(f"{key} must be a size like 100m or 512k, but was "
+                         f"{str(value).strip().lower()!r}") from None
 
 
 def public_host(rpc_host: str) -> str:

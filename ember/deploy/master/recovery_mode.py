@@ -11,6 +11,7 @@ import logging
 import os
 from typing import Any, Callable, Mapping
 
+from ember import config
 from ember.deploy.master.persistence import (
     EPOCH_FILE, RECOVERY_MODES, UNSUPPORTED_RECOVERY_MODES, BlackHolePersistenceEngine,
     FileSystemPersistenceEngine, LeaderElectionAgent, MonarchyLeaderAgent, PersistenceEngine,
@@ -24,7 +25,7 @@ def recovery_mode(conf: Mapping[str, Any], warn: Callable[[str], None] = log.war
     """NONE, FILESYSTEM or ZOOKEEPER. An unknown value is NONE, as in Spark (whose master
     matches the known names and falls back to the black hole), plus a warning naming it;
     Spark modes Ember does not implement raise RecoveryError."""
-    raw = str(conf.get("spark.deploy.recoveryMode", "NONE")).strip()
+    raw = config.read(conf, "spark.deploy.recoveryMode").strip()
     mode = raw.upper()
     if mode in RECOVERY_MODES:
         return mode
@@ -37,7 +38,7 @@ def recovery_mode(conf: Mapping[str, Any], warn: Callable[[str], None] = log.war
 
 
 def recovery_directory(conf: Mapping[str, Any]) -> str:
-    directory = str(conf.get("spark.deploy.recoveryDirectory", "") or "").strip()
+    directory = config.read(conf, "spark.deploy.recoveryDirectory").strip()
     if not directory:
         raise RecoveryError("spark.deploy.recoveryDirectory must be set when "
                             "spark.deploy.recoveryMode=FILESYSTEM")

@@ -332,15 +332,15 @@ def executor_reservation(desc: DriverDescription) -> tuple[int, int]:
     """(cores, MiB) of one executor of the driver's application, from the -Dspark.* options
     the submission carries: spark.executor.cores (a standalone executor without it takes
     what a worker has free, at least 1) and spark.executor.memory (Spark's 1g default)."""
-    from ember.config import parse_memory_mb
+    from ember import config
     opts = {}
     for o in desc.command.javaOpts:
         if o.startswith("-D") and "=" in o:
             k, v = o[2:].split("=", 1)
             opts[k] = v
     try:
-        cores = max(int(opts.get("spark.executor.cores", "1")), 1)
-        mem = parse_memory_mb(opts.get("spark.executor.memory", "1024m"))
+        cores = max(config.read(opts, "spark.executor.cores", 1), 1)
+        mem = config.read(opts, "spark.executor.memory")
     except ValueError:
         cores, mem = 1, 1024
     return cores, mem

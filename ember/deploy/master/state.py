@@ -77,8 +77,8 @@ from itertools import compress
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Optional, Union
 
-from ember.config import parse_bool, parse_time_seconds
 from ember.deploy.fencing import relaunch_not_before_ms
+from ember.deploy.master.config import MasterConfig
 from ember.deploy.messages import (
     ApplicationDescription, ApplicationFinished, ApplicationRemoved, ApplicationState,
     ApplicationSummary, AppStatusResponse, RequestAppStatus, WorkerDriverStateResponse,
@@ -98,14 +98,15 @@ from ember.deploy.messages import (
     WorkerRemoved, WorkerSchedulerStateResponse, WorkerState, WorkerSummary,
 )
 from ember.deploy.master.scheduling import (
-    INT_MAX, ApplicationInfo, DriverInfo, ExecutorDesc, WorkerInfo, WorkerSelectionPolicy,
-    allocate_worker_resource_to_executors, app_warning, parse_worker_selection_policy,
+    ApplicationInfo, DriverInfo, ExecutorDesc, WorkerInfo,
+    allocate_worker_resource_to_executors, app_warning,
     WorkerOrder, schedule_drivers, schedule_executors_on_workers, usable_workers,
 )
 from ember.deploy.master.records import (
     app_key, app_record, completed_app_key, completed_app_record, completed_driver_key,
     completed_driver_record, driver_key, driver_record, worker_key, worker_record,
 )
+from ember.util.units import bytes_to_string, megabytes_to_string
 
 INFO, WARN, ERROR = "INFO", "WARN", "ERROR"
 _TRAILING_NUMBER = re.compile(r"(\d+)$")
@@ -232,150 +233,8 @@ Instruction = Union[Send, Reply, ReplyFailure, Persist, Unpersist, DeleteUpload,
 
 
 # ---------------------------------------------------------------------------------------------
-# Configuration (§1.2)
-# ---------------------------------------------------------------------------------------------
-
-def _int(conf: Mapping[str, Any], key: str, default: int) -> int:
-    raw = conf.get(key)
-    if raw is None:
-        return default
-    try:
-        return int(str(raw).strip())
-    except ValueError:
-        raise ValueError(f"{key} should be an integer, but was {raw!r}") from None
-
-
-def _bool(conf: Mapping[str, Any], key: str, default: bool) -> bool:
-    raw = conf.get(key)
-    if raw is None:
-        return default
-    try:
-        return parse_bool(raw)
-    except ValueError:
-        raise ValueError(f"{key} should be true or false, but was {raw!r}") from None
-
-
-def _seconds_ms(conf: Mapping[str, Any], key: str) -> Optional[int]:
-    raw = conf.get(key)
-    if raw is None:
-        return None
-    try:
-        return int(parse_time_seconds(raw) * 1000)
-    except ValueError:
-        raise ValueError(f"{key} should be a number of seconds, but was {raw!r}") from None
-
-
-def _pattern(conf: Mapping[str, Any], key: str, default: str) -> str:
-    value = str(conf.get(key, default))
-    if any(c.isspace() for c in value):
-        raise ValueError(f"{key}: Whitespace is not allowed ({value!r}).")
-    try:
-        value % ("20250101000000", 0)
-    except (TypeError, ValueError):
-        raise ValueError(f"{key} should be a format like 'app-%s-%04d' taking a timestamp and "
-                         f"a number, but was {value!r}") from None
-    return value
-
-
-@dataclass(frozen=True)
-class MasterConfig:
-    """The spark.* keys the master reads, parsed, with Spark 4.1 defaults."""
-    worker_timeout_ms: int = 60_000
-    retained_applications: int = 200
-    retained_drivers: int = 200
-    max_drivers: int = INT_MAX
-    reaper_iterations: int = 15
-    recovery_mode: str = "NONE"
-    recovery_timeout_ms: int = 60_000
-    worker_lease_ms: int = 60_000      # spark.ember.worker.masterLease (driver fencing)
-    max_executor_retries: int = 10
-    spread_out_drivers: bool = True
-    spread_out_apps: bool = True
-    worker_selection_policy: WorkerSelectionPolicy = WorkerSelectionPolicy.CORES_FREE_DESC
-    default_cores: int = INT_MAX
-    app_id_pattern: str = "app-%s-%04d"
-    driver_id_pattern: str = "driver-%s-%04d"
-    app_number_modulo: int = 0
-    use_app_name_as_app_id: bool = False
-    use_driver_id_as_app_name: bool = False
-    reserve_executor_for_drivers: bool = True
-
-    @staticmethod
-    def from_conf(conf: Mapping[str, Any]) -> "MasterConfig":
-        timeout = _seconds_ms(conf, "spark.worker.timeout")
-        timeout = 60_000 if timeout is None else timeout
-        if timeout <= 0:
-            raise ValueError("spark.worker.timeout must be a positive number of seconds.")
-        for key, default, low in (("spark.deploy.retainedApplications", 200, 1),
-                                  ("spark.deploy.retainedDrivers", 200, 1),
-                                  ("spark.dead.worker.persistence", 15, 0)):
-            if _int(conf, key, default) < low:
-                raise ValueError(f"{key} must be at least {low}.")
-        recovery_timeout = _seconds_ms(conf, "spark.deploy.recoveryTimeout")
-        lease = _seconds_ms(conf, "spark.ember.worker.masterLease")
-        if lease is not None and lease <= 0:
-            raise ValueError(f"Invalid value for spark.ember.worker.masterLease: "
-                             f"{conf.get('spark.ember.worker.masterLease')!r} (must be > 0)")
-        if recovery_timeout is not None and recovery_timeout <= 0:
-            raise ValueError("spark.deploy.recoveryTimeout must be positive.")
-        default_cores = _int(conf, "spark.deploy.defaultCores", INT_MAX)
-        if default_cores < 1:
-            raise ValueError("spark.deploy.defaultCores must be positive.")
-        max_drivers = _int(conf, "spark.deploy.maxDrivers", INT_MAX)
-        if max_drivers < 1:
-            raise ValueError("spark.deploy.maxDrivers must be positive.")
-        modulo = conf.get("spark.deploy.appNumberModulo")
-        modulo_n = 0
-        if modulo is not None:
-            modulo_n = _int(conf, "spark.deploy.appNumberModulo", 0)
-            if modulo_n < 1000:
-                raise ValueError("spark.deploy.appNumberModulo should be at least 1000, "
-                                 f"but was {modulo_n}.")
-        spread_key = ("spark.deploy.spreadOutApps" if "spark.deploy.spreadOutApps" in conf
-                      else "spark.deploy.spreadOut")
-        return MasterConfig(
-            worker_timeout_ms=timeout,
-            retained_applications=_int(conf, "spark.deploy.retainedApplications", 200),
-            retained_drivers=_int(conf, "spark.deploy.retainedDrivers", 200),
-            max_drivers=max_drivers,
-            reaper_iterations=_int(conf, "spark.dead.worker.persistence", 15),
-            recovery_mode=str(conf.get("spark.deploy.recoveryMode", "NONE")),
-            recovery_timeout_ms=recovery_timeout if recovery_timeout is not None else timeout,
-            worker_lease_ms=lease if lease is not None else timeout,
-            max_executor_retries=_int(conf, "spark.deploy.maxExecutorRetries", 10),
-            spread_out_drivers=_bool(conf, "spark.deploy.spreadOutDrivers", True),
-            spread_out_apps=_bool(conf, spread_key, True),
-            worker_selection_policy=parse_worker_selection_policy(
-                conf.get("spark.deploy.workerSelectionPolicy", "CORES_FREE_DESC")),
-            default_cores=default_cores,
-            app_id_pattern=_pattern(conf, "spark.deploy.appIdPattern", "app-%s-%04d"),
-            driver_id_pattern=_pattern(conf, "spark.deploy.driverIdPattern", "driver-%s-%04d"),
-            app_number_modulo=modulo_n,
-            use_app_name_as_app_id=_bool(conf, "spark.master.useAppNameAsAppId.enabled", False),
-            use_driver_id_as_app_name=_bool(conf, "spark.master.useDriverIdAsAppName.enabled",
-                                            False),
-            reserve_executor_for_drivers=_bool(
-                conf, "spark.ember.deploy.driverAdmission.reserveExecutor", True),
-        )
-
-
-# ---------------------------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------------------------
-
-def bytes_to_string(size: int) -> str:
-    """Spark's Utils.bytesToString: '1024.0 MiB', '8.0 GiB' (switches unit at 2x)."""
-    units = [(1 << 60, "EiB"), (1 << 50, "PiB"), (1 << 40, "TiB"), (1 << 30, "GiB"),
-             (1 << 20, "MiB"), (1 << 10, "KiB")]
-    for unit_size, unit in units:
-        if size >= 2 * unit_size:
-            return "%.1f %s" % (size / unit_size, unit)
-    return "%.1f B" % size
-
-
-def megabytes_to_string(mb: int) -> str:
-    return bytes_to_string(int(mb) * 1024 * 1024)
-
 
 def format_timestamp(now_ms: int) -> str:
     """yyyyMMddHHmmss in the master's local time zone (app and driver ids)."""

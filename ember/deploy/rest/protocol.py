@@ -24,6 +24,9 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Mapping, Optional
 from urllib.parse import unquote
 
+from ember import config
+from ember.util.units import MiB, parse_size
+
 PROTOCOL_VERSION = "v1"
 SC_UNKNOWN_PROTOCOL_VERSION = 468
 BASE_CONTEXT = f"/{PROTOCOL_VERSION}/submissions"
@@ -597,29 +600,12 @@ def _java_parse_int(v: str) -> int:
     return int(v)
 
 
-_BYTE_SUFFIXES = {"b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
-                  "g": 1 << 30, "gb": 1 << 30, "t": 1 << 40, "tb": 1 << 40,
-                  "p": 1 << 50, "pb": 1 << 50}
-
-
 def memory_string_to_mb(v: Optional[str]) -> int:
     """Spark's `Utils.memoryStringToMb`: `JavaUtils.byteStringAsBytes(v) / 1024 / 1024`.
     A bare number counts bytes; fractions (`1.5g`) and unknown suffixes are rejected."""
     if v is None:
         raise ValueError("null")
-    s = v.lower().strip()
-    m = re.fullmatch(r"([0-9]+)([a-z]+)?", s)
-    if m:
-        suffix = m.group(2)
-        if suffix is not None and suffix not in _BYTE_SUFFIXES:
-            raise ValueError(f"Invalid suffix: \"{suffix}\"")
-        n = int(m.group(1))
-        if n >= 2**63:
-            raise ValueError(f"Size too large: {v}")
-        return (n * _BYTE_SUFFIXES[suffix or "b"]) // (1 << 20)
-    if re.fullmatch(r"([0-9]+\.[0-9]+)([a-z]+)?", s):
-        raise ValueError(f"Fractional values are not supported. Input was: {v}")
-    raise ValueError(f"Failed to parse byte string: {v}")
+    return parse_size(v, "b") // MiB
 
 
 # ---------------------------------------------------------------------------------------------
@@ -725,14 +711,12 @@ def replace_placeholder(value: Optional[str], env: Mapping[str, str]) -> Optiona
 
 
 PLACEHOLDER_ALLOW_LIST = "spark.ember.rest.placeholderEnvAllowList"
-DEFAULT_PLACEHOLDER_ALLOW_LIST = "SPARK_HOME,JAVA_HOME"
 
 
 def placeholder_env(environ: Mapping[str, str], conf: Mapping[str, str]) -> dict[str, str]:
     """The part of the master's environment a submission's `{{NAME}}` may read: only the
     allow-listed names (a submitted driver must not get the master's secrets copied in)."""
-    names = {n.strip() for n in conf.get(PLACEHOLDER_ALLOW_LIST,
-                                         DEFAULT_PLACEHOLDER_ALLOW_LIST).split(",") if n.strip()}
+    names = set(config.read(conf, PLACEHOLDER_ALLOW_LIST))
     return {k: v for k, v in environ.items() if k in names}
 
 

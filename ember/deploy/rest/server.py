@@ -32,6 +32,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
+from ember import config
 from ember.version import SPARK_VERSION
 from ember.deploy.master.state import BACKUP_STANDALONE_MASTER_PREFIX
 from ember.deploy.master.uploads import DEFAULT_MAX_BYTES, AppResourceStore
@@ -58,7 +59,7 @@ from ember.web.security import (
 )
 from ember.rpc import RpcEndpointRef, RpcError
 from ember.rpc.bind import bind_with_retries
-from ember.rpc.config import ASK_TIMEOUT, AUTH, parse_bool, parse_time, resolve_secret
+from ember.rpc.config import ASK_TIMEOUT, AUTH, resolve_secret
 
 log = logging.getLogger("ember.deploy.rest.StandaloneRestServer")
 
@@ -68,7 +69,7 @@ REST_PORT = "spark.master.rest.port"
 REST_HOST = "spark.master.rest.host"
 REST_FILTERS = "spark.master.rest.filters"
 REST_ALLOW_UNAUTHENTICATED = "spark.master.rest.allowUnauthenticated"
-DEFAULT_REST_PORT = 6066
+DEFAULT_REST_PORT = config.REGISTRY[REST_PORT].default
 UPLOAD_PATH = f"{BASE_CONTEXT}/upload"
 LOGS_PATH = f"{BASE_CONTEXT}/logs/"
 SHA256_HEADER = "X-Ember-Sha256"
@@ -103,10 +104,10 @@ def rest_secret_key(conf: Mapping[str, Any]) -> Optional[bytes]:
     as it is REST-specific; otherwise `spark.authenticate=true` makes the RPC secret (conf,
     secret file or `_SPARK_AUTH_SECRET`, resolved exactly as the RPC layer does) the key,
     as its UTF-8 bytes. Raises ValueError for a bad key or a missing secret."""
-    filters = [f.strip() for f in str(conf.get(REST_FILTERS, "") or "").split(",")]
+    filters = config.read(conf, REST_FILTERS) or []
     if jws.FILTER_CLASS in filters:
         return jws.load_secret_key(conf.get(jws.SECRET_KEY_PARAM))
-    if parse_bool(AUTH, conf.get(AUTH, "false")):
+    if config.read(conf, AUTH):
         return resolve_secret(conf)
     return None
 
@@ -127,9 +128,9 @@ def is_loopback_host(host: str) -> bool:
 
 
 def _rest_port(conf: Mapping[str, Any]) -> int:
-    raw = conf.get(REST_PORT, str(DEFAULT_REST_PORT))
+    raw = conf.get(REST_PORT)
     try:
-        port = int(str(raw).strip())
+        port = config.read(conf, REST_PORT)
     except ValueError:
         port = -1
     if port != 0 and not 1024 <= port <= 65535:
@@ -148,7 +149,7 @@ def rest_auth_policy(conf: Mapping[str, str], host: str) -> RestPolicy:
     invalid port, key or secret configuration (a misconfiguration must stop the master, not
     silently drop authentication)."""
     port = _rest_port(conf)
-    if not parse_bool(REST_ENABLED, conf.get(REST_ENABLED, "true")):
+    if not config.read(conf, REST_ENABLED):
         return RestPolicy(False, None, f"REST submission server disabled ({REST_ENABLED}=false).",
                           port)
     key = rest_secret_key(conf)
@@ -162,7 +163,7 @@ def rest_auth_policy(conf: Mapping[str, str], host: str) -> RestPolicy:
         return RestPolicy(True, key, "", port)
     if is_loopback_host(host):
         return RestPolicy(True, None, "", port)
-    if parse_bool(REST_ALLOW_UNAUTHENTICATED, conf.get(REST_ALLOW_UNAUTHENTICATED, "false")):
+    if config.read(conf, REST_ALLOW_UNAUTHENTICATED):
         return RestPolicy(
             True, None,
             f"REST submission server on {host} accepts unauthenticated submissions "
@@ -220,7 +221,7 @@ class StandaloneRestServer:
         self.server_version = server_version
         self.port = 0
         self.max_body = uploads.max_bytes if uploads is not None else DEFAULT_MAX_BYTES
-        self._ask_timeout = parse_time(ASK_TIMEOUT, conf.get(ASK_TIMEOUT, "120s"))
+        self._ask_timeout = config.read(conf, ASK_TIMEOUT)
         self._secret_key: Optional[bytes] = None
         self.guard: Optional[HttpGuard] = None
         self.scheme = "http"

@@ -21,13 +21,14 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 import signal
 import socket
 import sys
 from typing import Mapping, NoReturn, Optional, Sequence
 
+from ember import config
 from ember.deploy.properties import daemon_conf
+from ember.util.units import MiB, parse_size
 from ember.deploy.worker.worker import (WorkerDaemon, WorkerSettings, WorkerStartError,
                                         parse_standalone_master_urls)
 
@@ -79,19 +80,14 @@ class _Parser(argparse.ArgumentParser):
 # Pure parsing helpers
 # ---------------------------------------------------------------------------------------------
 
-_BYTE_UNITS = {"b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
-               "g": 1 << 30, "gb": 1 << 30, "t": 1 << 40, "tb": 1 << 40,
-               "p": 1 << 50, "pb": 1 << 50}
-
-
 def parse_memory_string(text: str) -> int:
     """Spark's Utils.memoryStringToMb: '1000M' -> 1000, '2g' -> 2048. A number without a
     unit counts *bytes* (so '1000' is 0 MB), as in Spark. CliError with Spark's message when
     the result is below 1 MB or the text is not a size."""
-    m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", str(text))
-    if not m or (m.group(2) and m.group(2).lower() not in _BYTE_UNITS):
-        raise CliError(f"Invalid memory size {text!r}: {MEMORY_ERROR}")
-    mb = int(m.group(1)) * _BYTE_UNITS[(m.group(2) or "b").lower()] // (1 << 20)
+    try:
+        mb = parse_size(text, "b", spaces=True) // MiB
+    except ValueError:
+        raise CliError(f"Invalid memory size {text!r}: {MEMORY_ERROR}") from None
     if mb <= 0:
         raise CliError(MEMORY_ERROR)
     return mb
@@ -305,7 +301,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", None)):
         if sig is not None:
             previous[sig] = signal.signal(sig, on_stop_signal)
-    sig_name = "SIG" + str(settings.conf.get("spark.worker.decommission.signal", "PWR")).upper()
+    sig_name = "SIG" + config.read(settings.conf, "spark.worker.decommission.signal").upper()
     decommission_sig = getattr(signal, sig_name, None)
     if decommission_sig is not None:
         try:

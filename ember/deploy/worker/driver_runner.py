@@ -46,10 +46,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 from urllib.parse import unquote, urlparse
 
-from ember import fs
-from ember.config import parse_memory_mb, parse_time_seconds
+from ember import config, fs
+from ember.config import parse_memory_mb
 from ember.deploy.upload_urls import SCHEME as UPLOAD_SCHEME
 from ember.deploy.upload_urls import UploadError, check_name, parse_upload_url
+from ember.util.units import duration_to_string
 from ember.deploy.messages import (AppResourceData, DriverDescription, DriverRunnerSummary,
                                    DriverState, DriverStateChanged, ResourceInformation)
 from ember.deploy.properties import parse_java_opts
@@ -61,7 +62,7 @@ from ember.deploy.worker.memory_watchdog import (MemoryWatchdog, exceeded_messag
 log = logging.getLogger("ember.deploy.worker.DriverRunner")
 
 __all__ = ["DriverRunner", "DriverLaunchError", "Supervisor", "SupervisePolicy", "Decision",
-           "final_state", "format_duration", "supervise_policy",
+           "final_state", "supervise_policy",
            "fetch_resource", "substitute_driver_variables", "driver_command",
            "launch_header", "build_driver_environment", "read_driver_exception",
            "kill_all_drivers", "WRAPPER_MODULE", "DRIVER_WRAPPER_CLASS", "EXCEPTION_FILE"]
@@ -92,15 +93,6 @@ def final_state(exit_code: Optional[int], killed: bool) -> DriverState:
     if exit_code == 0:
         return DriverState.FINISHED
     return DriverState.KILLED if killed else DriverState.FAILED
-
-
-def format_duration(seconds: float) -> str:
-    """A duration the way Spark's time strings write it: 3600 -> '1h', 30 -> '30s'."""
-    for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0), ("s", 1.0),
-                       ("ms", 0.001)):
-        if seconds >= size and abs(seconds / size - round(seconds / size)) < 1e-9:
-            return f"{round(seconds / size)}{unit}"
-    return f"{seconds:g}s"
 
 
 @dataclass(frozen=True)
@@ -148,7 +140,7 @@ class Supervisor:
         if len(self.restarts) >= p.max_retries:
             return Decision(False, give_up=(
                 f"Driver {self.driver_id} was restarted {len(self.restarts)} times within "
-                f"{format_duration(p.window)} ({MAX_RETRIES_KEY}={p.max_retries}); giving up. "
+                f"{duration_to_string(p.window)} ({MAX_RETRIES_KEY}={p.max_retries}); giving up. "
                 f"Last exit code: {exit_code}"))
         self.restarts.append(now)
         wait, self.wait = self.wait, self.wait * 2
@@ -160,22 +152,21 @@ def supervise_policy(supervise: bool, props: Mapping[str, str],
                      ) -> SupervisePolicy:
     """The retry limit from the driver's properties, else the worker's conf, else the
     defaults. ValueError names a bad key (the driver is then reported ERROR)."""
-    def get(key: str, default: str) -> str:
-        v = props.get(key)
-        return str(v if v is not None else worker_conf.get(key, default))
-    raw_retries, raw_window = get(MAX_RETRIES_KEY, "10"), get(WINDOW_KEY, "1h")
-    try:
-        retries = int(raw_retries.strip())
-        if retries < 0:
-            raise ValueError("must not be negative")
-    except ValueError as e:
-        raise ValueError(f"Invalid value for {MAX_RETRIES_KEY}: {raw_retries!r} ({e})") from None
-    try:
-        window = parse_time_seconds(raw_window, "s")
-        if window <= 0:
-            raise ValueError("must be positive")
-    except ValueError as e:
-        raise ValueError(f"Invalid value for {WINDOW_KEY}: {raw_window!r} ({e})") from None
+    conf = {**worker_conf, **{k: props[k] for k in (MAX_RETRIES_KEY, WINDOW_KEY)
+                              if props.get(k) is not None}}
+
+    def read(key: str, valid: Callable[[Any], bool], rule: str) -> Any:
+        entry = config.REGISTRY[key]
+        try:
+            value = entry.read(conf)
+        except ValueError:
+            rule = f"should be {entry.type.expected}"
+            value = None
+        if value is None or not valid(value):
+            raise ValueError(f"Invalid value for {key}: {conf[key]!r} ({rule})")
+        return value
+    retries = read(MAX_RETRIES_KEY, lambda n: n >= 0, "must not be negative")
+    window = read(WINDOW_KEY, lambda w: w > 0, "must be positive")
     return SupervisePolicy(supervise, retries, window, initial_wait)
 
 
@@ -444,8 +435,7 @@ class DriverRunner:
         self.host = host
         self.web_ui_url = web_ui_url
         self.worker_conf = dict(worker_conf or {})
-        self.terminate_timeout = parse_time_seconds(
-            self.worker_conf.get(TERMINATE_TIMEOUT_KEY, "10s"), "ms")
+        self.terminate_timeout = config.read(self.worker_conf, TERMINATE_TIMEOUT_KEY)
         self.state = DriverState.SUBMITTED
         self.final_exception: Optional[str] = None
         self.exit_status: Optional[int] = None

@@ -37,7 +37,7 @@ from typing import Any, Mapping, Optional
 from aiohttp import web
 
 from ember.deploy.json_protocol import driver_main_class, worker_state_json
-from ember.deploy.master.state import megabytes_to_string as _mb
+from ember.util.units import megabytes_to_string as _mb
 from ember.deploy.messages import (
     DriverRunnerSummary, ExecutorRunnerSummary, ExecutorState, RequestWorkerState,
     WorkerStateResponse,

@@ -125,7 +125,7 @@ class ExternalShuffleService:
         self.env.admit_app_scopes(any_scope=True)   # the credentials of the worker's executors
         self.env.setup_endpoint(ENDPOINT_NAME, self.endpoint)
         log.info("Starting shuffle service on port %d (auth enabled = %s)",
-                 self.env.address.port, self.conf.get("spark.authenticate", "false"))
+                 self.env.address.port, str(config.read(self.conf, "spark.authenticate")).lower())
 
     @property
     def bound_port(self) -> Optional[int]:

@@ -73,6 +73,7 @@ from ember.deploy.worker.driver_runner import DriverRunner
 from ember.deploy.worker.executor_runner import ExecutorRunner
 from ember.deploy.log_files import log_dir, read_slice
 from ember.deploy.worker.shuffle_service import ExternalShuffleService
+from ember.util.units import megabytes_to_string
 from ember.rpc.security import SCOPE_ENV, app_credential
 from ember.rpc import (Cancellable, RpcAddress, RpcCallContext, RpcEndpoint, RpcEndpointRef,
                        RpcEnv, RpcTimeoutError)
@@ -181,16 +182,6 @@ def parse_standalone_master_urls(url: str) -> list[RpcAddress]:
         raise ValueError(f"Invalid master URL: {url}")
     parts = url[len("spark://"):].split(",")
     return [RpcAddress.from_spark_url("spark://" + p) for p in parts]
-
-
-def megabytes_to_string(mb: int) -> str:
-    """Spark's Utils.megabytesToString: '1024.0 MiB', '7.0 GiB' (unit switches at 2x)."""
-    size = int(mb) * 1024 * 1024
-    for unit, scale in (("EiB", 1 << 60), ("PiB", 1 << 50), ("TiB", 1 << 40),
-                        ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if size >= 2 * scale:
-            return f"{size / scale:.1f} {unit}"
-    return f"{float(size):.1f} B"
 
 
 def trim_finished(finished: "OrderedDict[str, Any]", retained: int) -> None:
