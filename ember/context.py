@@ -142,7 +142,7 @@ class SparkContext:
         SparkFiles._root_directory = self.runtime.files_dir
         for path in py_files or []:
             self.addPyFile(path)
-        for path in (self._conf.get("spark.submit.py_files") or "").split(","):
+        for path in (self._conf.get("spark.submit.pyFiles") or "").split(","):
             if path:
                 self.addPyFile(path)
         for path in (self._conf.get("spark.files") or "").split(","):
