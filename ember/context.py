@@ -529,13 +529,11 @@ class SparkContext:
             self._backend.unpersist_broadcast(bid)
 
     def _remove_shuffle(self, shuffle_id: int) -> None:
-        for st in self._tracker.statuses(shuffle_id):
-            if st is not None:
-                for ext in (".data", ".index"):
-                    try:
-                        os.unlink(st.path + ext)
-                    except OSError:
-                        pass
+        for path in self._tracker.output_files(shuffle_id):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
         self._tracker.unregister_shuffle(shuffle_id)
 
     # --- lifecycle ----------------------------------------------------------------------

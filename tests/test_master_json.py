@@ -196,7 +196,7 @@ def test_messages_round_trip_through_the_codec():
         M.SparkAppConfig([("spark.app.name", "x")], None, None, M.ResourceProfile()),
         M.RegisterExecutor("1", ref, "h", 2, {"stdout": "u"}, {}, {}, 0),
         M.LaunchTask(b"\x00\x01"), M.StatusUpdate("1", 7, "FINISHED", b"r"),
-        M.KillTask(7, "1", True, "stage cancelled"), M.ShuffleBlockRequest(0, "/tmp/m", 3),
+        M.KillTask(7, "1", True, "stage cancelled"), M.FetchShuffleBlocks(0, ["/tmp/m"], [3], [9]),
         M.FetchBroadcast(1), M.FetchFile("a.txt"), M.RecoveryState.ALIVE,
     ]
     for msg in samples:
