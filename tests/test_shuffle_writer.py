@@ -86,7 +86,8 @@ def test_remote_segments_come_in_batches_up_to_max_size_in_flight(tmp_path, monk
     """Segments served by another executor are fetched per address, several per request,
     at most MAX_BYTES_IN_FLIGHT per request (a larger segment travels alone)."""
     statuses = [_write(tmp_path, [(i % 4, (m, i)) for i in range(1_000)], 4, m,
-                       executor="exec-2", address="10.0.0.2:7337") for m in range(6)]
+                       executor=f"exec-{2 + m % 2}", address=f"10.0.0.{2 + m % 2}:7337")
+                for m in range(12)]         # two sources, interleaved in map order
     size = max(e - s for st in statuses for r, s, e in st.segments() if r == 1)
     monkeypatch.setattr(reader, "MAX_BYTES_IN_FLIGHT", 2 * size)
     requests = []
@@ -101,8 +102,9 @@ def test_remote_segments_come_in_batches_up_to_max_size_in_flight(tmp_path, monk
             pos += e - s
         return out
     got = _read(statuses, 1, fetch=fetch)
-    assert got == [(1, (m, i)) for m in range(6) for i in range(1_000) if i % 4 == 1]
-    assert requests == [("10.0.0.2:7337", "Executor", 7, 2)] * 3
+    assert sorted(got) == [(1, (m, i)) for m in range(12) for i in range(1_000) if i % 4 == 1]
+    assert requests == ([("10.0.0.2:7337", "Executor", 7, 2)] * 3
+                        + [("10.0.0.3:7337", "Executor", 7, 2)] * 3)
 
 
 def test_a_missing_map_output_is_a_fetch_failure(tmp_path):

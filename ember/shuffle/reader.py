@@ -5,9 +5,10 @@ map statuses into a reduce id -> segments index once (cost: the non-empty segmen
 with thousands of maps and reducers a reducer neither opens nor scans the maps that have
 nothing for it. Outputs small enough to travel inside their MapStatus are read from it;
 local map outputs (same executor, or same host in local mode) straight from their files
-with pread through a bounded set of cached fds; others are fetched from the executor or
-shuffle service serving them in batches (this reducer's segments there, up to
-MAX_BYTES_IN_FLIGHT per request). A missing output is a FetchFailedError naming its map
+with pread through a bounded set of cached fds; then the others, fetched from each executor
+or shuffle service serving them in batches (this reducer's segments there, up to
+MAX_BYTES_IN_FLIGHT per request, one batch held at a time). Records come in no particular
+order across map outputs, as in Spark. A missing output is a FetchFailedError naming its map
 index, which makes the driver recompute it.
 """
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import io
 import os
 import pickle
-from collections import deque
 from typing import Any, Callable, Iterator
 
 from ember.shuffle.base import FetchFailedError, MapStatus
@@ -173,68 +173,73 @@ def read_partition(shuffle_id: int, reduce_id: int, ctx: Any,
     if key is not None:
         from ember.shuffle.crypto import Sealer
         sealer = Sealer(key)
-    remote: dict[tuple[str, str], deque[Segment]] = {}
-    for seg in segments:
-        st = seg[1]
-        if st.data is None and not _is_local(st, env):
-            remote.setdefault((st.address, st.endpoint), deque()).append(seg)
-    fetched: dict[int, bytes] = {}
+    remote: dict[tuple[str, str], list[Segment]] = {}
     local_bytes = remote_bytes = 0
     try:
-        for map_index, st, start, end in segments:
+        for seg in segments:
+            map_index, st, start, end = seg
             if st.data is not None:
                 local_bytes += end - start
                 yield from _records_from_bytes(st.data[start:end], serializer, sealer)
             elif _is_local(st, env):
-                try:
-                    if end - start <= _PREAD_BYTES:
-                        data = _read_segment(shuffle_id, st.path + ".data", start, end)
-                        if len(data) != end - start:
-                            raise OSError(f"it ends before byte {end}")
-                    else:
-                        data, f = None, open(st.path + ".data", "rb")
-                except OSError as e:
-                    raise FetchFailedError(shuffle_id, map_index, reduce_id, st,
-                                           f"Failed to open shuffle file {st.path}.data: {e}"
-                                           ) from None
                 local_bytes += end - start
-                yield from (_records_from_bytes(data, serializer, sealer) if data is not None
-                            else _records_from_file(f, start, end, serializer, sealer))
+                yield from _local_records(shuffle_id, reduce_id, seg, serializer, sealer)
             else:
-                data = fetched.pop(map_index, None)
-                if data is None:
-                    fetched = _fetch_batch(env, shuffle_id, reduce_id,
-                                           remote[(st.address, st.endpoint)])
-                    data = fetched.pop(map_index)
-                remote_bytes += len(data)
-                yield from _records_from_bytes(data, serializer, sealer)
+                remote.setdefault((st.address, st.endpoint), []).append(seg)
+        for segs in remote.values():       # then each source's, one batch at a time
+            for datas in _fetch_batches(env, shuffle_id, reduce_id, segs):
+                for data in datas:
+                    remote_bytes += len(data)
+                    yield from _records_from_bytes(data, serializer, sealer)
     finally:
         metrics["shuffleLocalBytesRead"] = metrics.get("shuffleLocalBytesRead", 0) + local_bytes
         metrics["shuffleRemoteBytesRead"] = (metrics.get("shuffleRemoteBytesRead", 0)
                                              + remote_bytes)
 
 
+def _local_records(shuffle_id: int, reduce_id: int, seg: Segment, serializer: Any,
+                   sealer: Any) -> Iterator:
+    map_index, st, start, end = seg
+    try:
+        if end - start <= _PREAD_BYTES:
+            data = _read_segment(shuffle_id, st.path + ".data", start, end)
+            if len(data) != end - start:
+                raise OSError(f"it ends before byte {end}")
+        else:
+            data, f = None, open(st.path + ".data", "rb")
+    except OSError as e:
+        raise FetchFailedError(shuffle_id, map_index, reduce_id, st,
+                               f"Failed to open shuffle file {st.path}.data: {e}") from None
+    return (_records_from_bytes(data, serializer, sealer) if data is not None
+            else _records_from_file(f, start, end, serializer, sealer))
+
+
 def _is_local(st: MapStatus, env: Any) -> bool:
     return st.executor_id == env.executor_id or (st.host == env.host and not st.address)
 
 
-def _fetch_batch(env: Any, shuffle_id: int, reduce_id: int, queue: deque[Segment]
-                 ) -> dict[int, bytes]:
-    """The next segments this reducer needs from one executor, in one request."""
-    batch = [queue.popleft()]
-    size = batch[0][3] - batch[0][2]
-    while queue and size + queue[0][3] - queue[0][2] <= MAX_BYTES_IN_FLIGHT:
-        seg = queue.popleft()
-        batch.append(seg)
-        size += seg[3] - seg[2]
-    first = batch[0][1]
-    try:
-        datas = env.fetch_remote(first.address, first.endpoint, shuffle_id,
-                                 [(st.path, start, end) for _m, st, start, end in batch])
-    except FetchFailedError:
-        raise
-    except Exception as e:
-        raise FetchFailedError(shuffle_id, batch[0][0], reduce_id, first,
-                               f"Failed to fetch shuffle blocks from {first.address}: "
-                               f"{e}") from None
-    return {m: data for (m, _st, _s, _e), data in zip(batch, datas)}
+def _fetch_batches(env: Any, shuffle_id: int, reduce_id: int, segs: list[Segment]
+                   ) -> Iterator[list[bytes]]:
+    """This reducer's segments from one executor or shuffle service: one request per run of
+    segments up to MAX_BYTES_IN_FLIGHT (a larger segment travels alone), fetched only when
+    the previous batch has been consumed."""
+    i = 0
+    while i < len(segs):
+        batch = [segs[i]]
+        size = segs[i][3] - segs[i][2]
+        i += 1
+        while i < len(segs) and size + segs[i][3] - segs[i][2] <= MAX_BYTES_IN_FLIGHT:
+            size += segs[i][3] - segs[i][2]
+            batch.append(segs[i])
+            i += 1
+        first = batch[0][1]
+        try:
+            datas = env.fetch_remote(first.address, first.endpoint, shuffle_id,
+                                     [(st.path, start, end) for _m, st, start, end in batch])
+        except FetchFailedError:
+            raise
+        except Exception as e:
+            raise FetchFailedError(shuffle_id, batch[0][0], reduce_id, first,
+                                   f"Failed to fetch shuffle blocks from {first.address}: "
+                                   f"{e}") from None
+        yield datas
