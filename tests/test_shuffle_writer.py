@@ -159,3 +159,17 @@ def test_tracker_moves_every_output_of_a_migrated_file_and_keeps_inline_ones(tmp
     assert t.remove_outputs_on_executor("1") == 0       # only the inline output was there
     assert t.remove_outputs_on_executor("2") == 2 and t.missing(7) == [0, 1]
     assert t.executors_with_outputs() == set()
+
+
+def test_migration_takes_only_map_output_files_and_never_overwrites(tmp_path):
+    from ember.deploy.messages import PutMigratedBlock
+    from ember.executor.decommission import migrated_block_path, store_migrated_chunk
+    st = _write(tmp_path, [(1, "y" * 3000)], 4)
+    name = os.path.basename(st.path) + ".data"
+    assert migrated_block_path(str(tmp_path), name) == st.path + ".data"
+    for bad in ("shuffle_7_0_0.index", "../shuffle_7_1_2.data", "shuffle_7_1.data", "x.data"):
+        with pytest.raises(ValueError, match="Invalid migrated block id"):
+            migrated_block_path(str(tmp_path), bad)
+    with pytest.raises(FileExistsError):       # a peer's file of the same name stays intact
+        store_migrated_chunk(None, st.path + ".data", PutMigratedBlock(name, 0, b"z", True))
+    assert _read([st], 1) == [(1, "y" * 3000)]
