@@ -330,7 +330,7 @@ def driver_target(h: Harness) -> Target:
 
 @target("executor")
 def executor_target(h: Harness) -> Target:
-    from ember.deploy.messages import LaunchTask, ShuffleBlockRequest, StopExecutor
+    from ember.deploy.messages import FetchShuffleBlocks, LaunchTask, StopExecutor
     import psutil
     ex = next(iter(h.sc.runtime.scheduler_backend.executors.values()))
     pid = -1
@@ -343,7 +343,7 @@ def executor_target(h: Harness) -> Target:
             continue
     refused = [LaunchTask(pickle.dumps(_Evil(h.marker))), StopExecutor()]
     return _rpc_target(h, "executor", pid, ex.address.port, "Executor",
-                       [ShuffleBlockRequest(0, "/etc/passwd", -1)], refused,
+                       [FetchShuffleBlocks(0, ["/etc/passwd"], [-1], [0])], refused,
                        lambda: sorted(h.sc.runtime.scheduler_backend.executors), h.job_works)
 
 

@@ -473,13 +473,11 @@ class DriverRuntime:
             self.scheduler_backend.unpersist_broadcast(bid)
 
     def remove_shuffle(self, shuffle_id: int) -> None:
-        for st in self.map_output_tracker.statuses(shuffle_id):
-            if st is not None:
-                for ext in (".data", ".index"):
-                    try:
-                        os.unlink(st.path + ext)
-                    except OSError:
-                        pass
+        for path in self.map_output_tracker.output_files(shuffle_id):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
         self.map_output_tracker.unregister_shuffle(shuffle_id)
 
     # --- shutdown -----------------------------------------------------------------------

@@ -45,6 +45,23 @@ def wait_until(predicate, timeout: float = 60.0, what: str = "condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+# Each record's value carries PAD so every map output is larger than INLINE_BYTES and goes
+# to a shuffle file: smaller outputs travel inside their MapStatus, which no shuffle
+# service, migration or recompute is needed for. count() undoes the padding.
+PAD = "p" * 1200
+
+
+def count(pad: str) -> int:
+    return len(pad) // len(PAD)
+
+
+def in_files(sc) -> bool:
+    """Every registered map output of the application is in a shuffle file."""
+    tracker = sc.runtime.map_output_tracker
+    return all(st is not None and st.data is None for sid in tracker.shuffle_ids()
+               for st in tracker.statuses(sid))
+
+
 def dynamic_conf(**extra: str) -> SparkConf:
     conf = (SparkConf().set("spark.executor.cores", "1").set("spark.executor.memory", "512m")
             .set("spark.dynamicAllocation.enabled", "true")
@@ -87,10 +104,12 @@ def test_dynamic_allocation_grows_shrinks_frees_cores_and_keeps_shuffle(elastic_
     def mapper(it):
         map_runs.add(1)      # once per map task
         time.sleep(0.3)
-        return ((x % 5, 1) for x in it)
+        return ((x % 5, PAD) for x in it)
 
-    counts = sc.parallelize(range(200), 40).mapPartitions(mapper).reduceByKey(operator.add, 4)
+    counts = (sc.parallelize(range(200), 40).mapPartitions(mapper).reduceByKey(operator.add, 4)
+              .mapValues(count))
     assert dict(counts.collect()) == {k: 40 for k in range(5)}
+    assert in_files(sc)
     assert map_runs.value == 40
     peak = {e for e in backend.executors}
     assert len(peak) == 4, "a burst of 40 tasks grows the application to maxExecutors"
@@ -140,10 +159,12 @@ def test_shuffle_of_a_crashed_executor_is_served_by_the_shuffle_service(elastic_
 
     def mapper(it):
         map_runs.add(1)
-        return ((x % 7, 1) for x in it)
+        return ((x % 7, PAD) for x in it)
 
-    counts = sc.parallelize(range(700), 6).mapPartitions(mapper).reduceByKey(operator.add, 3)
+    counts = (sc.parallelize(range(700), 6).mapPartitions(mapper).reduceByKey(operator.add, 3)
+              .mapValues(count))
     assert dict(counts.collect()) == {k: 100 for k in range(7)}
+    assert in_files(sc)
     writers = {st.executor_id for sid in sc.runtime.map_output_tracker.shuffle_ids()
                for st in sc.runtime.map_output_tracker.statuses(sid)}
     victim_id = sorted(writers)[0]
@@ -173,10 +194,12 @@ def test_executor_decommissioned_by_its_own_signal_migrates_its_shuffle(elastic_
 
     def mapper(it):
         map_runs.add(1)
-        return ((x % 7, 1) for x in it)
+        return ((x % 7, PAD) for x in it)
 
-    counts = sc.parallelize(range(700), 6).mapPartitions(mapper).reduceByKey(operator.add, 3)
+    counts = (sc.parallelize(range(700), 6).mapPartitions(mapper).reduceByKey(operator.add, 3)
+              .mapValues(count))
     assert dict(counts.collect()) == {k: 100 for k in range(7)}
+    assert in_files(sc)
     victim_id = sorted(backend.executors)[0]
     victim = next(p for p in elastic_cluster.all_processes()
                   if "ember.executor.backend" in " ".join(p.cmdline())
@@ -253,7 +276,7 @@ def test_decommissioned_worker_migrates_shuffle_and_cache_mid_job(elastic_cluste
 
     def mapper(it):
         map_runs.add(1)
-        return ((x % 16, x) for x in it)
+        return ((x % 400, x) for x in it)      # > INLINE_BYTES per map: shuffle files
 
     def cached(it):
         cache_runs.add(1)
@@ -264,6 +287,7 @@ def test_decommissioned_worker_migrates_shuffle_and_cache_mid_job(elastic_cluste
     expected = sum(range(4000))
     assert data.values().sum() == expected
     assert (map_runs.value, cache_runs.value) == (8, 8)
+    assert in_files(sc)
     victim = elastic_cluster.workers[1]
     victim_id = next(w["id"] for w in elastic_cluster.json()["workers"]
                      if w["webuiaddress"].endswith(f":{elastic_cluster.worker_ui[1]}"))

@@ -124,10 +124,13 @@ def test_local_mode_does_not_retry_user_errors(fresh_sc, tmp_path):
 
 
 def test_lost_shuffle_output_is_recomputed_through_fetch_failed(sc):
-    pairs = sc.parallelize(range(100), 4).map(lambda x: (x % 10, x))
+    # big enough that map outputs go to files (small ones travel inside their MapStatus)
+    pairs = sc.parallelize(range(20000), 4).map(lambda x: (x % 1000, x))
     summed = pairs.reduceByKey(lambda a, b: a + b)
     expected = sorted(summed.collect())
-    for f in glob.glob(os.path.join(sc.runtime.local_dir, "shuffle_*.data")):
+    files = glob.glob(os.path.join(sc.runtime.local_dir, "shuffle_*.data"))
+    assert files
+    for f in files:
         os.unlink(f)
     assert sorted(summed.collect()) == expected
 

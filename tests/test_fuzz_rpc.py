@@ -140,7 +140,7 @@ msgpack_values = st.recursive(
 
 message_names = st.sampled_from(["LaunchDriver", "LaunchExecutor", "RegisterWorker",
                                  "StatusUpdate", "LaunchTask", "RequestSubmitDriver",
-                                 "Heartbeat", "ShuffleBlockRequest", "KillDriver", "Nope"])
+                                 "Heartbeat", "FetchShuffleBlocks", "KillDriver", "Nope"])
 
 
 @FAST

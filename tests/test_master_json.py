@@ -196,7 +196,7 @@ def test_messages_round_trip_through_the_codec():
         msgs.SparkAppConfig([("spark.app.name", "x")], None, None, msgs.ResourceProfile()),
         msgs.RegisterExecutor("1", ref, "h", 2, {"stdout": "u"}, {}, {}, 0),
         msgs.LaunchTask(b"\x00\x01"), msgs.StatusUpdate("1", 7, "FINISHED", b"r"),
-        msgs.KillTask(7, "1", True, "stage cancelled"), msgs.ShuffleBlockRequest(0, "/tmp/m", 3),
+        msgs.KillTask(7, "1", True, "stage cancelled"), msgs.FetchShuffleBlocks(0, ["/tmp/m"], [3], [9]),
         msgs.FetchBroadcast(1), msgs.FetchFile("a.txt"), msgs.RecoveryState.ALIVE,
     ]
     for msg in samples:

@@ -8,13 +8,13 @@ import time
 import pytest
 
 from ember.deploy.local_cluster import free_port
-from ember.deploy.messages import RegisterExecutorShuffleInfo, ShuffleBlockRequest
+from ember.deploy.messages import FetchShuffleBlocks, RegisterExecutorShuffleInfo
 from ember.deploy.worker.shuffle_service import (ENDPOINT_NAME, MULTIPLE_WORKERS_ERROR,
                                                  ExternalShuffleService)
 from ember.partitioner import portable_hash
 from ember.rpc import RpcAddress, RpcEnv
 from ember.shuffle.reader import _records_from_bytes
-from ember.shuffle.writer import write_map_output
+from ember.shuffle.writer import output_file_base, write_map_output
 
 SECRET = {"spark.authenticate": "true", "spark.authenticate.secret": "shuffle-service-test-secret-of-32-bytes"}
 
@@ -40,25 +40,49 @@ def ref(env, svc):
                                        timeout=10)
 
 
+def write(records, n, exec_dir, service):
+    """A map output big enough to go to a file (small ones travel in their MapStatus)."""
+    st = write_map_output(records, n, portable_hash, str(exec_dir / "spill"),
+                          output_file_base(str(exec_dir), 0), 64, "1", "127.0.0.1",
+                          f"127.0.0.1:{service.bound_port}", None, endpoint=ENDPOINT_NAME)
+    assert st.data is None and st.path.startswith(str(exec_dir))
+    return st
+
+
+def blocks(st, reduce_ids=None, path=None):
+    """The FetchShuffleBlocks a reducer sends for these reducers' segments of `st`."""
+    segs = [(r, s, e) for r, s, e in st.segments() if reduce_ids is None or r in reduce_ids]
+    return FetchShuffleBlocks(0, [path or st.path] * len(segs), [s for _r, s, _e in segs],
+                              [e for _r, _s, e in segs])
+
+
 def test_serves_registered_map_output_and_nothing_else(service, client, tmp_path):
     exec_dir = tmp_path / "executor-1"
     exec_dir.mkdir()
-    base = str(exec_dir / "shuffle_0_0_0")
     os.environ.setdefault("PYTHONHASHSEED", "0")
-    write_map_output([(k, k * 10) for k in range(20)], 2, portable_hash, base, 64, "1",
-                     "127.0.0.1", f"127.0.0.1:{service.bound_port}", None, endpoint=ENDPOINT_NAME)
+    st = write([(k, k * 10) for k in range(2000)], 2, exec_dir, service)
     svc = ref(client, service)
     with pytest.raises(Exception, match="Invalid shuffle block path"):
-        svc.ask_sync(ShuffleBlockRequest(0, base, 0), 10)        # not registered yet
+        svc.ask_sync(blocks(st), 10)        # not registered yet
     assert svc.ask_sync(RegisterExecutorShuffleInfo("app-1", "1", [str(exec_dir)]), 10)
     records = []
-    for reduce_id in (0, 1):
-        records += list(_records_from_bytes(svc.ask_sync(ShuffleBlockRequest(0, base,
-                                                                             reduce_id), 10)))
-    assert sorted(records) == [(k, k * 10) for k in range(20)]
-    for bad in ("/etc/passwd", str(exec_dir / ".." / "x")):
+    for reduce_id in (0, 1):       # one batch per reducer: its segment, whole
+        records += list(_records_from_bytes(svc.ask_sync(blocks(st, {reduce_id}), 10)))
+    assert sorted(records) == [(k, k * 10) for k in range(2000)]
+    both = svc.ask_sync(blocks(st), 10)            # a batch of segments, concatenated
+    assert sorted(_records_from_bytes(both)) == sorted(records)
+    (exec_dir / "notes.data").write_bytes(b"x" * 100)   # registered dir, not a map output
+    for bad in ("/etc/passwd", str(exec_dir / ".." / "x"), str(exec_dir / "notes"),
+                str(exec_dir / "shuffle_0_1_2" / ".." / ".." / "other" / "shuffle_0_1_2")):
         with pytest.raises(Exception, match="Invalid shuffle block path"):
-            svc.ask_sync(ShuffleBlockRequest(0, bad, 0), 10)
+            svc.ask_sync(FetchShuffleBlocks(0, [bad], [0], [10]), 10)
+    size = os.path.getsize(st.path + ".data")
+    with pytest.raises(Exception, match="ends before byte"):      # past the file's end
+        svc.ask_sync(FetchShuffleBlocks(0, [st.path], [0], [size + 1]), 10)
+    with pytest.raises(Exception, match="Invalid shuffle block range"):
+        svc.ask_sync(FetchShuffleBlocks(0, [st.path], [10], [5]), 10)
+    with pytest.raises(Exception, match="do not match"):
+        svc.ask_sync(FetchShuffleBlocks(0, [st.path, st.path], [0], [5]), 10)
     with pytest.raises(Exception, match="Invalid shuffle registration"):
         svc.ask_sync(RegisterExecutorShuffleInfo("app-1", "2", [str(tmp_path / "nope")]), 10)
     # the application ends: the service forgets it and deletes what it registered
@@ -68,7 +92,7 @@ def test_serves_registered_map_output_and_nothing_else(service, client, tmp_path
         time.sleep(0.05)
     assert not exec_dir.exists()
     with pytest.raises(Exception, match="Invalid shuffle block path"):
-        svc.ask_sync(ShuffleBlockRequest(0, base, 0), 10)
+        svc.ask_sync(blocks(st), 10)
 
 
 def test_an_application_reads_only_its_own_shuffle_files(service, tmp_path):
@@ -83,22 +107,23 @@ def test_an_application_reads_only_its_own_shuffle_files(service, tmp_path):
                              client_mode=True)
     a, b = app_env("app-a"), app_env("app-b")
     try:
-        dirs = {}
+        outputs = {}
         for name in ("app-a", "app-b"):
             d = tmp_path / name
             d.mkdir()
-            dirs[name] = str(d / "shuffle_0_0_0")
-            write_map_output([(1, name)], 1, portable_hash, dirs[name], 64, "1", "127.0.0.1",
-                             f"127.0.0.1:{service.bound_port}", None, endpoint=ENDPOINT_NAME)
+            outputs[name] = write([(1, name * 1000)], 1, d, service)
         ra, rb = ref(a, service), ref(b, service)
         assert ra.ask_sync(RegisterExecutorShuffleInfo("app-a", "1", [str(tmp_path / "app-a")]), 10)
         with pytest.raises(Exception, match="may not register shuffle files of app-a"):
             rb.ask_sync(RegisterExecutorShuffleInfo("app-a", "2", [str(tmp_path / "app-b")]), 10)
         assert rb.ask_sync(RegisterExecutorShuffleInfo("app-b", "1", [str(tmp_path / "app-b")]), 10)
-        assert list(_records_from_bytes(ra.ask_sync(ShuffleBlockRequest(0, dirs["app-a"], 0),
-                                                    10))) == [(1, "app-a")]
+        assert list(_records_from_bytes(ra.ask_sync(blocks(outputs["app-a"]), 10))
+                    ) == [(1, "app-a" * 1000)]
         with pytest.raises(Exception, match="Invalid shuffle block path"):
-            rb.ask_sync(ShuffleBlockRequest(0, dirs["app-a"], 0), 10)
+            rb.ask_sync(blocks(outputs["app-a"]), 10)
+        with pytest.raises(Exception, match="Invalid shuffle block path"):   # not even one
+            rb.ask_sync(FetchShuffleBlocks(0, [outputs["app-b"].path, outputs["app-a"].path],
+                                           [0, 0], [1, 1]), 10)
     finally:
         a.shutdown()
         b.shutdown()

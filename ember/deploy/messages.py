@@ -1049,11 +1049,15 @@ class RemoveExecutor:
 
 @message
 @dataclass(frozen=True)
-class ShuffleBlockRequest:
-    """Ember: fetch one reduce partition of a map output file; the reply is the raw bytes."""
+class FetchShuffleBlocks:
+    """Spark's block-transfer FetchShuffleBlocks, by Ember's file segments: a reducer's
+    segments of map outputs served by one executor or shuffle service, as parallel lists
+    (map output file base path as its MapStatus names it, start, end); the reply is the
+    segments' bytes, concatenated in the order asked."""
     shuffleId: int
-    mapPath: str
-    reduceId: int
+    mapPaths: list[str]
+    starts: list[int]
+    ends: list[int]
 
 
 @message
@@ -1105,9 +1109,9 @@ class GetPeers:
 @dataclass(frozen=True)
 class PutMigratedBlock:
     """Decommissioning executor -> peer executor ask: one chunk of a migrated block file
-    (``shuffle_<s>_<m>_<a>.index``/``.data`` or ``rdd_<r>_<p>``), written at `offset`; the
-    last chunk puts the file in place (and, for shuffle data and RDD blocks, reports it to
-    the driver with UpdateBlockInfo before answering)."""
+    (a map output file ``shuffle_<s>_<pid>_<tag>.data`` or ``rdd_<r>_<p>``), written at
+    `offset`; the last chunk puts the file in place (and reports it to the driver with
+    UpdateBlockInfo before answering)."""
     blockId: str
     offset: int
     data: bytes
@@ -1118,8 +1122,9 @@ class PutMigratedBlock:
 @dataclass(frozen=True)
 class UpdateBlockInfo:
     """Executor -> driver ask (Spark's BlockManagerMessages.UpdateBlockInfo): this executor
-    now holds `blockId`. For a migrated map output, `path` is its file base here and
-    `shuffleAddress`/`shuffleEndpoint` where reducers fetch it (Spark's updateMapOutput)."""
+    now holds `blockId`. For a migrated map output file, `path` is its base here and
+    `shuffleAddress`/`shuffleEndpoint` where reducers fetch it: every map output in that
+    file moves (Spark's updateMapOutput)."""
     executorId: str
     blockId: str
     memSize: int

@@ -24,7 +24,7 @@ from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, KillTask, Launch
                                    RegisteredExecutor, RegisterExecutor,
                                    ExecutorHeartbeat, RegisterExecutorFailed,
                                    RemoveBroadcast, RemoveRdd, RemoveStage, ResourceInformation,
-                                   ResourceProfile, RetrieveSparkAppConfig, ShuffleBlockRequest,
+                                   ResourceProfile, RetrieveSparkAppConfig, FetchShuffleBlocks,
                                    RegisterExecutorShuffleInfo, DecommissionExecutor,
                                    PutMigratedBlock, ExecutorDecommissioning,
                                    StatusUpdate, StopExecutor)
@@ -36,7 +36,7 @@ from ember.executor.process_pool import TaskProcessPool
 from ember.util.event_loop import RpcLoop
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv, RpcRemoteError
 from ember.shuffle.crypto import key_from_conf
-from ember.shuffle.reader import read_shuffle_segment
+from ember.shuffle.reader import read_segments, segment_files
 from ember.util.logs import configure_logging
 
 log = logging.getLogger("ember.executor")
@@ -146,22 +146,24 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
     def receive_and_reply(self, msg: Any, context: RpcCallContext) -> None:
         if isinstance(msg, PutMigratedBlock):
             self._receive_migrated_block(msg, context)
-        elif isinstance(msg, ShuffleBlockRequest):
-            path = os.path.realpath(msg.mapPath)
-            if not path.startswith(os.path.realpath(self.work_dir) + os.sep):
-                context.send_failure(ValueError(f"Invalid shuffle block path: {msg.mapPath}"))
+        elif isinstance(msg, FetchShuffleBlocks):
+            root = os.path.realpath(self.work_dir) + os.sep
+            try:     # the ranges a MapStatus names, in this executor's map output files only
+                files = segment_files(msg.mapPaths, msg.starts, msg.ends,
+                                      lambda path: path.startswith(root))
+            except ValueError as e:
+                context.send_failure(e)
                 return
 
             def read() -> None:
                 try:
-                    data = read_shuffle_segment(path, msg.reduceId)
+                    data = read_segments(files, msg.starts, msg.ends)
                 except OSError as e:
                     self.rpc_env.call_soon(context.send_failure, FileNotFoundError(str(e)))
                     return
                 except Exception as e:   # a malformed request is answered, never left to hang
                     self.rpc_env.call_soon(context.send_failure, ValueError(
-                        f"Invalid shuffle block request for {msg.mapPath} "
-                        f"(reduce {msg.reduceId}): {type(e).__name__}: {e}"))
+                        f"Invalid shuffle block request: {type(e).__name__}: {e}"))
                     return
                 self.rpc_env.call_soon(context.reply, data)
             self.rpc_env.run_in_executor(read)

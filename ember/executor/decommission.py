@@ -1,14 +1,17 @@
 """Block migration of a decommissioning executor (Spark's BlockManagerDecommissioner).
 
 Why: a drained worker must not cost the running jobs their shuffle output or cache. The
-executor being decommissioned copies each map output (``.index`` then ``.data``) and each
-cached RDD block (memory blocks are first written out by the task processes) to a peer
-executor, round robin over the peers the driver names (GetPeers), in chunks of
-``CHUNK`` bytes (PutMigratedBlock asks). The peer puts the file in its own directories and,
-before acknowledging the last chunk, tells the driver (UpdateBlockInfo), which moves the map
-output in the tracker (Spark's updateMapOutput) or adds the cached block's new location. So
-by the time this executor exits, every migrated output already has its new home and
-nothing is recomputed.
+executor being decommissioned copies each map output file (one per task process and
+shuffle, holding the segments of every map output that process wrote) and each cached RDD
+block (memory blocks are first written out by the task processes) to a peer executor, round
+robin over the peers the driver names (GetPeers), in chunks of ``CHUNK`` bytes
+(PutMigratedBlock asks). The file keeps its name and bytes (sealed segments stay sealed), so
+the ranges the map statuses name stay valid. The peer puts the file in its own directories
+and, before acknowledging the last chunk, tells the driver (UpdateBlockInfo), which moves
+every map output in that file in the tracker (Spark's updateMapOutput) or adds the cached
+block's new location. So by the time this executor exits, every migrated output already has
+its new home and nothing is recomputed. Outputs small enough to travel inside their
+MapStatus have no file and need no migration.
 """
 from __future__ import annotations
 
@@ -20,13 +23,14 @@ from typing import Any
 
 from ember.deploy.messages import GetPeers, PutMigratedBlock, UpdateBlockInfo
 from ember.rpc import RpcAddress
+from ember.shuffle.writer import OUTPUT_FILE
 
 log = logging.getLogger("ember.executor.decommission")
 
 CHUNK = 4 << 20
 _TIMEOUT = 120.0
 PEER_WAIT = 30.0
-_BLOCK = re.compile(r"(shuffle_\d+_\d+_\d+\.(?:index|data)|rdd_\d+_\d+)")
+_BLOCK = re.compile(rf"({OUTPUT_FILE.pattern}|rdd_\d+_\d+)")
 
 
 def migrated_block_path(work_dir: str, block_id: str) -> str:
@@ -41,6 +45,8 @@ def migrated_block_path(work_dir: str, block_id: str) -> str:
 def store_migrated_chunk(backend: Any, path: str, msg: PutMigratedBlock) -> bool:
     """Receiving side: write one chunk; on the last one put the file in place and report
     shuffle data / RDD blocks to the driver (an ask: acknowledged before we answer)."""
+    if not msg.offset and os.path.exists(path):
+        raise FileExistsError(f"Migrated block {msg.blockId} already exists here")
     tmp = path + ".migrating"
     with open(tmp, "r+b" if msg.offset else "wb") as f:
         f.seek(msg.offset)
@@ -50,8 +56,6 @@ def store_migrated_chunk(backend: Any, path: str, msg: PutMigratedBlock) -> bool
     os.replace(tmp, path)
     size = os.path.getsize(path)
     block = msg.blockId
-    if block.endswith(".index"):
-        return True
     if block.startswith("shuffle_"):
         address, endpoint = backend.shuffle_location()
         update = UpdateBlockInfo(backend.executor_id, block, 0, size, path[:-len(".data")],
@@ -71,7 +75,7 @@ def _peers(backend: Any) -> list[Any]:
 
 
 def blocks_to_migrate(backend: Any, shuffle: bool, rdd: bool) -> list[tuple[str, str]]:
-    """(block id, local path), each map output's .index right before its .data."""
+    """(block id, local path) of each cached block and map output file."""
     out: list[tuple[str, str]] = []
     if rdd:
         if backend.pool is not None:
@@ -82,11 +86,8 @@ def blocks_to_migrate(backend: Any, shuffle: bool, rdd: bool) -> list[tuple[str,
                 out.append((name, os.path.join(block_dir, name)))
     if shuffle:
         for name in sorted(os.listdir(backend.work_dir)):
-            if name.startswith("shuffle_") and name.endswith(".index"):
-                data = name[:-len(".index")] + ".data"
-                if os.path.exists(os.path.join(backend.work_dir, data)):
-                    out += [(name, os.path.join(backend.work_dir, name)),
-                            (data, os.path.join(backend.work_dir, data))]
+            if OUTPUT_FILE.fullmatch(name):
+                out.append((name, os.path.join(backend.work_dir, name)))
     return out
 
 
@@ -104,11 +105,8 @@ def migrate_blocks(backend: Any, shuffle: bool, rdd: bool) -> None:
     total = 0
     refs = [backend.rpc_env.endpoint_ref(RpcAddress(p.host, p.port), "Executor")
             for p in peers]
-    i = 0
-    for block_id, path in blocks:
+    for i, (block_id, path) in enumerate(blocks):
         ref = refs[i % len(refs)]
-        if not block_id.endswith(".index"):   # an output's .data goes where its .index went
-            i += 1
         try:
             total += _upload(ref, block_id, path)
             moved += 1

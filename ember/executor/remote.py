@@ -37,12 +37,28 @@ class RemoteFetcher:
         from ember.rpc import RpcAddress
         return self._rpc().endpoint_ref(RpcAddress(*self.driver), "CoarseGrainedScheduler")
 
-    def fetch_shuffle(self, status: Any, shuffle_id: int, map_index: int, reduce_id: int) -> bytes:
-        from ember.deploy.messages import ShuffleBlockRequest
+    def fetch_shuffle(self, address: str, endpoint: str, shuffle_id: int,
+                      segments: list[tuple[str, int, int]]) -> list[memoryview]:
+        """Segments (map output file base path, start, end) served by the executor or
+        shuffle service at `address`, in one request; one buffer per segment."""
+        from ember.deploy.messages import FetchShuffleBlocks
         from ember.rpc import RpcAddress
-        host, _, port = status.address.rpartition(":")
-        ref = self._rpc().endpoint_ref(RpcAddress(host, int(port)), status.endpoint)
-        return ref.ask_sync(ShuffleBlockRequest(shuffle_id, status.path, reduce_id), _TIMEOUT)
+        host, _, port = address.rpartition(":")
+        ref = self._rpc().endpoint_ref(RpcAddress(host, int(port)), endpoint)
+        paths = [p for p, _s, _e in segments]
+        starts = [s for _p, s, _e in segments]
+        ends = [e for _p, _s, e in segments]
+        data = memoryview(ref.ask_sync(FetchShuffleBlocks(shuffle_id, paths, starts, ends),
+                                       _TIMEOUT))
+        asked = sum(e - s for s, e in zip(starts, ends))
+        if len(data) != asked:
+            raise OSError(f"{address} sent {len(data)} bytes of shuffle {shuffle_id}, "
+                          f"not the {asked} asked for")
+        out, pos = [], 0
+        for s, e in zip(starts, ends):
+            out.append(data[pos:pos + e - s])
+            pos += e - s
+        return out
 
     def fetch_broadcast(self, bid: int, driver_path: str) -> str:
         """Local copy of a broadcast's file, fetched from the driver once per executor."""

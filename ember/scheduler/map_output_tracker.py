@@ -1,9 +1,16 @@
-"""Which map outputs of each shuffle exist, and where (Spark's MapOutputTrackerMaster)."""
+"""Which map outputs of each shuffle exist, and where (Spark's MapOutputTrackerMaster).
+
+An output small enough to travel inside its MapStatus (`data`) lives here, not on its
+executor, so losing the executor does not lose it.
+"""
 from __future__ import annotations
 
+import dataclasses
+import os
 import threading
 
 from ember.shuffle.base import MapStatus
+from ember.shuffle.writer import OUTPUT_FILE
 
 
 class MapOutputTracker:
@@ -38,7 +45,7 @@ class MapOutputTracker:
         with self._lock:
             for outs in self._outputs.values():
                 for i, st in enumerate(outs):
-                    if st is not None and st.executor_id == executor_id:
+                    if st is not None and st.executor_id == executor_id and st.data is None:
                         outs[i] = None
                         removed += 1
         return removed
@@ -53,21 +60,36 @@ class MapOutputTracker:
             removed = 0
             for outs in self._outputs.values():
                 for i, st in enumerate(outs):
-                    if st is not None and (st.executor_id == executor_id
-                                           or (st.address and st.address in where)):
+                    if st is not None and st.data is None and (
+                            st.executor_id == executor_id
+                            or (st.address and st.address in where)):
                         outs[i] = None
                         removed += 1
         return removed
 
-    def update_map_output(self, shuffle_id: int, map_index: int, status: MapStatus) -> bool:
-        """A migrated output's new location (Spark's updateMapOutput); False if the
-        shuffle or that output is gone meanwhile."""
+    def move_output_file(self, file_name: str, executor_id: str, host: str, path: str,
+                         address: str, endpoint: str) -> int:
+        """A map output file (``shuffle_<s>_<pid>_<tag>.data``) migrated to another executor:
+        every output in it now lives there at the same ranges (Spark's updateMapOutput).
+        Returns how many outputs moved (0 if the shuffle or those outputs are gone)."""
+        m = OUTPUT_FILE.fullmatch(file_name)
+        if m is None:
+            return 0
+        moved = 0
         with self._lock:
-            outs = self._outputs.get(shuffle_id)
-            if outs is None or not 0 <= map_index < len(outs) or outs[map_index] is None:
-                return False
-            outs[map_index] = status
-            return True
+            outs = self._outputs.get(int(m.group(1)), [])
+            for i, st in enumerate(outs):
+                if st is not None and st.path and os.path.basename(st.path) + ".data" == file_name:
+                    outs[i] = dataclasses.replace(st, executor_id=executor_id, host=host,
+                                                  path=path, address=address, endpoint=endpoint)
+                    moved += 1
+        return moved
+
+    def output_files(self, shuffle_id: int) -> set[str]:
+        """The distinct map output files of a shuffle (many outputs share one)."""
+        with self._lock:
+            return {st.path + ".data" for st in self._outputs.get(shuffle_id, [])
+                    if st is not None and st.path}
 
     def num_available(self, shuffle_id: int) -> int:
         outs = self._outputs.get(shuffle_id)
@@ -82,10 +104,10 @@ class MapOutputTracker:
             return list(self._outputs.get(shuffle_id, []))
 
     def executors_with_outputs(self) -> set[str]:
-        """Executors holding map output of a registered shuffle."""
+        """Executors holding map output files of a registered shuffle."""
         with self._lock:
             return {st.executor_id for outs in self._outputs.values() for st in outs
-                    if st is not None}
+                    if st is not None and st.data is None}
 
     def shuffle_ids(self) -> list[int]:
         return list(self._outputs)

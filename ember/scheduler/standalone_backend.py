@@ -7,7 +7,6 @@ result is handled and the next task sent on that one thread, as in local mode.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import pickle
@@ -359,23 +358,14 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         """A peer now holds a migrated block: map outputs move in the tracker (Spark's
         updateMapOutput), cached blocks are added to the block master."""
         block = msg.blockId
-        if block.startswith("shuffle_") and block.endswith(".data"):
-            try:
-                shuffle_id, map_index = (int(x) for x in block[len("shuffle_"):].split("_")[:2])
-            except ValueError:
-                return False
-            statuses = self.runtime.map_output_tracker.statuses(shuffle_id)
-            old = statuses[map_index] if 0 <= map_index < len(statuses) else None
-            if old is None or os.path.basename(old.path) + ".data" != block:
-                return False
-            new = dataclasses.replace(old, executor_id=data.executor_id, host=data.host,
-                                      path=msg.path, address=msg.shuffleAddress,
-                                      endpoint=msg.shuffleEndpoint)
-            moved = self.runtime.map_output_tracker.update_map_output(shuffle_id, map_index, new)
+        if block.startswith("shuffle_"):
+            moved = self.runtime.map_output_tracker.move_output_file(
+                block, data.executor_id, data.host, msg.path, msg.shuffleAddress,
+                msg.shuffleEndpoint)
             if moved:
-                log.info("Updated map output of shuffle %d map %d: executor %s -> %s",
-                         shuffle_id, map_index, old.executor_id, data.executor_id)
-            return moved
+                log.info("Updated %d map outputs in %s: now on executor %s", moved, block,
+                         data.executor_id)
+            return moved > 0
         if block.startswith("rdd_"):
             try:
                 rdd_id, partition = (int(x) for x in block[len("rdd_"):].split("_"))

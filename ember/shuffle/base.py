@@ -1,17 +1,25 @@
 """What map and reduce sides of a shuffle agree on: map output locations and fetch failure."""
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
+from typing import Iterator
 
 
 @dataclass(frozen=True)
 class MapStatus:
-    """Where one map task's output lives: the executor, and the .data/.index file base path.
+    """Where one map task's output lives: the executor, and the base path of the .data file
+    its segments are in (one file holds the outputs of every map task of the shuffle that
+    one task process ran).
 
-    `address` is the block-transfer address ("host:port") for remote fetches, served by
-    the RPC endpoint `endpoint`: the executor's own, or its worker's external shuffle
-    service (which outlives the executor); empty in local mode, where reducers read the
-    files directly.
+    `blocks` lists the non-empty segments as an int64 array of (reduce id, start, end)
+    triples, ascending by reduce id: a reducer looks only at the outputs holding its data,
+    and a shuffle service or peer serves exactly those ranges. `data` is the whole output
+    when it was small enough to travel here instead of a file (then `path` is empty and
+    the output outlives its executor). `address` is the block-transfer address ("host:port")
+    for remote fetches, served by the RPC endpoint `endpoint`: the executor's own, or its
+    worker's external shuffle service (which outlives the executor); empty in local mode,
+    where reducers read the files directly.
     """
     executor_id: str
     host: str
@@ -20,6 +28,14 @@ class MapStatus:
     records_written: int
     address: str = ""
     endpoint: str = "Executor"
+    blocks: bytes = b""
+    data: bytes | None = None
+
+    def segments(self) -> Iterator[tuple[int, int, int]]:
+        """(reduce id, start, end) of every non-empty segment."""
+        arr = array("q")
+        arr.frombytes(self.blocks)
+        return zip(arr[0::3], arr[1::3], arr[2::3])
 
 
 class FetchFailedError(Exception):

@@ -1,23 +1,45 @@
-"""Map side of a shuffle: bucket records by key, write one .data file and one .index file.
+"""Map side of a shuffle: bucket records by key, append the output to the process's file.
 
 Records are pickled in batches per reduce partition as they arrive; when the serialized
 batches held in memory pass the budget (spark.python.worker.memory) they are spilled to a
-run file, and the final .data file is the concatenation, partition by partition, of spilled
-segments and what stayed in memory. The .index file holds n+1 big-endian offsets, so a
-reducer (local or remote) reads exactly its segment.
+run file, and the output is the concatenation, partition by partition, of spilled segments
+and what stayed in memory. Only partitions that received records are touched, and the
+MapStatus itself carries the (reduce id, start, end) of each non-empty segment: with
+thousands of partitions on each side most segments are empty, and a dense per-reducer
+index would make a shuffle cost maps x reducers.
+
+Where the output goes: one .data file per task process and shuffle, appended to by every
+map task of that shuffle the process runs (creating a file costs more than a whole small
+map task); a MapStatus is only sent once its bytes are written, so readers never see a
+partial range, and bytes a failed attempt left behind are simply never referenced. An
+output of at most INLINE_BYTES travels inside its MapStatus and touches no file at all.
+With spark.io.encryption.enabled every batch is sealed on its own, so any segment (a run of
+whole batches) decrypts alone.
 """
 from __future__ import annotations
 
 import os
 import pickle
-import struct
-from typing import Any, Callable, Iterable
+import re
+from array import array
+from collections import defaultdict
+from typing import Any, BinaryIO, Callable, Iterable
 
 from ember.partitioner import portable_hash
 from ember.shuffle.base import MapStatus
 
 _BATCH = 1024
 _CHECK_EVERY = 16384
+# the driver ships every inline output to each reduce task process once per stage, so this
+# bounds that copy at 1 KB per map task
+INLINE_BYTES = 1024
+# per task process: the open output file of each recent shuffle (see the module docstring)
+_outputs: dict[str, BinaryIO] = {}
+_MAX_OUTPUT_FILES = 8
+# a map output file's name: shuffle id, writing process id and a per-process random number
+# (a migrated file keeps its name on the peer, whose own processes' ids may be the same)
+OUTPUT_FILE = re.compile(r"shuffle_(\d+)_(\d+)_(\d+)\.data")
+_PROCESS_TAG = int.from_bytes(os.urandom(4), "big")
 
 
 def used_memory_mb() -> int:
@@ -31,11 +53,30 @@ def used_memory_mb() -> int:
 
 
 def shuffle_file_base(local_dir: str, shuffle_id: int, map_index: int, attempt_id: int) -> str:
+    """Prefix of a map attempt's spill files."""
     return os.path.join(local_dir, f"shuffle_{shuffle_id}_{map_index}_{attempt_id}")
 
 
+def output_file_base(local_dir: str, shuffle_id: int) -> str:
+    """Base path (without .data) of this process's output file of a shuffle."""
+    return os.path.join(local_dir, f"shuffle_{shuffle_id}_{os.getpid()}_{_PROCESS_TAG}")
+
+
+def _output_file(base_path: str) -> BinaryIO:
+    f = _outputs.get(base_path)
+    if f is not None and os.fstat(f.fileno()).st_nlink == 0:    # removed meanwhile
+        f.close()
+        del _outputs[base_path]
+        f = None
+    if f is None:
+        while len(_outputs) >= _MAX_OUTPUT_FILES:
+            _outputs.pop(next(iter(_outputs))).close()
+        f = _outputs[base_path] = open(f"{base_path}.data", "ab")
+    return f
+
+
 def write_map_output(records: Iterable, num_partitions: int,
-                     partition_func: Callable[[Any], int], base_path: str,
+                     partition_func: Callable[[Any], int], spill_base: str, output_base: str,
                      memory_limit_mb: int, executor_id: str, host: str,
                      address: str = "", metrics: dict | None = None,
                      serializer: Any = None, endpoint: str = "Executor",
@@ -49,11 +90,11 @@ def write_map_output(records: Iterable, num_partitions: int,
 
         def dumps(obj: Any, protocol: int) -> bytes:   # noqa: F811
             return seal(plain_dumps(obj, protocol))
-    buckets: list[list] = [[] for _ in range(n)]
-    chunks: list[list[bytes]] = [[] for _ in range(n)]
+    buckets: defaultdict[int, list] = defaultdict(list)
+    chunks: defaultdict[int, list[bytes]] = defaultdict(list)
     held = 0                      # bytes of serialized chunks in memory
     budget = max(memory_limit_mb, 1) << 20
-    spills: list[tuple[str, list[tuple[int, int]]]] = []
+    spills: list[tuple[str, dict[int, tuple[int, int]]]] = []
     count = 0
     since_check = 0
     fast_hash = partition_func is portable_hash
@@ -71,49 +112,70 @@ def write_map_output(records: Iterable, num_partitions: int,
             data = dumps(b, 5)
             chunks[p].append(data)
             held += len(data)
-            buckets[p] = []
+            del buckets[p]
         since_check += 1
         if since_check >= _CHECK_EVERY:
             count += since_check
             since_check = 0
             if held > budget // 2 or (held and used_memory_mb() > memory_limit_mb):
-                spills.append(_spill(base_path, len(spills), chunks))
-                chunks = [[] for _ in range(n)]
+                spills.append(_spill(spill_base, len(spills), chunks))
+                chunks = defaultdict(list)
                 held = 0
     count += since_check
-
-    tmp_data = f"{base_path}.data.tmp"
-    offsets = [0]
-    with open(tmp_data, "wb") as out:
-        handles = [open(path, "rb") for path, _ in spills]
-        try:
-            for p in range(n):
-                for h, (_path, segs) in zip(handles, spills):
-                    off, length = segs[p]
-                    if length:
-                        h.seek(off)
-                        out.write(h.read(length))
-                for data in chunks[p]:
-                    out.write(data)
-                if buckets[p]:
-                    out.write(dumps(buckets[p], 5))
-                offsets.append(out.tell())
-        finally:
-            for h in handles:
-                h.close()
-            for path, _ in spills:
-                os.unlink(path)
-    with open(f"{base_path}.index.tmp", "wb") as f:
-        f.write(struct.pack(f">{n + 1}q", *offsets))
-    os.replace(f"{base_path}.index.tmp", f"{base_path}.index")
-    os.replace(tmp_data, f"{base_path}.data")
+    for p, b in buckets.items():
+        chunks[p].append(dumps(b, 5))
+    parts = set(chunks)
+    for _path, segs in spills:
+        parts.update(segs)
+    blocks = array("q")
+    if not spills and sum(len(d) for c in chunks.values() for d in c) <= INLINE_BYTES:
+        pieces: list[bytes] = []
+        pos = 0
+        for p in sorted(parts):
+            blocks.extend((p, pos, pos + sum(len(d) for d in chunks[p])))
+            pieces.extend(chunks[p])
+            pos = blocks[-1]
+        status = MapStatus(executor_id, host, "", pos, count, address, endpoint,
+                           blocks.tobytes(), b"".join(pieces))
+    else:
+        written = _append_output(output_base, sorted(parts), chunks, spills, blocks)
+        status = MapStatus(executor_id, host, output_base, written, count, address, endpoint,
+                           blocks.tobytes())
     if metrics is not None:
-        metrics["shuffleBytesWritten"] = metrics.get("shuffleBytesWritten", 0) + offsets[-1]
+        metrics["shuffleBytesWritten"] = (metrics.get("shuffleBytesWritten", 0)
+                                          + status.bytes_written)
         metrics["shuffleRecordsWritten"] = metrics.get("shuffleRecordsWritten", 0) + count
         if spills:
             metrics["diskBytesSpilled"] = metrics.get("diskBytesSpilled", 0) + sum(
-                sum(length for _o, length in segs) for _p, segs in spills)
-    return MapStatus(executor_id, host, base_path, offsets[-1], count, address, endpoint)
+                sum(length for _o, length in segs.values()) for _p, segs in spills)
+    return status
+
+
+def _append_output(base_path: str, parts: list[int], chunks: dict[int, list[bytes]],
+                   spills: list[tuple[str, dict[int, tuple[int, int]]]], blocks: array) -> int:
+    """Append the output's segments to the process's file, recording each in `blocks`;
+    returns the bytes appended. Flushed before returning: the status may be read at once."""
+    out = _output_file(base_path)
+    first = out.tell()
+    handles = [open(path, "rb") for path, _ in spills]
+    try:
+        for p in parts:
+            start = out.tell()
+            for h, (_path, segs) in zip(handles, spills):
+                off, length = segs.get(p, (0, 0))
+                if length:
+                    h.seek(off)
+                    out.write(h.read(length))
+            for data in chunks.get(p, ()):
+                out.write(data)
+            blocks.extend((p, start, out.tell()))
+        out.flush()
+    finally:
+        for h in handles:
+            h.close()
+        for path, _ in spills:
+            os.unlink(path)
+    return out.tell() - first
 
 
 def batch_dumps(serializer: Any) -> Callable[[list, int], bytes]:
@@ -124,23 +186,17 @@ def batch_dumps(serializer: Any) -> Callable[[list, int], bytes]:
     return dumps
 
 
-def _spill(base_path: str, seq: int, chunks: list[list[bytes]]) -> tuple[str, list]:
+def _spill(base_path: str, seq: int, chunks: dict[int, list[bytes]]
+           ) -> tuple[str, dict[int, tuple[int, int]]]:
     path = f"{base_path}.spill{seq}"
-    segs = []
+    segs = {}
     with open(path, "wb") as f:
-        for part in chunks:
+        for p, part in chunks.items():
             start = f.tell()
             for data in part:
                 f.write(data)
-            segs.append((start, f.tell() - start))
+            segs[p] = (start, f.tell() - start)
     return path, segs
-
-
-def read_index(base_path: str, reduce_id: int) -> tuple[int, int]:
-    with open(f"{base_path}.index", "rb") as f:
-        f.seek(reduce_id * 8)
-        start, end = struct.unpack(">2q", f.read(16))
-    return start, end
 
 
 class ShuffleWriteFunc:
@@ -159,9 +215,10 @@ class ShuffleWriteFunc:
 
     def __call__(self, ctx: Any, records: Iterable, task_attempt_id: int) -> MapStatus:
         env = ctx.env
-        base = shuffle_file_base(env.local_dir, self.shuffle_id, ctx.partitionId(),
-                                 task_attempt_id)
-        return write_map_output(records, self.num_partitions, self.partition_func, base,
+        spill_base = shuffle_file_base(env.local_dir, self.shuffle_id, ctx.partitionId(),
+                                       task_attempt_id)
+        return write_map_output(records, self.num_partitions, self.partition_func, spill_base,
+                                output_file_base(env.local_dir, self.shuffle_id),
                                 env.memory_limit_mb, env.executor_id, env.host,
                                 env.shuffle_address, ctx.metrics, self.serializer,
                                 env.shuffle_endpoint, getattr(env, "io_key", None))

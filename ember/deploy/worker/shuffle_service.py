@@ -23,9 +23,9 @@ import shutil
 from typing import Any, Mapping, Optional
 
 from ember import config
-from ember.deploy.messages import RegisterExecutorShuffleInfo, ShuffleBlockRequest
+from ember.deploy.messages import FetchShuffleBlocks, RegisterExecutorShuffleInfo
 from ember.rpc import RpcCallContext, RpcEndpoint, RpcEnv
-from ember.shuffle.reader import read_shuffle_segment
+from ember.shuffle.reader import read_segments, segment_files
 
 log = logging.getLogger("ember.ExternalShuffleService")
 
@@ -39,7 +39,7 @@ MULTIPLE_WORKERS_ERROR = (
 
 class ShuffleServiceEndpoint(RpcEndpoint):
     """Registered executor directories per application; serves their map output."""
-    app_messages = (RegisterExecutorShuffleInfo, ShuffleBlockRequest)
+    app_messages = (RegisterExecutorShuffleInfo, FetchShuffleBlocks)
 
     def __init__(self) -> None:
         self.dirs: dict[str, dict[str, list[str]]] = {}   # app id -> executor id -> dirs
@@ -64,17 +64,23 @@ class ShuffleServiceEndpoint(RpcEndpoint):
             log.info("Registered executor %s of %s with local dirs %s", msg.execId, msg.appId,
                      ", ".join(dirs))
             context.reply(True)
-        elif isinstance(msg, ShuffleBlockRequest):
-            path = os.path.realpath(msg.mapPath)
-            if not self._registered(path, scope):
-                context.send_failure(ValueError(f"Invalid shuffle block path: {msg.mapPath}"))
+        elif isinstance(msg, FetchShuffleBlocks):
+            try:     # the ranges a MapStatus names, in map output files of scope's app only
+                files = segment_files(msg.mapPaths, msg.starts, msg.ends,
+                                      lambda path: self._registered(path, scope))
+            except ValueError as e:
+                context.send_failure(e)
                 return
 
             def read() -> None:
                 try:
-                    data = read_shuffle_segment(path, msg.reduceId)
+                    data = read_segments(files, msg.starts, msg.ends)
                 except OSError as e:
                     self.rpc_env.call_soon(context.send_failure, FileNotFoundError(str(e)))
+                    return
+                except Exception as e:   # a malformed request is answered, never left to hang
+                    self.rpc_env.call_soon(context.send_failure, ValueError(
+                        f"Invalid shuffle block request: {type(e).__name__}: {e}"))
                     return
                 self.rpc_env.call_soon(context.reply, data)
             self.rpc_env.run_in_executor(read)

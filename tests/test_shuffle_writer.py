@@ -1,0 +1,175 @@
+"""The shuffle's map and reduce sides without a scheduler: what a map task writes (sparse
+segments, one appended file per process, small outputs inline, sealed segments that decrypt
+alone), that a reducer reads back exactly its records, batches its remote fetches, and
+turns a missing output into a FetchFailedError naming that map; and how the tracker moves a
+migrated file's outputs."""
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+import pytest
+
+from ember.partitioner import portable_hash
+from ember.scheduler.map_output_tracker import MapOutputTracker
+from ember.shuffle import reader
+from ember.shuffle.base import FetchFailedError, MapStatus
+from ember.shuffle.crypto import Sealer
+from ember.shuffle.reader import read_partition, read_segments, segment_files
+from ember.shuffle.writer import INLINE_BYTES, output_file_base, write_map_output
+
+os.environ.setdefault("PYTHONHASHSEED", "0")
+KEY = b"k" * 32
+
+
+def _write(tmp_path, records, n, map_index=0, memory_mb=512, io_key=None, executor="exec-1",
+           address=""):
+    spill_base = str(tmp_path / f"spill_{map_index}")
+    return write_map_output(records, n, portable_hash, spill_base,
+                            output_file_base(str(tmp_path), 7), memory_mb, executor, "host-1",
+                            address, io_key=io_key)
+
+
+def _read(statuses, reduce_id, io_key=None, executor="exec-1", fetch=None):
+    ctx = SimpleNamespace(map_locations={7: statuses}, metrics={},
+                          env=SimpleNamespace(executor_id=executor, host="host-1",
+                                              io_key=io_key, fetch_remote=fetch))
+    return list(read_partition(7, reduce_id, ctx))
+
+
+def test_only_non_empty_segments_and_small_outputs_inline(tmp_path):
+    records = [(k, k * 10) for k in (3, 9_999, 5_000, 3)]
+    st = _write(tmp_path, records, 10_000)
+    assert [r for r, _s, _e in st.segments()] == [3, 5_000, 9_999]
+    assert st.data is not None and len(st.data) <= INLINE_BYTES and st.path == ""
+    assert not list(tmp_path.iterdir())          # no file at all
+    assert _read([st], 3) == [(3, 30), (3, 30)]
+    assert _read([st], 4) == []
+
+
+def test_map_outputs_of_a_process_share_one_appended_file(tmp_path):
+    statuses = [_write(tmp_path, [(i % 50, (m, i)) for i in range(2_000)], 50, m)
+                for m in range(3)]
+    assert all(st.data is None for st in statuses)
+    assert len({st.path for st in statuses}) == 1
+    assert [p.name for p in tmp_path.iterdir()] == [os.path.basename(statuses[0].path) + ".data"]
+    got = _read(statuses, 7)
+    assert got == [(7, (m, i)) for m in range(3) for i in range(2_000) if i % 50 == 7]
+
+
+def test_spilled_outputs_keep_only_their_non_empty_segments(tmp_path):
+    records = [(i % 3 * 1000, "x" * 200) for i in range(60_000)]     # > 1 MB: spills
+    st = _write(tmp_path, records, 5_000, memory_mb=1)
+    assert [r for r, _s, _e in st.segments()] == [0, 1000, 2000]
+    assert not [p for p in tmp_path.iterdir() if ".spill" in p.name]
+    assert len(_read([st], 1000)) == 20_000
+
+
+def test_encrypted_segments_decrypt_alone(tmp_path):
+    """spark.io.encryption.enabled: each segment (inline or in the file) is a run of sealed
+    batches, so a reducer decrypts just its own range; no record is in the clear."""
+    mark = "SEALED-MARK"
+    big = _write(tmp_path, [(i % 20, mark) for i in range(4_000)], 20, io_key=KEY)
+    small = _write(tmp_path, [(5, mark)], 20, 1, io_key=KEY)
+    assert big.data is None and small.data is not None
+    assert mark.encode() not in open(big.path + ".data", "rb").read() + small.data
+    for r, start, end in big.segments():
+        plain = list(Sealer(KEY).records_from_bytes(read_segments([big.path + ".data"],
+                                                                  [start], [end])))
+        assert plain == [(r, mark)] * 200
+    assert _read([big, small], 5, io_key=KEY) == [(5, mark)] * 201
+    with pytest.raises(ValueError, match="does not decrypt"):
+        _read([big], 5, io_key=b"x" * 32)
+
+
+def test_remote_segments_come_in_batches_up_to_max_size_in_flight(tmp_path, monkeypatch):
+    """Segments served by another executor are fetched per address, several per request,
+    at most MAX_BYTES_IN_FLIGHT per request (a larger segment travels alone)."""
+    statuses = [_write(tmp_path, [(i % 4, (m, i)) for i in range(1_000)], 4, m,
+                       executor=f"exec-{2 + m % 2}", address=f"10.0.0.{2 + m % 2}:7337")
+                for m in range(12)]         # two sources, interleaved in map order
+    size = max(e - s for st in statuses for r, s, e in st.segments() if r == 1)
+    monkeypatch.setattr(reader, "MAX_BYTES_IN_FLIGHT", 2 * size)
+    requests = []
+
+    def fetch(address, endpoint, shuffle_id, segments):
+        requests.append((address, endpoint, shuffle_id, len(segments)))
+        paths, starts, ends = (list(x) for x in zip(*segments))
+        data = read_segments(segment_files(paths, starts, ends, lambda p: True), starts, ends)
+        out, pos = [], 0
+        for s, e in zip(starts, ends):
+            out.append(data[pos:pos + e - s])
+            pos += e - s
+        return out
+    got = _read(statuses, 1, fetch=fetch)
+    assert sorted(got) == [(1, (m, i)) for m in range(12) for i in range(1_000) if i % 4 == 1]
+    assert requests == ([("10.0.0.2:7337", "Executor", 7, 2)] * 3
+                        + [("10.0.0.3:7337", "Executor", 7, 2)] * 3)
+
+
+def test_a_missing_map_output_is_a_fetch_failure(tmp_path):
+    st = _write(tmp_path, [(1, 1)], 4)
+    with pytest.raises(FetchFailedError) as e:
+        _read([st, None], 1)
+    assert (e.value.map_index, e.value.reduce_id) == (1, 1)
+
+
+def test_a_removed_output_file_is_a_fetch_failure_naming_its_map(tmp_path):
+    small = _write(tmp_path, [(1, 1)], 4)
+    big = _write(tmp_path, [(1, "y" * 3000)], 4, 1)
+    os.unlink(big.path + ".data")
+    with pytest.raises(FetchFailedError) as e:
+        _read([small, big], 1)
+    assert (e.value.map_index, e.value.reduce_id, e.value.status) == (1, 1, big)
+    again = _write(tmp_path, [(1, "z" * 3000)], 4, 1)    # the writer notices and reopens
+    assert os.path.exists(again.path + ".data") and _read([small, again], 1)[1] == (1, "z" * 3000)
+
+
+def test_peers_are_served_only_map_output_files_and_ranges_inside_them(tmp_path):
+    st = _write(tmp_path, [(1, "y" * 3000)], 4)
+    (tmp_path / "secret.data").write_bytes(b"s" * 10)
+    inside = lambda p: p.startswith(str(tmp_path) + os.sep)   # noqa: E731
+    assert segment_files([st.path], [0], [5], inside) == [st.path + ".data"]
+    for paths, starts, ends, why in (
+            ([str(tmp_path / "secret")], [0], [5], "Invalid shuffle block path"),
+            ([str(tmp_path / ".." / "shuffle_7_1_1")], [0], [5], "Invalid shuffle block path"),
+            ([st.path], [-1], [5], "Invalid shuffle block range"),
+            ([st.path], [0], ["5"], "Invalid shuffle block range"),
+            ([st.path], [0, 1], [5], "do not match")):
+        with pytest.raises(ValueError, match=why):
+            segment_files(paths, starts, ends, inside)
+    with pytest.raises(OSError, match="ends before byte"):
+        read_segments([st.path + ".data"], [0], [10 ** 15])
+
+
+def test_tracker_moves_every_output_of_a_migrated_file_and_keeps_inline_ones(tmp_path):
+    t = MapOutputTracker()
+    t.register_shuffle(7, 3)
+    a = MapStatus("1", "h1", "/w1/shuffle_7_100_5", 10, 1, "h1:1")
+    b = MapStatus("1", "h1", "/w1/shuffle_7_100_5", 10, 1, "h1:1")
+    inline = MapStatus("1", "h1", "", 3, 1, "h1:1", data=b"abc")
+    for i, st in enumerate((a, b, inline)):
+        t.register_map_output(7, i, st)
+    assert t.output_files(7) == {"/w1/shuffle_7_100_5.data"}
+    assert t.move_output_file("shuffle_7_100_5.data", "2", "h2", "/w2/shuffle_7_100_5",
+                              "h2:2", "Executor") == 2
+    assert [(st.executor_id, st.path, st.address) for st in t.statuses(7)[:2]] == [
+        ("2", "/w2/shuffle_7_100_5", "h2:2")] * 2
+    assert t.move_output_file("shuffle_7_999_5.data", "2", "h2", "/x", "h2:2", "E") == 0
+    assert t.remove_outputs_on_executor("1") == 0       # only the inline output was there
+    assert t.remove_outputs_on_executor("2") == 2 and t.missing(7) == [0, 1]
+    assert t.executors_with_outputs() == set()
+
+
+def test_migration_takes_only_map_output_files_and_never_overwrites(tmp_path):
+    from ember.deploy.messages import PutMigratedBlock
+    from ember.executor.decommission import migrated_block_path, store_migrated_chunk
+    st = _write(tmp_path, [(1, "y" * 3000)], 4)
+    name = os.path.basename(st.path) + ".data"
+    assert migrated_block_path(str(tmp_path), name) == st.path + ".data"
+    for bad in ("shuffle_7_0_0.index", "../shuffle_7_1_2.data", "shuffle_7_1.data", "x.data"):
+        with pytest.raises(ValueError, match="Invalid migrated block id"):
+            migrated_block_path(str(tmp_path), bad)
+    with pytest.raises(FileExistsError):       # a peer's file of the same name stays intact
+        store_migrated_chunk(None, st.path + ".data", PutMigratedBlock(name, 0, b"z", True))
+    assert _read([st], 1) == [(1, "y" * 3000)]
