@@ -465,24 +465,6 @@ class WorkerDecommissionSigReceived:
     pass
 
 
-@message
-@dataclass(frozen=True)
-class WorkDirCleanup:
-    pass
-
-
-@message
-@dataclass(frozen=True)
-class ReregisterWithMaster:
-    pass
-
-
-@message
-@dataclass(frozen=True)
-class SendHeartbeat:
-    pass
-
-
 # ---------------------------------------------------------------------------------------------
 # §2.2 Application client (driver's StandaloneAppClient) <-> Master
 # ---------------------------------------------------------------------------------------------
