@@ -42,7 +42,8 @@ Events (`handle(event, now_ms)`; `now_ms` = wall clock, epoch milliseconds):
 Fencing: every message sent to a worker or driver carries `self.epoch`, the epoch of the
 current leadership; receivers refuse an older one (`ember.deploy.fencing`).
 
-Instructions (returned in order; carry them out in order):
+Instructions (`ember.deploy.instructions`, shared with the worker's state machine; returned
+in order, carry them out in order):
 - `Send(target, message)`: `target.send(message)`. `target` is always an endpoint ref the
   master received earlier (a worker's from RegisterWorker/Heartbeat/WorkerDecommissioning, a
   driver's from RegisterApplication) - tests use plain strings as refs.
