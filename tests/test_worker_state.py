@@ -621,3 +621,16 @@ def test_prefer_configured_master_address(prefer):
     h.feed(Disconnected(M1))
     retry = of(h.feed(RegistrationRetryTick()), ConnectToMaster)
     assert [c.address for c in retry] == [M1 if prefer == "true" else internal.address]
+
+
+def test_the_state_module_does_no_io():
+    """No clock, randomness, file system, process or socket module in the decisions."""
+    import ast
+    import ember.deploy.worker.state as module
+    tree = ast.parse(open(module.__file__, encoding="utf-8").read())
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
+                for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree)
+                 if isinstance(n, ast.ImportFrom) and n.module}
+    assert not imported & {"os", "time", "random", "uuid", "socket", "subprocess",
+                           "threading", "shutil", "asyncio", "psutil"}
