@@ -305,7 +305,8 @@ _FINAL_DRIVER_STATES = (DriverState.FINISHED, DriverState.FAILED, DriverState.KI
 # ---------------------------------------------------------------------------------------------
 
 class WorkerState:
-    """Everything Spark's Worker decides, as `handle(event, now, wall_ms) -> instructions`."""
+    """Everything Spark's Worker decides, as `handle(event, now, wall_ms) -> instructions`.
+    (Not `messages.WorkerState`, the ALIVE/DEAD enum the master keeps per worker.)"""
 
     def __init__(self, *, worker_id: str, host: str, port: int, cores: int, memory: int,
                  master_addresses: Sequence[RpcAddress], work_dir: str, web_ui_url: str,
