@@ -634,3 +634,44 @@ def test_the_state_module_does_no_io():
                  if isinstance(n, ast.ImportFrom) and n.module}
     assert not imported & {"os", "time", "random", "uuid", "socket", "subprocess",
                            "threading", "shutil", "asyncio", "psutil"}
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_accounting_matches_the_records_under_random_event_sequences(seed):
+    """Whatever order launches, kills, reports, failures and finished applications come
+    in, the share in use is exactly what the live executors and drivers hold. (The master
+    never assigns one address to two holders, so each holder gets its own.)"""
+    import random
+    rng = random.Random(seed)
+    h = Harness()
+    h.register()
+    for _ in range(150):
+        app, n = f"app-{rng.randrange(3)}", rng.randrange(4)
+        choice = rng.randrange(8)
+        if choice == 0:
+            h.launch(app, n, cores=rng.randrange(1, 3), memory=256,
+                     resources={"gpu": ResourceInformation("gpu", [f"{app}/{n}"])})
+        elif choice == 1:
+            h.send(LaunchDriver(f"driver-{n}", driver_desc(1, 128),
+                                {"gpu": ResourceInformation("gpu", [f"driver-{n}"])}))
+        elif choice == 2:
+            h.send(KillExecutor("spark://m1:7077", app, n))
+        elif choice == 3:
+            state = rng.choice([ExecutorState.RUNNING, ExecutorState.EXITED,
+                                ExecutorState.KILLED, ExecutorState.FAILED])
+            h.feed(ExecutorRunnerReport(ExecutorStateChanged(app, n, state)))
+        elif choice == 4:
+            h.feed(DriverRunnerReport(DriverStateChanged(f"driver-{n}", DriverState.FINISHED)))
+        elif choice == 5:
+            h.feed(RunnerLaunchFailed("OSError: x", full_id=f"{app}/{n}"))
+        elif choice == 6:
+            h.feed(RunnerLaunchFailed("OSError: x", driver_id=f"driver-{n}"))
+        else:
+            h.send(ApplicationFinished(app))
+        s = h.state
+        live = [*s.executors.values(), *s.drivers.values()]
+        assert s.cores_used == sum(r.cores for r in live)
+        assert s.memory_used == sum(r.memory for r in live)
+        held = sorted(a for r in live for a in r.resources.get("gpu", ResourceInformation(
+            "gpu", [])).addresses)
+        assert sorted(s.resources_used.get("gpu", ())) == held
