@@ -10,10 +10,14 @@ compares instructions with ``==`` and needs no sockets, processes or clocks.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 INFO, WARN, ERROR = "INFO", "WARN", "ERROR"
+LOG_LEVELS = {"DEBUG": logging.DEBUG, INFO: logging.INFO, WARN: logging.WARNING,
+              ERROR: logging.ERROR}
+"""`Log.level` (log4j's names) -> the `logging` level a shell logs it at."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,8 +232,8 @@ Instruction = Union[Send, Reply, ReplyFailure, Log, ScheduleTimer, CancelTimer, 
                     KillExecutorRunner, LaunchDriverRunner, KillDriverRunner, CleanupApplication,
                     CleanupWorkDir, ServeDriverLog]
 
-__all__ = ["INFO", "WARN", "ERROR", "Ask", "Disconnected", "Send", "Reply", "ReplyFailure",
-           "Log", "ScheduleTimer", "CancelTimer", "Exit", "Persist", "Unpersist",
+__all__ = ["INFO", "WARN", "ERROR", "LOG_LEVELS", "Ask", "Disconnected", "Send", "Reply",
+           "ReplyFailure", "Log", "ScheduleTimer", "CancelTimer", "Exit", "Persist", "Unpersist",
            "DeleteUpload", "SendAsk", "AskAnswered", "ConnectToMaster", "MasterRefResolved",
            "LaunchExecutorRunner", "KillExecutorRunner", "LaunchDriverRunner",
            "KillDriverRunner", "RunnerLaunchFailed", "CleanupApplication", "CleanupWorkDir",

@@ -58,10 +58,10 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from ember import config
 from ember.deploy.instructions import (
-    Ask, AskAnswered, CancelTimer, CleanupApplication, CleanupWorkDir, ConnectToMaster,
-    Disconnected, Exit, Instruction, KillDriverRunner, KillExecutorRunner, LaunchDriverRunner,
-    LaunchExecutorRunner, Log, MasterRefResolved, Reply, ReplyFailure, RunnerLaunchFailed,
-    ScheduleTimer, Send, SendAsk, ServeDriverLog,
+    LOG_LEVELS, Ask, AskAnswered, CancelTimer, CleanupApplication, CleanupWorkDir,
+    ConnectToMaster, Disconnected, Exit, Instruction, KillDriverRunner, KillExecutorRunner,
+    LaunchDriverRunner, LaunchExecutorRunner, Log, MasterRefResolved, Reply, ReplyFailure,
+    RunnerLaunchFailed, ScheduleTimer, Send, SendAsk, ServeDriverLog,
 )
 from ember.deploy.messages import (
     AppResourceData, DriverLogResponse, DriverStateChanged, ExecutorState, ExecutorStateChanged,
@@ -94,7 +94,6 @@ __all__ = ["Worker", "WorkerDaemon", "WorkerSettings", "WorkerStartError", "ENDP
 
 SYSTEM_NAME = "sparkWorker"
 MASTER_ENDPOINT_NAME = "Master"
-_LEVELS = {"INFO": logging.INFO, "WARN": logging.WARNING, "ERROR": logging.ERROR}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -368,7 +367,7 @@ class Worker(RpcEndpoint):
 
     def _execute(self, ins: Instruction) -> None:
         if isinstance(ins, Log):
-            log.log(_LEVELS.get(ins.level, logging.INFO), "%s", ins.text)
+            log.log(LOG_LEVELS.get(ins.level, logging.INFO), "%s", ins.text)
         elif isinstance(ins, Send):
             ins.target.send(ins.message)
         elif isinstance(ins, SendAsk):
