@@ -42,7 +42,8 @@ Events (`handle(event, now_ms)`; `now_ms` = wall clock, epoch milliseconds):
 Fencing: every message sent to a worker or driver carries `self.epoch`, the epoch of the
 current leadership; receivers refuse an older one (`ember.deploy.fencing`).
 
-Instructions (returned in order; carry them out in order):
+Instructions (`ember.deploy.instructions`, shared with the worker's state machine; returned
+in order, carry them out in order):
 - `Send(target, message)`: `target.send(message)`. `target` is always an endpoint ref the
   master received earlier (a worker's from RegisterWorker/Heartbeat/WorkerDecommissioning, a
   driver's from RegisterApplication) - tests use plain strings as refs.
@@ -75,9 +76,13 @@ import re
 import time
 from itertools import compress
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional
 
 from ember.deploy.fencing import relaunch_not_before_ms
+from ember.deploy.instructions import (
+    ERROR, INFO, WARN, Ask, DeleteUpload, Disconnected, Instruction, Log, Persist, Reply,
+    ReplyFailure, ScheduleTimer, Send, Unpersist,
+)
 from ember.deploy.master.config import MasterConfig
 from ember.deploy.messages import (
     ApplicationDescription, ApplicationFinished, ApplicationRemoved, ApplicationState,
@@ -108,7 +113,6 @@ from ember.deploy.master.records import (
 )
 from ember.util.units import bytes_to_string, megabytes_to_string
 
-INFO, WARN, ERROR = "INFO", "WARN", "ERROR"
 _TRAILING_NUMBER = re.compile(r"(\d+)$")
 _UPLOAD_URL = re.compile(r"ember-upload://[0-9a-f]{64}/[^,\s\"']+")
 BACKUP_STANDALONE_MASTER_PREFIX = "Current state is not alive"
@@ -117,13 +121,6 @@ BACKUP_STANDALONE_MASTER_PREFIX = "Current state is not alive"
 # ---------------------------------------------------------------------------------------------
 # Events that are not deploy messages
 # ---------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Ask:
-    """A message that arrived as an ask; `request` routes the Reply back (opaque to the state)."""
-    request: Any
-    message: Any
-
 
 @dataclass(frozen=True)
 class LeaseExpired:
@@ -141,12 +138,6 @@ class LaunchBackoffExpired:
 
 
 @dataclass(frozen=True)
-class Disconnected:
-    """The connection to the remote RpcEnv at `address` was lost (Spark: onDisconnected)."""
-    address: Any
-
-
-@dataclass(frozen=True)
 class BeginRecovery:
     """Elected leader with persisted data (Spark: ElectedLeader + readPersistedData).
     Drivers come SUBMITTED (never launched: they wait again) or RUNNING (launched: looked
@@ -161,38 +152,6 @@ class BeginRecovery:
     epoch: int = 0
 
 
-# ---------------------------------------------------------------------------------------------
-# Instructions
-# ---------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Send:
-    target: Any
-    message: Any
-
-
-@dataclass(frozen=True)
-class Reply:
-    request: Any
-    message: Any
-
-
-@dataclass(frozen=True)
-class ReplyFailure:
-    request: Any
-    error: str
-
-
-@dataclass(frozen=True)
-class Persist:
-    key: str
-    obj: Any
-    # Set on the write a reply is about to acknowledge (a registration or submission): if the
-    # engine cannot write it, the shell carries out nothing after it in this batch (the reply
-    # and what schedule() decided for the new entity) and feeds this event back instead.
-    failure: Optional["PersistFailed"] = None
-
-
 @dataclass(frozen=True)
 class PersistFailed:
     """Event: the gated write of `key` (`app_` / `driver_` / `worker_<id>`) failed with
@@ -203,33 +162,6 @@ class PersistFailed:
     key: str
     error: str = ""
     request: Any = None
-
-
-@dataclass(frozen=True)
-class Unpersist:
-    key: str
-
-
-@dataclass(frozen=True)
-class DeleteUpload:
-    url: str
-
-
-@dataclass(frozen=True)
-class Log:
-    level: str
-    text: str
-
-
-@dataclass(frozen=True)
-class ScheduleTimer:
-    delay_ms: int
-    message: Any
-    period_ms: Optional[int] = None
-
-
-Instruction = Union[Send, Reply, ReplyFailure, Persist, Unpersist, DeleteUpload, Log,
-                    ScheduleTimer]
 
 
 # ---------------------------------------------------------------------------------------------

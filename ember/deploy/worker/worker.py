@@ -2,12 +2,15 @@
 drivers, reports their states.
 
 This is Spark's `deploy/worker/Worker.scala` (reference §4.1, §4.2, §4.4, §4.6) as an
-RpcEndpoint named "Worker" in the RpcEnv "sparkWorker". Its handlers run one at a time on the
-env's loop (no locks, nothing blocking); processes are started and watched by `ExecutorRunner`
-and `DriverRunner` threads that report back through ``RpcEnv.call_soon``. The decisions that
-have a right answer independent of I/O - the worker id, the registration retry schedule, the
-trimming of finished executors, which work dirs are stale, which driver log may be read - are
-small pure functions below, tested directly.
+RpcEndpoint named "Worker" in the RpcEnv "sparkWorker". Every decision lives in the sans-I/O
+`ember.deploy.worker.state.WorkerState` (tested without processes); the endpoint here is its
+thin shell, like the master's `Master._feed/_execute`: it turns RPC messages, runner reports
+and timer ticks into events, stamps them with the clocks, and carries the returned
+instructions out in order (send, ask, reply, log, arm or cancel a timer, start or kill an
+`ExecutorRunner` / `DriverRunner`, delete directories, exit). It runs on the env's loop, one
+event at a time (no locks, nothing blocking); the runners' threads report back through
+``RpcEnv.call_soon``. The shell keeps only I/O handles: the runners, the application scratch
+dirs it created, the timers and the pending state-change asks.
 
 ``WorkerDaemon`` is the process around the endpoint (RpcEnv, web UI, work dir, orderly stop);
 ``ember.deploy.worker.cli`` parses the command line into ``WorkerSettings`` and runs one.
@@ -43,7 +46,6 @@ Deliberate deviations from Spark:
 from __future__ import annotations
 
 import concurrent.futures
-import enum
 import logging
 import os
 import random
@@ -51,62 +53,50 @@ import shutil
 import threading
 import time
 import uuid
-from collections import OrderedDict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from ember import config
-from ember.deploy.messages import (
-    AppResourceData, ApplicationFinished, DecommissionWorker, DriverLogResponse, DriverState,
-    DriverStateChanged, ExecutorState, ExecutorStateChanged, FetchAppResource, Heartbeat,
-    HeartbeatResponse,
-    KillDriver, KillExecutor, LaunchDriver, LaunchExecutor, MasterChanged, MasterInStandby,
-    ReconnectWorker, RegisteredWorker, RegisterWorker, RegisterWorkerFailed, RequestDriverLog,
-    RequestWorkerState, ResourceInformation, WorkerDecommissioning, WorkerDecommissionSigReceived,
-    WorkerDriverStateResponse, WorkerExecutorStateResponse, WorkerLatestState,
-    WorkerSchedulerStateResponse, WorkerStateResponse,
+from ember.deploy.instructions import (
+    LOG_LEVELS, Ask, AskAnswered, CancelTimer, CleanupApplication, CleanupWorkDir,
+    ConnectToMaster, Disconnected, Exit, Instruction, KillDriverRunner, KillExecutorRunner,
+    LaunchDriverRunner, LaunchExecutorRunner, Log, MasterRefResolved, Reply, ReplyFailure,
+    RunnerLaunchFailed, ScheduleTimer, Send, SendAsk, ServeDriverLog,
 )
-from ember.deploy.fencing import EpochFence, MasterLease
+from ember.deploy.messages import (
+    AppResourceData, DriverLogResponse, DriverStateChanged, ExecutorState, ExecutorStateChanged,
+    FetchAppResource, ResourceInformation, WorkerStateResponse,
+)
 from ember.deploy.resources import ResourceError, get_or_discover_all_resources
 from ember.deploy.worker.config import WorkerConf, local_root_dirs
 from ember.deploy.worker.driver_runner import DriverRunner
 from ember.deploy.worker.executor_runner import ExecutorRunner
 from ember.deploy.log_files import log_dir, read_slice
 from ember.deploy.worker.shuffle_service import ExternalShuffleService
-from ember.util.units import megabytes_to_string
-from ember.rpc.security import SCOPE_ENV, app_credential
-from ember.rpc import (Cancellable, RpcAddress, RpcCallContext, RpcEndpoint, RpcEndpointRef,
-                       RpcEnv, RpcTimeoutError)
+from ember.deploy.worker.state import (
+    ASK_MESSAGES, ENDPOINT_NAME, FUZZ_MULTIPLIER_INTERVAL_LOWER_BOUND, DriverRunnerReport,
+    ExecutorRunnerReport, KillAll, Received, RetryAction, Started, Stopping, WorkerState,
+    registration_intervals, registration_timeline, reregister_action, trim_finished,
+)
+from ember.errors import SparkException
+from ember.rpc import Cancellable, RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv
+from ember.rpc.errors import UnsupportedMessageError
+from ember.rpc.security import app_credential
 
 log = logging.getLogger("ember.deploy.worker.Worker")
 
 __all__ = ["Worker", "WorkerDaemon", "WorkerSettings", "WorkerStartError", "ENDPOINT_NAME",
            "SYSTEM_NAME", "generate_worker_id", "registration_fuzz", "registration_intervals",
            "RetryAction", "reregister_action", "registration_timeline",
-           "parse_standalone_master_urls", "megabytes_to_string", "trim_finished",
+           "parse_standalone_master_urls", "trim_finished",
            "stale_app_dirs", "driver_log_path", "read_log_chunk"]
 
 SYSTEM_NAME = "sparkWorker"
-ENDPOINT_NAME = "Worker"
-
-# Start or stop work: only from the current master's connection (Deliver 2 of issue 11).
-MASTER_ONLY_MESSAGES: tuple[type, ...] = (LaunchExecutor, KillExecutor, LaunchDriver,
-                                          KillDriver, ApplicationFinished, DecommissionWorker)
 MASTER_ENDPOINT_NAME = "Master"
-RESEND_SLACK_S = 10.0   # driver reports this long before a lost connection may be lost too
-# What only the active master may tell a worker: refused from an older leadership epoch.
-_FENCED_MESSAGES = (RegisteredWorker, ReconnectWorker, MasterChanged, LaunchExecutor,
-                    KillExecutor, ApplicationFinished, LaunchDriver, KillDriver,
-                    DecommissionWorker)
-
-# Spark's Worker companion constants (§4.2)
-FUZZ_MULTIPLIER_INTERVAL_LOWER_BOUND = 0.500
-INITIAL_INTERVAL_BASE = 10   # seconds, times FUZZ, rounded
-PROLONGED_INTERVAL_BASE = 60
 
 
 # ---------------------------------------------------------------------------------------------
-# Pure helpers
+# Helpers that read the clock, randomness or the file system (the shell's side)
 # ---------------------------------------------------------------------------------------------
 
 def generate_worker_id(host: str, port: int, now: Optional[float] = None,
@@ -123,58 +113,6 @@ def registration_fuzz(rng: Optional[random.Random] = None) -> float:
     return r.random() + FUZZ_MULTIPLIER_INTERVAL_LOWER_BOUND
 
 
-def _java_round(x: float) -> int:
-    """Scala's math.round: half up (Python's round() is half-to-even)."""
-    import math
-    return int(math.floor(x + 0.5))
-
-
-def registration_intervals(fuzz: float, scale: float = 1.0) -> tuple[float, float]:
-    """(INITIAL, PROLONGED) retry intervals in seconds: round(10*fuzz), round(60*fuzz)
-    (5-15 s and 30-90 s), multiplied by spark.ember.worker.registrationIntervalScale."""
-    return (_java_round(INITIAL_INTERVAL_BASE * fuzz) * scale,
-            _java_round(PROLONGED_INTERVAL_BASE * fuzz) * scale)
-
-
-class RetryAction(enum.Enum):
-    """What one tick of the registration retry timer does (Worker.reregisterWithMaster)."""
-    CANCEL = "cancel"                       # registered meanwhile: stop the timer
-    RETRY = "retry"                         # try again, keep the interval
-    RETRY_AND_PROLONG = "retry_and_prolong" # try again, then switch to PROLONGED
-    GIVE_UP = "give_up"                     # "All masters are unresponsive! Giving up."
-
-
-def reregister_action(attempt: int, registered: bool, initial_retries: int = 6,
-                      max_retries: int = 16) -> RetryAction:
-    """The decision of retry tick number `attempt` (1-based, counted since the last
-    registration round began): retries 1..max_retries happen, the one numbered
-    initial_retries switches the timer to the prolonged interval, the next tick gives up."""
-    if registered:
-        return RetryAction.CANCEL
-    if attempt > max_retries:
-        return RetryAction.GIVE_UP
-    if attempt == initial_retries:
-        return RetryAction.RETRY_AND_PROLONG
-    return RetryAction.RETRY
-
-
-def registration_timeline(initial: float, prolonged: float, initial_retries: int = 6,
-                          max_retries: int = 16) -> tuple[list[float], float]:
-    """For a worker that never reaches a master: the times (s after start) of the retries,
-    and the time it gives up. With Spark's defaults at FUZZ=1: retries at 10..60 then every
-    60 s up to 660, give-up at 720 (= 6 x INITIAL + 11 x PROLONGED)."""
-    t, period, retries, attempt = 0.0, initial, [], 0
-    while True:
-        t += period
-        attempt += 1
-        action = reregister_action(attempt, False, initial_retries, max_retries)
-        if action is RetryAction.GIVE_UP:
-            return retries, t
-        retries.append(t)
-        if action is RetryAction.RETRY_AND_PROLONG:
-            period = prolonged
-
-
 def parse_standalone_master_urls(url: str) -> list[RpcAddress]:
     """Spark's Utils.parseStandaloneMasterUrls: ``spark://h1:p1,h2:p2`` -> one address per
     master. ValueError("Invalid master URL: ...") for anything else."""
@@ -182,14 +120,6 @@ def parse_standalone_master_urls(url: str) -> list[RpcAddress]:
         raise ValueError(f"Invalid master URL: {url}")
     parts = url[len("spark://"):].split(",")
     return [RpcAddress.from_spark_url("spark://" + p) for p in parts]
-
-
-def trim_finished(finished: "OrderedDict[str, Any]", retained: int) -> None:
-    """Spark's trimFinishedExecutorsIfNecessary: past `retained`, drop the oldest
-    max(n/10, 1) entries at once (so trimming is not paid on every executor exit)."""
-    if len(finished) > retained:
-        for _ in range(max(len(finished) // 10, 1)):
-            finished.popitem(last=False)
 
 
 def _contains_new_files(path: str, cutoff: float) -> bool:
@@ -261,7 +191,7 @@ def _delete_dirs(dirs: Sequence[str]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The endpoint
+# The endpoint: the I/O shell around WorkerState
 # ---------------------------------------------------------------------------------------------
 
 class Worker(RpcEndpoint):
@@ -277,299 +207,249 @@ class Worker(RpcEndpoint):
                  worker_id: Optional[str] = None,
                  resources: Optional[Mapping[str, ResourceInformation]] = None,
                  shuffle_service: Optional[ExternalShuffleService] = None) -> None:
-        self.host = host
-        self.shuffle_service = shuffle_service
-        self.port = port
-        self.cores = cores
-        self.memory = memory
-        self.master_addresses = list(master_addresses)
-        self.work_dir = os.path.abspath(work_dir)
-        self.web_ui_url = web_ui_url
         self.conf = dict(conf)
         self.wconf = worker_conf if worker_conf is not None else WorkerConf.from_conf(conf)
+        self.work_dir = os.path.abspath(work_dir)
+        self.web_ui_url = web_ui_url
+        self.shuffle_service = shuffle_service
         self._on_exit = on_exit
         self._auth_secret = auth_secret
-        self.worker_id = worker_id or generate_worker_id(host, port,
-                                                         pattern=self.wconf.id_pattern)
-        self.fuzz = registration_fuzz() if fuzz is None else fuzz
-        self.initial_interval, self.prolonged_interval = registration_intervals(
-            self.fuzz, self.wconf.registration_interval_scale)
-
-        self.master: Optional[RpcEndpointRef] = None
-        self.master_address_to_connect: Optional[RpcAddress] = None
-        self.active_master_url = ""
-        self.active_master_web_ui_url = ""
-        self.registered = False
-        self.connected = False
-        self.last_heartbeat_ms = 0   # epoch ms of the last heartbeat sent while connected
-        self.decommissioned = False
-        self.stopped = False
-        self.exit_code: Optional[int] = None
-
-        self.executors: dict[str, ExecutorRunner] = {}
-        self.finished_executors: OrderedDict[str, ExecutorRunner] = OrderedDict()
-        self.finished_apps: set[str] = set()
-        self.drivers: dict[str, DriverRunner] = {}
-        self.finished_drivers: OrderedDict[str, DriverRunner] = OrderedDict()
+        self.state = WorkerState(
+            worker_id=worker_id or generate_worker_id(host, port, pattern=self.wconf.id_pattern),
+            host=host, port=port, cores=cores, memory=memory,
+            master_addresses=master_addresses, work_dir=self.work_dir, web_ui_url=web_ui_url,
+            worker_conf=self.wconf, fuzz=registration_fuzz() if fuzz is None else fuzz,
+            resources=resources)
+        # I/O handles only; what they mean is the state's bookkeeping
+        self.executor_runners: dict[str, ExecutorRunner] = {}
+        self.driver_runners: dict[str, DriverRunner] = {}
         self.app_directories: dict[str, list[str]] = {}
-        self.fence = EpochFence()
-        # Driver fencing (SPARK-19900): drivers die here before a master relaunches them.
-        self.lease = MasterLease(self.wconf.master_lease)
-        self._lease_timer: Optional[Cancellable] = None
-        self.lease_killed: set[str] = set()
-        # Final states of drivers that ended here (monotonic time, report), and since when a
-        # report may have been lost (the master's connection dropped): re-sent on reconnect.
-        self.driver_final_states: OrderedDict[str, tuple[float, DriverStateChanged]] = \
-            OrderedDict()
-        self._resend_since: Optional[float] = None
-        self.cores_used = 0
-        self.memory_used = 0
-        # custom resources (spark.worker.resource.*): all addresses, and those in use
-        self.resources: dict[str, ResourceInformation] = dict(resources or {})
-        self.resources_used: dict[str, list[str]] = {n: [] for n in self.resources}
-
-        self._connection_attempt_count = 0
-        self._registration_generation = 0   # bumping it cancels in-flight attempts
-        self._retry_timer: Optional[Cancellable] = None
-        self._heartbeat_timer: Optional[Cancellable] = None
-        self._cleanup_timer: Optional[Cancellable] = None
-        self._sync_failures: dict[str, int] = {}
         self.pending_syncs: set[concurrent.futures.Future] = set()
+        self._timers: dict[str, Cancellable] = {}
+        self._one_shot_timers: list[Cancellable] = []
 
-    # -- properties --------------------------------------------------------------------------
+    # -- views of the state (read on the loop) -----------------------------------------------
+
+    @property
+    def worker_id(self) -> str:
+        return self.state.worker_id
+
+    @property
+    def host(self) -> str:
+        return self.state.host
+
+    @property
+    def master(self) -> Any:
+        return self.state.master
+
+    @property
+    def registered(self) -> bool:
+        return self.state.registered
+
+    @property
+    def connected(self) -> bool:
+        return self.state.connected
+
+    @property
+    def decommissioned(self) -> bool:
+        return self.state.decommissioned
+
+    @property
+    def active_master_url(self) -> str:
+        return self.state.active_master_url
+
+    @property
+    def active_master_web_ui_url(self) -> str:
+        return self.state.active_master_web_ui_url
+
+    @property
+    def executors(self) -> Mapping[str, Any]:
+        return self.state.executors
+
+    @property
+    def drivers(self) -> Mapping[str, Any]:
+        return self.state.drivers
+
+    @property
+    def fence(self) -> Any:
+        return self.state.fence
 
     @property
     def worker_url(self) -> str:
         """``spark://Worker@host:port`` (RpcEndpointAddress.toString)."""
         return f"spark://{ENDPOINT_NAME}@{self.rpc_env.address.host_port}"
 
-    @property
-    def cores_free(self) -> int:
-        return self.cores - self.cores_used
+    def state_response(self) -> WorkerStateResponse:
+        """Spark's WorkerStateResponse (the web UI's and /json's view)."""
+        return self.state.state_response()
 
-    @property
-    def memory_free(self) -> int:
-        return self.memory - self.memory_used
-
-    # -- lifecycle ---------------------------------------------------------------------------
+    # -- RpcEndpoint: events in --------------------------------------------------------------
 
     def on_start(self) -> None:
-        log.info("Starting Spark worker %s:%d with %d cores, %s RAM", self.host, self.port,
-                 self.cores, megabytes_to_string(self.memory))
-        log.info("Worker id %s, work dir %s, web UI at %s", self.worker_id, self.work_dir,
-                 self.web_ui_url)
-        self._register_with_master()
+        self._feed(Started(self.self_ref))
 
     def on_stop(self) -> None:
-        self.stopped = True
-        self._cancel_last_registration_retry()
-        for t in (self._heartbeat_timer, self._cleanup_timer):
-            if t is not None:
-                t.cancel()
-        self.kill_all_executors(ExecutorState.KILLED, None)
-        self.kill_all_drivers()
-
-    def _exit(self, code: int) -> None:
-        """Spark's System.exit: stop trying and let the daemon shut the process down."""
-        if self.exit_code is None:
-            self.exit_code = code
-        self._cancel_last_registration_retry()
-        if self._on_exit is not None:
-            self._on_exit(code)
-
-    # -- registration (§4.2) -----------------------------------------------------------------
-
-    def _register_with_master(self) -> None:
-        if self._retry_timer is not None:
-            log.info("Not spawning another attempt to register with the master, since there "
-                     "is an attempt scheduled already.")
-            return
-        if self.stopped:
-            return
-        self.registered = False
-        self._try_register_all_masters()
-        self._connection_attempt_count = 0
-        self._retry_timer = self.rpc_env.schedule_periodic(
-            self.initial_interval, self.initial_interval, self._reregister_with_master)
-
-    def _try_register_all_masters(self) -> None:
-        self._registration_generation += 1
-        for address in self.master_addresses:
-            self._send_register(address, self._registration_generation)
-
-    def _send_register(self, address: RpcAddress, generation: int) -> None:
-        """Spark's setupEndpointRef + sendRegisterMessageToMaster, without a blocking
-        thread: verify that "Master" exists at `address`, then send RegisterWorker."""
-        log.info("Connecting to master %s...", address.host_port)
-        fut = self.rpc_env.setup_endpoint_ref_async(address, MASTER_ENDPOINT_NAME,
-                                                    self.wconf.ask_timeout)
-        fut.add_done_callback(
-            lambda f: self.rpc_env.call_soon(self._on_master_ref, f, address, generation))
-
-    def _on_master_ref(self, f: concurrent.futures.Future, address: RpcAddress,
-                       generation: int) -> None:
-        if generation != self._registration_generation or self.stopped:
-            return   # cancelled: registered meanwhile, or a newer round started
-        exc = f.exception()
-        if exc is not None:
-            log.warning("Failed to connect to master %s: %s", address.host_port, exc)
-            return
-        master: RpcEndpointRef = f.result()
-        master.send(RegisterWorker(self.worker_id, self.host, self.port, self.self_ref,
-                                   self.cores, self.memory, self.web_ui_url, address,
-                                   dict(self.resources)))
-
-    def _cancel_last_registration_retry(self) -> None:
-        self._registration_generation += 1
-        if self._retry_timer is not None:
-            self._retry_timer.cancel()
-            self._retry_timer = None
-
-    def _reregister_with_master(self) -> None:
-        self._connection_attempt_count += 1
-        n = self._connection_attempt_count
-        action = reregister_action(n, self.registered, self.wconf.initial_registration_retries,
-                                   self.wconf.max_registration_retries)
-        if action is RetryAction.CANCEL:
-            self._cancel_last_registration_retry()
-            return
-        if action is RetryAction.GIVE_UP:
-            log.error("All masters are unresponsive! Giving up.")
-            self._exit(1)
-            return
-        log.info("Retrying connection to master (attempt # %d)", n)
-        if self.master is not None:
-            # Registered before and lost the connection: only that master (SPARK-4592).
-            self._registration_generation += 1
-            address = (self.master_address_to_connect
-                       if self.wconf.prefer_configured_master_address
-                       and self.master_address_to_connect is not None
-                       else self.master.address)
-            self._send_register(address, self._registration_generation)
-        else:
-            self._try_register_all_masters()
-        if action is RetryAction.RETRY_AND_PROLONG and self._retry_timer is not None:
-            self._retry_timer.cancel()
-            self._retry_timer = self.rpc_env.schedule_periodic(
-                self.prolonged_interval, self.prolonged_interval, self._reregister_with_master)
-
-    def _change_master(self, master: RpcEndpointRef, ui_url: str,
-                       master_address: RpcAddress) -> None:
-        self.active_master_url = master.address.to_spark_url()
-        self.active_master_web_ui_url = ui_url
-        self.master_address_to_connect = master_address
-        self.master = master
-        self.connected = True
-        self._cancel_last_registration_retry()
-
-    def _on_registered(self, m: RegisteredWorker) -> None:
-        url = (m.masterAddress.to_spark_url() if self.wconf.prefer_configured_master_address
-               else m.master.address.to_spark_url())
-        if m.duplicate:
-            log.warning("Duplicate registration at master %s", url)
-        log.info("Successfully registered with master %s", url)
-        self.registered = True
-        self.lease.renew(time.monotonic())
-        self._change_master(m.master, m.masterWebUiUrl, m.masterAddress)
-        self._resend_driver_final_states(m.master)
-        if self._heartbeat_timer is None:
-            self._heartbeat_timer = self.rpc_env.schedule_periodic(
-                0.0, self.wconf.heartbeat_interval, self._send_heartbeat)
-        if self._lease_timer is None:
-            every = self.lease.check_interval
-            self._lease_timer = self.rpc_env.schedule_periodic(every, every, self._check_lease)
-        if self.wconf.cleanup_enabled and self._cleanup_timer is None:
-            log.info("Worker cleanup enabled; old application directories will be deleted "
-                     "in: %s", self.work_dir)
-            self._cleanup_timer = self.rpc_env.schedule_periodic(
-                self.wconf.cleanup_interval, self.wconf.cleanup_interval,
-                self._work_dir_cleanup)
-        m.master.send(WorkerLatestState(
-            self.worker_id, [r.description() for r in self.executors.values()],
-            list(self.drivers)))
-
-    def _resend_driver_final_states(self, master: RpcEndpointRef) -> None:
-        """Reports of drivers that ended since the connection to the master dropped (a few
-        seconds of slack for reports sent just before the drop was noticed) may be lost:
-        send them again, before anything that lets the master conclude a driver is gone."""
-        since = self._resend_since
-        self._resend_since = None
-        if since is None:
-            return
-        for ended, report in self.driver_final_states.values():
-            if ended >= since:
-                log.info("Re-sending the final state %s of driver %s", report.state,
-                         report.driverId)
-                master.send(report)
-
-    def _send_heartbeat(self) -> None:
-        """Heartbeats go out while the connection to the master is up (a lost connection
-        clears `connected` and stops them, so the metrics' heartbeat age then grows). Ember
-        sends them as asks: the master's answer renews the lease from the moment the
-        heartbeat was sent (a cut link or a frozen master leaves it unanswered)."""
-        if self.connected and self.master is not None:
-            sent = time.monotonic()
-            master = self.master
-            fut = master.ask(Heartbeat(self.worker_id, self.self_ref),
-                             timeout=self.lease.lease_s)
-            fut.add_done_callback(
-                lambda f: self.rpc_env.call_soon(self._on_heartbeat_answer, f, sent, master))
-            self.last_heartbeat_ms = int(time.time() * 1000)
-
-    def _on_heartbeat_answer(self, f: concurrent.futures.Future, sent: float,
-                             master: RpcEndpointRef) -> None:
-        """Renew the lease only on the answer of the master this worker still follows, at
-        an epoch no older than the newest seen (i12a's fence): a deposed leader that has not
-        noticed yet must not keep this worker's drivers alive."""
-        if f.cancelled() or f.exception() is not None or master is not self.master:
-            return
-        answer = f.result()
-        if not isinstance(answer, HeartbeatResponse) or not answer.renewed:
-            return
-        if answer.epoch and answer.epoch < self.fence.newest:
-            log.warning("Not renewing the master lease from a master at epoch %d: a master at "
-                        "epoch %d has taken over", answer.epoch, self.fence.newest)
-            return
-        self.lease.renew(sent)
-
-    def _check_lease(self) -> None:
-        """Kill every driver here once no master answered for longer than the lease: a
-        master that lost this worker relaunches its supervised drivers after that lease, so
-        two copies never run at once. Reported (re-sent final states) on re-registration."""
-        now = time.monotonic()
-        if self.stopped or not self.lease.expired(now):
-            return
-        for driver_id, runner in list(self.drivers.items()):
-            if driver_id in self.lease_killed:
-                continue
-            log.warning("No master has answered for %.1f s (spark.ember.worker.masterLease="
-                        "%.1f s): killing driver %s, which a master may relaunch elsewhere",
-                        self.lease.silent_for(now), self.lease.lease_s, driver_id)
-            self.lease_killed.add(driver_id)
-            if self._resend_since is None:
-                self._resend_since = now
-            runner.kill(fence=True)
-
-    def _send_to_master(self, msg: Any) -> None:
-        if self.master is not None:
-            self.master.send(msg)
-        else:
-            log.warning("Dropping %s because the connection to master has not yet been "
-                        "established", msg)
+        self._feed(Stopping())
+        for timer in [*self._timers.values(), *self._one_shot_timers]:
+            timer.cancel()
+        self._timers.clear()
+        self._one_shot_timers.clear()
 
     def on_disconnected(self, remote: RpcAddress) -> None:
-        if self.stopped:
-            return
-        if ((self.master is not None and self.master.address == remote)
-                or self.master_address_to_connect == remote):
-            log.info("%s Disassociated !", remote)
-            log.error("Connection to master failed! Waiting for master to reconnect...")
-            self.connected = False
-            if self._resend_since is None:
-                self._resend_since = time.monotonic() - RESEND_SLACK_S
-            self._register_with_master()
+        self._feed(Disconnected(remote))
 
-    # -- messages ----------------------------------------------------------------------------
+    def receive(self, msg: Any, sender: RpcAddress) -> None:
+        self._feed(Received(msg, sender, self.rpc_env.current_sender()))
+
+    def receive_and_reply(self, msg: Any, context: RpcCallContext) -> None:
+        if not isinstance(msg, ASK_MESSAGES):
+            text = f"Unsupported message {type(msg).__name__} from {context.sender_address}"
+            log.warning("Refusing an ask: %s", text)
+            context.send_failure(UnsupportedMessageError(text))
+            return
+        self._feed(Ask(context, msg))
+
+    def kill_all(self, state: ExecutorState = ExecutorState.KILLED,
+                 message: Optional[str] = None
+                 ) -> tuple[list[ExecutorRunner], list[DriverRunner]]:
+        """Ask every executor (final `state`, `message`) and driver to die (non-blocking);
+        returns the runners so a caller off the loop can join them."""
+        self._feed(KillAll(state, message))
+        return list(self.executor_runners.values()), list(self.driver_runners.values())
+
+    def _report_from_executor(self, m: ExecutorStateChanged) -> None:
+        """Called on a runner thread: hop onto the loop (the one writer of our state)."""
+        self.rpc_env.call_soon(self._on_executor_report, m)
+
+    def _on_executor_report(self, m: ExecutorStateChanged) -> None:
+        if m.state.isFinished():
+            self.executor_runners.pop(f"{m.appId}/{m.execId}", None)
+        self._feed(ExecutorRunnerReport(m))
+
+    def _report_from_driver(self, m: DriverStateChanged) -> None:
+        """Called on a runner thread: hop onto the loop (the one writer of our state)."""
+        self.rpc_env.call_soon(self._on_driver_report, m)
+
+    def _on_driver_report(self, m: DriverStateChanged) -> None:
+        self.driver_runners.pop(m.driverId, None)
+        self._feed(DriverRunnerReport(m))
+
+    def _fetch_app_resource(self, url: str) -> AppResourceData:
+        """For DriverRunner threads (never the loop: it blocks): an `ember-upload://` URL's
+        bytes from the active master."""
+        master = self.state.master
+        if master is None:
+            raise ConnectionError("the connection to the master has not yet been established")
+        return master.ask_sync(FetchAppResource(url), timeout=self.wconf.ask_timeout)
+
+    # -- feeding the state machine -----------------------------------------------------------
+
+    def _feed(self, event: Any) -> None:
+        """One event in, its instructions out. Never raises: the state answers a handler
+        that raises with a log line (and an ask's failure) only; an instruction that fails
+        is logged and the rest still run."""
+        try:
+            instructions = self.state.handle(event, time.monotonic(), int(time.time() * 1000))
+        except Exception as e:
+            log.error("Error while handling %s: %r", type(event).__name__, e, exc_info=True)
+            if isinstance(event, Ask):
+                event.request.send_failure(SparkException(f"{type(e).__name__}: {e}"))
+            return
+        for ins in instructions:
+            try:
+                self._execute(ins)
+            except Exception as e:
+                log.error("Error while carrying out %s: %r", type(ins).__name__, e,
+                          exc_info=True)
+                if isinstance(ins, (Reply, ReplyFailure)):
+                    ins.request.send_failure(SparkException(f"{type(e).__name__}: {e}"))
+
+    def _execute(self, ins: Instruction) -> None:
+        if isinstance(ins, Log):
+            log.log(LOG_LEVELS.get(ins.level, logging.INFO), "%s", ins.text)
+        elif isinstance(ins, Send):
+            ins.target.send(ins.message)
+        elif isinstance(ins, SendAsk):
+            self._ask(ins)
+        elif isinstance(ins, Reply):
+            ins.request.reply(ins.message)
+        elif isinstance(ins, ReplyFailure):
+            ins.request.send_failure(SparkException(ins.error))
+        elif isinstance(ins, ScheduleTimer):
+            self._schedule_timer(ins)
+        elif isinstance(ins, CancelTimer):
+            timer = self._timers.pop(ins.key, None)
+            if timer is not None:
+                timer.cancel()
+        elif isinstance(ins, ConnectToMaster):
+            self._connect_to_master(ins)
+        elif isinstance(ins, LaunchExecutorRunner):
+            self._launch_executor(ins)
+        elif isinstance(ins, KillExecutorRunner):
+            runner = self.executor_runners.get(ins.full_id)
+            if runner is not None:
+                runner.kill(ins.state, ins.message)
+        elif isinstance(ins, LaunchDriverRunner):
+            self._launch_driver(ins)
+        elif isinstance(ins, KillDriverRunner):
+            driver = self.driver_runners.get(ins.driver_id)
+            if driver is not None:
+                driver.kill(fence=ins.fence)
+        elif isinstance(ins, CleanupApplication):
+            self._cleanup_application(ins.app_id)
+        elif isinstance(ins, CleanupWorkDir):
+            self._clean_work_dir(ins)
+        elif isinstance(ins, ServeDriverLog):
+            self._serve_driver_log(ins)
+        elif isinstance(ins, Exit):
+            if self._on_exit is not None:
+                self._on_exit(ins.code)
+        else:
+            log.error("Unknown instruction from the worker state: %r", ins)
+
+    def _schedule_timer(self, ins: ScheduleTimer) -> None:
+        env = self.rpc_env
+        delay = max(0, ins.delay_ms) / 1000.0
+        if ins.period_ms:
+            timer = env.schedule_periodic(delay, ins.period_ms / 1000.0, self._feed, ins.message)
+        else:
+            timer = env.schedule(delay, self._feed, ins.message)
+        if ins.key is None:
+            self._one_shot_timers = [t for t in self._one_shot_timers if not t.cancelled]
+            self._one_shot_timers.append(timer)
+            return
+        old = self._timers.pop(ins.key, None)
+        if old is not None:
+            old.cancel()
+        self._timers[ins.key] = timer
+
+    def _ask(self, ins: SendAsk) -> None:
+        fut = ins.target.ask(ins.message, timeout=ins.timeout)
+        tracked = isinstance(ins.message, ExecutorStateChanged)
+        if tracked:   # the daemon's stop waits for the final state changes to be sent
+            self.pending_syncs.add(fut)
+
+        def answered(f: concurrent.futures.Future) -> None:
+            if tracked:
+                self.pending_syncs.discard(f)
+            if f.cancelled():
+                error: Optional[BaseException] = concurrent.futures.CancelledError()
+            else:
+                error = f.exception()
+            self._feed(AskAnswered(ins.tag, None if error is not None else f.result(), error))
+        fut.add_done_callback(lambda f: self.rpc_env.call_soon(answered, f))
+
+    def _connect_to_master(self, ins: ConnectToMaster) -> None:
+        """Spark's setupEndpointRef without a blocking thread: verify that "Master" exists
+        at the address; the state then sends RegisterWorker."""
+        fut = self.rpc_env.setup_endpoint_ref_async(ins.address, MASTER_ENDPOINT_NAME,
+                                                    self.wconf.ask_timeout)
+
+        def resolved(f: concurrent.futures.Future) -> None:
+            error = f.exception()
+            self._feed(MasterRefResolved(ins.address, ins.generation,
+                                         None if error is not None else f.result(), error))
+        fut.add_done_callback(lambda f: self.rpc_env.call_soon(resolved, f))
 
     def _app_credential(self, scope: str) -> Optional[str]:
         """What a driver or executor of application `scope` gets instead of the cluster
@@ -578,120 +458,7 @@ class Worker(RpcEndpoint):
             return None
         return app_credential(self._auth_secret.encode("utf-8"), scope)
 
-    def _from_current_master(self, msg: Any, sender: RpcAddress) -> bool:
-        """Trust by channel: work is started or stopped only by the master this worker is
-        registered with, on its own connection (never on a message's masterUrl field)."""
-        peer = self.rpc_env.current_sender()
-        if peer is not None and peer.local:
-            return True     # this process itself
-        if (peer is not None and peer.scope is None and self.master is not None
-                and (peer.address == self.master.address
-                     or peer.address == self.master_address_to_connect)):
-            return True
-        log.warning("Refusing %s from %s: only the current master (%s) may send it",
-                    type(msg).__name__, sender,
-                    self.master.address if self.master is not None else "none yet")
-        return False
-
-    def receive(self, msg: Any, sender: RpcAddress) -> None:
-        if self.stopped:
-            return
-        # authorization before the fence: a refused sender must not advance the epoch
-        if isinstance(msg, MASTER_ONLY_MESSAGES) and not self._from_current_master(msg, sender):
-            return
-        if isinstance(msg, _FENCED_MESSAGES):
-            refusal = self.fence.refusal(msg)
-            if refusal is not None:
-                log.warning("%s", refusal)
-                return
-        if isinstance(msg, RegisteredWorker):
-            self._on_registered(msg)
-        elif isinstance(msg, RegisterWorkerFailed):
-            if not self.registered:
-                log.error("Worker registration failed: %s", msg.message)
-                self._exit(1)
-        elif isinstance(msg, MasterInStandby):
-            pass   # Master not yet ready.
-        elif isinstance(msg, ReconnectWorker):
-            log.info("Master with url %s requested this worker to reconnect.", msg.masterUrl)
-            self._register_with_master()
-        elif isinstance(msg, MasterChanged):
-            self._on_master_changed(msg)
-        elif isinstance(msg, LaunchExecutor):
-            self._on_launch_executor(msg)
-        elif isinstance(msg, KillExecutor):
-            self._on_kill_executor(msg)
-        elif isinstance(msg, ApplicationFinished):
-            self._on_application_finished(msg.id)
-        elif isinstance(msg, LaunchDriver):
-            self._on_launch_driver(msg)
-        elif isinstance(msg, KillDriver):
-            self._on_kill_driver(msg.driverId)
-        elif isinstance(msg, DecommissionWorker):
-            self._decommission_self()
-        elif isinstance(msg, WorkerDecommissionSigReceived) and sender == self.rpc_env.address:
-            self._decommission_self()
-            self._send_to_master(WorkerDecommissioning(self.worker_id, self.self_ref))
-        else:
-            log.warning("Ignoring unexpected message %s from %s", type(msg).__name__, sender)
-
-    def receive_and_reply(self, msg: Any, context: RpcCallContext) -> None:
-        if isinstance(msg, RequestWorkerState):
-            context.reply(self.state_response())
-        elif isinstance(msg, RequestDriverLog):
-            self._on_request_driver_log(msg, context)
-        else:
-            context.send_failure(ValueError(f"Unsupported message {type(msg).__name__}"))
-
-    def state_response(self) -> WorkerStateResponse:
-        """Spark's WorkerStateResponse (the web UI's and /json's view)."""
-        return WorkerStateResponse(
-            self.host, self.port, self.worker_id,
-            [r.summary() for r in self.executors.values()],
-            [r.summary() for r in self.finished_executors.values()],
-            [r.summary() for r in self.drivers.values()],
-            [r.summary() for r in self.finished_drivers.values()], self.active_master_url,
-            self.cores, self.memory, self.cores_used, self.memory_used,
-            self.active_master_web_ui_url, dict(self.resources), self._resources_used_info(),
-            self.registered, self.last_heartbeat_ms)
-
-    def _resources_used_info(self) -> dict[str, ResourceInformation]:
-        return {n: ResourceInformation(n, list(a)) for n, a in self.resources_used.items()}
-
-    def _acquire_resources(self, allocated: Mapping[str, ResourceInformation]) -> None:
-        """Mark the addresses the master assigned to an executor or driver as in use."""
-        for name, info in (allocated or {}).items():
-            used = self.resources_used.setdefault(name, [])
-            used.extend(a for a in info.addresses if a not in used)
-
-    def _release_resources(self, allocated: Mapping[str, ResourceInformation]) -> None:
-        for name, info in (allocated or {}).items():
-            used = self.resources_used.get(name, [])
-            for a in info.addresses:
-                if a in used:
-                    used.remove(a)
-
-    def _on_master_changed(self, m: MasterChanged) -> None:
-        log.info("Master has changed, new master is at %s", m.master.address.to_spark_url())
-        self._change_master(m.master, m.masterWebUiUrl, m.master.address)
-        self.registered = True
-        self._resend_driver_final_states(m.master)
-        executors = [WorkerExecutorStateResponse(r.description(), dict(r.resources))
-                     for r in self.executors.values()]
-        drivers = [WorkerDriverStateResponse(r.driver_id, dict(r.resources))
-                   for r in self.drivers.values()]
-        m.master.send(WorkerSchedulerStateResponse(self.worker_id, executors, drivers))
-
-    def _decommission_self(self) -> None:
-        if self.wconf.decommission_enabled and not self.decommissioned:
-            self.decommissioned = True
-            log.info("Decommission worker %s.", self.worker_id)
-        elif self.decommissioned:
-            log.warning("Worker %s already started decommissioning.", self.worker_id)
-        else:
-            log.warning("Receive decommission request, but decommission feature is disabled.")
-
-    # -- executors (§4.3) --------------------------------------------------------------------
+    # -- executors ---------------------------------------------------------------------------
 
     def _app_local_dirs(self, app_id: str) -> list[str]:
         """The app's scratch dirs (``executor-<uuid>``, mode 700, one per local root), made
@@ -728,132 +495,30 @@ class Worker(RpcEndpoint):
             raise OSError(f"Failed to create directory {d}: {e.strerror or e}") from None
         return d
 
-    def _on_launch_executor(self, m: LaunchExecutor) -> None:
-        if m.masterUrl != self.active_master_url:
-            log.warning("Invalid Master (%s) attempted to launch executor.", m.masterUrl)
-            return
-        if self.decommissioned:
-            log.warning("Asked to launch an executor while decommissioned. Not launching "
-                        "executor.")
-            return
-        full_id = f"{m.appId}/{m.execId}"
-        if full_id in self.executors:
-            log.warning("Asked to launch executor %s, which is already running here", full_id)
-            return
+    def _launch_executor(self, ins: LaunchExecutorRunner) -> None:
+        full_id = f"{ins.app_id}/{ins.exec_id}"
+        runner: Optional[ExecutorRunner] = None
         try:
-            log.info("Asked to launch executor %s for %s", full_id, m.appDesc.name)
-            executor_dir = self._executor_dir(m.appId, m.execId)
-            app_dirs = self._app_local_dirs(m.appId)
             runner = ExecutorRunner(
-                m.appId, m.execId, m.appDesc, m.cores, m.memory, worker_id=self.worker_id,
-                host=self.host, worker_url=self.worker_url, web_ui_url=self.web_ui_url,
-                executor_dir=executor_dir, app_local_dirs=app_dirs,
-                report=self._report_from_runner,
-                auth_secret=self._app_credential(
-                    m.appDesc.command.environment.get(SCOPE_ENV) or m.appId),
-                rp_id=m.rpId, resources=m.resources,
+                ins.app_id, ins.exec_id, ins.app_desc, ins.cores, ins.memory,
+                worker_id=self.state.worker_id, host=self.state.host,
+                worker_url=self.worker_url, web_ui_url=self.web_ui_url,
+                executor_dir=self._executor_dir(ins.app_id, ins.exec_id),
+                app_local_dirs=self._app_local_dirs(ins.app_id),
+                report=self._report_from_executor,
+                auth_secret=self._app_credential(ins.scope), rp_id=ins.rp_id,
+                resources=ins.resources,
                 terminate_timeout=self.wconf.executor_terminate_timeout,
                 shuffle_service_port=self.shuffle_service.bound_port
                 if self.shuffle_service is not None else None)
-            self.executors[full_id] = runner
+            self.executor_runners[full_id] = runner
             runner.start()
-            self.cores_used += m.cores
-            self.memory_used += m.memory
-            self._acquire_resources(m.resources)
         except Exception as e:
-            log.error("Failed to launch executor %s for %s: %s", full_id, m.appDesc.name, e)
-            runner_ = self.executors.pop(full_id, None)
-            if runner_ is not None:
-                runner_.kill()
-            self._sync_executor_state_with_master(ExecutorStateChanged(
-                m.appId, m.execId, ExecutorState.FAILED, f"{type(e).__name__}: {e}", None))
-
-    def _report_from_runner(self, m: ExecutorStateChanged) -> None:
-        """Called on a runner thread: hop onto the loop (the one writer of our state)."""
-        self.rpc_env.call_soon(self._handle_executor_state_changed, m)
-
-    def _handle_executor_state_changed(self, m: ExecutorStateChanged) -> None:
-        self._sync_executor_state_with_master(m)
-        if not m.state.isFinished():
-            return
-        full_id = f"{m.appId}/{m.execId}"
-        extra = (f" message {m.message}" if m.message is not None else "") + (
-            f" exitStatus {m.exitStatus}" if m.exitStatus is not None else "")
-        runner = self.executors.pop(full_id, None)
-        if runner is not None:
-            log.info("Executor %s finished with state %s%s", full_id, m.state, extra)
-            self.finished_executors[full_id] = runner
-            trim_finished(self.finished_executors, self.wconf.retained_executors)
-            self.cores_used -= runner.cores
-            self.memory_used -= runner.memory
-            self._release_resources(runner.resources)
-        else:
-            log.info("Unknown Executor %s finished with state %s%s", full_id, m.state, extra)
-        self._maybe_cleanup_application(m.appId)
-
-    def _sync_executor_state_with_master(self, m: ExecutorStateChanged) -> None:
-        """ExecutorStateChanged is an ask (SPARK-34245): a lost state would leak the
-        executor on the master. Retry up to spark.worker.executorStateSync.maxAttempts,
-        waiting askTimeout between non-timeout failures, then exit(1)."""
-        master = self.master
-        if master is None:
-            log.warning("Dropping %s because the connection to master has not yet been "
-                        "established", m)
-            return
-        full_id = f"{m.appId}/{m.execId}"
-        fut = master.ask(m)
-        self.pending_syncs.add(fut)
-
-        def done(f: concurrent.futures.Future) -> None:
-            self.pending_syncs.discard(f)
-            exc = f.exception()
-            if exc is None:
-                self._sync_failures.pop(full_id, None)
-                return
-            if self.stopped:
-                return
-            failures = self._sync_failures.get(full_id, 0) + 1
-            max_attempts = self.wconf.executor_state_sync_max_attempts
-            if failures < max_attempts:
-                log.error("Failed to send %s to Master %s, will retry (%d/%d): %s", m, master,
-                          failures, max_attempts, exc)
-                self._sync_failures[full_id] = failures
-                delay = 0.0 if isinstance(exc, RpcTimeoutError) else self.wconf.ask_timeout
-                self.rpc_env.schedule(delay, self._sync_executor_state_with_master, m)
-            else:
-                log.error("Failed to send %s to Master %s for %d times. Giving up.", m,
-                          master, max_attempts)
-                self._exit(1)
-        fut.add_done_callback(lambda f: self.rpc_env.call_soon(done, f))
-
-    def _on_kill_executor(self, m: KillExecutor) -> None:
-        if m.masterUrl != self.active_master_url:
-            log.warning("Invalid Master (%s) attempted to kill executor %s", m.masterUrl,
-                        m.execId)
-            return
-        full_id = f"{m.appId}/{m.execId}"
-        runner = self.executors.get(full_id)
-        if runner is None:
-            log.info("Asked to kill unknown executor %s", full_id)
-            return
-        log.info("Asked to kill executor %s", full_id)
-        runner.kill()
-
-    def _on_application_finished(self, app_id: str) -> None:
-        self.finished_apps.add(app_id)
-        for runner in list(self.executors.values()):
-            if runner.app_id == app_id:
-                log.info("Killing executor %s of finished application %s", runner.full_id,
-                         app_id)
+            if self.executor_runners.pop(full_id, None) is not None:
                 runner.kill()
-        self._maybe_cleanup_application(app_id)
+            self._feed(RunnerLaunchFailed(f"{type(e).__name__}: {e}", full_id=full_id))
 
-    def _maybe_cleanup_application(self, app_id: str) -> None:
-        if app_id not in self.finished_apps:
-            return
-        if any(r.app_id == app_id for r in self.executors.values()):
-            return
-        self.finished_apps.discard(app_id)
+    def _cleanup_application(self, app_id: str) -> None:
         if self.shuffle_service is not None:
             self.shuffle_service.application_removed(app_id)
         dirs = self.app_directories.pop(app_id, None)
@@ -864,106 +529,25 @@ class Worker(RpcEndpoint):
             except Exception:
                 _delete_dirs(dirs)
 
-    def kill_all_executors(self, state: ExecutorState = ExecutorState.KILLED,
-                           message: Optional[str] = None) -> list[ExecutorRunner]:
-        """Ask every running executor to die (non-blocking); returns the runners so a
-        caller off the loop can join them."""
-        runners = list(self.executors.values())
-        for r in runners:
-            r.kill(state, message)
-        return runners
+    # -- drivers -----------------------------------------------------------------------------
 
-    # -- drivers (§4.4) ----------------------------------------------------------------------
-
-    def _on_launch_driver(self, m: LaunchDriver) -> None:
-        if m.driverId in self.drivers:
-            log.warning("Asked to launch driver %s, which is already running here", m.driverId)
-            return
-        log.info("Asked to launch driver %s", m.driverId)
-        desc = m.driverDesc
+    def _launch_driver(self, ins: LaunchDriverRunner) -> None:
         try:
             runner = DriverRunner(
-                m.driverId, desc, work_dir=self.work_dir, worker_url=self.worker_url,
-                host=self.host, web_ui_url=self.web_ui_url, report=self._report_from_driver,
-                fetch_upload=self._fetch_app_resource, worker_conf=self.conf,
-                auth_secret=self._app_credential(m.driverId), attempt=m.attempt,
-                resources=m.resources)
-            self.drivers[m.driverId] = runner
+                ins.driver_id, ins.desc, work_dir=self.work_dir, worker_url=self.worker_url,
+                host=self.state.host, web_ui_url=self.web_ui_url,
+                report=self._report_from_driver, fetch_upload=self._fetch_app_resource,
+                worker_conf=self.conf, auth_secret=self._app_credential(ins.driver_id),
+                attempt=ins.attempt, resources=ins.resources)
+            self.driver_runners[ins.driver_id] = runner
             runner.start()
-            self.cores_used += desc.cores
-            self.memory_used += desc.mem
-            self._acquire_resources(m.resources)
         except Exception as e:
-            log.error("Failed to launch driver %s: %s", m.driverId, e)
-            self.drivers.pop(m.driverId, None)
-            self._send_to_master(DriverStateChanged(m.driverId, DriverState.ERROR,
-                                                    f"{type(e).__name__}: {e}", None,
-                                                    m.attempt))
+            self.driver_runners.pop(ins.driver_id, None)
+            self._feed(RunnerLaunchFailed(f"{type(e).__name__}: {e}", driver_id=ins.driver_id))
 
-    def _fetch_app_resource(self, url: str) -> AppResourceData:
-        """For DriverRunner threads (never the loop: it blocks): an `ember-upload://` URL's
-        bytes from the active master."""
-        master = self.master
-        if master is None:
-            raise ConnectionError("the connection to the master has not yet been established")
-        return master.ask_sync(FetchAppResource(url), timeout=self.wconf.ask_timeout)
-
-    def _report_from_driver(self, m: DriverStateChanged) -> None:
-        """Called on a runner thread: hop onto the loop (the one writer of our state)."""
-        self.rpc_env.call_soon(self._handle_driver_state_changed, m)
-
-    def _handle_driver_state_changed(self, m: DriverStateChanged) -> None:
-        """Spark's handleDriverStateChanged: log, forward, release the driver's share. A
-        driver this worker killed when its master lease ran out is reported RELAUNCHING
-        (Ember): it is gone, and a supervised one may run again at once."""
-        if m.driverId in self.lease_killed and m.state == DriverState.KILLED:
-            self.lease_killed.discard(m.driverId)
-            m = replace(m, state=DriverState.RELAUNCHING, exception=(
-                f"Killed by worker {self.worker_id}: no master answered within "
-                f"spark.ember.worker.masterLease ({self.lease.lease_s:g} s)"))
-        if m.state == DriverState.ERROR:
-            log.warning("Driver %s failed with unrecoverable exception: %s", m.driverId,
-                        m.exception)
-        elif m.state == DriverState.FAILED:
-            log.warning("Driver %s exited with failure", m.driverId)
-        elif m.state == DriverState.FINISHED:
-            log.info("Driver %s exited successfully", m.driverId)
-        elif m.state == DriverState.KILLED:
-            log.info("Driver %s was killed by user", m.driverId)
-        else:
-            log.info("Driver %s changed state to %s", m.driverId, m.state)
-        self._send_to_master(m)
-        if m.state in (DriverState.FINISHED, DriverState.FAILED, DriverState.KILLED,
-                       DriverState.ERROR, DriverState.RELAUNCHING):
-            self.driver_final_states[m.driverId] = (time.monotonic(), m)
-            trim_finished(self.driver_final_states, self.wconf.retained_drivers)
-        runner = self.drivers.pop(m.driverId, None)
-        if runner is not None:
-            self.finished_drivers[m.driverId] = runner
-            trim_finished(self.finished_drivers, self.wconf.retained_drivers)
-            self.cores_used -= runner.cores
-            self.memory_used -= runner.memory
-            self._release_resources(runner.resources)
-
-    def _on_kill_driver(self, driver_id: str) -> None:
-        runner = self.drivers.get(driver_id)
-        if runner is None:
-            log.error("Asked to kill unknown driver %s", driver_id)
-            return
-        log.info("Asked to kill driver %s", driver_id)
-        runner.kill()
-
-    def kill_all_drivers(self) -> list[DriverRunner]:
-        """Ask every running driver to die (non-blocking); returns the runners so a caller
-        off the loop can join them."""
-        runners = list(self.drivers.values())
-        for r in runners:
-            r.kill()
-        return runners
-
-    def _on_request_driver_log(self, m: RequestDriverLog, context: RpcCallContext) -> None:
-        known = m.driverId in self.drivers or m.driverId in self.finished_drivers
-        path, error = driver_log_path(self.work_dir, m.driverId, m.logType, known)
+    def _serve_driver_log(self, ins: ServeDriverLog) -> None:
+        m, context = ins.message, ins.request
+        path, error = driver_log_path(self.work_dir, m.driverId, m.logType, ins.known)
         if path is None:
             context.reply(DriverLogResponse(False, message=error))
             return
@@ -978,13 +562,12 @@ class Worker(RpcEndpoint):
 
     # -- work dir cleanup (§4.6) -------------------------------------------------------------
 
-    def _work_dir_cleanup(self) -> None:
-        active = {r.app_id for r in self.executors.values()} | set(self.drivers)
-        work_dir, ttl = self.work_dir, self.wconf.app_data_ttl
+    def _clean_work_dir(self, ins: CleanupWorkDir) -> None:
+        work_dir = self.work_dir
 
         def clean() -> None:
             try:
-                for d in stale_app_dirs(work_dir, active, ttl):
+                for d in stale_app_dirs(work_dir, ins.active, ins.ttl_s):
                     log.info("Removing directory: %s", d)
                     shutil.rmtree(d, ignore_errors=True)
             except OSError as e:
@@ -1170,13 +753,12 @@ class WorkerDaemon:
         runners: list[ExecutorRunner] = []
         drivers: list[DriverRunner] = []
         if worker is not None and env is not None:
-            def kill_all() -> tuple[list[ExecutorRunner], list[DriverRunner]]:
-                return (worker.kill_all_executors(ExecutorState.FAILED, "Worker shutting down"),
-                        worker.kill_all_drivers())
             try:
-                runners, drivers = self.run_on_loop(kill_all)
+                runners, drivers = self.run_on_loop(
+                    lambda: worker.kill_all(ExecutorState.FAILED, "Worker shutting down"))
             except Exception:
-                runners, drivers = list(worker.executors.values()), list(worker.drivers.values())
+                runners = list(worker.executor_runners.values())
+                drivers = list(worker.driver_runners.values())
                 for r in runners:
                     r.kill(ExecutorState.FAILED, "Worker shutting down")
                 for d in drivers:
