@@ -40,9 +40,9 @@ from ember.deploy.worker.executor_runner import (build_command, build_environmen
                                                  terminate_process_tree)
 from ember.deploy.log_pages import read_log
 from ember.rpc.bind import candidate_ports
+from ember.util.units import megabytes_to_string
 from ember.deploy.worker.worker import (RetryAction, WorkerDaemon, WorkerSettings,
-                                        generate_worker_id, megabytes_to_string,
-                                        parse_standalone_master_urls, registration_fuzz,
+                                        generate_worker_id, parse_standalone_master_urls, registration_fuzz,
                                         registration_intervals, registration_timeline,
                                         reregister_action, stale_app_dirs, trim_finished)
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv
