@@ -456,7 +456,7 @@ def test_ask_timeout_remote_failure_unknown_endpoint(envs, transport):
         ref.ask_sync(RtRaise("kaput"))
     with pytest.raises(RpcRemoteError, match=r"Could not find Nobody\."):
         b.endpoint_ref(a.address, "Nobody").ask_sync(RtEcho(1), timeout=5)
-    with pytest.raises(RpcRemoteError, match="ValueError: Unsupported message"):
+    with pytest.raises(RpcRemoteError, match="UnsupportedMessageError: Unsupported message RtWelcome"):
         ref.ask_sync(RtWelcome("not handled"))
     # ask_sync from the loop thread is refused instead of deadlocking
     with pytest.raises(RpcRemoteError, match="RuntimeError: .*deadlock"):
@@ -631,7 +631,7 @@ def test_inprocess_factory():
         a.setup_endpoint("rec", rec)
         assert b.endpoint_ref(a.address, "rec").ask_sync(RtEcho("x")) == "x"
         # not reachable over TCP: nothing listens on a socket
-        assert a._conf.inprocess and a._transport.__class__.__name__ == "InProcessTransport"
+        assert a.rpc_conf.inprocess and a._transport.__class__.__name__ == "InProcessTransport"
     finally:
         a.shutdown()
         b.shutdown()

@@ -63,9 +63,8 @@ from ember.deploy.messages import (
     RequestReadyz, RequestSubmitDriver, RequestAppStatus,
 )
 from ember.errors import SparkException
-from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv, Cancellable
+from ember.rpc import Cancellable, PeerInfo, RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv
 from ember.rpc.config import RpcConf
-from ember.rpc.core import PeerInfo
 from ember.rpc.security import SCOPE_ENV
 
 log = logging.getLogger("ember.deploy.master.Master")
@@ -336,7 +335,7 @@ class Master(RpcEndpoint):
 
     def _on_elected(self, epoch: int) -> None:
         """The agent's callback (any thread): recover on the loop."""
-        if self.rpc_env._on_loop_thread():
+        if self.rpc_env.in_loop():
             self._begin_recovery(epoch)
         else:
             self.rpc_env.call_soon(self._begin_recovery, epoch)
