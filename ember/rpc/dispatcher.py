@@ -49,23 +49,12 @@ class Inbox:
         self.backlog: deque | None = deque()
 
 
-class HeldEffect:
-    """One send, ask or reply issued by a running callback, not yet let out.
-
-    `now`: run `fn` directly at release (a reply, as an ask's answer is written at once);
-    otherwise it is scheduled on the loop (a send or ask, which always goes out a turn
-    later). `pending` / `context`: the ask to fail, the reply to withdraw, if dropped."""
-
-    __slots__ = ("fn", "args", "now", "pending", "context")
-
-    def __init__(self, fn: Callable, args: tuple, now: bool,
-                 pending: "PendingAsk | None" = None,
-                 context: RpcCallContext | None = None) -> None:
-        self.fn = fn
-        self.args = args
-        self.now = now
-        self.pending = pending
-        self.context = context
+# One send, ask or reply issued by a running callback and not yet let out:
+# (fn, args, pending, context). A reply (`context` set: the ask it answers) runs `fn` at
+# release, as an answer is written at once; a send or ask is scheduled on the loop, as it
+# always goes out a turn later. If dropped, `pending`'s ask fails and `context`'s reply is
+# withdrawn.
+HeldEffect = tuple[Callable, tuple, "PendingAsk | None", "RpcCallContext | None"]
 
 
 def not_found(name: str) -> RpcRemoteError:
@@ -200,25 +189,24 @@ class Dispatcher:
             outer.extend(held)
             return
         call_soon = self.loop.call_soon
-        for effect in held:
-            if effect.now:
-                effect.fn(*effect.args)
+        for fn, args, _pending, context in held:
+            if context is not None:
+                fn(*args)
             else:
-                call_soon(effect.fn, *effect.args)
+                call_soon(fn, *args)
 
     def drop(self, held: list[HeldEffect], cause: Exception) -> None:
         """Withdraw the effects of a callback that raised: its asks fail, its replies are
         un-issued (so the ask it handled can be failed instead), its sends are not sent."""
         sends = 0
-        for effect in held:
-            if effect.pending is not None:
-                fut = effect.pending.future
-                if not fut.done():
-                    fut.set_exception(RpcError(
+        for _fn, _args, pending, context in held:
+            if pending is not None:
+                if not pending.future.done():
+                    pending.future.set_exception(RpcError(
                         f"The ask was not sent: the callback that made it raised "
                         f"{type(cause).__name__}: {cause}"))
-            elif effect.context is not None:
-                effect.context.answered = False
+            elif context is not None:
+                context.answered = False
             else:
                 sends += 1
         if held:

@@ -51,7 +51,7 @@ from ember.rpc import framing
 from ember.rpc.address import RpcAddress
 from ember.rpc.config import RpcConf
 from ember.rpc.dispatcher import (ASK, CONNECTED, DISCONNECTED, NETWORK_ERROR, RECEIVE,
-                                  SLOW_CALLBACK_SECONDS, Dispatcher, HeldEffect, Inbox,
+                                  SLOW_CALLBACK_SECONDS, Dispatcher, Inbox,
                                   app_refusal, not_found)
 from ember.rpc.endpoint import (ENDPOINT_VERIFIER, CheckExistence, EndpointVerifier, PeerInfo,
                                 RpcCallContext, RpcEndpoint, RpcEndpointRef, as_seconds,
@@ -305,7 +305,7 @@ class RpcEnv:
         if threading.get_ident() == self._loop_tid:
             held = self._dispatcher.held
             if held is not None:
-                held.append(HeldEffect(fn, args, False, pending))
+                held.append((fn, args, pending, None))
             else:
                 self.loop.call_soon(fn, *args)
             return
@@ -585,8 +585,7 @@ class RpcEnv:
         if threading.get_ident() == self._loop_tid:
             held = self._dispatcher.held
             if held is not None:
-                held.append(HeldEffect(self._send_response, (ctx, ok, value), True,
-                                       context=ctx))
+                held.append((self._send_response, (ctx, ok, value), None, ctx))
             else:
                 self._send_response(ctx, ok, value)
             return
