@@ -125,9 +125,11 @@ class Dispatcher:
         if kind == RECEIVE:
             self.current = info
             try:
-                self.call_endpoint(inbox, lambda: f"receive({describe(a)})", ep.receive, a, b)
+                error = self.run_held(inbox, lambda: f"receive({describe(a)})", ep.receive, a, b)
             finally:
                 self.current = None
+            if error is not None:
+                self.log_failure(inbox, lambda: f"receive({describe(a)})", error)
         elif kind == ASK:
             error = self.run_held(inbox, lambda: f"receive_and_reply({describe(a)})",
                                   ep.receive_and_reply, a, b)
@@ -149,9 +151,12 @@ class Dispatcher:
         """Run one endpoint callback; log (never propagate) what it raises."""
         error = self.run_held(inbox, what, fn, *args)
         if error is not None:
-            log.error("Endpoint %s (%s) failed in %s", inbox.name,
-                      type(inbox.endpoint).__name__, what if isinstance(what, str) else what(),
-                      exc_info=error)
+            self.log_failure(inbox, what, error)
+
+    @staticmethod
+    def log_failure(inbox: Inbox, what: Any, error: Exception) -> None:
+        log.error("Endpoint %s (%s) failed in %s", inbox.name, type(inbox.endpoint).__name__,
+                  what if isinstance(what, str) else what(), exc_info=error)
 
     def run_held(self, inbox: Inbox, what: Any, fn: Callable, *args: Any) -> Exception | None:
         """Run `fn(*args)` as a transaction: release its held effects if it returns, drop

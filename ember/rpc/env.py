@@ -121,6 +121,7 @@ class RpcEnv:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._dispatcher = Dispatcher(name, self.loop)
+        self._inboxes = self._dispatcher.inboxes     # endpoint name -> Inbox
         self._pending: dict[int, PendingAsk] = {}
         self._ids = itertools.count(1)
         self._outboxes: dict[RpcAddress, Outbox] = {}
@@ -275,12 +276,16 @@ class RpcEnv:
             return
         self._inbox.append((fn, args))
         if not self._wake_pending:
-            self._wake_pending = True
-            try:
-                self.loop.call_soon_threadsafe(self._drain_inbox)
-            except RuntimeError:
-                self._wake_pending = False
-                raise
+            self._wake_up()
+
+    def _wake_up(self) -> None:
+        """Have the loop drain `_inbox` (one self-pipe write per batch of calls)."""
+        self._wake_pending = True
+        try:
+            self.loop.call_soon_threadsafe(self._drain_inbox)
+        except RuntimeError:
+            self._wake_pending = False
+            raise
 
     def _drain_inbox(self) -> None:
         self._wake_pending = False
@@ -309,7 +314,9 @@ class RpcEnv:
             else:
                 self.loop.call_soon(fn, *args)
             return
-        self.run_on_loop(fn, *args)
+        self._inbox.append((fn, args))
+        if not self._wake_pending:
+            self._wake_up()
 
     # -- endpoints ------------------------------------------------------------------------
 
@@ -447,7 +454,7 @@ class RpcEnv:
         return True
 
     def _local_send(self, name: str, msg: Any) -> None:
-        inbox = self._dispatcher.inboxes.get(name)
+        inbox = self._inboxes.get(name)
         if inbox is None:
             log.warning("Dropping %s from %s: Could not find %s.", describe(msg), self.address,
                         name)
@@ -458,7 +465,7 @@ class RpcEnv:
         if not self._arm(p):
             return
         ctx = RpcCallContext(self.address, self._peer_info(None), None, p.req_id, self._respond)
-        inbox = self._dispatcher.inboxes.get(name)
+        inbox = self._inboxes.get(name)
         if inbox is None:
             self._send_response(ctx, False, not_found(name))
             return
@@ -525,7 +532,7 @@ class RpcEnv:
     # -- TransportHandler: frames in ----------------------------------------------------------
 
     def one_way_received(self, ch: Channel, name: str, body: Any) -> None:
-        inbox = self._dispatcher.inboxes.get(name)
+        inbox = self._inboxes.get(name)
         if inbox is None:
             log.warning("Dropping a message from %s: Could not find %s.", ch.peer, name)
             return
@@ -542,7 +549,7 @@ class RpcEnv:
 
     def request_received(self, ch: Channel, req_id: int, name: str, body: Any) -> None:
         ctx = RpcCallContext(ch.peer, self._peer_info(ch), ch, req_id, self._respond)
-        inbox = self._dispatcher.inboxes.get(name)
+        inbox = self._inboxes.get(name)
         if inbox is None:
             log.warning("Failing an ask from %s: Could not find %s.", ch.peer, name)
             ctx.answer(False, not_found(name))
