@@ -687,6 +687,33 @@ def test_port_retry_when_busy(envs):
         envs("third", port=first.address.port, conf={"spark.port.maxRetries": "0"})
 
 
+def test_transports_use_only_the_public_transport_handler_seam(envs):
+    """RpcEnv implements every member of TransportHandler, and the TCP and in-process
+    transports reach their env through nothing else: no private attribute of a handler."""
+    import ast
+    import inspect
+
+    from ember.rpc import inprocess, tcp
+    from ember.rpc.transport import TransportHandler
+    env = envs("seam")
+    members = set(TransportHandler.__annotations__) | {
+        n for n, v in vars(TransportHandler).items()
+        if not n.startswith("_") and (callable(v) or isinstance(v, property))}
+    assert members >= {"channel_opened", "channel_closed", "one_way_received",
+                       "request_received", "response_received", "run_on_loop", "rpc_conf"}
+    assert all(hasattr(env, m) for m in members), members - set(dir(env))
+    handlers = {"handler", "_handler", "peer_handler", "env", "target", "_env"}
+    for module in (tcp, inprocess):
+        crossings = [
+            f"{module.__name__}:{node.lineno}: {ast.unparse(node)}"
+            for node in ast.walk(ast.parse(inspect.getsource(module)))
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and ((isinstance(node.value, ast.Name) and node.value.id in handlers)
+                 or (isinstance(node.value, ast.Attribute) and node.value.attr in handlers))]
+        assert not crossings, crossings
+
+
 def test_inprocess_factory():
     a = create_inprocess_env("ia")
     b = create_inprocess_env("ib")
