@@ -195,10 +195,14 @@ class Dispatcher:
             return
         call_soon = self.loop.call_soon
         for fn, args, _pending, context in held:
-            if context is not None:
-                fn(*args)
-            else:
+            if context is None:
                 call_soon(fn, *args)
+                continue
+            try:
+                fn(*args)
+            except Exception:   # one reply that cannot be written must not stop the rest
+                log.exception("RpcEnv %s: error sending a reply to %s", self.env_name,
+                              context.sender_address)
 
     def drop(self, held: list[HeldEffect], cause: Exception) -> None:
         """Withdraw the effects of a callback that raised: its asks fail, its replies are
