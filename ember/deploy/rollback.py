@@ -75,12 +75,11 @@ class Rollback:
         self._skip = skip
         self._apply = apply
         self._events: list[tuple[Any, int]] = []
-        self._checkpoint = b""
+        self._checkpoint: bytes | None = None   # taken before the first event
         self._kept: list[Any] = []
         self._checkpoint_cost = 0.0     # seconds the last checkpoint took
         self._handled = 0.0             # seconds spent handling the events since
         self._started = 0.0
-        self.checkpoint()
 
     def checkpoint(self) -> None:
         """Take a checkpoint of the state as it is now (forgets the events before it)."""
@@ -97,6 +96,8 @@ class Rollback:
 
     def begin(self) -> None:
         """An event is about to be applied (starts timing its handling)."""
+        if self._checkpoint is None:    # the state as constructed, subclasses included
+            self.checkpoint()
         self._started = time.perf_counter()
 
     def committed(self, event: Any, now_ms: int, checkpoint: bool = False) -> None:
@@ -112,6 +113,7 @@ class Rollback:
     def restore(self) -> None:
         """Put the state back as it was after the last committed event."""
         target = self._target
+        assert self._checkpoint is not None, "restore() before any begin()"
         fields = _Loader(self._checkpoint, self._kept).load()
         for name in [k for k in vars(target) if k not in self._skip and k not in fields]:
             delattr(target, name)                  # created by the failed event
