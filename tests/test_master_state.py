@@ -5,12 +5,14 @@ and plain strings for drivers; nothing here opens a socket or sleeps.
 """
 from __future__ import annotations
 
+import enum
 import os
 import random
 import time
 
 import pytest
 
+from ember.deploy import rollback
 from ember.deploy.master.records import app_record, driver_record
 from ember.deploy.master.scheduling import ApplicationInfo, DriverInfo, WorkerInfo
 from ember.deploy.master.state import (
@@ -804,7 +806,7 @@ def test_asks_without_a_request_are_handled_and_unknown_messages_ignored():
     out = m.handle("garbage", NOW)
     assert out == [Log("WARN", "Master received an unexpected message: str")]
     out = m.handle(Ask(9, 42), NOW)
-    assert out[-1] == ReplyFailure(9, "Unsupported message int")
+    assert out[-1] == ReplyFailure(9, "Unsupported message int", "UnsupportedMessageError")
 
 
 def test_a_failing_handler_does_not_take_the_master_down():
@@ -812,6 +814,100 @@ def test_a_failing_handler_does_not_take_the_master_down():
     out = m.handle(Ask(1, RequestExecutors("app-x", "not a list")), NOW)
     assert isinstance(out[-1], ReplyFailure)
     assert logs(out, "ERROR")[0].startswith("Error while handling RequestExecutors")
+
+
+def dump(m: MasterState) -> tuple:
+    """Everything a MasterState holds, as plain comparable data (object identity and sharing
+    kept as back-references, dict order kept, sets sorted)."""
+    seen: dict[int, int] = {}
+    skip = {"_handlers", "_rollback", "_out", "_now", "address_of"}
+
+    def walk(v):
+        if isinstance(v, (str, int, float, bool, bytes, type(None), enum.Enum)):
+            return v
+        if isinstance(v, RpcEndpointRef):
+            return ("ref", repr(v))
+        if isinstance(v, random.Random):
+            return ("rng", v.getstate())
+        if isinstance(v, (list, tuple)):
+            return (type(v).__name__, [walk(x) for x in v])
+        if isinstance(v, dict):
+            return ("dict", [(walk(k), walk(x)) for k, x in v.items()])
+        if isinstance(v, (set, frozenset)):
+            return ("set", sorted(repr(walk(x)) for x in v))
+        if id(v) in seen:
+            return ("@", seen[id(v)])
+        seen[id(v)] = len(seen)
+        return (type(v).__name__, [(k, walk(x)) for k, x in sorted(vars(v).items())
+                                   if k not in skip])
+    return walk(m)
+
+
+class ExecutorLaunchFails(MasterState):
+    """Fault injection: launching an executor raises, half-way through a handler that has
+    already registered a worker, queued its persistence and its RegisteredWorker."""
+
+    def _launch_executor(self, worker, exec):
+        raise RuntimeError("launch failed")
+
+
+def busy_master(cls=MasterState) -> MasterState:
+    """A master with history: more events than one checkpoint spacing, so a rollback
+    replays some of them."""
+    m = cls({}, host="m", port=7077, self_ref=MASTER, web_ui_url="http://m:8080",
+            rest_port=6066, rng=random.Random(0))
+    m.handle(ElectedLeader(), NOW)
+    for i in range(12):
+        register_app(m, f"driver-{i}", app_desc(f"app{i}", cores=1, memory=256),
+                     now=NOW + i)
+        submit_driver(m, now=NOW + i)
+    return m
+
+
+def test_a_handler_that_raises_half_way_changes_nothing_and_sends_nothing():
+    m = busy_master(ExecutorLaunchFails)
+    twin = busy_master(ExecutorLaunchFails)
+    before = dump(m)
+    assert before == dump(twin)
+    out = register_worker(m, "worker-1", cores=8, memory=8192, now=NOW + 100)[1]
+    # the worker was registered and its RegisteredWorker queued before the launch raised:
+    # none of it is left, only the error
+    assert out == [Log("ERROR", "Error while handling RegisterWorker: "
+                                "RuntimeError('launch failed')")]
+    assert dump(m) == before
+    assert "worker-1" not in m.idToWorker and not m.workers
+    # and the state goes on exactly as the twin that never saw the failed event
+    for state in (m, twin):
+        state.handle(Heartbeat("worker-9", wref("worker-9")), NOW + 200)
+        submit_driver(state, now=NOW + 300)
+    assert dump(m) == dump(twin)
+
+
+def test_a_failed_ask_gets_only_its_failure_and_the_state_is_as_before():
+    m = busy_master()
+    before = dump(m)
+    out = m.handle(Ask("req", RequestExecutors("app-x", "not a list")), NOW + 100)
+    assert [type(i) for i in out] == [Log, ReplyFailure]
+    assert out[1].request == "req" and out[1].error_type == "SparkException"
+    assert dump(m) == before
+
+
+@pytest.mark.parametrize("cost_ratio", [0, 20, float("inf")],
+                         ids=["checkpoint-every-event", "default", "replay-everything"])
+def test_a_rollback_restores_the_state_right_before_the_failed_event(monkeypatch, cost_ratio):
+    """Whether the last checkpoint was taken just before the failed event or at the start
+    (every committed event is then replayed), the state restored is the one right before
+    the failed event, not an older one."""
+    monkeypatch.setattr(rollback, "COST_RATIO", cost_ratio)
+    m = busy_master(ExecutorLaunchFails)
+    for i in range(40):      # more than one checkpoint spacing
+        m.handle(Ask(f"status-{i}", RequestDriverStatus(f"driver-{i}")), NOW + 1000 + i)
+        register_app(m, f"late-{i}", app_desc(f"late{i}", cores=1, memory=256),
+                     now=NOW + 1000 + i)
+    before = dump(m)
+    register_worker(m, "worker-1", now=NOW + 2000)
+    assert dump(m) == before
+    assert len(m.waitingApps) == 52
 
 
 def test_config_validation():

@@ -26,7 +26,7 @@ import msgpack
 import pytest
 
 from ember.rpc import (MessageDecodeError, RpcAddress, RpcCallContext, RpcConnectionError,
-                       RpcEndpoint, RpcEndpointNotFoundError, RpcEndpointRef, RpcEnv,
+                       RpcEndpoint, RpcEndpointNotFoundError, RpcEndpointRef, RpcEnv, RpcError,
                        RpcMessageTooLargeError, RpcRemoteError, RpcTimeoutError,
                        create_inprocess_env, decode, encode, message)
 from ember.rpc import framing
@@ -437,6 +437,70 @@ def test_send_and_ask_round_trip(envs, transport):
     assert rec_a.wait_for("connected") == b.address
 
 
+@message
+@dataclass(frozen=True)
+class RtSendThenRaise:
+    n: int
+    fail: bool
+
+
+class SendsThenRaises(RpcEndpoint):
+    """Sends to a remote and a local endpoint, asks the remote one, answers its own ask -
+    then raises if told to: none of that may leave the env."""
+
+    def __init__(self, remote: RpcEndpointRef, local: RpcEndpointRef) -> None:
+        self.remote, self.local = remote, local
+        self.asked: list[concurrent.futures.Future] = []
+
+    def _act(self, msg: RtSendThenRaise) -> None:
+        self.remote.send(RtSeq(msg.n))
+        self.local.send(RtSeq(msg.n))
+        self.asked.append(self.remote.ask(RtRegister(self.self_ref)))
+
+    def receive(self, msg: Any, sender: RpcAddress) -> None:
+        self._act(msg)
+        if msg.fail:
+            raise RuntimeError(f"half-way {msg.n}")
+
+    def receive_and_reply(self, msg: Any, context: RpcCallContext) -> None:
+        self._act(msg)
+        context.reply("done")
+        if msg.fail:
+            raise RuntimeError(f"half-way {msg.n}")
+
+
+def test_a_callback_that_raises_sends_nothing_but_its_failure(envs, transport, caplog):
+    inproc = transport == "inprocess"
+    a, b = envs("a", inprocess=inproc), envs("b", inprocess=inproc)
+    remote, local = Recorder(), Recorder()
+    remote_ref = b.setup_endpoint("remote", remote)
+    local_ref = a.setup_endpoint("local", local)
+    fickle = SendsThenRaises(a.endpoint_ref(b.address, "remote"), local_ref)
+    a.setup_endpoint("fickle", fickle)
+    ref = b.endpoint_ref(a.address, "fickle")
+
+    # an ask: its reply ("done", issued before the raise) is withdrawn for the failure
+    with pytest.raises(RpcRemoteError) as ei:
+        ref.ask_sync(RtSendThenRaise(1, fail=True), timeout=10)
+    assert ei.value.remote_type == "RuntimeError" and ei.value.remote_message == "half-way 1"
+    # a one-way message
+    ref.send(RtSendThenRaise(2, fail=True))
+    # then one that succeeds: everything it issued goes out, in order
+    assert ref.ask_sync(RtSendThenRaise(3, fail=False), timeout=10) == "done"
+    assert remote.wait_for("msg") == RtSeq(3) and local.wait_for("msg") == RtSeq(3)
+    assert fickle.asked[2].result(10) == str(a.address)
+    # messages from one sender keep their order: had 1 or 2 gone out, they would be first
+    assert remote.seen == [RtSeq(3)] and local.seen == [RtSeq(3)]
+    assert remote.registered == [a.endpoint_ref(a.address, "fickle")]
+    for dropped in fickle.asked[:2]:
+        with pytest.raises(RpcError, match="not sent: the callback that made it raised "
+                                           "RuntimeError: half-way"):
+            dropped.result(10)
+    assert any("Dropped 2 message(s) and 2 ask(s)/reply(s)" in r.getMessage()
+               for r in caplog.records)
+    assert remote_ref.ask_sync(RtGet(), timeout=10) == [3]
+
+
 def test_ask_timeout_remote_failure_unknown_endpoint(envs, transport):
     inproc = transport == "inprocess"
     a, b = envs("a", inprocess=inproc), envs("b", inprocess=inproc)
@@ -456,7 +520,7 @@ def test_ask_timeout_remote_failure_unknown_endpoint(envs, transport):
         ref.ask_sync(RtRaise("kaput"))
     with pytest.raises(RpcRemoteError, match=r"Could not find Nobody\."):
         b.endpoint_ref(a.address, "Nobody").ask_sync(RtEcho(1), timeout=5)
-    with pytest.raises(RpcRemoteError, match="ValueError: Unsupported message"):
+    with pytest.raises(RpcRemoteError, match="UnsupportedMessageError: Unsupported message RtWelcome"):
         ref.ask_sync(RtWelcome("not handled"))
     # ask_sync from the loop thread is refused instead of deadlocking
     with pytest.raises(RpcRemoteError, match="RuntimeError: .*deadlock"):
@@ -623,6 +687,33 @@ def test_port_retry_when_busy(envs):
         envs("third", port=first.address.port, conf={"spark.port.maxRetries": "0"})
 
 
+def test_transports_use_only_the_public_transport_handler_seam(envs):
+    """RpcEnv implements every member of TransportHandler, and the TCP and in-process
+    transports reach their env through nothing else: no private attribute of a handler."""
+    import ast
+    import inspect
+
+    from ember.rpc import inprocess, tcp
+    from ember.rpc.transport import TransportHandler
+    env = envs("seam")
+    members = set(TransportHandler.__annotations__) | {
+        n for n, v in vars(TransportHandler).items()
+        if not n.startswith("_") and (callable(v) or isinstance(v, property))}
+    assert members >= {"channel_opened", "channel_closed", "one_way_received",
+                       "request_received", "response_received", "run_on_loop", "rpc_conf"}
+    assert all(hasattr(env, m) for m in members), members - set(dir(env))
+    handlers = {"handler", "_handler", "peer_handler", "env", "target", "_env"}
+    for module in (tcp, inprocess):
+        crossings = [
+            f"{module.__name__}:{node.lineno}: {ast.unparse(node)}"
+            for node in ast.walk(ast.parse(inspect.getsource(module)))
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and ((isinstance(node.value, ast.Name) and node.value.id in handlers)
+                 or (isinstance(node.value, ast.Attribute) and node.value.attr in handlers))]
+        assert not crossings, crossings
+
+
 def test_inprocess_factory():
     a = create_inprocess_env("ia")
     b = create_inprocess_env("ib")
@@ -631,7 +722,7 @@ def test_inprocess_factory():
         a.setup_endpoint("rec", rec)
         assert b.endpoint_ref(a.address, "rec").ask_sync(RtEcho("x")) == "x"
         # not reachable over TCP: nothing listens on a socket
-        assert a._conf.inprocess and a._transport.__class__.__name__ == "InProcessTransport"
+        assert a.rpc_conf.inprocess and a._transport.__class__.__name__ == "InProcessTransport"
     finally:
         a.shutdown()
         b.shutdown()

@@ -14,8 +14,9 @@ import time
 import msgpack
 import pytest
 
-from ember.rpc import (RpcAuthenticationError, RpcConnectionError, RpcEnv, core, encode,
-                       framing, messages)
+from ember.rpc import (RpcAuthenticationError, RpcConnectionError, RpcEnv, encode, framing,
+                       messages)
+from ember.rpc import env as env_module
 from test_rpc import Recorder, RtEcho, RtSeq, _closed_by_peer, _frame, _raw_connect
 
 SECRET = "s3cret-shared-by-both-sides-of-these-tests"
@@ -77,7 +78,7 @@ def test_unauthenticated_raw_peers_refused_nothing_decoded(envs, caplog, monkeyp
     real_unpackb = msgpack.unpackb
     monkeypatch.setattr(msgpack, "unpackb", forbidden("msgpack.unpackb"))
     monkeypatch.setattr(messages, "_decode_with", forbidden("messages._decode_with"))
-    monkeypatch.setattr(core, "_decode_with", forbidden("core._decode_with"))
+    monkeypatch.setattr(env_module, "_decode_with", forbidden("env._decode_with"))
     monkeypatch.setattr(framing, "parse_hello", forbidden("framing.parse_hello"))
 
     payload = pickle.dumps(_Evil())
@@ -115,7 +116,7 @@ def test_unauthenticated_raw_peers_refused_nothing_decoded(envs, caplog, monkeyp
 
 
 def test_manual_handshake_matches_the_documented_protocol(envs):
-    """A hand-written client that follows ember.rpc.core's docstring can talk to an env."""
+    """A hand-written client that follows ember.rpc.tcp's docstring can talk to an env."""
     import hashlib
     import hmac
     server = envs("server", auth_conf())

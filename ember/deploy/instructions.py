@@ -57,9 +57,11 @@ class Reply:
 
 @dataclass(frozen=True)
 class ReplyFailure:
-    """Fail the ask identified by `request` (the asker sees an exception with `error`)."""
+    """Fail the ask identified by `request`: the asker sees `error_type` (an exception class
+    name, as it crosses the wire) with the message `error`."""
     request: Any
     error: str
+    error_type: str = "SparkException"
 
 
 @dataclass(frozen=True)

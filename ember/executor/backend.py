@@ -34,7 +34,8 @@ from ember.executor.decommission import (migrate_blocks, migrated_block_path,
                                          store_migrated_chunk)
 from ember.executor.process_pool import TaskProcessPool
 from ember.util.event_loop import RpcLoop
-from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv, RpcRemoteError
+from ember.rpc import (RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv, RpcRemoteError,
+                       UnsupportedMessageError)
 from ember.shuffle.crypto import key_from_conf
 from ember.shuffle.reader import read_segments, segment_files
 from ember.util.logs import configure_logging
@@ -168,7 +169,7 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
                 self.rpc_env.call_soon(context.reply, data)
             self.rpc_env.run_in_executor(read)
         else:
-            context.send_failure(ValueError(f"Unsupported message {type(msg).__name__}"))
+            context.send_failure(UnsupportedMessageError(msg, context.sender_address))
 
     def on_disconnected(self, remote: RpcAddress) -> None:
         if remote == self.driver_address:

@@ -1,6 +1,7 @@
 """Ember's RPC layer: RpcEnv, named endpoints, send/ask, auth handshake, msgpack codec.
 
-See `ember.rpc.core` for the model and the wire protocol, `ember.rpc.messages` for the codec.
+See `ember.rpc.env` for the model, `ember.rpc.tcp` for the wire protocol, `ember.rpc.messages`
+for the codec, `ember.rpc.transport` for the seam a transport implements.
 Nothing here knows a deploy message.
 
 Names are resolved lazily (PEP 562): importing a light submodule such as `ember.rpc.bind`
@@ -11,11 +12,14 @@ from typing import Any
 
 _EXPORTS = {
     "ember.rpc.address": ("RpcAddress",),
-    "ember.rpc.core": ("ENDPOINT_VERIFIER", "Cancellable", "CheckExistence", "RpcCallContext",
-                       "RpcEndpoint", "RpcEndpointRef", "RpcEnv", "create_inprocess_env"),
+    "ember.rpc.endpoint": ("ENDPOINT_VERIFIER", "CheckExistence", "PeerInfo", "RpcCallContext",
+                           "RpcEndpoint", "RpcEndpointRef"),
+    "ember.rpc.env": ("RpcEnv", "create_inprocess_env"),
+    "ember.rpc.timers": ("Cancellable",),
     "ember.rpc.errors": ("RpcAuthenticationError", "RpcBindError", "RpcConnectionError",
                          "RpcEndpointNotFoundError", "RpcEnvStoppedError", "RpcError",
-                         "RpcMessageTooLargeError", "RpcRemoteError", "RpcTimeoutError"),
+                         "RpcMessageTooLargeError", "RpcRemoteError", "RpcTimeoutError",
+                         "UnsupportedMessageError"),
     "ember.rpc.messages": ("MessageDecodeError", "decode", "encode", "message"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}

@@ -1,7 +1,7 @@
 """RpcAddress: where an RpcEnv listens, written ``spark://host:port`` like Spark's.
 
-Its own module so the transports can use it without importing ``ember.rpc.core``
-(core imports them); ``ember.rpc.core`` and ``ember.rpc`` re-export it.
+Its own module so the transports and the endpoint API share it without importing the env
+(which imports them); ``ember.rpc`` re-exports it.
 """
 from __future__ import annotations
 

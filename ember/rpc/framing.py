@@ -2,7 +2,7 @@
 
 Kept free of sockets and asyncio (the h11 idea) so the byte-level rules are small, testable
 on their own, and shared by anything that speaks the protocol. The protocol itself is
-described in `ember.rpc.core`'s module docstring.
+described in `ember.rpc.tcp`'s module docstring.
 """
 from __future__ import annotations
 

@@ -13,16 +13,13 @@ import hmac
 import itertools
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ember.rpc import framing
 from ember.rpc.address import RpcAddress
 from ember.rpc.errors import (RpcAuthenticationError, RpcBindError, RpcConnectionError,
                               RpcMessageTooLargeError)
-from ember.rpc.transport import Channel, Transport
-
-if TYPE_CHECKING:
-    from ember.rpc.core import RpcEnv
+from ember.rpc.transport import Channel, Transport, TransportHandler
 
 log = logging.getLogger("ember.rpc")
 
@@ -32,7 +29,7 @@ class _Router:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.envs: dict[RpcAddress, "RpcEnv"] = {}
+        self.transports: dict[RpcAddress, "InProcessTransport"] = {}
         self._ports = itertools.count(30000)
 
     def next_port(self) -> int:
@@ -43,50 +40,51 @@ ROUTER = _Router()
 
 
 class InProcessTransport(Transport):
-    def __init__(self, env: "RpcEnv") -> None:
-        super().__init__(env)
+    def __init__(self, handler: TransportHandler) -> None:
+        super().__init__(handler)
         self.registered: RpcAddress | None = None
 
     async def start(self, host: str, port: int, client_mode: bool) -> RpcAddress:
         if client_mode:
             return RpcAddress(host, 0)
-        retries = self.env._conf.port_max_retries
+        retries = self.handler.rpc_conf.port_max_retries
         with ROUTER.lock:
             if port == 0:
                 while True:
                     addr = RpcAddress(host, ROUTER.next_port())
-                    if addr not in ROUTER.envs:
+                    if addr not in ROUTER.transports:
                         break
             else:
                 for offset in range(retries + 1):
                     addr = RpcAddress(host, port + offset)
-                    if addr not in ROUTER.envs:
+                    if addr not in ROUTER.transports:
                         break
                     log.warning("Service '%s' could not bind on port %d. Attempting port %d.",
-                                self.env.name, port + offset, port + offset + 1)
+                                self.handler.name, port + offset, port + offset + 1)
                 else:
                     raise RpcBindError(
-                        f"Service '{self.env.name}' failed after {retries} retries (starting "
+                        f"Service '{self.handler.name}' failed after {retries} retries (starting "
                         f"from {port})! Consider explicitly setting the appropriate port for "
-                        f"the service '{self.env.name}' or increasing spark.port.maxRetries.")
-            ROUTER.envs[addr] = self.env
+                        f"the service '{self.handler.name}' or increasing spark.port.maxRetries.")
+            ROUTER.transports[addr] = self
             self.registered = addr
-        log.info("Successfully started service '%s' on port %d (in-process).", self.env.name,
+        log.info("Successfully started service '%s' on port %d (in-process).", self.handler.name,
                  addr.port)
         return addr
 
     async def connect(self, address: RpcAddress) -> Channel:
-        env = self.env
+        env = self.handler
         with ROUTER.lock:
-            target = ROUTER.envs.get(address)
-        if target is None or target._stopping:
+            listener = ROUTER.transports.get(address)
+        target = listener.handler if listener is not None else None
+        if target is None or target.stopping:
             raise RpcConnectionError(f"Failed to connect to {address}: Connection refused "
                                      "(no in-process RpcEnv listens there)")
         if env.client_mode:
             identity = RpcAddress(env.address.host, ROUTER.next_port())
         else:
             identity = env.address
-        mine, theirs = env._conf, target._conf
+        mine, theirs = env.rpc_conf, target.rpc_conf
         if theirs.authenticate != mine.authenticate:
             if theirs.authenticate:
                 log.warning("Authentication failed for connection from %s", identity)
@@ -111,36 +109,36 @@ class InProcessTransport(Transport):
                                   peer_is_client=env.client_mode)
         local.other, remote.other = remote, local
         try:
-            target._run_on_loop(target._channel_opened, remote)
+            target.run_on_loop(target.channel_opened, remote)
         except RuntimeError:
             raise RpcConnectionError(f"Failed to connect to {address}: it is shutting down") \
                 from None
-        env._channel_opened(local)
+        env.channel_opened(local)
         return local
 
     def close(self) -> None:
         if self.registered is not None:
             with ROUTER.lock:
-                if ROUTER.envs.get(self.registered) is self.env:
-                    del ROUTER.envs[self.registered]
+                if ROUTER.transports.get(self.registered) is self:
+                    del ROUTER.transports[self.registered]
             self.registered = None
 
 
 class InProcessChannel(Channel):
     """One end of an in-memory link; writes run the peer env's handlers on its loop."""
 
-    def __init__(self, env: "RpcEnv", peer_env: "RpcEnv", peer: RpcAddress, outbound: bool,
-                 peer_is_client: bool = False) -> None:
+    def __init__(self, handler: TransportHandler, peer_handler: TransportHandler,
+                 peer: RpcAddress, outbound: bool, peer_is_client: bool = False) -> None:
         super().__init__(peer, outbound, peer_is_client)
-        self.env = env
-        self.peer_env = peer_env
+        self.handler = handler
+        self.peer_handler = peer_handler
         self.other: InProcessChannel | None = None
 
     def _post(self, kind: int, a: Any, b: Any, body: bytes) -> None:
         if self.closed:
             return
         try:
-            self.peer_env._run_on_loop(self.other._arrive, kind, a, b, body)  # type: ignore[union-attr]
+            self.peer_handler.run_on_loop(self.other._arrive, kind, a, b, body)  # type: ignore[union-attr]
         except RuntimeError:
             pass  # the peer's loop is gone; its shutdown already closed our side
 
@@ -157,7 +155,7 @@ class InProcessChannel(Channel):
         """On this side's loop: a frame from the other side."""
         if self.closed:
             return
-        limit = self.env._conf.max_message_size
+        limit = self.handler.rpc_conf.max_message_size
         if len(body) + 16 > limit:
             log.error("Closing the connection with %s: a frame of %d bytes exceeds "
                       "spark.rpc.message.maxSize (%d bytes)", self.peer, len(body) + 16, limit)
@@ -165,11 +163,11 @@ class InProcessChannel(Channel):
                 f"frame exceeds spark.rpc.message.maxSize ({limit} bytes)"))
             return
         if kind == framing.ONE_WAY:
-            self.env._on_one_way(self, a, body)
+            self.handler.one_way_received(self, a, body)
         elif kind == framing.REQUEST:
-            self.env._on_request(self, a, b, body)
+            self.handler.request_received(self, a, b, body)
         else:
-            self.env._on_response(self, a, b, body)
+            self.handler.response_received(self, a, b, body)
 
     def close(self) -> None:
         self._close(None)
@@ -181,12 +179,12 @@ class InProcessChannel(Channel):
         other = self.other
         if other is not None:
             try:
-                self.peer_env._run_on_loop(other._remote_closed)
+                self.peer_handler.run_on_loop(other._remote_closed)
             except RuntimeError:
                 pass
-        self.env._channel_closed(self, exc)
+        self.handler.channel_closed(self, exc)
 
     def _remote_closed(self) -> None:
         if not self.closed:
             self.closed = True
-            self.env._channel_closed(self, None)
+            self.handler.channel_closed(self, None)

@@ -4,7 +4,7 @@ Why msgpack and not pickle: a control message may arrive from any peer that can 
 connection, and decoding it must never run code. msgpack is a data-only format, so the worst
 a malformed or hostile payload can do here is raise `MessageDecodeError`. Executable payloads
 (tasks, results, blocks) travel inside messages as opaque `bytes` fields; whoever unpickles
-them does so only after the connection has authenticated (see `ember.rpc.core`).
+them does so only after the connection has authenticated (see `ember.rpc.tcp`).
 
 Encoding (a value -> msgpack-native structure, then `msgpack.packb`):
 
@@ -64,13 +64,13 @@ _ENCODE_FIELDS: dict[type, tuple[str, ...]] = {}
 # dataclass -> _ClassSpec (built lazily: annotations may name classes defined later)
 _DECODE_SPECS: dict[type, "_ClassSpec"] = {}
 
-# Set by ember.rpc.core at import time (core imports this module, not the other way round).
+# Set by ember.rpc.endpoint at import time (it imports this module, not the other way round).
 _ADDRESS_CLS: type | None = None
 _REF_CLS: type | None = None
 
 
 def _bind_core_types(address_cls: type, ref_cls: type) -> None:
-    """Called once by ember.rpc.core so the codec knows RpcAddress and RpcEndpointRef."""
+    """Called once by ember.rpc.endpoint so the codec knows RpcAddress and RpcEndpointRef."""
     global _ADDRESS_CLS, _REF_CLS
     _ADDRESS_CLS, _REF_CLS = address_cls, ref_cls
 

@@ -1,9 +1,76 @@
-"""TCP transport: asyncio Protocols speaking the wire protocol of `ember.rpc.core`.
+"""TCP transport: asyncio Protocols speaking Ember's RPC wire protocol.
 
 Protocol objects (not streams) because they let one ``data_received`` parse every frame that
 arrived in a read and dispatch them inline, and let writes of one loop turn be coalesced into
 a single ``transport.write``: a flood of small one-way messages then costs a few syscalls per
-batch instead of a few per message.
+batch instead of a few per message. What it uses of its env is `TransportHandler`.
+
+Wire protocol (TCP), per connection
+-----------------------------------
+0. Admission (`ember.rpc.security`): without a secret an env listens on loopback only and
+   both ends look the other up in /proc/net/tcp: a socket of another Unix user is closed
+   before a byte is read or written. A non-loopback listener needs a secret or the named
+   opt-out spark.ember.network.insecure.allowUnauthenticated.
+
+1. Server greeting, sent by the accepting side as soon as it accepts::
+
+       b"EMBR" | version (1 byte, =2) | flags (1 byte: bit 0 authentication required,
+       bit 1 encryption requested) | server nonce (32 random bytes; zeros without auth)
+       [with auth: scope length (u8) | server scope (UTF-8; empty = the cluster)]
+
+2. Authentication, only if the flag is set (spark.authenticate=true with a secret)::
+
+       client -> server: proof | client_nonce (32) | client flags (1) | scope length (u8)
+                         | client scope
+       server -> client: proof'
+
+   The key K is the cluster secret for the scope "" and HKDF-SHA256(cluster secret,
+   scope) for an application's scope (what workers give the drivers and executors they
+   launch). T = "ember-rpc-v2" | server nonce | client nonce | server flags | client flags
+   | len | server scope | len | client scope; proof = HMAC-SHA256(K, "client" | T),
+   proof' = HMAC-SHA256(K, "server" | T). An application's env admits only its own scope;
+   a daemon admits the cluster and the applications it was told to. Both sides verify with
+   ``hmac.compare_digest``. Until the client's proof checks out the server reads only
+   these bytes: no frame is parsed, no payload is decoded. A wrong proof is logged
+   ("Authentication failed for connection from <peer>", WARNING) and the connection
+   closed; at most spark.ember.rpc.maxPendingConnections connections may be in this phase
+   (the oldest is dropped), each for at most spark.ember.rpc.handshakeTimeout.
+
+   After it the stream is a sequence of sealed records, each holding one or more whole
+   frames (what one write carries; the hello is the first), with keys HKDF(K,
+   salt=SHA-256(T)): ``length (u32, counting the tag) | frames | tag``, tag = GMAC
+   (AES-256-GCM of nothing, nonce = 4 zero bytes | sequence number (u64), associated
+   data = length | frames); with
+   spark.network.crypto.enabled on either side the record is AES-256-GCM encrypted instead
+   (nonce = sequence number, the length as associated data). One key per direction; the
+   sequence numbers are implicit, so a tampered, replayed, dropped or reordered record
+   closes the connection, and no frame of a record is used before the record checked out.
+
+3. Frames, in both directions::
+
+       length (4 bytes, big-endian; counts the type byte and the payload) | type (1 byte)
+       | payload
+
+   A length above spark.rpc.message.maxSize is refused before its body is read: the
+   connection is logged and closed (the stream cannot be re-synchronised); the env keeps
+   serving its other connections. Partial frames of all connections of a process share
+   spark.ember.rpc.inboundBufferBudget: above it a connection is paused (TCP pushes back)
+   and closed if it stays paused for spark.ember.rpc.stalledFrameTimeout.
+
+   ======  ========  ===========================================================
+   type    name      payload
+   ======  ========  ===========================================================
+   0       hello     msgpack ``{"v": 1, "addr": [host, port] | None, "id": str,
+                     "name": env name}``; first frame from the connecting side
+   1       one-way   name length (u16) | endpoint name (UTF-8) | message
+   2       request   request id (u64) | name length (u16) | endpoint name | message
+   3       response  request id (u64) | status (u8: 0 ok, 1 failure) | body
+   ======  ========  ===========================================================
+
+   "message" and an ok body are ``ember.rpc.messages.encode`` output (msgpack, never
+   pickle); a failure body is msgpack ``[exception type name, message]``. A malformed
+   frame or message, an unknown frame type or an unknown endpoint name is logged and, for
+   a request, answered with a failure; the connection stays up.
 """
 from __future__ import annotations
 
@@ -14,17 +81,15 @@ import os
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ember.rpc import framing, security
 from ember.rpc.address import RpcAddress
 from ember.rpc.bind import bind_with_retries
 from ember.rpc.errors import (RpcAuthenticationError, RpcConnectionError, RpcError,
                               RpcMessageTooLargeError)
-from ember.rpc.transport import Channel, Transport
+from ember.rpc.transport import Channel, Transport, TransportHandler
 
-if TYPE_CHECKING:
-    from ember.rpc.core import RpcEnv
 
 log = logging.getLogger("ember.rpc")
 
@@ -73,8 +138,8 @@ _BUDGET = _InboundBudget()
 
 
 class TcpTransport(Transport):
-    def __init__(self, env: "RpcEnv") -> None:
-        super().__init__(env)
+    def __init__(self, handler: TransportHandler) -> None:
+        super().__init__(handler)
         self.server: asyncio.AbstractServer | None = None
         self.pending: dict["TcpConnection", None] = {}   # inbound, not yet authenticated
         self._pending_warned = 0.0
@@ -85,11 +150,12 @@ class TcpTransport(Transport):
     async def start(self, host: str, port: int, client_mode: bool) -> RpcAddress:
         if client_mode:
             return RpcAddress(host, 0)
-        env = self.env
-        sock = bind_with_retries(env.name, host, port, env._conf.port_max_retries, 512)
+        handler = self.handler
+        sock = bind_with_retries(handler.name, host, port, handler.rpc_conf.port_max_retries,
+                                 512)
         loop = asyncio.get_running_loop()
         self.server = await loop.create_server(
-            lambda: TcpConnection(env, outbound=False), sock=sock)
+            lambda: TcpConnection(self, outbound=False), sock=sock)
         return RpcAddress(host, sock.getsockname()[1])
 
     def auth_warning(self, fmt: str, *args: Any) -> None:
@@ -99,7 +165,7 @@ class TcpTransport(Transport):
         if now - self._auth_window >= 10.0:
             if self._auth_suppressed:
                 log.warning("RpcEnv %s: %d more connections failed authentication in the last "
-                            "%.0f s (not logged one by one)", self.env.name,
+                            "%.0f s (not logged one by one)", self.handler.name,
                             self._auth_suppressed, now - self._auth_window)
             self._auth_window, self._auth_logged, self._auth_suppressed = now, 0, 0
         if self._auth_logged < 20:
@@ -113,7 +179,7 @@ class TcpTransport(Transport):
         flood of silent connections cannot hold every descriptor, and a real client's
         handshake, done in milliseconds, is not the oldest)."""
         self.pending[conn] = None
-        cap = self.env._conf.max_pending_connections
+        cap = self.handler.rpc_conf.max_pending_connections
         while len(self.pending) > cap:
             oldest = next(iter(self.pending))
             self.pending.pop(oldest, None)
@@ -122,19 +188,18 @@ class TcpTransport(Transport):
                 self._pending_warned = now
                 log.warning("RpcEnv %s: more than %d connections are in their handshake "
                             "(spark.ember.rpc.maxPendingConnections); dropping the oldest, "
-                            "from %s", self.env.name, cap, oldest._remote)
+                            "from %s", self.handler.name, cap, oldest._remote)
             oldest.abort()
 
     async def connect(self, address: RpcAddress) -> Channel:
-        env = self.env
         loop = asyncio.get_running_loop()
         ready: asyncio.Future = loop.create_future()
-        timeout = env._conf.connect_timeout
+        timeout = self.handler.rpc_conf.connect_timeout
         protocol: TcpConnection | None = None
 
         def factory() -> TcpConnection:
             nonlocal protocol
-            protocol = TcpConnection(env, outbound=True, peer=address, ready=ready)
+            protocol = TcpConnection(self, outbound=True, peer=address, ready=ready)
             return protocol
         try:
             async with asyncio.timeout(timeout):
@@ -161,12 +226,13 @@ class TcpTransport(Transport):
 class TcpConnection(asyncio.Protocol, Channel):
     """One TCP connection: handshake state machine, then frames in both directions."""
 
-    def __init__(self, env: "RpcEnv", outbound: bool, peer: RpcAddress | None = None,
+    def __init__(self, owner: TcpTransport, outbound: bool, peer: RpcAddress | None = None,
                  ready: asyncio.Future | None = None) -> None:
         Channel.__init__(self, peer, outbound)
-        self._env = env
-        self._conf = env._conf
-        self._reader = framing.FrameReader(env._conf.max_message_size)
+        self._owner = owner
+        self._handler = owner.handler
+        self._conf = owner.handler.rpc_conf
+        self._reader = framing.FrameReader(self._conf.max_message_size)
         self._ready = ready
         self._state = _C_GREETING if outbound else _S_AUTH
         self._transport: asyncio.Transport | None = None
@@ -207,11 +273,11 @@ class TcpConnection(asyncio.Protocol, Channel):
         conf = self._conf
         timeout = conf.connect_timeout if self.outbound else min(conf.connect_timeout,
                                                                  conf.handshake_timeout)
-        self._timer = self._env._loop.call_later(timeout, self._handshake_timed_out)
+        self._timer = self._handler.loop.call_later(timeout, self._handshake_timed_out)
         if conf.mode == security.MODE_LOCAL_USER and not self._same_user(transport):
             return
         if not self.outbound:
-            self._env._transport.admit_pending(self)   # type: ignore[attr-defined]
+            self._owner.admit_pending(self)
             if self.closed:
                 return
             auth = conf.mode == security.MODE_SECRET
@@ -241,7 +307,7 @@ class TcpConnection(asyncio.Protocol, Channel):
         return False
 
     def _auth_failed(self, fmt: str, *args: Any) -> None:
-        self._env._transport.auth_warning(fmt, *args)  # type: ignore[attr-defined]
+        self._owner.auth_warning(fmt, *args)
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
@@ -267,7 +333,7 @@ class TcpConnection(asyncio.Protocol, Channel):
             self._transport.pause_reading()
             # a paused connection cannot finish its frame nor see its peer go away: past
             # the timeout it is closed and its bytes returned to the budget
-            self._timer = self._env._loop.call_later(self._conf.stalled_frame_timeout,
+            self._timer = self._handler.loop.call_later(self._conf.stalled_frame_timeout,
                                                      self._stalled)
 
     def _stalled(self) -> None:
@@ -280,7 +346,7 @@ class TcpConnection(asyncio.Protocol, Channel):
 
     def _resume_threadsafe(self) -> None:
         try:
-            self._env._loop.call_soon_threadsafe(self._resume)
+            self._handler.loop.call_soon_threadsafe(self._resume)
         except RuntimeError:
             pass
 
@@ -322,9 +388,9 @@ class TcpConnection(asyncio.Protocol, Channel):
             return conf.secret if claim == conf.scope else None
         if claim == "":
             return conf.secret
-        if not self._env._admits_scope(claim):
+        if not self._handler.admits_scope(claim):
             return None
-        return self._env._derived_key(claim)
+        return self._handler.derived_key(claim)
 
     def _install_sealers(self) -> None:
         t = framing.transcript(self._server_nonce, self._client_nonce, self._server_flags,
@@ -386,7 +452,7 @@ class TcpConnection(asyncio.Protocol, Channel):
                 self._transport.write(framing.server_proof(key, t))  # type: ignore[union-attr]
                 self._key = key
                 self._install_sealers()
-                self._env._transport.pending.pop(self, None)  # type: ignore[attr-defined]
+                self._owner.pending.pop(self, None)
                 self._state = _S_HELLO
             elif state is _S_HELLO:
                 try:
@@ -461,7 +527,7 @@ class TcpConnection(asyncio.Protocol, Channel):
                 assert conf.secret is not None
                 if conf.scope is None:
                     self.scope = self._server_scope or None
-                    key = (self._env._derived_key(self._server_scope) if self._server_scope
+                    key = (self._handler.derived_key(self._server_scope) if self._server_scope
                            else conf.secret)
                 elif self._server_scope in ("", conf.scope):
                     self.scope = conf.scope
@@ -495,9 +561,9 @@ class TcpConnection(asyncio.Protocol, Channel):
                 raise AssertionError(state)
 
     def _send_hello(self) -> None:
-        env = self._env
-        addr = None if env.client_mode else (env.address.host, env.address.port)
-        hello = framing.hello_frame(addr, env._client_id, env.name)
+        handler = self._handler
+        addr = None if handler.client_mode else (handler.address.host, handler.address.port)
+        hello = framing.hello_frame(addr, handler.client_id, handler.name)
         if self._sealer is not None:
             self._transport.writelines(self._sealer.seal([hello]))  # type: ignore[union-attr]
         else:
@@ -511,8 +577,8 @@ class TcpConnection(asyncio.Protocol, Channel):
             self._timer.cancel()
             self._timer = None
         if not self.outbound:
-            self._env._transport.pending.pop(self, None)  # type: ignore[attr-defined]
-        self._env._channel_opened(self)
+            self._owner.pending.pop(self, None)
+        self._handler.channel_opened(self)
         if self._ready is not None and not self._ready.done():
             self._ready.set_result(self)
 
@@ -545,7 +611,7 @@ class TcpConnection(asyncio.Protocol, Channel):
 
     def _read_frames(self) -> None:
         reader = self._reader
-        env = self._env
+        handler = self._handler
         opener = self._opener
         frames = self._frames
         while not self.closed:
@@ -583,13 +649,13 @@ class TcpConnection(asyncio.Protocol, Channel):
             try:
                 if ftype == framing.ONE_WAY:
                     name, body = framing.parse_one_way(payload)
-                    env._on_one_way(self, name, body)
+                    handler.one_way_received(self, name, body)
                 elif ftype == framing.REQUEST:
                     req_id, name, body = framing.parse_request(payload)
-                    env._on_request(self, req_id, name, body)
+                    handler.request_received(self, req_id, name, body)
                 elif ftype == framing.RESPONSE:
                     req_id, ok, body = framing.parse_response(payload)
-                    env._on_response(self, req_id, ok, body)
+                    handler.response_received(self, req_id, ok, body)
                 else:
                     log.warning("Ignoring a frame of unknown type %d from %s", ftype,
                                 self._describe())
@@ -611,7 +677,7 @@ class TcpConnection(asyncio.Protocol, Channel):
             return
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self._env._loop.call_soon(self._flush)
+            self._handler.loop.call_soon(self._flush)
             parts = [header, body]
             self._transport.writelines(  # type: ignore[union-attr]
                 parts if self._sealer is None else self._sealer.seal(parts))
@@ -676,9 +742,8 @@ class TcpConnection(asyncio.Protocol, Channel):
             _BUDGET.update(self, 0, self._conf.inbound_budget)
         with _BUDGET.lock:
             _BUDGET.paused.discard(self)
-        transport = self._env._transport
-        if not self.outbound and isinstance(transport, TcpTransport):
-            transport.pending.pop(self, None)
+        if not self.outbound:
+            self._owner.pending.pop(self, None)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -686,4 +751,4 @@ class TcpConnection(asyncio.Protocol, Channel):
             self._ready.set_exception(RpcConnectionError(
                 f"Connection to {self.peer} closed during the handshake"))
         if self._opened:
-            self._env._channel_closed(self, exc)
+            self._handler.channel_closed(self, exc)

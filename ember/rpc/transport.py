@@ -2,25 +2,61 @@
 
 A transport makes `Channel`s: established, authenticated, bidirectional links to one peer
 env. The env never sees sockets; the transports never see endpoints or messages beyond
-(endpoint name, encoded bytes). All methods run on the owning env's event-loop thread.
-
-Callbacks a transport makes into its env (all on the env's loop thread):
-``env._channel_opened(ch)``, ``env._channel_closed(ch, exc)``,
-``env._on_one_way(ch, name, body)``, ``env._on_request(ch, req_id, name, body)``,
-``env._on_response(ch, req_id, ok, body)``.
+(endpoint name, encoded bytes). Everything a transport may use of its env is the
+`TransportHandler` protocol (Spark's RpcHandler): the env's identity and settings, its loop,
+the credentials it admits, and the five callbacks through which channels and frames come
+in. `RpcEnv` implements it; a test may drive a transport with any other implementation.
+All methods run on the owning env's event-loop thread unless they say otherwise.
 """
 from __future__ import annotations
 
+import asyncio
 import itertools
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 from ember.rpc.address import RpcAddress
-
-if TYPE_CHECKING:
-    from ember.rpc.core import RpcEnv
-
+from ember.rpc.config import RpcConf
 
 _channel_ids = itertools.count(1)
+
+
+class TransportHandler(Protocol):
+    """What a transport sees of the env it carries bytes for."""
+
+    name: str
+    address: RpcAddress          # where the env listens ((host, 0) in client mode)
+    client_mode: bool
+    client_id: str               # this env's id in its hello frames
+    rpc_conf: RpcConf
+    loop: asyncio.AbstractEventLoop
+
+    @property
+    def stopping(self) -> bool:
+        """True once the env began to shut down (it takes no new channel)."""
+
+    def run_on_loop(self, fn: Callable, *args: Any) -> None:
+        """Run fn(*args) on the env's loop soon; any thread. RuntimeError if it is closed."""
+
+    def admits_scope(self, scope: str) -> bool:
+        """Whether a peer that proved application `scope`'s derived key may connect."""
+
+    def derived_key(self, scope: str) -> bytes:
+        """Application `scope`'s derived key (the env holds the cluster secret)."""
+
+    def channel_opened(self, ch: "Channel") -> None:
+        """`ch` finished its handshake: frames may flow both ways."""
+
+    def channel_closed(self, ch: "Channel", exc: BaseException | None) -> None:
+        """`ch` closed (`exc`: why, if it failed); called once per opened channel."""
+
+    def one_way_received(self, ch: "Channel", name: str, body: Any) -> None:
+        """A one-way frame for endpoint `name` (body: the encoded message)."""
+
+    def request_received(self, ch: "Channel", req_id: int, name: str, body: Any) -> None:
+        """A request frame: an ask to endpoint `name`, to be answered on `ch`."""
+
+    def response_received(self, ch: "Channel", req_id: int, ok: bool, body: Any) -> None:
+        """The answer to ask `req_id` written earlier on `ch`."""
 
 
 class Channel:
@@ -65,7 +101,7 @@ class Channel:
         raise NotImplementedError
 
     def close(self) -> None:
-        """Close and notify the env (``_channel_closed``) synchronously."""
+        """Close and notify the handler (``channel_closed``) synchronously."""
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -76,8 +112,8 @@ class Channel:
 class Transport:
     """Creates the listening side and outbound channels for one env."""
 
-    def __init__(self, env: "RpcEnv") -> None:
-        self.env = env
+    def __init__(self, handler: TransportHandler) -> None:
+        self.handler = handler
 
     async def start(self, host: str, port: int, client_mode: bool) -> RpcAddress:
         """Start listening (unless client_mode) and return the env's address."""

@@ -29,7 +29,7 @@ from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, ApplicationDescr
                                    RequestToSync,
                                    ResourceProfile, RetrieveSparkAppConfig, SparkAppConfig,
                                    StatusUpdate, StopExecutor)
-from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv
+from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv, UnsupportedMessageError
 from ember.scheduler.backend import SchedulerBackend, WorkerOffer
 from ember.util.event_loop import RpcLoop
 from ember.scheduler.executor_allocation import (SCHEDULE_INTERVAL, AllocationSettings,
@@ -99,7 +99,7 @@ class DriverEndpoint(RpcEndpoint):
                 return
             context.reply(b.update_block_info(data, msg))
         else:
-            context.send_failure(ValueError(f"Unsupported message {type(msg).__name__}"))
+            context.send_failure(UnsupportedMessageError(msg, context.sender_address))
 
     def _reply_file(self, context: RpcCallContext, path: str) -> None:
         """The file's bytes; a directory (addFile(dir, recursive=True)) as a tar of it."""

@@ -9,9 +9,10 @@ state needs no lock; the web UI (`http.py`) reads it only through an ask
 (`RequestMasterState`), as Spark's MasterPage does.
 
 Robustness (a bad message never takes the daemon down): the RPC layer already refuses
-malformed frames, undecodable messages and unknown endpoint names; here any exception from
-`MasterState.handle` or from carrying out an instruction is logged, an ask is always
-answered (a failure if nothing else), and the next message is served as usual.
+malformed frames, undecodable messages and unknown endpoint names; a handler that raises is
+caught by `MasterState.handle` (the state is left as before the event, nothing it decided is
+carried out); an instruction that cannot be carried out is logged; an ask is always answered
+(a failure if nothing else), and the next message is served as usual.
 
 `start_master` assembles a daemon the way Spark's `Master.startRpcEnvAndEndpoint` + `onStart`
 do: RpcEnv "sparkMaster" (port retries in the RPC layer), the recovery engine and leader
@@ -45,10 +46,12 @@ from ember import config
 from ember.deploy.master.persistence import LeaderElectionAgent, PersistenceEngine
 from ember.deploy.master.recovery_mode import check_recovery_conf, create_recovery
 from ember.deploy.master.records import StoredState
-from ember.deploy.master.state import (
-    Ask, BeginRecovery, DeleteUpload, Disconnected, Instruction, Log, MasterConfig, MasterState,
-    Persist, Reply, ReplyFailure, ScheduleTimer, Send, Unpersist,
+from ember.deploy.instructions import (
+    LOG_LEVELS, Ask, DeleteUpload, Disconnected, Instruction, Log, Persist, Reply, ReplyFailure,
+    ScheduleTimer, Send, Unpersist,
 )
+from ember.deploy.master.config import MasterConfig
+from ember.deploy.master.state import BeginRecovery, MasterState
 from ember.deploy.master.uploads import AppResourceStore, UploadError
 from ember.deploy.messages import (
     AppResourceData, DriverLogResponse, FetchAppResource, RequestDriverLog, UploadAppResource,
@@ -63,9 +66,9 @@ from ember.deploy.messages import (
     RequestReadyz, RequestSubmitDriver, RequestAppStatus,
 )
 from ember.errors import SparkException
-from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv, Cancellable
+from ember.rpc import Cancellable, PeerInfo, RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv
 from ember.rpc.config import RpcConf
-from ember.rpc.core import PeerInfo
+from ember.rpc.errors import RpcRemoteError, UnsupportedMessageError
 from ember.rpc.security import SCOPE_ENV
 from ember.util.units import parse_size
 
@@ -101,8 +104,6 @@ APP_MESSAGES: tuple[type, ...] = (RegisterApplication, UnregisterApplication,
                                   MasterChangeAcknowledged, RequestExecutors, KillExecutors,
                                   RequestAppStatus)
 
-_LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": logging.WARNING,
-           "WARNING": logging.WARNING, "ERROR": logging.ERROR}
 
 
 def spark_version() -> str:
@@ -241,9 +242,9 @@ class Master(RpcEndpoint):
             self._serve_shell_ask(msg, context)
             return
         if not isinstance(msg, ASK_MESSAGES):
-            text = f"Unsupported message {type(msg).__name__} from {context.sender_address}"
-            log.warning("Refusing an ask: %s", text)
-            context.send_failure(SparkException(text))
+            error = UnsupportedMessageError(msg, context.sender_address)
+            log.warning("Refusing an ask: %s", error)
+            context.send_failure(error)
             return
         msg = self._for_sender(msg, context.sender)
         if msg is None:
@@ -338,7 +339,7 @@ class Master(RpcEndpoint):
 
     def _on_elected(self, epoch: int) -> None:
         """The agent's callback (any thread): recover on the loop."""
-        if self.rpc_env._on_loop_thread():
+        if self.rpc_env.in_loop():
             self._begin_recovery(epoch)
         else:
             self.rpc_env.call_soon(self._begin_recovery, epoch)
@@ -381,16 +382,12 @@ class Master(RpcEndpoint):
     # -- feeding the state machine ----------------------------------------------------------
 
     def _feed(self, msg: Any, context: Optional[RpcCallContext]) -> None:
-        """One event in, its instructions out. Never raises: a failure is logged and an ask
-        is answered with it, so one bad message cannot stop the master."""
+        """One event in, its instructions out. A handler's failure is caught in one place,
+        `MasterState.handle`, which leaves the state as before the event and turns the
+        failure into a logged error and a failure reply (so one bad message cannot stop
+        the master, nor half-apply)."""
         event = Ask(context, msg) if context is not None else msg
-        try:
-            instructions = self.state.handle(event, now_ms())
-        except Exception as e:
-            log.error("Error while handling %s: %r", type(msg).__name__, e, exc_info=True)
-            if context is not None:
-                context.send_failure(SparkException(f"{type(e).__name__}: {e}"))
-            return
+        instructions = self.state.handle(event, now_ms())
         answered = self._execute(instructions, context)
         if context is not None and not answered:
             # Every ask handler replies; if one did not, the asker must not wait for a timeout.
@@ -434,9 +431,10 @@ class Master(RpcEndpoint):
                 ins.request.reply(ins.message)
         elif isinstance(ins, ReplyFailure):
             if ins.request is not None:
-                ins.request.send_failure(SparkException(ins.error))
+                # the asker sees ins.error_type, whatever the exception class on this side
+                ins.request.send_failure(RpcRemoteError(ins.error_type, ins.error))
         elif isinstance(ins, Log):
-            log.log(_LEVELS.get(ins.level, logging.INFO), "%s", ins.text)
+            log.log(LOG_LEVELS.get(ins.level, logging.INFO), "%s", ins.text)
         elif isinstance(ins, Persist):
             self.engine.persist(ins.key, ins.obj)
         elif isinstance(ins, Unpersist):

@@ -48,7 +48,9 @@ in order, carry them out in order):
   master received earlier (a worker's from RegisterWorker/Heartbeat/WorkerDecommissioning, a
   driver's from RegisterApplication) - tests use plain strings as refs.
 - `Reply(request, message)`: answer the ask identified by `request` with `message`.
-- `ReplyFailure(request, error)`: fail that ask (the asker sees an exception with `error`).
+- `ReplyFailure(request, error, error_type)`: fail that ask (the asker sees an exception of
+  type `error_type`, SparkException unless said, with `error`; an unsupported message is
+  `UnsupportedMessageError`, as from every endpoint).
 - `Persist(key, record)` / `Unpersist(key)`: keys `app_<id>`, `driver_<id>`, `worker_<id>`
   (Spark's), `completed_app_<id>`, `completed_driver_<id>` (the retained lists); `record` is a
   snapshot dict from `records.py`. The shell writes them to its PersistenceEngine, in order,
@@ -65,8 +67,9 @@ with `address_of(ref)` (default: `ref.address` if present, else the ref itself),
 
 Deliberate deviations: a duplicate RUNNING ExecutorStateChanged (a retried ask) is answered
 True without effect instead of failing Spark's assert; other illegal transitions to RUNNING
-are refused with ReplyFailure and change nothing; a handler that raises is logged and changes
-nothing further instead of crashing the daemon; self-sends (`DriverStateChanged(KILLED)` for a
+are refused with ReplyFailure and change nothing; a handler that raises is logged, leaves the
+state as before the event and sends nothing (an ask gets a failure) instead of crashing the
+daemon; self-sends (`DriverStateChanged(KILLED)` for a
 waiting driver, `DecommissionWorkers`) are processed right after the reply instead of queued.
 """
 from __future__ import annotations
@@ -84,6 +87,8 @@ from ember.deploy.instructions import (
     ReplyFailure, ScheduleTimer, Send, Unpersist,
 )
 from ember.deploy.master.config import MasterConfig
+from ember.deploy.rollback import Rollback
+from ember.rpc.errors import UnsupportedMessageError
 from ember.deploy.messages import (
     ApplicationDescription, ApplicationFinished, ApplicationRemoved, ApplicationState,
     ApplicationSummary, AppStatusResponse, RequestAppStatus, WorkerDriverStateResponse,
@@ -116,6 +121,10 @@ from ember.util.units import bytes_to_string, megabytes_to_string
 _TRAILING_NUMBER = re.compile(r"(\d+)$")
 _UPLOAD_URL = re.compile(r"ember-upload://[0-9a-f]{64}/[^,\s\"']+")
 BACKUP_STANDALONE_MASTER_PREFIX = "Current state is not alive"
+_SCHEDULE = "schedule()"     # a committed stand-alone schedule() pass, for the rollback
+# Not state (or not changed by events): left out of rollback checkpoints.
+_NOT_ROLLED_BACK = frozenset({"_handlers", "_out", "_rollback", "_now", "conf", "address_of",
+                              "self_ref"})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -276,6 +285,7 @@ class MasterState:
             CheckForWorkerTimeOut: lambda m, r: self._time_out_dead_workers(),
             Disconnected: self._on_disconnected,
         }
+        self._rollback = Rollback(self, _NOT_ROLLED_BACK, self._replay)
 
     def _reset_cluster_state(self) -> None:
         """Everything a leader knows about the cluster, empty (at start, and when a revoked
@@ -311,7 +321,13 @@ class MasterState:
                 ScheduleTimer(0, CheckForWorkerTimeOut(), self.conf.worker_timeout_ms)]
 
     def handle(self, event: Any, now_ms: int) -> list[Instruction]:
-        """Apply one event at wall-clock time `now_ms` (epoch ms); return what to do, in order."""
+        """Apply one event at wall-clock time `now_ms` (epoch ms); return what to do, in order.
+
+        The one place a handler's failure is caught: if it raises, the state is put back as
+        it was before the event (`ember.deploy.rollback`) and the instructions it had
+        produced are dropped; what remains is the error logged and, for an ask, a failure
+        reply. So a bad message never takes the master down nor half-applies."""
+        self._rollback.begin()
         self._now = int(now_ms)
         self._out = out = []
         request, msg = (event.request, event.message) if isinstance(event, Ask) else (None, event)
@@ -319,24 +335,43 @@ class MasterState:
         if handler is None:
             self._log(WARN, f"Master received an unexpected message: {type(msg).__name__}")
             if request is not None:
-                out.append(ReplyFailure(request, f"Unsupported message {type(msg).__name__}"))
+                error = UnsupportedMessageError(msg)
+                out.append(ReplyFailure(request, str(error), type(error).__name__))
         else:
             try:
                 handler(msg, request)
             except Exception as e:  # a bad message must not take the master down
-                self._log(ERROR, f"Error while handling {type(msg).__name__}: {e!r}")
+                self._rollback.restore()
+                out = [Log(ERROR, f"Error while handling {type(msg).__name__}: {e!r}")]
                 if request is not None:
                     out.append(ReplyFailure(request, f"{type(e).__name__}: {e}"))
+            else:
+                self._rollback.committed(event, now_ms,
+                                         checkpoint=isinstance(msg, BeginRecovery))
         self._out = []
         return out
 
     def schedule(self, now_ms: int) -> list[Instruction]:
         """Run one schedule() pass on its own (simulations, benchmarks)."""
+        self._rollback.begin()
         self._now = int(now_ms)
         self._out = out = []
         self._schedule()
         self._out = []
+        self._rollback.committed(_SCHEDULE, now_ms)
         return out
+
+    def _replay(self, event: Any, now_ms: int) -> None:
+        """Apply a committed event again, its instructions dropped (see `Rollback`)."""
+        self._now = int(now_ms)
+        self._out = []
+        if event is _SCHEDULE:
+            self._schedule()
+        else:
+            request, msg = ((event.request, event.message) if isinstance(event, Ask)
+                            else (None, event))
+            self._handlers[type(msg)](msg, request)
+        self._out = []
 
     # -- instruction helpers ----------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Optional
 
 from ember import config
 from ember.deploy.messages import FetchShuffleBlocks, RegisterExecutorShuffleInfo
-from ember.rpc import RpcCallContext, RpcEndpoint, RpcEnv
+from ember.rpc import RpcCallContext, RpcEndpoint, RpcEnv, UnsupportedMessageError
 from ember.shuffle.reader import read_segments, segment_files
 
 log = logging.getLogger("ember.ExternalShuffleService")
@@ -85,7 +85,7 @@ class ShuffleServiceEndpoint(RpcEndpoint):
                 self.rpc_env.call_soon(context.reply, data)
             self.rpc_env.run_in_executor(read)
         else:
-            context.send_failure(ValueError(f"Unsupported message {type(msg).__name__}"))
+            context.send_failure(UnsupportedMessageError(msg, context.sender_address))
 
     def _registered(self, path: str, scope: str | None) -> bool:
         """Under a directory registered by `scope`'s application (any, for the cluster)."""

@@ -55,7 +55,7 @@ from ember.deploy.messages import (
 )
 from ember.deploy.worker.config import WorkerConf
 from ember.rpc.address import RpcAddress
-from ember.rpc.errors import RpcTimeoutError
+from ember.rpc.errors import RpcTimeoutError, UnsupportedMessageError
 from ember.rpc.security import SCOPE_ENV
 from ember.util.units import megabytes_to_string
 
@@ -749,7 +749,8 @@ class WorkerState:
             known = msg.driverId in self.drivers or msg.driverId in self.finished_drivers
             self._emit(ServeDriverLog(request, msg, known))
         else:
-            self._emit(ReplyFailure(request, f"Unsupported message {type(msg).__name__}"))
+            error = UnsupportedMessageError(msg)
+            self._emit(ReplyFailure(request, str(error), type(error).__name__))
 
     def _on_decommission_signal(self, m: WorkerDecommissionSigReceived, sender: Any) -> None:
         if sender != self.address:

@@ -80,7 +80,7 @@ from ember.deploy.worker.state import (
 )
 from ember.errors import SparkException
 from ember.rpc import Cancellable, RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv
-from ember.rpc.errors import UnsupportedMessageError
+from ember.rpc.errors import RpcRemoteError, UnsupportedMessageError
 from ember.rpc.security import app_credential
 
 log = logging.getLogger("ember.deploy.worker.Worker")
@@ -303,9 +303,9 @@ class Worker(RpcEndpoint):
 
     def receive_and_reply(self, msg: Any, context: RpcCallContext) -> None:
         if not isinstance(msg, ASK_MESSAGES):
-            text = f"Unsupported message {type(msg).__name__} from {context.sender_address}"
-            log.warning("Refusing an ask: %s", text)
-            context.send_failure(UnsupportedMessageError(text))
+            error = UnsupportedMessageError(msg, context.sender_address)
+            log.warning("Refusing an ask: %s", error)
+            context.send_failure(error)
             return
         self._feed(Ask(context, msg))
 
@@ -374,7 +374,8 @@ class Worker(RpcEndpoint):
         elif isinstance(ins, Reply):
             ins.request.reply(ins.message)
         elif isinstance(ins, ReplyFailure):
-            ins.request.send_failure(SparkException(ins.error))
+            # the asker sees ins.error_type, whatever the exception class on this side
+            ins.request.send_failure(RpcRemoteError(ins.error_type, ins.error))
         elif isinstance(ins, ScheduleTimer):
             self._schedule_timer(ins)
         elif isinstance(ins, CancelTimer):
