@@ -875,7 +875,7 @@ def test_a_handler_that_raises_half_way_changes_nothing_and_sends_nothing():
     assert out == [Log("ERROR", "Error while handling RegisterWorker: "
                                 "RuntimeError('launch failed')")]
     assert dump(m) == before
-    assert "worker-1" not in m.idToWorker and not m.workers
+    assert "worker-1" not in m.id_to_worker and not m.workers
     # and the state goes on exactly as the twin that never saw the failed event
     for state in (m, twin):
         state.handle(Heartbeat("worker-9", wref("worker-9")), NOW + 200)
@@ -907,7 +907,7 @@ def test_a_rollback_restores_the_state_right_before_the_failed_event(monkeypatch
     before = dump(m)
     register_worker(m, "worker-1", now=NOW + 2000)
     assert dump(m) == before
-    assert len(m.waitingApps) == 52
+    assert len(m.waiting_apps) == 52
 
 
 def test_config_validation():

@@ -548,8 +548,8 @@ def test_decommission():
 def test_unsupported_ask_and_unexpected_message():
     h = Harness()
     h.register()
-    assert h.feed(Ask("req", Heartbeat("x", SELF))) == [ReplyFailure("req", "Unsupported "
-                                                                            "message Heartbeat")]
+    assert h.feed(Ask("req", Heartbeat("x", SELF))) == [
+        ReplyFailure("req", "Unsupported message Heartbeat", "UnsupportedMessageError")]
     assert texts(h.send(Heartbeat("x", SELF))) == ["Ignoring unexpected message Heartbeat from "
                                                    "m1:7077"]
 
