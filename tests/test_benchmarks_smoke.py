@@ -7,6 +7,7 @@ answers equal the plain-Python ones. A fast in-process test pins the mismatch fl
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -71,3 +72,24 @@ def test_mismatch_is_flagged() -> None:
     assert records[3]["status"] == "ok" and records[3]["ratio_vs_serial"] == pytest.approx(0.5)
     table = render_table(records, workloads)
     assert "MISMATCH" in table and "0.50x" in table
+
+
+@pytest.mark.timeout(180)
+def test_curves_smoke(tmp_path: Path) -> None:
+    """`--curves` writes one JSON line per workload x size x engine, all agreeing with
+    serial, and a PNG per workload when matplotlib is installed."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--curves", "--only", "pi,sort",
+         "--curve-scale", "0.02", "--engines", "ember,serial", "--out", str(tmp_path)],
+        cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=175)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    points = [json.loads(line) for line in (tmp_path / "curves.jsonl").read_text().splitlines()]
+    assert sorted((p["workload"], p["engine"]) for p in points) == sorted(
+        [(w, e) for w in ("pi", "sort") for e in ("ember", "serial") for _ in range(4)])
+    assert all(p["status"] == "ok" for p in points), points
+    assert len({p["size"] for p in points if p["workload"] == "pi"}) == 4
+    if importlib.util.find_spec("matplotlib") is None:
+        return
+    assert (tmp_path / "pi.png").stat().st_size > 0 and (tmp_path / "sort.png").exists()
