@@ -65,7 +65,8 @@ def _point(wl: Workload, engine: Any) -> tuple[str, float | None, Any, str]:
 
 def run_curves(engine_names: list[str], master: str, scale: float, out_dir: Path,
                dask_workers: int = 2, dask_scheduler: str | None = None,
-               only: list[str] | None = None, log: Callable[[str], None] = print) -> int:
+               only: list[str] | None = None, log: Callable[[str], None] = print,
+               cluster_url: str | None = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     run_id = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}"
     names = [n for n in CURVES if not only or n in only]
@@ -80,7 +81,8 @@ def run_curves(engine_names: list[str], master: str, scale: float, out_dir: Path
     engines = []
     try:
         for engine_name in engine_names:
-            engine = make_engine(engine_name, master, dask_workers, dask_scheduler)
+            engine = make_engine(engine_name, master, dask_workers, dask_scheduler,
+                                 cluster_url)
             reason = engine.unavailable_reason()
             if reason is not None:
                 log(f"skipping {engine_name}: {reason}")

@@ -66,8 +66,8 @@ class RddEngine(Engine):
 
     kind = "rdd"
 
-    def __init__(self, module: str, master: str) -> None:
-        self.name = module
+    def __init__(self, module: str, master: str, name: Optional[str] = None) -> None:
+        self.name = name or module
         self.module = module
         self.master = master
         self.sc: Any = None
@@ -227,15 +227,22 @@ class DaskEngine(Engine):
         )
 
 
-def make_engine(name: str, master: str, dask_workers: int = 2, dask_scheduler: Optional[str] = None) -> Engine:
-    """Engine object for a name given on the command line."""
+def make_engine(name: str, master: str, dask_workers: int = 2, dask_scheduler: Optional[str] = None,
+                cluster_url: Optional[str] = None) -> Engine:
+    """Engine object for a name given on the command line. `ember-cluster` is Ember on the
+    standalone cluster the runner started (`cluster_url`), beside `ember` on `master`, so
+    local mode and the cluster are measured in one run."""
     if name == "serial":
         return SerialEngine()
     if name in ("ember", "pyspark"):
         return RddEngine(name, master)
+    if name == "ember-cluster":
+        if not cluster_url:
+            raise ValueError("the ember-cluster engine needs a cluster: --cluster N")
+        return RddEngine("ember", cluster_url, name)
     if name == "dask":
         return DaskEngine(dask_workers, dask_scheduler)
-    raise ValueError(f"unknown engine {name!r}: choose from ember, serial, pyspark, dask")
+    raise ValueError(f"unknown engine {name!r}: choose from ember, ember-cluster, serial, pyspark, dask")
 
 
 def child_env() -> dict[str, str]:

@@ -37,7 +37,8 @@ from benchmarks.engines import Engine, make_engine
 from benchmarks.workloads import WORKLOADS, Unsupported, Workload
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results.jsonl"
-ALL_ENGINES = ("ember", "serial", "pyspark", "dask")
+DEFAULT_ENGINES = ("ember", "serial", "pyspark", "dask")
+ALL_ENGINES = DEFAULT_ENGINES + ("ember-cluster",)
 
 
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
@@ -53,7 +54,9 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
                         "(e.g. spark.authenticate=true, spark.network.crypto.enabled=true)")
     p.add_argument("--cluster", type=int, default=0, metavar="N",
                    help="start a local standalone cluster of N workers (2 cores each) and use it as the master")
-    p.add_argument("--engines", default=",".join(ALL_ENGINES), help="comma-separated: " + ",".join(ALL_ENGINES))
+    p.add_argument("--engines", default=",".join(DEFAULT_ENGINES),
+                   help="comma-separated: " + ",".join(ALL_ENGINES) + " (ember-cluster: Ember on "
+                        "the --cluster, while ember stays on --master)")
     p.add_argument("--json", default=str(DEFAULT_JSON), help="JSON-lines file to append results to")
     p.add_argument("--scale", type=float, default=1.0, help="multiply data sizes (0.01 = quick smoke run)")
     p.add_argument("--dask-workers", type=int, default=2, help="LocalCluster worker processes (1 thread each)")
@@ -68,6 +71,7 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
         p.error("--runs must be at least 1")
     if args.scale <= 0:
         p.error("--scale must be positive")
+    args.cluster_url = None     # set once --cluster started one, for ember-cluster
     args.workloads = [w for w in args.only.split(",") if w] or list(WORKLOADS)
     unknown = [w for w in args.workloads if w not in WORKLOADS]
     if unknown:
@@ -76,6 +80,8 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     bad = [e for e in engines if e not in ALL_ENGINES]
     if bad or not engines:
         p.error(f"unknown engine(s) {', '.join(bad)}; choose from {', '.join(ALL_ENGINES)}")
+    if "ember-cluster" in engines and not args.cluster:
+        p.error("the ember-cluster engine runs on a cluster the runner starts: add --cluster N")
     # serial first: every other engine is checked against its answers
     args.engine_names = sorted(dict.fromkeys(engines), key=lambda e: e != "serial")
     return args
@@ -227,7 +233,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             os.environ["EMBER_SPARK_CONF"] = "\n".join(f"{k}={v}" for k, v in extra.items())
         cluster = LocalCluster(tempfile.mkdtemp(prefix="ember-bench-cluster-"),
                                workers=args.cluster, cores=2, memory="2g", conf=extra).start()
-        args.master = cluster.url
+        if "ember-cluster" in args.engine_names:
+            args.cluster_url = cluster.url      # ember and pyspark stay on --master
+        else:
+            args.master = cluster.url
         log(f"started a {args.cluster}-worker cluster at {cluster.url}")
     try:
         if args.curves:
@@ -235,7 +244,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             return run_curves(args.engine_names, args.master, args.curve_scale,
                               Path(args.out) if args.out else DEFAULT_OUT,
                               args.dask_workers, args.dask_scheduler,
-                              [w for w in args.only.split(",") if w], log)
+                              [w for w in args.only.split(",") if w], log, args.cluster_url)
         return _run(args, root)
     finally:
         if cluster is not None:
@@ -263,7 +272,8 @@ def _run(args: Any, root: str) -> int:
     records: list[dict[str, Any]] = []
     started: list[tuple[Engine, dict[str, Any]]] = []
     for name in args.engine_names:
-        engine = make_engine(name, args.master, args.dask_workers, args.dask_scheduler)
+        engine = make_engine(name, args.master, args.dask_workers, args.dask_scheduler,
+                             args.cluster_url)
         base = {**common, "engine": name, "master": engine.master}
         reason = engine.unavailable_reason()
         if reason is None:

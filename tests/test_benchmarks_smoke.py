@@ -93,3 +93,30 @@ def test_curves_smoke(tmp_path: Path) -> None:
     if importlib.util.find_spec("matplotlib") is None:
         return
     assert (tmp_path / "pi.png").stat().st_size > 0 and (tmp_path / "sort.png").exists()
+
+
+def test_ember_cluster_engine_needs_a_cluster(capsys) -> None:
+    from benchmarks.runner import parse_args
+    with pytest.raises(SystemExit):
+        parse_args(["--engines", "ember,ember-cluster"])
+    assert "add --cluster N" in capsys.readouterr().err
+    args = parse_args(["--engines", "serial,ember,ember-cluster", "--cluster", "2"])
+    assert args.engine_names == ["serial", "ember", "ember-cluster"]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("cluster", [0, 1], ids=["local", "cluster"])
+def test_profile_smoke(cluster: int) -> None:
+    """`python -m benchmarks.profile` prints the driver's main thread, its scheduler loop,
+    the task processes and, on a cluster, the executors' RPC loops."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.profile", "tiny_tasks", "--scale", "0.05",
+         "--top", "5"] + (["--cluster", str(cluster)] if cluster else []),
+        cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=230)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = proc.stdout
+    assert "== driver main thread" in out and "== driver scheduler loop" in out
+    assert "task processes, merged" in out
+    assert ("executors' RPC loops" in out) == bool(cluster), out[:2000]

@@ -342,12 +342,15 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
             state = "FAILED"
             data = pickle.dumps((("NotSerializableResult", str(e), "", False), {}, metrics, []))
         self._ended.append((tid, state, data))
-        if len(self._ended) == 1:
+        if not self.task_slots:
+            self._send_status_updates()     # nothing else running: nothing to wait for
+        elif len(self._ended) == 1:
             self.rpc_env.call_soon(self._send_status_updates)
 
     def _send_status_updates(self) -> None:
-        """At the end of the loop's turn, the tasks that ended in it as one message: tasks
-        that end together cost the driver one wake-up and one read."""
+        """At the end of the loop's turn (or at once when no other task runs here), the
+        tasks that ended in it as one message: tasks that end together cost the driver one
+        wake-up and one read."""
         ended, self._ended = self._ended, []
         if len(ended) == 1:
             tid, state, data = ended[0]
