@@ -120,3 +120,18 @@ def test_profile_smoke(cluster: int) -> None:
     assert "== driver main thread" in out and "== driver scheduler loop" in out
     assert "task processes, merged" in out
     assert ("executors' RPC loops" in out) == bool(cluster), out[:2000]
+
+
+@pytest.mark.timeout(120)
+def test_cluster_path_smoke() -> None:
+    """`python -m benchmarks.cluster_path --local` reports tasks/s, the CPU and context
+    switches per task of the driver and the task processes, and warm latency."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.cluster_path", "--local", "--tasks", "100",
+         "--runs", "1"], cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=110)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["tasks_per_s_median"] > 0 and result["warm_latency_ms_median"] > 0
+    assert set(result["cpu_us_per_task"]) >= {"driver", "task processes"}
