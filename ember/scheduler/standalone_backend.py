@@ -531,7 +531,10 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         the tasks of the round leave as one message per executor."""
         if not self._revive_pending:
             self._revive_pending = True
-            self.rpc_env.call_soon(self._make_offers)
+            try:
+                self.rpc_env.call_soon(self._make_offers)
+            except RuntimeError:             # the RPC loop is closed: nothing to offer to
+                self._revive_pending = False
 
     def _make_offers(self) -> None:
         self._revive_pending = False
