@@ -135,3 +135,24 @@ def test_cluster_path_smoke() -> None:
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["tasks_per_s_median"] > 0 and result["warm_latency_ms_median"] > 0
     assert set(result["cpu_us_per_task"]) >= {"driver", "task processes"}
+
+
+@pytest.mark.timeout(240)
+def test_local_and_cluster_in_one_run(tmp_path: Path) -> None:
+    """`--cluster 1 --engines serial,ember,ember-cluster`: Ember on local[2] and on the
+    cluster in one run (the cluster's context in a process of its own), answers agreeing."""
+    out = tmp_path / "results.jsonl"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--cluster", "1", "--engines",
+         "serial,ember,ember-cluster", "--only", "pi,tiny_tasks,cold_start", "--scale",
+         "0.005", "--runs", "1", "--json", str(out)],
+        cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=230)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    got = {(r["workload"], r["engine"]): r for r in records}
+    for w in ("pi", "tiny_tasks", "cold_start"):
+        assert got[(w, "ember-cluster")]["status"] == "ok", got[(w, "ember-cluster")]
+        assert got[(w, "ember-cluster")]["master"].startswith("spark://")
+        assert got[(w, "ember")]["master"] == "local[2]"
