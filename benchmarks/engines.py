@@ -227,15 +227,75 @@ class DaskEngine(Engine):
         )
 
 
-def make_engine(name: str, master: str, dask_workers: int = 2, dask_scheduler: Optional[str] = None) -> Engine:
-    """Engine object for a name given on the command line."""
+class ProcessEngine(Engine):
+    """An engine in a process of its own (benchmarks/engine_process.py), for `ember-cluster`:
+    Ember, like PySpark, allows one SparkContext per process, and `ember` (local[2]) holds
+    this one's. Each run sends the prepared workload (pickled) there and gets its
+    Measurement back; the timing happens in that process, around the job only."""
+
+    kind = "process"
+
+    def __init__(self, name: str, module: str, master: str) -> None:
+        self.name = name
+        self.module = module
+        self.master = master
+        self._proc: Any = None
+        self._version: Optional[str] = None
+
+    def unavailable_reason(self) -> Optional[str]:
+        return RddEngine(self.module, self.master).unavailable_reason()
+
+    def start(self) -> None:
+        import subprocess
+        import sys
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.engine_process", self.module, self.master],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=child_env())
+        self._version = self.call(None)
+
+    def call(self, workload: Any) -> Any:
+        """Run a workload there (None: just report the engine's version)."""
+        import pickle
+        assert self._proc is not None, "engine not started"
+        pickle.dump(workload, self._proc.stdin)
+        self._proc.stdin.flush()
+        ok, value = pickle.load(self._proc.stdout)
+        if not ok:
+            raise value
+        return value
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            try:
+                self._proc.stdin.close()
+                self._proc.wait(60)
+            except Exception:
+                self._proc.kill()
+            self._proc = None
+
+    def version(self) -> Optional[str]:
+        return self._version
+
+    def cold_start_code(self) -> str:
+        return RddEngine(self.module, self.master).cold_start_code()
+
+
+def make_engine(name: str, master: str, dask_workers: int = 2, dask_scheduler: Optional[str] = None,
+                cluster_url: Optional[str] = None) -> Engine:
+    """Engine object for a name given on the command line. `ember-cluster` is Ember on the
+    standalone cluster the runner started (`cluster_url`), beside `ember` on `master`, so
+    local mode and the cluster are measured in one run."""
     if name == "serial":
         return SerialEngine()
     if name in ("ember", "pyspark"):
         return RddEngine(name, master)
+    if name == "ember-cluster":
+        if not cluster_url:
+            raise ValueError("the ember-cluster engine needs a cluster: --cluster N")
+        return ProcessEngine(name, "ember", cluster_url)
     if name == "dask":
         return DaskEngine(dask_workers, dask_scheduler)
-    raise ValueError(f"unknown engine {name!r}: choose from ember, serial, pyspark, dask")
+    raise ValueError(f"unknown engine {name!r}: choose from ember, ember-cluster, serial, pyspark, dask")
 
 
 def child_env() -> dict[str, str]:

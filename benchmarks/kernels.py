@@ -116,3 +116,15 @@ def half(i: int) -> float:
 
 def step(x: float) -> float:
     return x * 1.0001 + 1
+
+
+# ----------------------------------------------------------------------------- partitions
+
+
+def count_and_sum(pairs: Iterable[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+    """(records, sum of values) of one partition: an answer that ignores record order."""
+    count = total = 0
+    for _key, value in pairs:
+        count += 1
+        total += value
+    yield (count, total)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import gc
 import json
 import os
 import platform
@@ -36,7 +37,8 @@ from benchmarks.engines import Engine, make_engine
 from benchmarks.workloads import WORKLOADS, Unsupported, Workload
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results.jsonl"
-ALL_ENGINES = ("ember", "serial", "pyspark", "dask")
+DEFAULT_ENGINES = ("ember", "serial", "pyspark", "dask")
+ALL_ENGINES = DEFAULT_ENGINES + ("ember-cluster",)
 
 
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
@@ -52,16 +54,24 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
                         "(e.g. spark.authenticate=true, spark.network.crypto.enabled=true)")
     p.add_argument("--cluster", type=int, default=0, metavar="N",
                    help="start a local standalone cluster of N workers (2 cores each) and use it as the master")
-    p.add_argument("--engines", default=",".join(ALL_ENGINES), help="comma-separated: " + ",".join(ALL_ENGINES))
+    p.add_argument("--engines", default=",".join(DEFAULT_ENGINES),
+                   help="comma-separated: " + ",".join(ALL_ENGINES) + " (ember-cluster: Ember on "
+                        "the --cluster, while ember stays on --master)")
     p.add_argument("--json", default=str(DEFAULT_JSON), help="JSON-lines file to append results to")
     p.add_argument("--scale", type=float, default=1.0, help="multiply data sizes (0.01 = quick smoke run)")
     p.add_argument("--dask-workers", type=int, default=2, help="LocalCluster worker processes (1 thread each)")
     p.add_argument("--dask-scheduler", default=None, help="use this dask scheduler instead of a LocalCluster")
+    p.add_argument("--curves", action="store_true",
+                   help="cost curves: each workload at 4 sizes per engine, PNG charts + JSON lines")
+    p.add_argument("--curve-scale", type=float, default=1.0,
+                   help="with --curves: multiply the curves' data sizes")
+    p.add_argument("--out", default=None, help="with --curves: output dir (default benchmarks/curves)")
     args = p.parse_args(argv)
     if args.runs < 1:
         p.error("--runs must be at least 1")
     if args.scale <= 0:
         p.error("--scale must be positive")
+    args.cluster_url = None     # set once --cluster started one, for ember-cluster
     args.workloads = [w for w in args.only.split(",") if w] or list(WORKLOADS)
     unknown = [w for w in args.workloads if w not in WORKLOADS]
     if unknown:
@@ -70,6 +80,8 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     bad = [e for e in engines if e not in ALL_ENGINES]
     if bad or not engines:
         p.error(f"unknown engine(s) {', '.join(bad)}; choose from {', '.join(ALL_ENGINES)}")
+    if "ember-cluster" in engines and not args.cluster:
+        p.error("the ember-cluster engine runs on a cluster the runner starts: add --cluster N")
     # serial first: every other engine is checked against its answers
     args.engine_names = sorted(dict.fromkeys(engines), key=lambda e: e != "serial")
     return args
@@ -90,22 +102,29 @@ def median_metrics(runs: list[dict[str, Any]]) -> dict[str, float]:
     return {k: statistics.median(r[k] for r in runs if k in r) for k in keys}
 
 
-def run_workload(wl: Workload, engine: Engine, runs: int) -> dict[str, Any]:
-    """All runs of one workload on one engine, as a partial JSON record."""
-    rec: dict[str, Any] = {"status": "ok", "error": None, "runs": []}
-    for i in range(runs):
-        try:
-            m = wl.run(engine)
-        except Unsupported as exc:
-            return {"status": "unsupported", "error": str(exc), "runs": []}
-        except Exception as exc:
-            log(traceback.format_exc())
-            rec.update(status="error", error=f"{type(exc).__name__}: {exc}")
-            break
-        run = {"seconds": m.seconds, **m.metrics, "result": jsonable(m.result)}
-        rec["runs"].append(run)
-        value = run.get(wl.primary, m.seconds)
-        log(f"  [{engine.name}] {wl.name} run {i + 1}/{runs}: {format_value(value, wl.unit)}")
+def run_once(wl: Workload, engine: Engine, rec: dict[str, Any], i: int, runs: int) -> None:
+    """Run i of one workload on one engine, added to its partial JSON record (which an
+    error or Unsupported closes: later runs are skipped)."""
+    if rec["status"] != "ok":
+        return
+    gc.collect()    # serial runs in this process: its garbage is not the next engine's cost
+    try:
+        m = wl.run(engine)
+    except Unsupported as exc:
+        rec.update(status="unsupported", error=str(exc), runs=[])
+        return
+    except Exception as exc:
+        log(traceback.format_exc())
+        rec.update(status="error", error=f"{type(exc).__name__}: {exc}")
+        return
+    run = {"seconds": m.seconds, **m.metrics, "result": jsonable(m.result)}
+    rec["runs"].append(run)
+    value = run.get(wl.primary, m.seconds)
+    log(f"  [{engine.name}] {wl.name} run {i + 1}/{runs}: {format_value(value, wl.unit)}")
+
+
+def finish_record(wl: Workload, rec: dict[str, Any]) -> dict[str, Any]:
+    """Medians and the run-to-run consistency check of a workload's record."""
     if rec["runs"]:
         rec["median"] = median_metrics(rec["runs"])
         rec["value"] = rec["median"].get(wl.primary)
@@ -214,9 +233,18 @@ def main(argv: Optional[list[str]] = None) -> int:
             os.environ["EMBER_SPARK_CONF"] = "\n".join(f"{k}={v}" for k, v in extra.items())
         cluster = LocalCluster(tempfile.mkdtemp(prefix="ember-bench-cluster-"),
                                workers=args.cluster, cores=2, memory="2g", conf=extra).start()
-        args.master = cluster.url
+        if "ember-cluster" in args.engine_names:
+            args.cluster_url = cluster.url      # ember and pyspark stay on --master
+        else:
+            args.master = cluster.url
         log(f"started a {args.cluster}-worker cluster at {cluster.url}")
     try:
+        if args.curves:
+            from benchmarks.curves import DEFAULT_OUT, run_curves
+            return run_curves(args.engine_names, args.master, args.curve_scale,
+                              Path(args.out) if args.out else DEFAULT_OUT,
+                              args.dask_workers, args.dask_scheduler,
+                              [w for w in args.only.split(",") if w], log, args.cluster_url)
         return _run(args, root)
     finally:
         if cluster is not None:
@@ -232,6 +260,7 @@ def _run(args: Any, root: str) -> int:
         "host": platform.node(),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
+        "loadavg_start": list(os.getloadavg()),
     }
 
     for wl in workloads.values():
@@ -241,8 +270,10 @@ def _run(args: Any, root: str) -> int:
             log(f"prepared {wl.name} input in {time.perf_counter() - t0:.1f} s")
 
     records: list[dict[str, Any]] = []
+    started: list[tuple[Engine, dict[str, Any]]] = []
     for name in args.engine_names:
-        engine = make_engine(name, args.master, args.dask_workers, args.dask_scheduler)
+        engine = make_engine(name, args.master, args.dask_workers, args.dask_scheduler,
+                             args.cluster_url)
         base = {**common, "engine": name, "master": engine.master}
         reason = engine.unavailable_reason()
         if reason is None:
@@ -262,13 +293,23 @@ def _run(args: Any, root: str) -> int:
             for wl in workloads.values():
                 records.append({**base, "workload": wl.name, "params": wl.params(), "status": "skipped", "error": reason, "runs": []})
             continue
-        try:
-            base["engine_version"] = engine.version()
-            for wl in workloads.values():
-                log(f"{wl.name} on {name}: {wl.params()}")
-                rec = run_workload(wl, engine, args.runs)
-                records.append({**base, "workload": wl.name, "params": wl.params(), "unit": wl.unit, "primary": wl.primary, **rec})
-        finally:
+        base["engine_version"] = engine.version()
+        started.append((engine, base))
+    # runs alternate between engines (serial, ember, ..., serial, ember, ...), so a change
+    # in the machine's load during a workload reaches every engine alike
+    try:
+        for wl in workloads.values():
+            log(f"{wl.name}: {wl.params()}")
+            recs = [{"status": "ok", "error": None, "runs": []} for _ in started]
+            for i in range(args.runs):
+                for (engine, _base), rec in zip(started, recs):
+                    run_once(wl, engine, rec, i, args.runs)
+            for (_engine, base), rec in zip(started, recs):
+                records.append({**base, "workload": wl.name, "params": wl.params(),
+                                "unit": wl.unit, "primary": wl.primary,
+                                **finish_record(wl, rec)})
+    finally:
+        for engine, _base in started:
             engine.stop()
 
     # group the table by workload, in the order run
@@ -285,7 +326,8 @@ def _run(args: Any, root: str) -> int:
                 f.write(json.dumps(rec, default=str) + "\n")
 
     print(f"Benchmarks  master={args.master}  scale={args.scale}  runs={args.runs}  "
-          f"cpus={os.cpu_count()}  python={platform.python_version()}")
+          f"cpus={os.cpu_count()}  python={platform.python_version()}  load average "
+          f"{common['loadavg_start'][0]:.1f} at start, {os.getloadavg()[0]:.1f} at end")
     print(render_table(records, workloads))
     if args.json:
         print(f"(JSON lines appended to {args.json}, run_id {run_id})")

@@ -32,6 +32,7 @@ from benchmarks.kernels import (
     SEED,
     add,
     combine_sort_summaries,
+    count_and_sum,
     half,
     pi_partition,
     pi_partition_hits,
@@ -90,6 +91,8 @@ class Workload:
             return self.rdd(engine.sc)
         if engine.kind == "dask":
             return self.dask(engine.client)
+        if engine.kind == "process":
+            return engine.call(self)
         raise ValueError(engine.kind)
 
     def serial(self) -> Measurement:
@@ -249,6 +252,41 @@ class SortByKey(Workload):
         raise Unsupported("dask.bag has no sort (dask.dataframe would need pandas)")
 
 
+# ============================================================================ partitions
+
+
+class ManyPartitions(Workload):
+    """A shuffle of modest data through many map and reduce partitions: what it costs
+    should grow with maps + reducers, not maps x reducers."""
+
+    name = "partitions"
+    title = "partitionBy of 100,000 pairs, P maps x P reducers"
+
+    def __init__(self, scale: float, partitions: int | None = None) -> None:
+        super().__init__(scale)
+        self.partitions = partitions or max(10, min(10_000, round(1000 * scale)))
+        self.pairs = 100_000
+
+    def params(self) -> dict[str, Any]:
+        return {"pairs": self.pairs, "partitions": self.partitions}
+
+    def serial(self) -> Measurement:
+        t0 = now()
+        buckets: list[list] = [[] for _ in range(self.partitions)]
+        for index in range(self.partitions):
+            for kv in random_pairs(index, self.pairs, self.partitions):
+                buckets[hash(kv[0]) % self.partitions].append(kv)
+        sums = [s for b in buckets for s in count_and_sum(b)]
+        return Measurement(now() - t0, [sum(c for c, _ in sums), sum(t for _, t in sums)])
+
+    def rdd(self, sc: Any) -> Measurement:
+        t0 = now()
+        gen = partial(random_pairs, n=self.pairs, parts=self.partitions)
+        sums = (sc.parallelize(range(self.partitions), self.partitions).flatMap(gen)
+                .partitionBy(self.partitions).mapPartitions(count_and_sum).collect())
+        return Measurement(now() - t0, [sum(c for c, _ in sums), sum(t for _, t in sums)])
+
+
 # ============================================================================ tiny tasks
 
 
@@ -340,6 +378,8 @@ class ColdStart(Workload):
     timeout = 180.0
 
     def run(self, engine: Engine) -> Measurement:
+        if engine.kind == "process":
+            return engine.call(self)    # that process makes room for a new application
         with tempfile.TemporaryDirectory(prefix="ember-cold-") as tmp:
             script = os.path.join(tmp, "cold_start.py")
             with open(script, "w") as f:
@@ -432,5 +472,6 @@ class IterativeCached(Workload):
 
 WORKLOADS: dict[str, type[Workload]] = {
     cls.name: cls
-    for cls in (WordCount, Pi, SortByKey, TinyTasks, WarmLatency, ColdStart, IterativeCached)
+    for cls in (WordCount, Pi, SortByKey, ManyPartitions, TinyTasks, WarmLatency, ColdStart,
+                IterativeCached)
 }

@@ -7,6 +7,7 @@ answers equal the plain-Python ones. A fast in-process test pins the mismatch fl
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -71,3 +72,87 @@ def test_mismatch_is_flagged() -> None:
     assert records[3]["status"] == "ok" and records[3]["ratio_vs_serial"] == pytest.approx(0.5)
     table = render_table(records, workloads)
     assert "MISMATCH" in table and "0.50x" in table
+
+
+@pytest.mark.timeout(180)
+def test_curves_smoke(tmp_path: Path) -> None:
+    """`--curves` writes one JSON line per workload x size x engine, all agreeing with
+    serial, and a PNG per workload when matplotlib is installed."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--curves", "--only", "pi,sort",
+         "--curve-scale", "0.02", "--engines", "ember,serial", "--out", str(tmp_path)],
+        cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=175)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    points = [json.loads(line) for line in (tmp_path / "curves.jsonl").read_text().splitlines()]
+    assert sorted((p["workload"], p["engine"]) for p in points) == sorted(
+        [(w, e) for w in ("pi", "sort") for e in ("ember", "serial") for _ in range(4)])
+    assert all(p["status"] == "ok" for p in points), points
+    assert len({p["size"] for p in points if p["workload"] == "pi"}) == 4
+    if importlib.util.find_spec("matplotlib") is None:
+        return
+    assert (tmp_path / "pi.png").stat().st_size > 0 and (tmp_path / "sort.png").exists()
+
+
+def test_ember_cluster_engine_needs_a_cluster(capsys) -> None:
+    from benchmarks.runner import parse_args
+    with pytest.raises(SystemExit):
+        parse_args(["--engines", "ember,ember-cluster"])
+    assert "add --cluster N" in capsys.readouterr().err
+    args = parse_args(["--engines", "serial,ember,ember-cluster", "--cluster", "2"])
+    assert args.engine_names == ["serial", "ember", "ember-cluster"]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("cluster", [0, 1], ids=["local", "cluster"])
+def test_profile_smoke(cluster: int) -> None:
+    """`python -m benchmarks.profile` prints the driver's main thread, its scheduler loop,
+    the task processes and, on a cluster, the executors' RPC loops."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.profile", "tiny_tasks", "--scale", "0.05",
+         "--top", "5"] + (["--cluster", str(cluster)] if cluster else []),
+        cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=230)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = proc.stdout
+    assert "== driver main thread" in out and "== driver scheduler loop" in out
+    assert "task processes, merged" in out
+    assert ("executors' RPC loops" in out) == bool(cluster), out[:2000]
+
+
+@pytest.mark.timeout(120)
+def test_cluster_path_smoke() -> None:
+    """`python -m benchmarks.cluster_path --local` reports tasks/s, the CPU and context
+    switches per task of the driver and the task processes, and warm latency."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.cluster_path", "--local", "--tasks", "100",
+         "--runs", "1"], cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=110)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["tasks_per_s_median"] > 0 and result["warm_latency_ms_median"] > 0
+    assert set(result["cpu_us_per_task"]) >= {"driver", "task processes"}
+
+
+@pytest.mark.timeout(240)
+def test_local_and_cluster_in_one_run(tmp_path: Path) -> None:
+    """`--cluster 1 --engines serial,ember,ember-cluster`: Ember on local[2] and on the
+    cluster in one run (the cluster's context in a process of its own), answers agreeing."""
+    out = tmp_path / "results.jsonl"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--cluster", "1", "--engines",
+         "serial,ember,ember-cluster", "--only", "pi,tiny_tasks,cold_start", "--scale",
+         "0.005", "--runs", "1", "--json", str(out)],
+        cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=230)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    got = {(r["workload"], r["engine"]): r for r in records}
+    for w in ("pi", "tiny_tasks", "cold_start"):
+        assert got[(w, "ember-cluster")]["status"] == "ok", got[(w, "ember-cluster")]
+        assert got[(w, "ember-cluster")]["master"].startswith("spark://")
+        assert got[(w, "ember")]["master"] == "local[2]"

@@ -14,8 +14,9 @@ import psutil
 import pytest
 
 from ember import SparkConf, SparkContext
-from ember.deploy.messages import (LaunchDriver, LaunchTask, RequestMasterState,
-                                   RequestSubmitDriver, RequestWorkerState, StatusUpdate)
+from ember.deploy.messages import (LaunchDriver, LaunchTask, LaunchTasks, RequestMasterState,
+                                   RequestSubmitDriver, RequestWorkerState, StatusUpdate,
+                                   StatusUpdates)
 from ember.rpc import RpcEnv, encode, framing
 from ember.rpc.security import app_credential
 from security_helpers import LoopbackCapture, as_other_user, raw_exchange
@@ -156,12 +157,13 @@ def app(mode):
     sc.stop()
 
 
-def test_launch_task_to_an_executor_from_a_stranger_is_refused(mode, app):
-    path = marker(mode, "launch-task")
+@pytest.mark.parametrize("batched", [False, True], ids=["LaunchTask", "LaunchTasks"])
+def test_launch_task_to_an_executor_from_a_stranger_is_refused(mode, app, batched):
+    path = marker(mode, f"launch-task-{batched}")
     executors = list(app.runtime.scheduler_backend.executors.values())
     assert executors
     ex = executors[0]
-    task = LaunchTask(pickle.dumps(_Evil(path)))
+    task = (LaunchTasks if batched else LaunchTask)(pickle.dumps(_Evil(path)))
     assert_refused(stranger(mode, ex.address.port, _one_way("Executor", task)))
     application(mode).endpoint_ref(ex.address, "Executor").send(task)
     time.sleep(2)
@@ -169,11 +171,14 @@ def test_launch_task_to_an_executor_from_a_stranger_is_refused(mode, app):
     assert app.parallelize(range(100), 4).map(lambda x: x * 2).sum() == 9900
 
 
-def test_status_update_to_a_driver_from_strangers_is_refused(mode, app):
-    path = marker(mode, "status-update")
+@pytest.mark.parametrize("batched", [False, True], ids=["StatusUpdate", "StatusUpdates"])
+def test_status_update_to_a_driver_from_strangers_is_refused(mode, app, batched):
+    path = marker(mode, f"status-update-{batched}")
     driver = app.runtime.scheduler_backend.rpc_env.address
     eid = next(iter(app.runtime.scheduler_backend.executors))
-    update = StatusUpdate(eid, 0, "FINISHED", pickle.dumps(_Evil(path)))
+    evil = pickle.dumps(_Evil(path))
+    update = (StatusUpdates(eid, [0, 1], ["FINISHED"] * 2, [evil] * 2) if batched
+              else StatusUpdate(eid, 0, "FINISHED", evil))
     assert_refused(stranger(mode, driver.port, _one_way("CoarseGrainedScheduler", update)))
     # another application's executor (its own credential / not the registered connection)
     try:

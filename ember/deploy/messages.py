@@ -1001,6 +1001,15 @@ class LaunchTask:
 
 @message
 @dataclass(frozen=True)
+class LaunchTasks:
+    """Driver -> executor (Ember): the LaunchTask data of every task one offer round gave
+    this executor, as one pickled list (decoded only after auth). One message, one wake-up
+    and one read for several tasks, where a LaunchTask each cost those per task."""
+    data: bytes
+
+
+@message
+@dataclass(frozen=True)
 class KillTask:
     taskId: int
     executor: str
@@ -1016,6 +1025,23 @@ class StatusUpdate:
     taskId: int
     state: str
     data: bytes
+
+
+@message
+@dataclass(frozen=True)
+class StatusUpdates:
+    """Executor -> driver (Ember): the StatusUpdates of several tasks that ended in one turn
+    of the executor's loop, in order (entry i is task `taskIds[i]`); sent when more than one
+    is waiting, so no task's update waits for another task."""
+    executorId: str
+    taskIds: list[int]
+    states: list[str]
+    data: list[bytes]
+
+    def __post_init__(self) -> None:
+        if not len(self.taskIds) == len(self.states) == len(self.data):
+            raise ValueError(f"{len(self.taskIds)} task ids, {len(self.states)} states and "
+                             f"{len(self.data)} results: one of each per task")
 
 
 @message

@@ -20,14 +20,14 @@ from typing import Any
 
 from ember import config, fs
 from ember.deploy.fencing import MasterLease
-from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, KillTask, LaunchTask,
+from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, KillTask, LaunchTask, LaunchTasks,
                                    RegisteredExecutor, RegisterExecutor,
                                    ExecutorHeartbeat, RegisterExecutorFailed,
                                    RemoveBroadcast, RemoveRdd, RemoveStage, ResourceInformation,
                                    ResourceProfile, RetrieveSparkAppConfig, FetchShuffleBlocks,
                                    RegisterExecutorShuffleInfo, DecommissionExecutor,
                                    PutMigratedBlock, ExecutorDecommissioning,
-                                   StatusUpdate, StopExecutor)
+                                   StatusUpdate, StatusUpdates, StopExecutor)
 from ember.deploy.resources import (ResourceError, ResourceRequest, discover_resource,
                                     parse_allocated)
 from ember.executor.decommission import (migrate_blocks, migrated_block_path,
@@ -52,8 +52,8 @@ SHUFFLE_SERVICE_ENDPOINT = "ExternalShuffleService"   # the worker's service (de
 
 # Only the driver that registered this executor sends these (checked on the connection).
 DRIVER_ONLY_MESSAGES: tuple[type, ...] = (
-    RegisteredExecutor, RegisterExecutorFailed, LaunchTask, KillTask, RemoveStage, RemoveRdd,
-    RemoveBroadcast, StopExecutor)
+    RegisteredExecutor, RegisterExecutorFailed, LaunchTask, LaunchTasks, KillTask, RemoveStage,
+    RemoveRdd, RemoveBroadcast, StopExecutor)
 
 
 class CoarseGrainedExecutorBackend(RpcEndpoint):
@@ -77,6 +77,7 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
         self.pool: TaskProcessPool | None = None
         self.stage_blobs: dict[tuple, tuple[bytes, bytes]] = {}
         self.task_slots: dict[int, int] = {}
+        self._ended: list[tuple[int, str, bytes]] = []   # (task id, state, result) to report
         self.exited = threading.Event()
         self.exit_code = 0
         self.decommissioning = False
@@ -117,7 +118,9 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
         elif isinstance(msg, RegisterExecutorFailed):
             self.exit(1, f"Slave registration failed: {msg.message}")
         elif isinstance(msg, LaunchTask):
-            self._launch(msg.data)
+            self._launch([pickle.loads(msg.data)])
+        elif isinstance(msg, LaunchTasks):
+            self._launch(pickle.loads(msg.data))
         elif isinstance(msg, KillTask):
             slot = self.task_slots.get(msg.taskId)
             if slot is not None and self.pool is not None:
@@ -301,19 +304,21 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
         pool.start()
         self.pool = pool                  # published only once its slots exist
 
-    def _launch(self, data: bytes) -> None:
-        (tid, slot, stage_key, blob, meta, task_bytes) = pickle.loads(data)
-        stage_key = tuple(stage_key)
-        if blob is not None:
-            self.stage_blobs[stage_key] = (blob, meta)   # kept until RemoveStage
-        else:
-            blob, meta = self.stage_blobs[stage_key]
+    def _launch(self, tasks: list[tuple]) -> None:
+        """Tasks of a LaunchTask(s): (task id, slot, stage key, stage closure and metadata
+        (only the first time this executor sees the stage), task bytes)."""
         if self.pool is None:
             # RegisteredExecutor and the first LaunchTask can race the pool's start
-            self.rpc_env.schedule(0.01, self._launch, data)
+            self.rpc_env.schedule(0.01, self._launch, tasks)
             return
-        self.task_slots[tid] = slot
-        self.pool.launch(slot, tid, stage_key, blob, meta, task_bytes)
+        for tid, slot, stage_key, blob, meta, task_bytes in tasks:
+            stage_key = tuple(stage_key)
+            if blob is not None:
+                self.stage_blobs[stage_key] = (blob, meta)   # kept until RemoveStage
+            else:
+                blob, meta = self.stage_blobs[stage_key]
+            self.task_slots[tid] = slot
+            self.pool.launch(slot, tid, stage_key, blob, meta, task_bytes)
 
     def _on_barrier(self, slot: int, tid: int, request: Any, respond: Any) -> None:
         """Forward a barrier task's RequestToSync to the driver's coordinator; it answers
@@ -339,7 +344,23 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
         except Exception as e:  # a result that cannot cross the wire
             state = "FAILED"
             data = pickle.dumps((("NotSerializableResult", str(e), "", False), {}, metrics, []))
-        self.driver.send(StatusUpdate(self.executor_id, tid, state, data))
+        self._ended.append((tid, state, data))
+        if not self.task_slots:
+            self._send_status_updates()     # nothing else running: nothing to wait for
+        elif len(self._ended) == 1:
+            self.rpc_env.call_soon(self._send_status_updates)
+
+    def _send_status_updates(self) -> None:
+        """At the end of the loop's turn (or at once when no other task runs here), the
+        tasks that ended in it as one message: tasks that end together cost the driver one
+        wake-up and one read."""
+        ended, self._ended = self._ended, []
+        if len(ended) == 1:
+            tid, state, data = ended[0]
+            self.driver.send(StatusUpdate(self.executor_id, tid, state, data))
+        elif ended:
+            tids, states, results = (list(column) for column in zip(*ended))
+            self.driver.send(StatusUpdates(self.executor_id, tids, states, results))
 
     def shutdown(self) -> None:
         if self.pool is not None:
@@ -416,6 +437,20 @@ def pyspark_worker_memory_mb(conf: dict[str, str]) -> int | None:
     return max(total // max(config.read(conf, "spark.executor.cores", 1), 1), 1)
 
 
+PROFILE_DIR_ENV = "EMBER_EXECUTOR_PROFILE_DIR"
+
+
+def _profile_loop(env: RpcEnv) -> Any:
+    """benchmarks/profile.py --cluster: cProfile the RPC loop thread (where LaunchTask and
+    StatusUpdate are handled) when EMBER_EXECUTOR_PROFILE_DIR is set; None otherwise."""
+    if not os.environ.get(PROFILE_DIR_ENV):
+        return None
+    import cProfile
+    profiler = cProfile.Profile()
+    env.call_soon(profiler.enable)
+    return profiler
+
+
 def main(argv: list[str] | None = None) -> int:
     configure_logging(logging.INFO)
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
@@ -466,12 +501,16 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:
             backend.exit(1, f"Could not initialize connection to worker {args.worker_url}. "
                             f"Exiting. ({e})")
+    profiler = _profile_loop(env)
     signal.signal(signal.SIGTERM, lambda *_: backend.exit(143, "RECEIVED SIGNAL TERM"))
     if config.read(conf, "spark.decommission.enabled") and hasattr(signal, "SIGPWR"):
         signal.signal(signal.SIGPWR, lambda *_: env.call_soon(backend.decommission_signal))
     backend.exited.wait()
     backend.shutdown()
     env.shutdown()
+    if profiler is not None:
+        profiler.dump_stats(os.path.join(os.environ[PROFILE_DIR_ENV],
+                                         f"executor-{os.getpid()}.prof"))
     if shuffle_service is None:   # else the shuffle service serves it until the app ends
         import shutil
         shutil.rmtree(work_dir, ignore_errors=True)

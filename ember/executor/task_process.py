@@ -309,9 +309,18 @@ def run_in_process(sock: socket.socket) -> None:
     except OSError:
         pass
     send_msg(sock, ("ready", os.getpid()))
+    profile_dir = os.environ.get("EMBER_TASK_PROFILE_DIR")
+    profiler = None
+    if profile_dir:       # benchmarks/profile.py: where a task process spends its time
+        import cProfile
+        profiler = cProfile.Profile()
+        profiler.enable()
     try:
         serve(sock, env)
     finally:
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(os.path.join(profile_dir, f"task-{os.getpid()}.prof"))
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)

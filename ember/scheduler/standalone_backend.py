@@ -23,12 +23,12 @@ from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, ApplicationDescr
                                    BlockManagerPeer, Command, DecommissionExecutor,
                                    ExecutorDecommissioning,
                                    FetchBroadcast, FetchFile, GetPeers, UpdateBlockInfo,
-                                   KillTask, LaunchTask, RegisteredExecutor,
+                                   KillTask, LaunchTask, LaunchTasks, RegisteredExecutor,
                                    ExecutorHeartbeat, RegisterExecutor, RegisterExecutorFailed,
                                    RemoveBroadcast, RemoveExecutor, RemoveRdd, RemoveStage,
                                    RequestToSync,
                                    ResourceProfile, RetrieveSparkAppConfig, SparkAppConfig,
-                                   StatusUpdate, StopExecutor)
+                                   StatusUpdate, StatusUpdates, StopExecutor)
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv, UnsupportedMessageError
 from ember.scheduler.backend import SchedulerBackend, WorkerOffer
 from ember.util.event_loop import RpcLoop
@@ -123,14 +123,17 @@ class DriverEndpoint(RpcEndpoint):
 
     def receive(self, msg: Any, sender: RpcAddress) -> None:
         b = self.backend
-        if isinstance(msg, (StatusUpdate, RemoveExecutor)):
+        if isinstance(msg, (StatusUpdate, StatusUpdates, RemoveExecutor)):
             if not self.speaks_for(msg.executorId, self.rpc_env.current_sender()):
                 # trust by channel: only executor X's own connection speaks for X
                 log.warning("Refusing %s for executor %s from %s: not that registered "
                             "executor's connection", type(msg).__name__, msg.executorId, sender)
                 return
         if isinstance(msg, StatusUpdate):
-            b.status_update(msg)
+            b.status_update(msg.executorId, msg.taskId, msg.state, msg.data)
+        elif isinstance(msg, StatusUpdates):
+            for tid, state, data in zip(msg.taskIds, msg.states, msg.data):
+                b.status_update(msg.executorId, tid, state, data)
         elif isinstance(msg, RemoveExecutor):
             b.remove_executor(msg.executorId, msg.reason, False)
         else:
@@ -206,6 +209,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self._decommission_enabled = config.read(self.conf, "spark.decommission.enabled")
         self._disassociated: dict[str, str] = {}   # executor -> host, until the master's reason
         self._io_key: str | None = None
+        self._revive_pending = False      # an offer round is queued on the loop
 
     # --- configuration shared with executors --------------------------------------------
     def app_conf(self) -> dict[str, str]:
@@ -453,11 +457,11 @@ class StandaloneSchedulerBackend(SchedulerBackend):
                                           "issues. Check driver logs for WARN messages.",
                                      False)
 
-    def status_update(self, msg: StatusUpdate) -> None:
-        data = self.executors.get(msg.executorId)
-        payload, accum, metrics, blocks = pickle.loads(msg.data)
-        slot = self._slot_of.pop(msg.taskId, None)
-        self.scheduler.status_update(msg.taskId, msg.state, payload, accum, metrics, blocks)
+    def status_update(self, executor_id: str, task_id: int, state: str, result: bytes) -> None:
+        data = self.executors.get(executor_id)
+        payload, accum, metrics, blocks = pickle.loads(result)
+        slot = self._slot_of.pop(task_id, None)
+        self.scheduler.status_update(task_id, state, payload, accum, metrics, blocks)
         if data is not None and slot is not None:
             data.free_slots.add(slot)
             if len(data.free_slots) >= data.cores:
@@ -511,6 +515,18 @@ class StandaloneSchedulerBackend(SchedulerBackend):
                         "to ensure that workers are registered and have sufficient resources")
 
     def revive_offers(self) -> None:
+        """One offer round at the end of this turn of the loop, however many callers asked
+        in it (the StatusUpdates of every executor read in one turn, a job submission), so
+        the tasks of the round leave as one message per executor."""
+        if not self._revive_pending:
+            self._revive_pending = True
+            try:
+                self.rpc_env.call_soon(self._make_offers)
+            except RuntimeError:             # the RPC loop is closed: nothing to offer to
+                self._revive_pending = False
+
+    def _make_offers(self) -> None:
+        self._revive_pending = False
         sched = self.scheduler
         with sched.lock:
             offers = [WorkerOffer(e.executor_id, e.host, s, e.address.host_port)
@@ -519,6 +535,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
                       for s in sorted(e.free_slots)]
             if not offers:
                 return
+            launches: dict[str, list[tuple]] = {}
             for td in sched.resource_offers(offers):
                 ex = self.executors[td.executor_id]
                 ex.free_slots.discard(td.slot)
@@ -527,9 +544,15 @@ class StandaloneSchedulerBackend(SchedulerBackend):
                 first = td.stage_key not in ex.seen_stages
                 if first:
                     ex.seen_stages.add(td.stage_key)
-                ex.ref.send(LaunchTask(pickle.dumps(
+                launches.setdefault(td.executor_id, []).append(
                     (td.task_id, td.slot, td.stage_key, td.blob if first else None,
-                     td.meta if first else None, td.task_bytes), protocol=5)))
+                     td.meta if first else None, td.task_bytes))
+            for eid, tasks in launches.items():
+                ref = self.executors[eid].ref
+                if len(tasks) == 1:
+                    ref.send(LaunchTask(pickle.dumps(tasks[0], protocol=5)))
+                else:
+                    ref.send(LaunchTasks(pickle.dumps(tasks, protocol=5)))
 
     def barrier_request(self, msg: RequestToSync, context: RpcCallContext) -> None:
         """A barrier task's RequestToSync, believed only from the executor it runs on."""

@@ -1,0 +1,120 @@
+"""Driver <-> executor traffic in batches on a real 2-worker cluster: one LaunchTasks per
+executor per offer round, StatusUpdates for tasks that end in one turn of an executor's
+loop, and every task's update handled exactly once whichever form carried it."""
+from __future__ import annotations
+
+import pickle
+import time
+
+import pytest
+
+from ember import SparkConf, SparkContext
+from ember.deploy.messages import LaunchTask, LaunchTasks, StatusUpdate, StatusUpdates
+from ember.rpc import MessageDecodeError, decode, encode
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def test_batched_messages_round_trip_and_mismatched_columns_are_malformed() -> None:
+    launch = LaunchTasks(pickle.dumps([(1, 0, (0, 0), None, None, b"t")]))
+    updates = StatusUpdates("3", [7, 8], ["FINISHED", "FAILED"], [b"a", b"b"])
+    assert decode(encode(launch)) == launch
+    assert decode(encode(updates)) == updates
+    import msgpack
+    forged = msgpack.packb({"__m__": "StatusUpdates", "executorId": "3", "taskIds": [1, 2],
+                            "states": ["FINISHED"], "data": [b"a", b"b"]}, use_bin_type=True)
+    with pytest.raises(MessageDecodeError, match="one of each per task"):
+        decode(forged)
+
+
+@pytest.fixture()
+def sc(cluster):
+    active = SparkContext._active_spark_context
+    if active is not None:
+        active.stop()
+    context = SparkContext(conf=SparkConf().setMaster(cluster.url).setAppName("batching")
+                           .set("spark.ui.enabled", "false"))
+    deadline = time.time() + 60
+    while len(context._backend.executors) < 2 and time.time() < deadline:
+        time.sleep(0.05)
+    assert len(context._backend.executors) == 2
+    yield context
+    context.stop()
+
+
+class _RecordingRef:
+    """The executor's real ref, noting what goes through it."""
+
+    def __init__(self, ref, log: list) -> None:
+        self._ref, self._log = ref, log
+
+    def send(self, msg) -> None:
+        self._log.append(msg)
+        self._ref.send(msg)
+
+    def __getattr__(self, name):
+        return getattr(self._ref, name)
+
+
+def _record_traffic(sc: SparkContext) -> tuple[list, list]:
+    """Every message the driver sends to executors and receives from them (wrappers around
+    the real endpoint and refs, which still do the work)."""
+    sent: list = []
+    received: list = []
+    backend = sc.runtime.scheduler_backend
+    for data in backend.executors.values():
+        data.ref = _RecordingRef(data.ref, sent)
+    endpoint = backend.driver_endpoint
+    receive = endpoint.receive
+    endpoint.receive = lambda msg, sender: (received.append(msg), receive(msg, sender))[1]
+    return sent, received
+
+
+def _task_ids(sent: list) -> list[int]:
+    ids = []
+    for msg in sent:
+        if isinstance(msg, LaunchTask):
+            ids.append(pickle.loads(msg.data)[0])
+        elif isinstance(msg, LaunchTasks):
+            ids.extend(task[0] for task in pickle.loads(msg.data))
+    return ids
+
+
+def test_an_offer_round_launches_one_message_per_executor(sc) -> None:
+    sent, received = _record_traffic(sc)
+    assert sc.parallelize(range(4), 4).map(lambda x: x * 10).collect() == [0, 10, 20, 30]
+    # both executors had 2 free slots: the round gave each 2 tasks in one LaunchTasks
+    launches = [m for m in sent if isinstance(m, (LaunchTask, LaunchTasks))]
+    assert [type(m) for m in launches] == [LaunchTasks, LaunchTasks]
+    assert sorted(_task_ids(sent)) == sorted(set(_task_ids(sent))) and len(_task_ids(sent)) == 4
+    reported = [t for m in received if isinstance(m, StatusUpdate) for t in [m.taskId]] + \
+        [t for m in received if isinstance(m, StatusUpdates) for t in m.taskIds]
+    assert sorted(reported) == sorted(_task_ids(sent))
+
+
+def test_many_tiny_tasks_and_failures_are_each_reported_exactly_once(sc, tmp_path) -> None:
+    sent, received = _record_traffic(sc)
+    acc = sc.accumulator(0)
+
+    def count(x):
+        acc.add(1)
+        return x
+    assert sc.parallelize(range(600), 600).map(count).sum() == sum(range(600))
+    assert acc.value == 600     # one accumulator update per task, batched or not
+    launched = _task_ids(sent)
+    assert len(launched) == 600 and len(set(launched)) == 600
+    reported = [m.taskId for m in received if isinstance(m, StatusUpdate)] + \
+        [t for m in received if isinstance(m, StatusUpdates) for t in m.taskIds]
+    assert sorted(reported) == sorted(launched)
+    assert any(isinstance(m, LaunchTasks) for m in sent)
+
+    # a failing task inside a batch fails alone: its retries succeed, the others count once
+    flag = tmp_path / "failed-once"
+
+    def flaky(x):
+        if x == 3 and not flag.exists():
+            flag.write_text("x")
+            raise ValueError("first attempt fails")
+        return x
+    assert sorted(sc.parallelize(range(8), 8).map(flaky).collect()) == list(range(8))
+    assert flag.exists()
