@@ -35,9 +35,9 @@ def sc(cluster):
     context = SparkContext(conf=SparkConf().setMaster(cluster.url).setAppName("batching")
                            .set("spark.ui.enabled", "false"))
     deadline = time.time() + 60
-    while len(context._backend.executors) < 2 and time.time() < deadline:
+    while len(context.runtime.scheduler_backend.executors) < 2 and time.time() < deadline:
         time.sleep(0.05)
-    assert len(context._backend.executors) == 2
+    assert len(context.runtime.scheduler_backend.executors) == 2
     yield context
     context.stop()
 
