@@ -573,9 +573,11 @@ def test_disconnect_and_reconnect_after_restart_on_same_port(envs, transport):
     b.await_termination(5)
     assert rec_b.wait_for("stop") is None
     assert rec_a.wait_for("disconnected", b.address) == b.address
+    ref.send(RtSeq(0))  # never raises for network errors
+    # queued behind the send: once this ask has failed, no connect attempt is left under way
+    # that a later ask could join and fail with (a refused SYN sent before b2 binds)
     with pytest.raises(RpcConnectionError):
         ref.ask(RtEcho(2), timeout=5).result(5)
-    ref.send(RtSeq(0))  # never raises for network errors
 
     b2 = envs("b", inprocess=inproc, port=port, conf={"spark.port.maxRetries": "0"})
     assert b2.address == b.address
