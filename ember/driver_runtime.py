@@ -209,7 +209,7 @@ class DriverRuntime:
         sched.rp_manager = self.resource_profile_manager
         backend: Any
         if local is not None:
-            from ember.executor.backend import pyspark_worker_memory_mb
+            from ember.executor.pyspark_memory import pyspark_worker_memory_mb
             from ember.scheduler.local_backend import LocalSchedulerBackend
             from ember.shuffle.crypto import IO_ENCRYPTION, new_key_hex
             storage = config.read(conf, "spark.ember.storage.memory")

@@ -27,9 +27,11 @@ from typing import Optional
 from ember.rpc import RpcAddress, RpcEndpointRef
 from ember.rpc.messages import message
 
-DEFAULT_RESOURCE_PROFILE_ID = 0
-# Spark's ResourceProfile keys that are not "custom" resources (ResourceProfile.allSupported...)
-BUILTIN_EXECUTOR_RESOURCES = ("cores", "memory", "memoryOverhead", "pyspark.memory", "offHeap")
+# the resource payloads live in their own small module (a local driver builds its resource
+# profiles from them without loading every message class); they are deploy messages all the same
+from ember.deploy.resource_messages import (  # noqa: F401 (re-exported)
+    BUILTIN_EXECUTOR_RESOURCES, DEFAULT_RESOURCE_PROFILE_ID, ExecutorResourceRequest,
+    ResourceInformation, ResourceRequirement, TaskResourceRequest)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,45 +106,6 @@ class ExecutorState(_NamedEnum):
 # ---------------------------------------------------------------------------------------------
 # Payloads
 # ---------------------------------------------------------------------------------------------
-
-@message
-@dataclass(frozen=True)
-class ResourceInformation:
-    """A named resource and its addresses, e.g. ("gpu", ["0", "1"])."""
-    name: str
-    addresses: list[str] = field(default_factory=list)
-
-    def toJson(self) -> dict:
-        return {"name": self.name, "addresses": list(self.addresses)}
-
-
-@message
-@dataclass(frozen=True)
-class ResourceRequirement:
-    """`amount` units of `resourceName` (per executor or per driver)."""
-    resourceName: str
-    amount: int
-    numParts: int = 1
-
-
-@message
-@dataclass(frozen=True)
-class ExecutorResourceRequest:
-    resourceName: str
-    amount: int
-    discoveryScript: str = ""
-    vendor: str = ""
-
-
-@message
-@dataclass(frozen=True)
-class TaskResourceRequest:
-    resourceName: str
-    amount: float
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "amount", float(self.amount))   # PySpark stores a float
-
 
 @message
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from ember.deploy.resources import (ResourceError, ResourceRequest, discover_res
 from ember.executor.decommission import (migrate_blocks, migrated_block_path,
                                          store_migrated_chunk)
 from ember.executor.process_pool import TaskProcessPool
+from ember.executor.pyspark_memory import pyspark_worker_memory_mb
 from ember.util.event_loop import RpcLoop
 from ember.rpc import (RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv, RpcRemoteError,
                        UnsupportedMessageError)
@@ -426,15 +427,6 @@ def _endpoint_address(url: str) -> RpcAddress:
     if not url.startswith("spark://") or "@" not in url:
         raise ValueError(f"Invalid endpoint URL: {url}")
     return RpcAddress.from_spark_url("spark://" + url.split("@", 1)[1])
-
-
-def pyspark_worker_memory_mb(conf: dict[str, str]) -> int | None:
-    """Each task process's share of spark.executor.pyspark.memory: divided by
-    spark.executor.cores (default 1), as Spark's PythonRunner divides it."""
-    total = config.read(conf, "spark.executor.pyspark.memory")
-    if not total:
-        return None
-    return max(total // max(config.read(conf, "spark.executor.cores", 1), 1), 1)
 
 
 PROFILE_DIR_ENV = "EMBER_EXECUTOR_PROFILE_DIR"
