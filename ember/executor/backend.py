@@ -20,14 +20,17 @@ from typing import Any
 
 from ember import config, fs
 from ember.deploy.fencing import MasterLease
-from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, KillTask, LaunchTask, LaunchTasks,
-                                   RegisteredExecutor, RegisterExecutor,
-                                   ExecutorHeartbeat, RegisterExecutorFailed,
-                                   RemoveBroadcast, RemoveRdd, RemoveStage, ResourceInformation,
-                                   ResourceProfile, RetrieveSparkAppConfig, FetchShuffleBlocks,
-                                   RegisterExecutorShuffleInfo, DecommissionExecutor,
-                                   PutMigratedBlock, ExecutorDecommissioning,
-                                   StatusUpdate, StatusUpdates, StopExecutor)
+# the executor's own messages, not all of ember.deploy.messages (its start-up time)
+from ember.deploy.executor_messages import (KillTask, LaunchTask, LaunchTasks,
+                                            RegisteredExecutor, RegisterExecutor,
+                                            ExecutorHeartbeat, RegisterExecutorFailed,
+                                            RemoveBroadcast, RemoveRdd, RemoveStage,
+                                            RetrieveSparkAppConfig, FetchShuffleBlocks,
+                                            RegisterExecutorShuffleInfo, DecommissionExecutor,
+                                            PutMigratedBlock, ExecutorDecommissioning,
+                                            StatusUpdate, StatusUpdates, StopExecutor)
+from ember.deploy.resource_messages import (DEFAULT_RESOURCE_PROFILE_ID, ResourceInformation,
+                                            ResourceProfile)
 from ember.deploy.resources import (ResourceError, ResourceRequest, discover_resource,
                                     parse_allocated)
 from ember.executor.decommission import (migrate_blocks, migrated_block_path,
