@@ -279,8 +279,3 @@ class RemoveBroadcast:
     """Driver -> executor: drop loaded copies and the local file of a broadcast variable."""
     broadcastId: int
     removeFromDriver: bool = False
-
-
-__all__ = [name for name, obj in list(globals().items())
-           if isinstance(obj, type) and getattr(obj, "__module__", None) == __name__
-           and not name.startswith("_")] + ["DEFAULT_RESOURCE_PROFILE_ID"]

@@ -861,3 +861,9 @@ class CheckForWorkerTimeOut:
 @dataclass(frozen=True)
 class CompleteRecovery:
     epoch: int = 0   # the leadership that armed the recovery timer
+
+
+__all__ = [name for name, obj in list(globals().items())
+           if isinstance(obj, type) and getattr(obj, "__module__", None) in (
+               __name__, "ember.deploy.resource_messages", "ember.deploy.executor_messages")
+           and not name.startswith("_")] + ["DEFAULT_RESOURCE_PROFILE_ID"]
