@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from ember.rpc.config import parse_bool
-
 
 def ssl_setting(conf: Mapping[str, Any], namespace: str, name: str) -> Optional[str]:
     """Spark's SSLOptions inheritance: `spark.ssl.<ns>.<name>`, else `spark.ssl.<name>`."""
@@ -20,8 +18,11 @@ def ssl_setting(conf: Mapping[str, Any], namespace: str, name: str) -> Optional[
 
 
 def ssl_enabled(conf: Mapping[str, Any], namespace: str) -> bool:
-    return parse_bool(f"spark.ssl.{namespace}.enabled",
-                      ssl_setting(conf, namespace, "enabled") or "false")
+    value = ssl_setting(conf, namespace, "enabled")
+    if value is None:       # Spark's default; the RPC security modules load only when set
+        return False
+    from ember.rpc.config import parse_bool
+    return parse_bool(f"spark.ssl.{namespace}.enabled", value)
 
 
 def secure_port(conf: Mapping[str, Any], namespace: str, http_port: int) -> int:
