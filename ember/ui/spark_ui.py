@@ -1,8 +1,8 @@
 """SparkUI: the web server (port 4040) for the pages, `/api/v1` and `/metrics/prometheus`
 of the driver's one running application.
 
-The driver binds the port synchronously, in SparkContext's start-up (`bind_ui`): the URL goes
-into the application's registration with a master, and a busy 4040 moves to 4041...
+The driver binds the port synchronously, in SparkContext's start-up (`ember.ui.ui_bind`): the
+URL goes into the application's registration with a master, and a busy 4040 moves to 4041...
 (spark.port.maxRetries) or fails start-up, as in Spark. Serving happens in the driver's UI
 process (ember.ui.ui_process), which gets the bound socket. It uses the standard library's
 HTTP request handler on a bounded thread pool, not aiohttp: importing aiohttp costs about
