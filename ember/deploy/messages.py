@@ -6,6 +6,11 @@ of this code - `RegisterWorker(id, host, port, worker, cores, memory, workerWebU
 masterAddress, resources)` here is the same message as there. Messages are frozen dataclasses
 registered with `ember.rpc.messages.message`, so the RPC layer encodes them with msgpack (a
 non-executable format) by class name; nothing here knows how a byte crosses a socket.
+Two parts are defined in small modules of their own and re-exported here, so that this one
+import still names every message: the resource payloads (`ember.deploy.resource_messages`,
+which every SparkContext needs) and the driver <-> executor messages
+(`ember.deploy.executor_messages`, all an executor process registers) - both to keep ~70
+dataclass definitions out of a local driver's and an executor's start-up.
 
 Deviations from Spark, forced by a data-only encoding:
 - `Option[Exception]` fields (`DriverStateChanged.exception`, `DriverStatusResponse.exception`)
