@@ -209,7 +209,7 @@ class DriverRuntime:
         sched.rp_manager = self.resource_profile_manager
         backend: Any
         if local is not None:
-            from ember.executor.backend import pyspark_worker_memory_mb
+            from ember.executor.pyspark_memory import pyspark_worker_memory_mb
             from ember.scheduler.local_backend import LocalSchedulerBackend
             from ember.shuffle.crypto import IO_ENCRYPTION, new_key_hex
             storage = config.read(conf, "spark.ember.storage.memory")
@@ -309,7 +309,7 @@ class DriverRuntime:
             from ember.ui.event_log import EventLog
             self.event_log = EventLog(self.conf)
         if config.read(self.conf, "spark.ui.enabled"):
-            from ember.ui.spark_ui import bind_ui
+            from ember.ui.ui_bind import bind_ui
             sock, self.ui_url, redirect = bind_ui(self.conf)
         if self.event_log is not None or sock is not None:
             from ember.ui.ui_process import UiProcess

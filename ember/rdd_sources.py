@@ -23,10 +23,13 @@ import os
 import re
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Iterable, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, NamedTuple
 
-from ember import fs, s3_range
+from ember import fs
 from ember.errors import InvalidInputException
+
+if TYPE_CHECKING:   # loaded for the first remote split: http.client and ssl cost start-up
+    from ember import s3_range
 
 LOCAL_BLOCK_SIZE = 32 * 1024 * 1024
 SPLIT_SLOP = 1.1
@@ -321,6 +324,7 @@ def _remote_split_segments(url: str, start: int, end: int) -> Iterator[tuple]:
     _TAIL) - the split and, almost always, the rest of its last line - then, only for a
     last line longer than that, more requests. S3 objects stream into a reused buffer
     (ember.s3_range); other URLs go through fsspec, prefetched on a thread."""
+    from ember import s3_range
     reader = s3_range.reader(url)
     if reader is not None:
         return _owned(_direct_segments(reader, start, end + _TAIL), start, end)

@@ -134,7 +134,7 @@ class BarrierTaskContext(TaskContext):
             f"Not supported to call `{func_name}` before initialize BarrierTaskContext.")
 
     def _run_barrier(self, method: str, message: str) -> list[str]:
-        from ember.deploy.messages import RequestToSync
+        from ember.deploy.executor_messages import RequestToSync
         request = RequestToSync(len(self._addresses()), self._stage_id, self._stage_attempt_number,
                                 self._task_attempt_id, self._barrier_epoch, self._partition_id,
                                 message, method)

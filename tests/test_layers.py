@@ -152,10 +152,15 @@ def test_versions_come_from_ember_version():
 
 
 def _message_classes() -> list[str]:
-    with open(os.path.join(ROOT, "ember", "deploy", "messages.py")) as f:
-        tree = ast.parse(f.read())
-    return [n.name for n in tree.body if isinstance(n, ast.ClassDef)
-            and not n.name.startswith("_")]
+    """ember/deploy/messages.py's classes and the resource and executor messages it
+    re-exports."""
+    names = []
+    for module in ("messages.py", "resource_messages.py", "executor_messages.py"):
+        with open(os.path.join(ROOT, "ember", "deploy", module)) as f:
+            tree = ast.parse(f.read())
+        names += [n.name for n in tree.body if isinstance(n, ast.ClassDef)
+                  and not n.name.startswith("_")]
+    return names
 
 
 def _architecture_section() -> str:

@@ -6,6 +6,11 @@ of this code - `RegisterWorker(id, host, port, worker, cores, memory, workerWebU
 masterAddress, resources)` here is the same message as there. Messages are frozen dataclasses
 registered with `ember.rpc.messages.message`, so the RPC layer encodes them with msgpack (a
 non-executable format) by class name; nothing here knows how a byte crosses a socket.
+Two parts are defined in small modules of their own and re-exported here, so that this one
+import still names every message: the resource payloads (`ember.deploy.resource_messages`,
+which every SparkContext needs) and the driver <-> executor messages
+(`ember.deploy.executor_messages`, all an executor process registers) - both to keep ~70
+dataclass definitions out of a local driver's and an executor's start-up.
 
 Deviations from Spark, forced by a data-only encoding:
 - `Option[Exception]` fields (`DriverStateChanged.exception`, `DriverStatusResponse.exception`)
@@ -27,9 +32,14 @@ from typing import Optional
 from ember.rpc import RpcAddress, RpcEndpointRef
 from ember.rpc.messages import message
 
-DEFAULT_RESOURCE_PROFILE_ID = 0
-# Spark's ResourceProfile keys that are not "custom" resources (ResourceProfile.allSupported...)
-BUILTIN_EXECUTOR_RESOURCES = ("cores", "memory", "memoryOverhead", "pyspark.memory", "offHeap")
+# the resource payloads live in their own small module (a local driver builds its resource
+# profiles from them without loading every message class); they are deploy messages all the same
+from ember.deploy.resource_messages import (  # noqa: F401 (re-exported)
+    BUILTIN_EXECUTOR_RESOURCES, DEFAULT_RESOURCE_PROFILE_ID, ExecutorResourceRequest,
+    ResourceInformation, ResourceProfile, ResourceRequirement, TaskResourceRequest)
+# driver <-> executor messages: their own module, so that an executor process registers them
+# without the ~80 master/worker/submission classes (its start-up); the same classes here
+from ember.deploy.executor_messages import *  # noqa: F401,F403
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,84 +114,6 @@ class ExecutorState(_NamedEnum):
 # ---------------------------------------------------------------------------------------------
 # Payloads
 # ---------------------------------------------------------------------------------------------
-
-@message
-@dataclass(frozen=True)
-class ResourceInformation:
-    """A named resource and its addresses, e.g. ("gpu", ["0", "1"])."""
-    name: str
-    addresses: list[str] = field(default_factory=list)
-
-    def toJson(self) -> dict:
-        return {"name": self.name, "addresses": list(self.addresses)}
-
-
-@message
-@dataclass(frozen=True)
-class ResourceRequirement:
-    """`amount` units of `resourceName` (per executor or per driver)."""
-    resourceName: str
-    amount: int
-    numParts: int = 1
-
-
-@message
-@dataclass(frozen=True)
-class ExecutorResourceRequest:
-    resourceName: str
-    amount: int
-    discoveryScript: str = ""
-    vendor: str = ""
-
-
-@message
-@dataclass(frozen=True)
-class TaskResourceRequest:
-    resourceName: str
-    amount: float
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "amount", float(self.amount))   # PySpark stores a float
-
-
-@message
-@dataclass(frozen=True)
-class ResourceProfile:
-    """What each executor (and task) of a profile needs. Id 0 is the default profile.
-
-    Built-in executor keys: "cores" (None = unset: in standalone one executor per worker takes
-    all free cores), "memory" (MB). Anything else is a custom resource (gpu, fpga ...).
-    """
-    id: int = DEFAULT_RESOURCE_PROFILE_ID
-    executorResources: dict[str, ExecutorResourceRequest] = field(default_factory=dict)
-    taskResources: dict[str, TaskResourceRequest] = field(default_factory=dict)
-
-    def getExecutorCores(self) -> Optional[int]:
-        r = self.executorResources.get("cores")
-        return int(r.amount) if r is not None else None
-
-    def getExecutorMemory(self) -> Optional[int]:
-        r = self.executorResources.get("memory")
-        return int(r.amount) if r is not None else None
-
-    def getCustomExecutorResources(self) -> dict[str, ExecutorResourceRequest]:
-        return {k: v for k, v in self.executorResources.items()
-                if k not in BUILTIN_EXECUTOR_RESOURCES}
-
-    @staticmethod
-    def of(id: int = DEFAULT_RESOURCE_PROFILE_ID, cores: Optional[int] = None,
-           memoryMb: Optional[int] = None, custom: Optional[dict[str, int]] = None
-           ) -> "ResourceProfile":
-        """Shorthand: `ResourceProfile.of(cores=2, memoryMb=1024, custom={"gpu": 1})`."""
-        res: dict[str, ExecutorResourceRequest] = {}
-        if cores is not None:
-            res["cores"] = ExecutorResourceRequest("cores", int(cores))
-        if memoryMb is not None:
-            res["memory"] = ExecutorResourceRequest("memory", int(memoryMb))
-        for name, amount in (custom or {}).items():
-            res[name] = ExecutorResourceRequest(name, int(amount))
-        return ResourceProfile(id=id, executorResources=res)
-
 
 def _scala_seq(items: list) -> str:
     return "List(" + ", ".join(str(i) for i in items) + ")"
@@ -936,266 +868,7 @@ class CompleteRecovery:
     epoch: int = 0   # the leadership that armed the recovery timer
 
 
-# ---------------------------------------------------------------------------------------------
-# Driver <-> executor (Spark's CoarseGrainedClusterMessages, the part Ember needs)
-# ---------------------------------------------------------------------------------------------
-
-@message
-@dataclass(frozen=True)
-class RetrieveSparkAppConfig:
-    """Executor -> driver ask at start-up; reply SparkAppConfig."""
-    resourceProfileId: int = DEFAULT_RESOURCE_PROFILE_ID
-
-
-@message
-@dataclass(frozen=True)
-class SparkAppConfig:
-    sparkProperties: list[tuple[str, str]]
-    ioEncryptionKey: Optional[bytes] = None
-    hadoopDelegationCreds: Optional[bytes] = None
-    resourceProfile: ResourceProfile = field(default_factory=ResourceProfile)
-    logLevel: Optional[str] = None
-
-
-@message
-@dataclass(frozen=True)
-class ExecutorHeartbeat:
-    """Executor -> driver ask (Spark's Heartbeat to the HeartbeatReceiver, without metrics);
-    reply True while the driver knows the executor. Unanswered for
-    spark.ember.executor.driverLease, the executor exits: its driver is gone."""
-    executorId: str
-
-
-@message
-@dataclass(frozen=True)
-class RegisterExecutor:
-    """Executor -> driver ask; reply True, then the driver sends RegisteredExecutor."""
-    executorId: str
-    executorRef: RpcEndpointRef
-    hostname: str
-    cores: int
-    logUrls: dict[str, str] = field(default_factory=dict)
-    attributes: dict[str, str] = field(default_factory=dict)
-    resources: dict[str, ResourceInformation] = field(default_factory=dict)
-    resourceProfileId: int = DEFAULT_RESOURCE_PROFILE_ID
-
-
-@message
-@dataclass(frozen=True)
-class RegisteredExecutor:
-    pass
-
-
-@message
-@dataclass(frozen=True)
-class RegisterExecutorFailed:
-    message: str
-
-
-@message
-@dataclass(frozen=True)
-class LaunchTask:
-    """Driver -> executor: a serialized task description (opaque bytes; decoded only after auth)."""
-    data: bytes
-
-
-@message
-@dataclass(frozen=True)
-class LaunchTasks:
-    """Driver -> executor (Ember): the LaunchTask data of every task one offer round gave
-    this executor, as one pickled list (decoded only after auth). One message, one wake-up
-    and one read for several tasks, where a LaunchTask each cost those per task."""
-    data: bytes
-
-
-@message
-@dataclass(frozen=True)
-class KillTask:
-    taskId: int
-    executor: str
-    interruptThread: bool
-    reason: str
-
-
-@message
-@dataclass(frozen=True)
-class StatusUpdate:
-    """Executor -> driver: task state (TaskState name) and serialized result/failure bytes."""
-    executorId: str
-    taskId: int
-    state: str
-    data: bytes
-
-
-@message
-@dataclass(frozen=True)
-class StatusUpdates:
-    """Executor -> driver (Ember): the StatusUpdates of several tasks that ended in one turn
-    of the executor's loop, in order (entry i is task `taskIds[i]`); sent when more than one
-    is waiting, so no task's update waits for another task."""
-    executorId: str
-    taskIds: list[int]
-    states: list[str]
-    data: list[bytes]
-
-    def __post_init__(self) -> None:
-        if not len(self.taskIds) == len(self.states) == len(self.data):
-            raise ValueError(f"{len(self.taskIds)} task ids, {len(self.states)} states and "
-                             f"{len(self.data)} results: one of each per task")
-
-
-@message
-@dataclass(frozen=True)
-class RequestToSync:
-    """Barrier task (through its executor) -> driver's BarrierCoordinator ask: one task's
-    barrier() or allGather() call of a barrier stage attempt; the reply, once all `numTasks`
-    tasks made the call of epoch `barrierEpoch`, is every task's message by partition id."""
-    numTasks: int
-    stageId: int
-    stageAttemptId: int
-    taskAttemptId: int
-    barrierEpoch: int
-    partitionId: int
-    message: str
-    requestMethod: str          # RequestMethod: BARRIER or ALL_GATHER
-
-
-@message
-@dataclass(frozen=True)
-class StopExecutor:
-    pass
-
-
-@message
-@dataclass(frozen=True)
-class RemoveExecutor:
-    executorId: str
-    reason: str
-
-
-@message
-@dataclass(frozen=True)
-class FetchShuffleBlocks:
-    """Spark's block-transfer FetchShuffleBlocks, by Ember's file segments: a reducer's
-    segments of map outputs served by one executor or shuffle service, as parallel lists
-    (map output file base path as its MapStatus names it, start, end); the reply is the
-    segments' bytes, concatenated in the order asked."""
-    shuffleId: int
-    mapPaths: list[str]
-    starts: list[int]
-    ends: list[int]
-
-
-@message
-@dataclass(frozen=True)
-class RegisterExecutorShuffleInfo:
-    """Executor -> its worker's external shuffle service (Spark's shuffle protocol
-    RegisterExecutor with ExecutorShuffleInfo): serve map output under these dirs, also
-    after this executor exits, until the application ends."""
-    appId: str
-    execId: str
-    localDirs: list[str]
-
-
-@message
-@dataclass(frozen=True)
-class DecommissionExecutor:
-    """Driver -> executor (Spark's CoarseGrainedClusterMessages.DecommissionExecutor): stop
-    taking tasks, migrate shuffle and cached blocks to peers, then exit."""
-
-
-@message
-@dataclass(frozen=True)
-class ExecutorDecommissioning:
-    """Executor -> driver ask (Spark's CoarseGrainedClusterMessages.ExecutorDecommissioning):
-    this executor got the decommission signal (SIGPWR); the driver answers True and
-    decommissions it (DecommissionExecutor)."""
-    executorId: str
-
-
-@message
-@dataclass(frozen=True)
-class BlockManagerPeer:
-    """One executor a decommissioning executor can migrate blocks to (Spark's
-    BlockManagerId, as GetPeers answers)."""
-    executorId: str
-    host: str
-    port: int
-
-
-@message
-@dataclass(frozen=True)
-class GetPeers:
-    """Executor -> driver ask (Spark's BlockManagerMessages.GetPeers): the live, not
-    decommissioning executors other than this one; the reply is a list of BlockManagerPeer."""
-    executorId: str
-
-
-@message
-@dataclass(frozen=True)
-class PutMigratedBlock:
-    """Decommissioning executor -> peer executor ask: one chunk of a migrated block file
-    (a map output file ``shuffle_<s>_<pid>_<tag>.data`` or ``rdd_<r>_<p>``), written at
-    `offset`; the last chunk puts the file in place (and reports it to the driver with
-    UpdateBlockInfo before answering)."""
-    blockId: str
-    offset: int
-    data: bytes
-    last: bool
-
-
-@message
-@dataclass(frozen=True)
-class UpdateBlockInfo:
-    """Executor -> driver ask (Spark's BlockManagerMessages.UpdateBlockInfo): this executor
-    now holds `blockId`. For a migrated map output file, `path` is its base here and
-    `shuffleAddress`/`shuffleEndpoint` where reducers fetch it: every map output in that
-    file moves (Spark's updateMapOutput)."""
-    executorId: str
-    blockId: str
-    memSize: int
-    diskSize: int
-    path: str = ""
-    shuffleAddress: str = ""
-    shuffleEndpoint: str = ""
-
-
-@message
-@dataclass(frozen=True)
-class FetchBroadcast:
-    """Ember: executor -> driver ask for a broadcast variable's file; the reply is its bytes."""
-    id: int
-
-
-@message
-@dataclass(frozen=True)
-class FetchFile:
-    """Ember: executor -> driver ask for a file added with SparkContext.addFile; reply: bytes."""
-    name: str
-
-
-@message
-@dataclass(frozen=True)
-class RemoveStage:
-    """Ember: driver -> executor: no job needs this stage; drop its cached closure."""
-    stageId: int
-
-
-@message
-@dataclass(frozen=True)
-class RemoveRdd:
-    """Driver -> executor (Spark's BlockManager message): drop an RDD's cached blocks."""
-    rddId: int
-
-
-@message
-@dataclass(frozen=True)
-class RemoveBroadcast:
-    """Driver -> executor: drop loaded copies and the local file of a broadcast variable."""
-    broadcastId: int
-    removeFromDriver: bool = False
-
-
 __all__ = [name for name, obj in list(globals().items())
-           if isinstance(obj, type) and getattr(obj, "__module__", None) == __name__
+           if isinstance(obj, type) and getattr(obj, "__module__", None) in (
+               __name__, "ember.deploy.resource_messages", "ember.deploy.executor_messages")
            and not name.startswith("_")] + ["DEFAULT_RESOURCE_PROFILE_ID"]

@@ -19,7 +19,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from ember.deploy.messages import ResourceInformation, ResourceRequirement
+from ember.deploy.resource_messages import ResourceInformation, ResourceRequirement
 
 RESOURCE_PREFIX = "resource"
 EXAMPLE_JSON = '{"name":"gpu","addresses":["0","1"]}'

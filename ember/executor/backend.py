@@ -20,19 +20,23 @@ from typing import Any
 
 from ember import config, fs
 from ember.deploy.fencing import MasterLease
-from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, KillTask, LaunchTask, LaunchTasks,
-                                   RegisteredExecutor, RegisterExecutor,
-                                   ExecutorHeartbeat, RegisterExecutorFailed,
-                                   RemoveBroadcast, RemoveRdd, RemoveStage, ResourceInformation,
-                                   ResourceProfile, RetrieveSparkAppConfig, FetchShuffleBlocks,
-                                   RegisterExecutorShuffleInfo, DecommissionExecutor,
-                                   PutMigratedBlock, ExecutorDecommissioning,
-                                   StatusUpdate, StatusUpdates, StopExecutor)
+# the executor's own messages, not all of ember.deploy.messages (its start-up time)
+from ember.deploy.executor_messages import (KillTask, LaunchTask, LaunchTasks,
+                                            RegisteredExecutor, RegisterExecutor,
+                                            ExecutorHeartbeat, RegisterExecutorFailed,
+                                            RemoveBroadcast, RemoveRdd, RemoveStage,
+                                            RetrieveSparkAppConfig, FetchShuffleBlocks,
+                                            RegisterExecutorShuffleInfo, DecommissionExecutor,
+                                            PutMigratedBlock, ExecutorDecommissioning,
+                                            StatusUpdate, StatusUpdates, StopExecutor)
+from ember.deploy.resource_messages import (DEFAULT_RESOURCE_PROFILE_ID, ResourceInformation,
+                                            ResourceProfile)
 from ember.deploy.resources import (ResourceError, ResourceRequest, discover_resource,
                                     parse_allocated)
 from ember.executor.decommission import (migrate_blocks, migrated_block_path,
                                          store_migrated_chunk)
 from ember.executor.process_pool import TaskProcessPool
+from ember.executor.pyspark_memory import pyspark_worker_memory_mb
 from ember.util.event_loop import RpcLoop
 from ember.rpc import (RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv, RpcRemoteError,
                        UnsupportedMessageError)
@@ -426,15 +430,6 @@ def _endpoint_address(url: str) -> RpcAddress:
     if not url.startswith("spark://") or "@" not in url:
         raise ValueError(f"Invalid endpoint URL: {url}")
     return RpcAddress.from_spark_url("spark://" + url.split("@", 1)[1])
-
-
-def pyspark_worker_memory_mb(conf: dict[str, str]) -> int | None:
-    """Each task process's share of spark.executor.pyspark.memory: divided by
-    spark.executor.cores (default 1), as Spark's PythonRunner divides it."""
-    total = config.read(conf, "spark.executor.pyspark.memory")
-    if not total:
-        return None
-    return max(total // max(config.read(conf, "spark.executor.cores", 1), 1), 1)
 
 
 PROFILE_DIR_ENV = "EMBER_EXECUTOR_PROFILE_DIR"

@@ -21,7 +21,7 @@ import re
 import time
 from typing import Any
 
-from ember.deploy.messages import GetPeers, PutMigratedBlock, UpdateBlockInfo
+from ember.deploy.executor_messages import GetPeers, PutMigratedBlock, UpdateBlockInfo
 from ember.rpc import RpcAddress
 from ember.shuffle.writer import OUTPUT_FILE
 

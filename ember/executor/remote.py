@@ -41,7 +41,7 @@ class RemoteFetcher:
                       segments: list[tuple[str, int, int]]) -> list[memoryview]:
         """Segments (map output file base path, start, end) served by the executor or
         shuffle service at `address`, in one request; one buffer per segment."""
-        from ember.deploy.messages import FetchShuffleBlocks
+        from ember.deploy.executor_messages import FetchShuffleBlocks
         from ember.rpc import RpcAddress
         host, _, port = address.rpartition(":")
         ref = self._rpc().endpoint_ref(RpcAddress(host, int(port)), endpoint)
@@ -62,7 +62,7 @@ class RemoteFetcher:
 
     def fetch_broadcast(self, bid: int, driver_path: str) -> str:
         """Local copy of a broadcast's file, fetched from the driver once per executor."""
-        from ember.deploy.messages import FetchBroadcast
+        from ember.deploy.executor_messages import FetchBroadcast
         local = os.path.join(self.local_dir, f"broadcast_{bid}")
         if not os.path.exists(local):
             data = self._driver_ref().ask_sync(FetchBroadcast(bid), _TIMEOUT)
@@ -103,7 +103,7 @@ class RemoteFetcher:
         self._unfetchable.pop(name, None)
 
     def _fetch_file(self, entry: str) -> None:
-        from ember.deploy.messages import FetchFile
+        from ember.deploy.executor_messages import FetchFile
         name = entry.rstrip("/")
         data = self._driver_ref().ask_sync(FetchFile(name), _TIMEOUT)
         local = os.path.join(self.files_dir, name)

@@ -17,7 +17,7 @@ import traceback
 from typing import Any
 
 from ember import accumulators, broadcast, fs
-from ember.deploy.messages import ResourceInformation
+from ember.deploy.resource_messages import ResourceInformation
 from ember.errors import TaskKilledException
 from ember.executor.wire import read_msg, send_msg
 from ember.files import SparkFiles

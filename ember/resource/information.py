@@ -1,5 +1,5 @@
 """ResourceInformation: a resource's name and addresses (`TaskContext.resources()` values,
 `sc.resources`). The same record travels in deploy messages, so it is defined there once."""
-from ember.deploy.messages import ResourceInformation
+from ember.deploy.resource_messages import ResourceInformation
 
 __all__ = ["ResourceInformation"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ember.config import parse_memory_mb
-from ember.deploy.messages import ExecutorResourceRequest, TaskResourceRequest
+from ember.deploy.resource_messages import ExecutorResourceRequest, TaskResourceRequest
 
 __all__ = ["ExecutorResourceRequest", "ExecutorResourceRequests", "TaskResourceRequest",
            "TaskResourceRequests", "check_task_amount"]

@@ -6,7 +6,6 @@ its thread-local property spark.scheduler.pool; unknown pools are created with d
 from __future__ import annotations
 
 import logging
-import xml.etree.ElementTree as ET
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -87,6 +86,7 @@ class SchedulableBuilder:
                 self.root.add(Pool(DEFAULT_POOL_NAME))
 
     def _load(self, path: str) -> None:
+        import xml.etree.ElementTree as ET   # only FAIR mode with an allocation file parses XML
         tree = ET.parse(path)
         for el in tree.getroot().iter("pool"):
             name = el.get("name")

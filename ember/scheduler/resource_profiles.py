@@ -20,16 +20,18 @@ import math
 import threading
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from ember import config
-from ember.deploy.messages import BUILTIN_EXECUTOR_RESOURCES, DEFAULT_RESOURCE_PROFILE_ID
-from ember.deploy.messages import ResourceProfile as ResourceProfileMessage
+from ember.deploy.resource_messages import BUILTIN_EXECUTOR_RESOURCES, DEFAULT_RESOURCE_PROFILE_ID
 from ember.deploy.resources import parse_resource_requests
 from ember.errors import SparkException
 from ember.resource.profile import ResourceProfile
 from ember.resource.requests import (ExecutorResourceRequest, TaskResourceRequest,
                                      check_task_amount)
+
+if TYPE_CHECKING:   # the wire form is built only for a master: local mode never loads it
+    from ember.deploy.messages import ResourceProfile as ResourceProfileMessage
 
 log = logging.getLogger("ember.resource.ResourceProfileManager")
 
@@ -291,6 +293,7 @@ class ResourceProfileManager:
 
     def profile_message(self, rp_id: int) -> ResourceProfileMessage:
         """The profile as the master sees it (RegisterApplication, RequestExecutors)."""
+        from ember.deploy.messages import ResourceProfile as ResourceProfileMessage
         rp = self.from_id(rp_id)
         return ResourceProfileMessage(rp_id, dict(rp._executor_resource_requests),
                                       dict(rp._task_resource_requests))

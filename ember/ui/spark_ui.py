@@ -1,8 +1,8 @@
 """SparkUI: the web server (port 4040) for the pages, `/api/v1` and `/metrics/prometheus`
 of the driver's one running application.
 
-The driver binds the port synchronously, in SparkContext's start-up (`bind_ui`): the URL goes
-into the application's registration with a master, and a busy 4040 moves to 4041...
+The driver binds the port synchronously, in SparkContext's start-up (`ember.ui.ui_bind`): the
+URL goes into the application's registration with a master, and a busy 4040 moves to 4041...
 (spark.port.maxRetries) or fails start-up, as in Spark. Serving happens in the driver's UI
 process (ember.ui.ui_process), which gets the bound socket. It uses the standard library's
 HTTP request handler on a bounded thread pool, not aiohttp: importing aiohttp costs about
@@ -24,67 +24,21 @@ from urllib.parse import parse_qsl, urlsplit
 from ember import config
 from ember.web.security import (
     LOGIN_PATH, ConnectionLimits, Denial, HttpGuard, https_redirect, login_page, safe_next,
-    secure_port, server_ssl_context, ssl_enabled, wants_html,
+    server_ssl_context, wants_html,
 )
 from ember.ui.api import API_ROOT, LiveStoreProvider, api_response, flat_query
 from ember.ui.status_store import AppStatusStore
+from ember.ui.ui_bind import bind_ui, ui_bind_host
+
+__all__ = ["SparkUI", "bind_ui", "ui_bind_host"]
 
 log = logging.getLogger("ember.ui.SparkUI")
 
-SERVICE_NAME = "SparkUI"
 # Spark's default security headers for its UIs (spark.ui.xXssProtection, ...).
 _SECURITY_HEADERS = {"X-Frame-Options": "SAMEORIGIN", "X-XSS-Protection": "1; mode=block",
                      "X-Content-Type-Options": "nosniff"}
 UI_THREADS = 8          # requests served at once; more wait (up to maxConnections) or are refused
 _MAX_LOGIN_BODY = 16 * 1024
-
-
-def _advertised_host(conf: Any) -> str:
-    """The driver's host as its peers know it (the standalone backend's choice), so the
-    master's link to this UI works from other hosts; loopback for local mode."""
-    master = str(conf.get("spark.master") or "")
-    if not master.startswith("spark://"):
-        return conf.get("spark.driver.host") or os.environ.get("SPARK_LOCAL_IP") \
-            or "127.0.0.1"
-    from ember.deploy.app_client import parse_master_urls
-    from ember.scheduler.standalone_backend import driver_host
-    return driver_host(conf, parse_master_urls(master))
-
-
-def ui_bind_host(conf: Any) -> str:
-    """Where the UI listens: where the driver's RPC listens (spark.driver.bindAddress, else
-    the address it advertises), never every interface unless asked
-    (spark.driver.bindAddress=0.0.0.0)."""
-    return conf.get("spark.driver.bindAddress") or _advertised_host(conf)
-
-
-def bind_ui(conf: Any) -> tuple[socket.socket, str, Optional[socket.socket]]:
-    """Bind spark.ui.port (or the next free one): (the listening socket, the UI's URL, None).
-    With spark.ssl.ui, as Spark: the HTTPS socket (spark.ssl.ui.port, else spark.ui.port +
-    400), the https URL, and the HTTP socket on spark.ui.port, which only redirects.
-    Raises OSError (Spark's 'Service SparkUI failed after N retries') when no port is free."""
-    from ember.rpc.bind import bind_with_retries
-    host = ui_bind_host(conf)
-    port = config.read(conf, "spark.ui.port")
-    retries = config.read(conf, "spark.port.maxRetries")
-    redirect = None
-    if ssl_enabled(conf, "ui"):
-        sock = bind_with_retries(f"{SERVICE_NAME} (HTTPS)", host,
-                                 secure_port(conf, "ui", port), retries)
-        try:
-            redirect = bind_with_retries(SERVICE_NAME, host, port, retries)
-        except BaseException:
-            sock.close()
-            raise
-        redirect.setblocking(True)
-    else:
-        sock = bind_with_retries(SERVICE_NAME, host, port, retries)
-    sock.setblocking(True)
-    public = os.environ.get("SPARK_PUBLIC_DNS") or _advertised_host(conf)
-    scheme = "https" if redirect is not None else "http"
-    url = f"{scheme}://{public}:{sock.getsockname()[1]}"
-    log.info("Bound SparkUI to %s, and started at %s", host, url)
-    return sock, url, redirect
 
 
 class SparkUI:

@@ -46,6 +46,7 @@ from ember import config
 from ember.web import jws
 from ember.rpc.config import AUTH, parse_bool, resolve_secret
 from ember.rpc.security import parse_credential
+from ember.web.ssl_options import secure_port, ssl_enabled, ssl_setting
 
 TOKEN_MAX_LIFETIME = "spark.ember.ui.token.maxLifetime"
 ALLOWED_HOSTS = "spark.ember.ui.allowedHosts"
@@ -268,20 +269,6 @@ def allowed_hosts(bind_host: str, conf: Mapping[str, Any],
 # TLS (spark.ssl.<namespace>.*)
 # ---------------------------------------------------------------------------------------------
 
-def ssl_setting(conf: Mapping[str, Any], namespace: str, name: str) -> Optional[str]:
-    """Spark's SSLOptions inheritance: `spark.ssl.<ns>.<name>`, else `spark.ssl.<name>`."""
-    for key in (f"spark.ssl.{namespace}.{name}", f"spark.ssl.{name}"):
-        value = conf.get(key)
-        if value is not None and str(value).strip() != "":
-            return str(value).strip()
-    return None
-
-
-def ssl_enabled(conf: Mapping[str, Any], namespace: str) -> bool:
-    return parse_bool(f"spark.ssl.{namespace}.enabled",
-                      ssl_setting(conf, namespace, "enabled") or "false")
-
-
 def server_ssl_context(conf: Mapping[str, Any], namespace: str) -> Optional[ssl.SSLContext]:
     """The TLS context of a server in `namespace` (standalone, ui, historyServer), or None
     when TLS is off there. Ember reads PEM: the certificate chain from `certChain` (Spark's
@@ -323,20 +310,6 @@ def client_ssl_context(conf: Mapping[str, Any], namespace: str) -> Optional[ssl.
                          f"(spark.ssl.{namespace}.trustStore): {e}") from None
     ctx.minimum_version = _min_version(ssl_setting(conf, namespace, "protocol"))
     return ctx
-
-
-def secure_port(conf: Mapping[str, Any], namespace: str, http_port: int) -> int:
-    """Spark's HTTPS port (JettyUtils.startJettyServer): `spark.ssl.<ns>.port`, else the
-    HTTP port + 400 (Utils.userPort: wrapping above 65535 to 1024 and up), else 0 when the
-    HTTP port is 0. The HTTP port then only redirects to it."""
-    raw = ssl_setting(conf, namespace, "port")
-    if raw is not None:
-        try:
-            return int(raw)
-        except ValueError:
-            raise ValueError(f"spark.ssl.{namespace}.port must be an integer, but was "
-                             f"{raw!r}") from None
-    return (http_port + 400 - 1024) % (65536 - 1024) + 1024 if http_port > 0 else 0
 
 
 def https_redirect(host_header: Optional[str], port: int, target: str) -> str:
