@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 from ember import config
 from ember.version import SPARK_VERSION
 from ember.scheduler import listener as sl
+from ember.scheduler.task import TaskKilled
 
 log = logging.getLogger(__name__)
 
@@ -435,7 +436,9 @@ class AppStatusStore:
             sums.active -= 1
         m = e.metrics or {}
         status = info.status
-        error = "" if status == SUCCESS else e.reason.to_error_string()
+        # Spark's AppStatusListener: a killed task's message is the kill reason itself
+        error = ("" if status == SUCCESS else e.reason.reason
+                 if isinstance(e.reason, TaskKilled) else e.reason.to_error_string())
         task = st.tasks[info.task_id] = _task(info, status, error)
         st.task_metrics[info.task_id] = m
         sums.task_time += task[_FINISH] - task[_LAUNCH]
