@@ -41,7 +41,7 @@ from ember.util.event_loop import RpcLoop
 from ember.rpc import (RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv, RpcRemoteError,
                        UnsupportedMessageError)
 from ember.shuffle.crypto import key_from_conf
-from ember.shuffle.reader import read_segments, segment_files
+from ember.shuffle.reader import serve_fetch
 from ember.util.logs import configure_logging
 
 log = logging.getLogger("ember.executor")
@@ -156,25 +156,8 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
             self._receive_migrated_block(msg, context)
         elif isinstance(msg, FetchShuffleBlocks):
             root = os.path.realpath(self.work_dir) + os.sep
-            try:     # the ranges a MapStatus names, in this executor's map output files only
-                files = segment_files(msg.mapPaths, msg.starts, msg.ends,
-                                      lambda path: path.startswith(root))
-            except ValueError as e:
-                context.send_failure(e)
-                return
-
-            def read() -> None:
-                try:
-                    data = read_segments(files, msg.starts, msg.ends)
-                except OSError as e:
-                    self.rpc_env.call_soon(context.send_failure, FileNotFoundError(str(e)))
-                    return
-                except Exception as e:   # a malformed request is answered, never left to hang
-                    self.rpc_env.call_soon(context.send_failure, ValueError(
-                        f"Invalid shuffle block request: {type(e).__name__}: {e}"))
-                    return
-                self.rpc_env.call_soon(context.reply, data)
-            self.rpc_env.run_in_executor(read)
+            # the ranges a MapStatus names, in this executor's map output files only
+            serve_fetch(self.rpc_env, context, msg, lambda path: path.startswith(root))
         else:
             context.send_failure(UnsupportedMessageError(msg, context.sender_address))
 

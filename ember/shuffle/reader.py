@@ -109,6 +109,31 @@ def read_segments(files: list[str], starts: list[int], ends: list[int]) -> bytes
     return bytes(out)
 
 
+def serve_fetch(rpc_env: Any, context: Any, msg: Any, allowed: Callable[[str], bool]) -> None:
+    """Answer a FetchShuffleBlocks ask: the request is checked on the RPC loop (a bad path or
+    range fails at once), the files are read off it, and every outcome is a reply, so a
+    malformed request never leaves the asker hanging. The executor and the worker's shuffle
+    service differ only in which files `allowed` admits."""
+    try:
+        files = segment_files(msg.mapPaths, msg.starts, msg.ends, allowed)
+    except ValueError as e:
+        context.send_failure(e)
+        return
+
+    def read() -> None:
+        try:
+            data = read_segments(files, msg.starts, msg.ends)
+        except OSError as e:
+            rpc_env.call_soon(context.send_failure, FileNotFoundError(str(e)))
+            return
+        except Exception as e:
+            rpc_env.call_soon(context.send_failure, ValueError(
+                f"Invalid shuffle block request: {type(e).__name__}: {e}"))
+            return
+        rpc_env.call_soon(context.reply, data)
+    rpc_env.run_in_executor(read)
+
+
 def reduce_index(shuffle_id: int, statuses: list[MapStatus | None]) -> dict[int, list[Segment]]:
     """reduce id -> its non-empty segments in map order, built once per statuses list."""
     cached = _indexes.get(shuffle_id)

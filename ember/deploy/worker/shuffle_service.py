@@ -25,7 +25,7 @@ from typing import Any, Mapping, Optional
 from ember import config
 from ember.deploy.messages import FetchShuffleBlocks, RegisterExecutorShuffleInfo
 from ember.rpc import RpcCallContext, RpcEndpoint, RpcEnv, UnsupportedMessageError
-from ember.shuffle.reader import read_segments, segment_files
+from ember.shuffle.reader import serve_fetch
 
 log = logging.getLogger("ember.ExternalShuffleService")
 
@@ -65,25 +65,8 @@ class ShuffleServiceEndpoint(RpcEndpoint):
                      ", ".join(dirs))
             context.reply(True)
         elif isinstance(msg, FetchShuffleBlocks):
-            try:     # the ranges a MapStatus names, in map output files of scope's app only
-                files = segment_files(msg.mapPaths, msg.starts, msg.ends,
-                                      lambda path: self._registered(path, scope))
-            except ValueError as e:
-                context.send_failure(e)
-                return
-
-            def read() -> None:
-                try:
-                    data = read_segments(files, msg.starts, msg.ends)
-                except OSError as e:
-                    self.rpc_env.call_soon(context.send_failure, FileNotFoundError(str(e)))
-                    return
-                except Exception as e:   # a malformed request is answered, never left to hang
-                    self.rpc_env.call_soon(context.send_failure, ValueError(
-                        f"Invalid shuffle block request: {type(e).__name__}: {e}"))
-                    return
-                self.rpc_env.call_soon(context.reply, data)
-            self.rpc_env.run_in_executor(read)
+            # the ranges a MapStatus names, in map output files of scope's app only
+            serve_fetch(self.rpc_env, context, msg, lambda path: self._registered(path, scope))
         else:
             context.send_failure(UnsupportedMessageError(msg, context.sender_address))
 
