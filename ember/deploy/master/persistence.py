@@ -224,7 +224,22 @@ class BlobDirectory:
                 pass
 
 
-class BlackHolePersistenceEngine(PersistenceEngine):
+class _DirectoryBlobsEngine(PersistenceEngine):
+    """An engine whose uploads live in a BlobDirectory (`self._blobs`, set by the subclass)."""
+
+    _blobs: BlobDirectory
+
+    def put_blob(self, key: str, data: bytes) -> None:
+        self._blobs.put(key, data)
+
+    def get_blob(self, key: str) -> Optional[bytes]:
+        return self._blobs.get(key)
+
+    def delete_blob(self, key: str) -> None:
+        self._blobs.delete(key)
+
+
+class BlackHolePersistenceEngine(_DirectoryBlobsEngine):
     """Recovery mode NONE (Spark's BlackHolePersistenceEngine): records go nowhere. Uploaded
     blobs still live as long as the master, in a temporary directory removed by close()."""
 
@@ -240,20 +255,11 @@ class BlackHolePersistenceEngine(PersistenceEngine):
     def read_all(self) -> dict[str, dict]:
         return {}
 
-    def put_blob(self, key: str, data: bytes) -> None:
-        self._blobs.put(key, data)
-
-    def get_blob(self, key: str) -> Optional[bytes]:
-        return self._blobs.get(key)
-
-    def delete_blob(self, key: str) -> None:
-        self._blobs.delete(key)
-
     def close(self) -> None:
         shutil.rmtree(self._blobs.root, ignore_errors=True)
 
 
-class FileSystemPersistenceEngine(PersistenceEngine):
+class FileSystemPersistenceEngine(_DirectoryBlobsEngine):
     """Recovery mode FILESYSTEM: one file per record in the recovery directory (Spark's
     layout); a write is first one entry of the journal (journal.py: one fdatasync, which is
     what keeps a submission under 5 ms) and reaches its file when the journal is compacted;
@@ -351,15 +357,6 @@ class FileSystemPersistenceEngine(PersistenceEngine):
                 log.error("Skipping record %s in the recovery journal of %s: %s", name,
                           self.dir, e)
         return dict(sorted(out.items()))
-
-    def put_blob(self, key: str, data: bytes) -> None:
-        self._blobs.put(key, data)
-
-    def get_blob(self, key: str) -> Optional[bytes]:
-        return self._blobs.get(key)
-
-    def delete_blob(self, key: str) -> None:
-        self._blobs.delete(key)
 
     def close(self) -> None:
         with self._lock:
