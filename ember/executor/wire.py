@@ -40,18 +40,32 @@ class FrameBuffer:
     def __init__(self) -> None:
         self._buf = bytearray()
 
-    def feed(self, data: bytes) -> list[Any]:
+    def feed(self, data: bytes | memoryview) -> list[Any]:
         buf = self._buf
+        if not buf:      # the common case: whole frames only, decoded straight from `data`
+            view = memoryview(data)
+            out = []
+            pos, size = 0, len(view)
+            while size - pos >= 4:
+                (n,) = _LEN.unpack_from(view, pos)
+                if size - pos - 4 < n:
+                    break
+                out.append(pickle.loads(view[pos + 4:pos + 4 + n]))
+                pos += 4 + n
+            if pos < size:
+                buf += view[pos:]
+            return out
         buf += data
         out = []
         pos = 0
         n_buf = len(buf)
-        while n_buf - pos >= 4:
-            (n,) = _LEN.unpack_from(buf, pos)
-            if n_buf - pos - 4 < n:
-                break
-            out.append(pickle.loads(bytes(buf[pos + 4:pos + 4 + n])))
-            pos += 4 + n
+        with memoryview(buf) as view:
+            while n_buf - pos >= 4:
+                (n,) = _LEN.unpack_from(view, pos)
+                if n_buf - pos - 4 < n:
+                    break
+                out.append(pickle.loads(view[pos + 4:pos + 4 + n]))
+                pos += 4 + n
         if pos:
             del buf[:pos]
         return out
