@@ -287,7 +287,8 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
                  if k.startswith("spark.executorEnv.")}
         pool = TaskProcessPool(self.cores, env_conf, self._on_task_end, extra,
                                config.read(conf, "spark.python.task.killTimeout"),
-                               loop=RpcLoop(self.rpc_env), on_barrier=self._on_barrier)
+                               loop=RpcLoop(self.rpc_env), on_barrier=self._on_barrier,
+                               raw_results=True)
         pool.start()
         self.pool = pool                  # published only once its slots exist
 
@@ -323,14 +324,9 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
                 respond(False, f"{type(e).__name__}: {e}")
         self.driver.ask(request, timeout=BARRIER_ASK_TIMEOUT).add_done_callback(answered)
 
-    def _on_task_end(self, slot: int, tid: int, state: str, payload: Any, accum: dict,
-                     metrics: dict, blocks: list) -> None:
+    def _on_task_end(self, slot: int, tid: int, state: str, data: bytes) -> None:
+        """`data`: the task process's pickled result, forwarded to the driver as it is."""
         self.task_slots.pop(tid, None)
-        try:
-            data = pickle.dumps((payload, accum, metrics, blocks), protocol=5)
-        except Exception as e:  # a result that cannot cross the wire
-            state = "FAILED"
-            data = pickle.dumps((("NotSerializableResult", str(e), "", False), {}, metrics, []))
         self._ended.append((tid, state, data))
         if not self.task_slots:
             self._send_status_updates()     # nothing else running: nothing to wait for

@@ -8,9 +8,10 @@ the stage.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
-import functools
+import pickle
 import signal
 import socket
 import sys
@@ -24,8 +25,10 @@ from ember.util.event_loop import EventLoop
 
 log = logging.getLogger(__name__)
 
-# on_task_end(slot, tid, state, payload, accum_updates, metrics, block_updates)
-TaskEndCallback = Callable[[int, int, str, Any, dict, dict, list], None]
+# on_task_end(slot, tid, state, payload, accum_updates, metrics, block_updates), or with
+# raw_results: on_task_end(slot, tid, state, pickled (payload, accum_updates, metrics,
+# block_updates)) - what an executor forwards to the driver without decoding it
+TaskEndCallback = Callable[..., None]
 # on_barrier(slot, tid, RequestToSync, respond(ok, messages or error text)): a barrier task's
 # barrier()/allGather() call, to be answered exactly once, maybe later and from any thread
 BarrierCallback = Callable[[int, int, Any, Callable[[bool, Any], None]], None]
@@ -54,8 +57,10 @@ class TaskProcessPool:
                  on_slot_restarted: Callable[[int], None] | None = None,
                  loop: EventLoop | None = None,
                  forks: ForkServerClient | None = None,
-                 on_barrier: BarrierCallback | None = None) -> None:
+                 on_barrier: BarrierCallback | None = None,
+                 raw_results: bool = False) -> None:
         self.num_slots = num_slots
+        self.raw_results = raw_results
         self.on_barrier = on_barrier
         self.env_conf = env_conf
         self.on_task_end = on_task_end
@@ -87,7 +92,7 @@ class TaskProcessPool:
     def _spawn(self, slot: _Slot) -> None:
         """Give the slot a fresh process; the socket is usable at once (messages queue up)."""
         parent, child = socket.socketpair()
-        conf = dict(self.env_conf, slot=slot.index,
+        conf = dict(self.env_conf, slot=slot.index, raw_results=self.raw_results,
                     sys_path=[p for p in sys.path if p and os.path.isdir(p)])
         send_msg(parent, conf)
         slot.sock, slot.pid = parent, 0
@@ -250,7 +255,7 @@ class TaskProcessPool:
                 respond(False, f"{type(e).__name__}: {e}")
 
     def _on_done(self, slot: _Slot, msg: tuple) -> None:
-        _, tid, state, payload, updates, metrics, blocks = msg
+        tid = msg[1]
         with self._lock:
             if slot.tid == tid:
                 slot.tid = None
@@ -258,9 +263,17 @@ class TaskProcessPool:
             if slot.killing == tid:
                 slot.killing = None
         try:
-            self.on_task_end(slot.index, tid, state, payload, updates, metrics, blocks)
+            self.on_task_end(slot.index, *msg[1:])
         except Exception:
             log.exception("task end handler failed for task %d", tid)
+
+    def _end_without_result(self, slot: _Slot, tid: int, state: str, reason: str) -> None:
+        """A task that ended with its process (killed, crashed): no result frame exists."""
+        if self.raw_results:
+            self.on_task_end(slot.index, tid, state,
+                             pickle.dumps((reason, {}, {}, []), protocol=5))
+        else:
+            self.on_task_end(slot.index, tid, state, reason, {}, {}, [])
 
     def _on_death(self, slot: _Slot) -> None:
         with self._lock:
@@ -281,11 +294,11 @@ class TaskProcessPool:
                 self._spawn(slot)
         if tid is not None:
             if killing == tid:
-                self.on_task_end(slot.index, tid, "KILLED", "Task killed", {}, {}, [])
+                self._end_without_result(slot, tid, "KILLED", "Task killed")
             else:
                 reason = (f"Python worker exited unexpectedly (crashed): exit code {code}"
                           + (f" (signal {-code})" if code is not None and code < 0 else ""))
-                self.on_task_end(slot.index, tid, "LOST", reason, {}, {}, [])
+                self._end_without_result(slot, tid, "LOST", reason)
         if self.on_slot_restarted is not None:
             self.on_slot_restarted(slot.index)
 

@@ -46,6 +46,8 @@ class TaskEnv:
         self.memory_limit_mb: int = conf["memory_limit_mb"]
         self.cpus: int = conf.get("cpus", 1)
         self.pyspark_memory_mb: int | None = conf.get("pyspark_memory_mb")
+        # an executor's pool forwards results undecoded (result_frame); local mode's decodes
+        self.raw_results: bool = conf.get("raw_results", False)
         self.block_manager = BlockManager(conf["block_dir"], conf["storage_budget"])
         fs.configure(conf.get("fs_conf", {}))    # the app's s3a endpoint and keys
         # spark.io.encryption.enabled: the application's key for shuffle and spill files
@@ -149,6 +151,20 @@ def run_task(env: TaskEnv, stage: _Stage, task: tuple, tid: int) -> tuple:
     metrics["executorCpuTime"] = int((time.process_time() - cpu_start) * 1e9)
     updates = {a.aid: a._value for a in stage.accumulators} if state == "FINISHED" else {}
     return ("done", tid, state, payload, updates, metrics, env.block_manager.take_updates())
+
+
+def result_frame(reply: tuple) -> tuple:
+    """("done", tid, state, result bytes): the result already in the form the driver
+    unpickles (payload, accumulator updates, metrics, block updates), so an executor
+    forwards it as it is instead of decoding and re-encoding it for every task."""
+    _, tid, state, payload, updates, metrics, blocks = reply
+    try:
+        data = pickle.dumps((payload, updates, metrics, blocks), protocol=5)
+    except Exception as e:  # an accumulator value or result that cannot cross the wire
+        state = "FAILED"
+        data = pickle.dumps((("NotSerializableResult", str(e), "", False), {}, metrics, []),
+                            protocol=5)
+    return ("done", tid, state, data)
 
 
 def limit_address_space(limit_mb: int) -> None:
@@ -284,7 +300,7 @@ def serve(sock: socket.socket, env: TaskEnv) -> None:
                 _running[0] = False
                 reply = ("done", tid, "FAILED",
                          (type(e).__name__, str(e), traceback.format_exc(), True), {}, {}, [])
-            send_msg(sock, reply)
+            send_msg(sock, result_frame(reply) if env.raw_results else reply)
         elif not control(msg):
             return
 

@@ -75,9 +75,12 @@ class Dispatcher:
     """The endpoints of one env and the delivery of everything to them (loop thread only,
     except the registry, which `lock` guards for registration from other threads)."""
 
-    def __init__(self, env_name: str, loop: "asyncio.AbstractEventLoop") -> None:
+    def __init__(self, env_name: str, loop: "asyncio.AbstractEventLoop",
+                 schedule: Callable[[Callable, tuple], None] | None = None) -> None:
         self.env_name = env_name
         self.loop = loop
+        # how a released send or ask is scheduled on the loop (the env counts them)
+        self.schedule = schedule or (lambda fn, args: loop.call_soon(fn, *args))
         self.inboxes: dict[str, Inbox] = {}
         self.current: PeerInfo | None = None   # sender of the one-way message being handled
         self.held: list[HeldEffect] | None = None   # effects of the running callback
@@ -193,10 +196,10 @@ class Dispatcher:
         if outer is not None:          # inside an enclosing transaction: it decides
             outer.extend(held)
             return
-        call_soon = self.loop.call_soon
+        schedule = self.schedule
         for fn, args, _pending, context in held:
             if context is None:
-                call_soon(fn, *args)
+                schedule(fn, args)
                 continue
             try:
                 fn(*args)

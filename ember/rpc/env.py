@@ -120,7 +120,10 @@ class RpcEnv:
         self._loop_tid: int | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._dispatcher = Dispatcher(name, self.loop)
+        self._dispatcher = Dispatcher(name, self.loop, self._schedule_effect)
+        # sends/asks issued on the loop thread that wait in the loop's ready queue: while
+        # there are none, a remote send outside an endpoint callback goes out at once
+        self._effects_queued = 0
         self._inboxes = self._dispatcher.inboxes     # endpoint name -> Inbox
         self._pending: dict[int, PendingAsk] = {}
         self._ids = itertools.count(1)
@@ -303,20 +306,36 @@ class RpcEnv:
             self._wake_pending = True
             self.loop.call_soon(self._drain_inbox)
 
-    def _emit(self, fn: Callable, args: tuple, pending: PendingAsk | None = None) -> None:
+    def _emit(self, fn: Callable, args: tuple, pending: PendingAsk | None = None,
+              remote: bool = False) -> None:
         """Issue a send or an ask: on the loop thread during an endpoint callback it is
-        held until the callback returns (see `ember.rpc.dispatcher`), else it goes out as
+        held until the callback returns (see `ember.rpc.dispatcher`); outside one, a remote
+        one is written at once when nothing issued earlier still waits (so order is kept
+        and a task's status costs no extra turns of the loop), else it goes out as
         ``run_on_loop`` would send it."""
         if threading.get_ident() == self._loop_tid:
             held = self._dispatcher.held
             if held is not None:
                 held.append((fn, args, pending, None))
+            elif remote and not self._effects_queued:
+                try:
+                    fn(*args)
+                except Exception:
+                    log.exception("RpcEnv %s: error sending %r", self.name, fn)
             else:
-                self.loop.call_soon(fn, *args)
+                self._schedule_effect(fn, args)
             return
         self._inbox.append((fn, args))
         if not self._wake_pending:
             self._wake_up()
+
+    def _schedule_effect(self, fn: Callable, args: tuple) -> None:
+        self._effects_queued += 1
+        self.loop.call_soon(self._run_effect, fn, args)
+
+    def _run_effect(self, fn: Callable, args: tuple) -> None:
+        self._effects_queued -= 1
+        fn(*args)
 
     # -- endpoints ------------------------------------------------------------------------
 
@@ -413,7 +432,8 @@ class RpcEnv:
                 log.error("Dropping %s to %s: %s", describe(msg), ref,
                           _too_large(len(body), self._max_size))
                 return
-            self._emit(self._remote_post, (addr, framing.ONE_WAY, ref.name, body, None))
+            self._emit(self._remote_post, (addr, framing.ONE_WAY, ref.name, body, None),
+                       remote=True)
         except RuntimeError as e:
             if self._terminated.is_set() or self.loop.is_closed():
                 log.warning("Dropping %s to %s: RpcEnv %s has been shut down", describe(msg),
@@ -438,7 +458,7 @@ class RpcEnv:
             if len(body) + framing.frame_overhead(ref.name) > self._max_size:
                 fut.set_exception(RpcMessageTooLargeError(_too_large(len(body), self._max_size)))
                 return fut
-            self._emit(self._remote_ask, (p, ref.name, body), p)
+            self._emit(self._remote_ask, (p, ref.name, body), p, remote=True)
         except RuntimeError:
             if not self.loop.is_closed():
                 raise
