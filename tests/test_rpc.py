@@ -557,6 +557,36 @@ def test_ordering_of_1000_sends_and_one_at_a_time(envs, transport):
     assert rec.overlaps == 0 and len(rec.threads) == 1
 
 
+class Relay(RpcEndpoint):
+    """Forwards each RtSeq(n) as n (from its callback: held, then scheduled) and n + 1
+    (from a plain function on the loop, issued after n's release was scheduled)."""
+
+    def __init__(self, target: RpcEndpointRef) -> None:
+        self.target = target
+
+    def receive(self, msg: Any, sender: RpcAddress) -> None:
+        self.rpc_env.call_soon(self.target.send, RtSeq(msg.n + 1))
+        self.target.send(RtSeq(msg.n))
+
+
+def test_a_send_written_at_once_never_overtakes_one_issued_before_it(envs, transport):
+    """A remote send issued on the loop outside an endpoint callback goes out at once only
+    when nothing issued before it still waits in the loop; otherwise it queues behind."""
+    inproc = transport == "inprocess"
+    a, b = envs("a", inprocess=inproc), envs("b", inprocess=inproc)
+    rec = Recorder()
+    a.setup_endpoint("rec", rec)
+    relay_ref = b.setup_endpoint("relay", Relay(b.endpoint_ref(a.address, "rec")))
+    for i in range(0, 60, 2):      # one at a time: each pair is issued n, then n + 1
+        relay_ref.send(RtSeq(i))
+        wait_until(lambda: len(rec.seen) >= i + 2)
+    assert [m.n for m in rec.seen] == list(range(60))
+    # and from a plain loop function with nothing waiting, a send still arrives
+    b.call_soon(b.endpoint_ref(a.address, "rec").send, RtSeq(1000))
+    wait_until(lambda: len(rec.seen) == 61)
+    assert rec.seen[-1] == RtSeq(1000)
+
+
 def test_disconnect_and_reconnect_after_restart_on_same_port(envs, transport):
     inproc = transport == "inprocess"
     a = envs("a", inprocess=inproc)

@@ -118,3 +118,37 @@ def test_many_tiny_tasks_and_failures_are_each_reported_exactly_once(sc, tmp_pat
         return x
     assert sorted(sc.parallelize(range(8), 8).map(flaky).collect()) == list(range(8))
     assert flag.exists()
+
+
+def test_results_cross_the_executor_as_the_task_process_encoded_them(sc) -> None:
+    """The executor forwards a task's pickled result without decoding it: results,
+    accumulator updates and failures still arrive whole, and a task whose accumulator
+    update cannot be pickled fails as Spark's "not serializable result" (the task process
+    encodes it now) instead of losing its task process."""
+    import threading
+
+    from ember.accumulators import AccumulatorParam
+    from ember.errors import SparkException
+    _, received = _record_traffic(sc)
+    assert sc.parallelize([b"x" * 100_000, "y"], 2).collect() == [b"x" * 100_000, "y"]
+    results = [d for m in received if isinstance(m, StatusUpdate) for d in [m.data]] + \
+        [d for m in received if isinstance(m, StatusUpdates) for d in m.data]
+    assert len(results) == 2
+    assert all(len(pickle.loads(d)) == 4 for d in results)   # payload, accums, metrics, blocks
+
+    class Locks(AccumulatorParam):
+        def zero(self, value):
+            return []
+
+        def addInPlace(self, a, b):
+            return a + b
+    locks = sc.accumulator([], Locks())
+
+    def take_lock(x):
+        locks.add([threading.Lock()])
+        return x
+    with pytest.raises(SparkException, match="not serializable result"):
+        sc.parallelize(range(2), 2).map(take_lock).count()
+    # the executors and their task processes are still there and still work
+    assert sc.parallelize(range(10), 4).sum() == 45
+    assert len(sc.runtime.scheduler_backend.executors) == 2
