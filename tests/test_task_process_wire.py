@@ -1,0 +1,80 @@
+"""The task-process channel's framing (ember/executor/wire.py) and the pool's result frames:
+a pool reads whatever the socket gives it into one reused buffer, so messages must come out
+whole and in order however the bytes are cut, and a result frame must carry exactly what
+the driver unpickles."""
+from __future__ import annotations
+
+import pickle
+import random
+import socket
+import threading
+
+from ember.executor.task_process import result_frame
+from ember.executor.wire import FrameBuffer, send_msg
+
+
+def _stream(messages: list) -> bytes:
+    a, b = socket.socketpair()
+
+    def write() -> None:
+        for m in messages:
+            send_msg(a, m)
+        a.close()
+    t = threading.Thread(target=write)
+    t.start()
+    out = bytearray()
+    while True:
+        chunk = b.recv(1 << 16)
+        if not chunk:
+            break
+        out += chunk
+    t.join()
+    b.close()
+    return bytes(out)
+
+
+def test_frames_come_out_whole_and_in_order_however_the_bytes_are_cut() -> None:
+    messages = [("done", i, "FINISHED", b"r" * n) for i, n in
+                enumerate([0, 1, 3, 70_000, 5, 2_000_000, 17])]
+    data = _stream(messages)
+    rng = random.Random(7)
+    scratch = bytearray(1 << 20)          # the pool's reused receive buffer
+    for _ in range(20):
+        buf, got, pos = FrameBuffer(), [], 0
+        while pos < len(data):
+            n = min(rng.choice([1, 2, 3, 4, 5, 100, 65_536, 1 << 20]), len(data) - pos)
+            scratch[:n] = data[pos:pos + n]
+            with memoryview(scratch) as view:
+                got.extend(buf.feed(view[:n]))
+            pos += n
+        assert got == messages
+    assert FrameBuffer().feed(data) == messages        # all at once, from bytes
+
+
+def test_a_pool_reads_results_through_its_reused_buffer() -> None:
+    """Two slots' results interleaved on the pool's one reader thread."""
+    a, b = socket.socketpair()
+    msgs = [("done", i, "FINISHED", pickle.dumps(i) * (i * 10_000)) for i in range(12)]
+    t = threading.Thread(target=lambda: [send_msg(a, m) for m in msgs])
+    t.start()
+    scratch, buf, got = bytearray(1 << 20), FrameBuffer(), []
+    while len(got) < len(msgs):
+        n = b.recv_into(scratch)
+        with memoryview(scratch) as view:
+            got.extend(buf.feed(view[:n]))
+    t.join()
+    a.close()
+    b.close()
+    assert got == msgs
+
+
+def test_a_result_frame_is_what_the_driver_unpickles_or_a_not_serializable_failure() -> None:
+    metrics = {"executorRunTime": 1}
+    frame = result_frame(("done", 5, "FINISHED", b"payload", {1: 2}, metrics, [("b", 1)]))
+    assert frame[:3] == ("done", 5, "FINISHED")
+    assert pickle.loads(frame[3]) == (b"payload", {1: 2}, metrics, [("b", 1)])
+    frame = result_frame(("done", 6, "FINISHED", b"p", {1: threading.Lock()}, metrics, []))
+    assert frame[:3] == ("done", 6, "FAILED")
+    payload, accums, got_metrics, blocks = pickle.loads(frame[3])
+    assert payload[0] == "NotSerializableResult" and "lock" in payload[1]
+    assert payload[3] is False and accums == {} and got_metrics == metrics and blocks == []
