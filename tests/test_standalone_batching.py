@@ -140,7 +140,7 @@ def test_results_cross_the_executor_as_the_task_process_encoded_them(sc) -> None
         def zero(self, value):
             return []
 
-        def addInPlace(self, a, b):
+        def addInPlace(self, a, b):  # noqa: N802 (PySpark's name)
             return a + b
     locks = sc.accumulator([], Locks())
 
