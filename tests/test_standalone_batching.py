@@ -152,3 +152,58 @@ def test_results_cross_the_executor_as_the_task_process_encoded_them(sc) -> None
     # the executors and their task processes are still there and still work
     assert sc.parallelize(range(10), 4).sum() == 45
     assert len(sc.runtime.scheduler_backend.executors) == 2
+
+
+def test_kills_and_crashed_task_processes_reach_the_driver_through_the_executor(
+        sc, tmp_path) -> None:
+    """Ends without a result frame of the task process (its process killed or crashed) are
+    encoded by the executor's pool in the same form: a job group cancelled while its tasks
+    run (one of them ignoring the kill signal, so its process is killed) ends promptly,
+    and a task whose process dies once is retried."""
+    import os
+    import signal
+    import threading
+
+    from ember.errors import JobCancelledException
+    errors: list = []
+
+    def sleepy(x):
+        if x == 0:
+            signal.signal(signal.SIGUSR1, signal.SIG_IGN)   # stopped only by SIGKILL
+        time.sleep(60)
+        return x
+
+    def run() -> None:
+        sc.setJobGroup("sleepers", "tasks to kill")
+        try:
+            sc.parallelize(range(3), 3).map(sleepy).count()
+        except Exception as e:
+            errors.append(e)
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.time() + 30
+    while time.time() < deadline and len(sc.statusTracker().getActiveStageIds()) == 0:
+        time.sleep(0.05)
+    time.sleep(1.0)
+    sc.cancelJobGroup("sleepers")
+    t.join(30)
+    assert not t.is_alive()
+    assert isinstance(errors[0], JobCancelledException)
+    # every killed task's status arrived (the driver frees a slot only then), the one that
+    # ignored SIGUSR1 after spark.python.task.killTimeout killed its process
+    backend = sc.runtime.scheduler_backend
+    deadline = time.time() + 30
+    while any(len(e.free_slots) < e.cores for e in backend.executors.values()):
+        assert time.time() < deadline, {e.executor_id: e.free_slots
+                                        for e in backend.executors.values()}
+        time.sleep(0.05)
+    flag = tmp_path / "crashed-once"
+
+    def crash_once(x):
+        if x == 1 and not flag.exists():
+            flag.write_text("x")
+            os._exit(3)
+        return x
+    assert sorted(sc.parallelize(range(4), 4).map(crash_once).collect()) == [0, 1, 2, 3]
+    assert flag.exists()
+    assert len(sc.runtime.scheduler_backend.executors) == 2
