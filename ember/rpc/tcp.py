@@ -146,6 +146,11 @@ class TcpTransport(Transport):
         self._auth_window = 0.0
         self._auth_logged = 0
         self._auth_suppressed = 0
+        # what every connection of this env reads into (asyncio's BufferedProtocol): they
+        # all read on the env's loop thread and copy the bytes out at once. A plain
+        # Protocol gets a fresh 256 KB bytes per read, which glibc may serve with an mmap
+        # and munmap each time.
+        self.read_buffer = bytearray(READ_BUFFER_SIZE)
 
     async def start(self, host: str, port: int, client_mode: bool) -> RpcAddress:
         if client_mode:
@@ -223,7 +228,10 @@ class TcpTransport(Transport):
             self.server = None
 
 
-class TcpConnection(asyncio.Protocol, Channel):
+READ_BUFFER_SIZE = 256 * 1024      # asyncio's own read size for a plain Protocol
+
+
+class TcpConnection(asyncio.BufferedProtocol, Channel):
     """One TCP connection: handshake state machine, then frames in both directions."""
 
     def __init__(self, owner: TcpTransport, outbound: bool, peer: RpcAddress | None = None,
@@ -309,7 +317,16 @@ class TcpConnection(asyncio.Protocol, Channel):
     def _auth_failed(self, fmt: str, *args: Any) -> None:
         self._owner.auth_warning(fmt, *args)
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> bytearray:
+        return self._owner.read_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        with memoryview(self._owner.read_buffer) as view:
+            self.data_received(view[:nbytes])
+
+    def data_received(self, data: bytes | memoryview) -> None:
+        """`data` is only valid during the call (the env's shared read buffer): the
+        reader copies it."""
         if self.closed:
             return
         self._reader.feed(data)
