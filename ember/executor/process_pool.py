@@ -70,6 +70,10 @@ class TaskProcessPool:
         self._forks = forks or ForkServerClient(task_process_env(self.extra_env))
         self._exported = threading.Condition()
         self._exports = 0
+        # one receive buffer, reused: recv(1 MiB) mapped and unmapped a fresh buffer per
+        # message (mmap + mremap + munmap cost more than the recv itself)
+        self._rbuf = bytearray(1 << 20)
+        self._rview = memoryview(self._rbuf)
 
     # lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -205,13 +209,13 @@ class TaskProcessPool:
         if sock is not slot.sock:
             return
         try:
-            data = sock.recv(1 << 20)
+            n = sock.recv_into(self._rbuf)
         except OSError:
-            data = b""
-        if not data:
+            n = 0
+        if not n:
             self._on_death(slot)
             return
-        for msg in slot.buf.feed(data):
+        for msg in slot.buf.feed(self._rview[:n]):
             if msg[0] == "done":
                 self._on_done(slot, msg)
             elif msg[0] == "exported":

@@ -64,7 +64,6 @@ class TaskDescription:
     attempt_number: int
     executor_id: str
     slot: int
-    name: str
     index: int
     stage_key: tuple
     blob: bytes
@@ -74,6 +73,12 @@ class TaskDescription:
     properties: dict[str, str] = field(default_factory=dict)
     resources: tuple | None = None      # (cpus, {name: addresses}) the task is given
     task_bytes: bytes = b""
+
+    @property
+    def name(self) -> str:
+        """Spark's TaskDescription.name, built only when asked (not per launched task)."""
+        return f"task {self.index}.{self.attempt_number} in stage " \
+            f"{self.stage_key[0]}.{self.stage_key[1]}"
 
     def encode(self) -> bytes:
         """What the task process unpickles: partition, attempt, properties, resources."""
