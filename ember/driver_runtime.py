@@ -61,6 +61,31 @@ def spark_user() -> str:
     return os.environ.get("SPARK_USER") or getpass.getuser()
 
 
+class _WithoutContext:
+    """A job's `func(iterator)` as the task function `(context, iterator)`. A class of this
+    module, not a closure: cloudpickle writes a closure's code with every job's stage."""
+
+    __slots__ = ("func",)
+
+    def __init__(self, func: Callable) -> None:
+        self.func = func
+
+    def __call__(self, ctx: Any, it: Iterable) -> Any:
+        return self.func(it)
+
+
+class _SerializedResult:
+    """The task function whose result the context's data serializer encodes."""
+
+    __slots__ = ("run", "ser")
+
+    def __init__(self, run: Callable, ser: Any) -> None:
+        self.run, self.ser = run, ser
+
+    def __call__(self, ctx: Any, it: Iterable) -> Any:
+        return self.ser.dumps(self.run(ctx, it))
+
+
 class DriverRuntime:
     """One application's driver internals, built by start() and released by stop().
 
@@ -425,16 +450,8 @@ class DriverRuntime:
             value = pickle.loads(data)
             results[index] = value if ser is None else ser.loads(value)
 
-        if with_context:
-            run = func
-        else:
-            def run(ctx: Any, it: Iterable) -> Any:
-                return func(it)
-        if ser is None:
-            task_func = run
-        else:
-            def task_func(ctx: Any, it: Iterable) -> Any:
-                return ser.dumps(run(ctx, it))
+        run = func if with_context else _WithoutContext(func)
+        task_func = run if ser is None else _SerializedResult(run, ser)
         props = dict(self.local_properties())
         if self.added_files:      # executors fetch what they lack; "name/" is a directory
             props["spark.ember.files"] = ",".join(

@@ -29,6 +29,20 @@ def test_closure_is_deserialized_once_per_stage_per_process(sc):
     assert set(per_process.values()) == {1}
 
 
+def test_finished_stages_are_forgotten_by_task_processes_after_the_next_launch(sc):
+    """A job's end sends nothing to the task processes (that would cost wake-ups before
+    the caller gets its result); they drop its stage closures once the next job's tasks
+    are on their way."""
+    pool = sc.runtime.scheduler_backend.pool
+    sc.parallelize(range(4), 2).count()
+    first = set().union(*(s.seen for s in pool.slots))
+    assert first
+    sc.parallelize(range(4), 2).count()
+    later = set().union(*(s.seen for s in pool.slots))
+    assert not first & later
+    assert sc.parallelize(range(10), 2).map(lambda x: x * 2).sum() == 90
+
+
 def test_broadcast_reaches_each_process_once(sc):
     bc = sc.broadcast(Probe("bc-once"))
     first = sc.parallelize(range(20), 20).map(lambda x: bc.value.loads()).collect()

@@ -237,7 +237,8 @@ class TaskSchedulerImpl:
 
     def resource_offers(self, offers: list[WorkerOffer]) -> list[TaskDescription]:
         with self.lock:
-            offers = [o for o in offers if o.executor_id not in self.dead_executors]
+            if self.dead_executors:
+                offers = [o for o in offers if o.executor_id not in self.dead_executors]
             for o in offers:
                 self.executor_hosts[o.executor_id] = o.host
             ht = self.health_tracker

@@ -80,9 +80,8 @@ class EventLoop:
             for key, _ in self._sel.select(timeout=None if not self._queue else 0):
                 cb = key.data
                 if cb is None:
-                    try:
-                        while self._wake_r.recv(4096):
-                            pass
+                    try:   # one read: wake-up bytes left over only make the next select return
+                        self._wake_r.recv(4096)
                     except (BlockingIOError, OSError):
                         pass
                     continue
