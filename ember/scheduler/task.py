@@ -55,7 +55,7 @@ class TaskSet:
         return f"{self.stage_id}.{self.stage_attempt}"
 
 
-@dataclass
+@dataclass(slots=True)
 class TaskDescription:
     """A task bound to an executor slot. The locality decision only chooses it; the
     caller (TaskSchedulerImpl) serializes it into task_bytes afterwards, as Spark's
@@ -87,7 +87,7 @@ class TaskDescription:
                        self.properties, stage_id, stage_attempt, self.resources))
 
 
-@dataclass
+@dataclass(slots=True)
 class TaskInfo:
     task_id: int
     index: int
