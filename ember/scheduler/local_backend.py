@@ -34,8 +34,6 @@ class LocalSchedulerBackend(SchedulerBackend):
                     "cwd": os.getcwd(), "fs_conf": dict(fs_conf or {}),
                     "pyspark_memory_mb": pyspark_memory_mb,
                     "io_key": io_key.hex() if io_key else None}
-        # stages no job needs any more, told to the task processes after the next launch
-        self._forgotten: list[int] = []
         self.pool = TaskProcessPool(num_slots, env_conf, self._on_task_end, extra_env,
                                     kill_timeout, on_slot_restarted=self._on_slot_restarted,
                                     loop=loop, forks=forks, on_barrier=self._on_barrier)
@@ -53,12 +51,9 @@ class LocalSchedulerBackend(SchedulerBackend):
             if not free:
                 return
             offers = [WorkerOffer(EXECUTOR_ID, HOST, s) for s in free]
-            launched = sched.resource_offers(offers)
-            for td in launched:
+            for td in sched.resource_offers(offers):
                 self.pool.launch(td.slot, td.task_id, td.stage_key, td.blob, td.meta,
                                  td.task_bytes)
-            if launched and self._forgotten:
-                self._forget_stages()
 
     def _on_task_end(self, slot: int, tid: int, state: str, payload: Any, accum: dict,
                      metrics: dict, blocks: list) -> None:
@@ -88,13 +83,4 @@ class LocalSchedulerBackend(SchedulerBackend):
         self.pool.broadcast(("unpersist_broadcast", bid))
 
     def forget_stage(self, stage_id: int) -> None:
-        """Deferred until tasks were launched: at a job's end the task processes' messages
-        would cost wake-ups between the last task and the caller getting its result; after
-        the next launch they wait in busy processes' sockets."""
-        with self.scheduler.lock:
-            self._forgotten.append(stage_id)
-
-    def _forget_stages(self) -> None:
-        for stage_id in self._forgotten:
-            self.pool.forget_stage(stage_id)
-        self._forgotten.clear()
+        self.pool.forget_stage(stage_id)
