@@ -247,6 +247,7 @@ class TaskSchedulerImpl:
                 offers = [o for o in offers if not ht.is_node_excluded(o.host)
                           and not ht.is_executor_excluded(o.executor_id)]
             if len(offers) > 1:
+                offers = list(offers)       # the caller's list stays as it was
                 random.shuffle(offers)
             launched: list[TaskDescription] = []
             free = list(offers)
