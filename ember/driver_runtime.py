@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ember import config, fs, redaction
 from ember.conf import SparkConf
@@ -59,31 +59,6 @@ def parse_local_cluster_master(master: str) -> tuple[int, int, int] | None:
 def spark_user() -> str:
     """Spark's Utils.getCurrentUserName: SPARK_USER, else the login name."""
     return os.environ.get("SPARK_USER") or getpass.getuser()
-
-
-class _WithoutContext:
-    """A job's `func(iterator)` as the task function `(context, iterator)`. A class of this
-    module, not a closure: cloudpickle writes a closure's code with every job's stage."""
-
-    __slots__ = ("func",)
-
-    def __init__(self, func: Callable) -> None:
-        self.func = func
-
-    def __call__(self, ctx: Any, it: Iterable) -> Any:
-        return self.func(it)
-
-
-class _SerializedResult:
-    """The task function whose result the context's data serializer encodes."""
-
-    __slots__ = ("run", "ser")
-
-    def __init__(self, run: Callable, ser: Any) -> None:
-        self.run, self.ser = run, ser
-
-    def __call__(self, ctx: Any, it: Iterable) -> Any:
-        return self.ser.dumps(self.run(ctx, it))
 
 
 class DriverRuntime:
@@ -450,8 +425,9 @@ class DriverRuntime:
             value = pickle.loads(data)
             results[index] = value if ser is None else ser.loads(value)
 
-        run = func if with_context else _WithoutContext(func)
-        task_func = run if ser is None else _SerializedResult(run, ser)
+        from ember.scheduler.task_function import SerializedResult, WithoutContext
+        run = func if with_context else WithoutContext(func)
+        task_func = run if ser is None else SerializedResult(run, ser)
         props = dict(self.local_properties())
         if self.added_files:      # executors fetch what they lack; "name/" is a directory
             props["spark.ember.files"] = ",".join(
