@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ember import config, fs, redaction
 from ember.conf import SparkConf
@@ -425,16 +425,9 @@ class DriverRuntime:
             value = pickle.loads(data)
             results[index] = value if ser is None else ser.loads(value)
 
-        if with_context:
-            run = func
-        else:
-            def run(ctx: Any, it: Iterable) -> Any:
-                return func(it)
-        if ser is None:
-            task_func = run
-        else:
-            def task_func(ctx: Any, it: Iterable) -> Any:
-                return ser.dumps(run(ctx, it))
+        from ember.scheduler.task_function import SerializedResult, WithoutContext
+        run = func if with_context else WithoutContext(func)
+        task_func = run if ser is None else SerializedResult(run, ser)
         props = dict(self.local_properties())
         if self.added_files:      # executors fetch what they lack; "name/" is a directory
             props["spark.ember.files"] = ",".join(

@@ -38,7 +38,22 @@ class StatusStore:
 
     def on_event(self, e: Any) -> None:
         with self._lock:
-            if isinstance(e, sl.JobStart):
+            if isinstance(e, sl.TaskStart):      # the frequent events first
+                st = self.stages.get(e.stage_id)
+                if st is not None and st.info.attempt_id == e.stage_attempt:
+                    st.active += 1
+            elif isinstance(e, sl.TaskEnd):
+                st = self.stages.get(e.stage_id)
+                if st is not None and st.info.attempt_id == e.stage_attempt:
+                    st.active = max(0, st.active - 1)
+                    info = e.task_info
+                    if info is not None and info.successful:
+                        if info.index not in st.done_indices:
+                            st.done_indices.add(info.index)
+                            st.completed += 1
+                    elif info is not None and info.failed:
+                        st.failed += 1
+            elif isinstance(e, sl.JobStart):
                 self.jobs[e.job_id] = {"stageIds": [s.stage_id for s in e.stage_infos],
                                        "status": "RUNNING",
                                        "group": e.properties.get("spark.jobGroup.id"),
@@ -62,21 +77,6 @@ class StatusStore:
                 if st is not None:
                     st.status = "FAILED" if e.stage_info.failure_reason else "COMPLETE"
                 self.active_stage_ids.discard(e.stage_info.stage_id)
-            elif isinstance(e, sl.TaskStart):
-                st = self.stages.get(e.stage_id)
-                if st is not None and st.info.attempt_id == e.stage_attempt:
-                    st.active += 1
-            elif isinstance(e, sl.TaskEnd):
-                st = self.stages.get(e.stage_id)
-                if st is not None and st.info.attempt_id == e.stage_attempt:
-                    st.active = max(0, st.active - 1)
-                    info = e.task_info
-                    if info is not None and info.successful:
-                        if info.index not in st.done_indices:
-                            st.done_indices.add(info.index)
-                            st.completed += 1
-                    elif info is not None and info.failed:
-                        st.failed += 1
 
     def _trim(self) -> None:
         if len(self.jobs) > self.retained:

@@ -29,6 +29,21 @@ def test_closure_is_deserialized_once_per_stage_per_process(sc):
     assert set(per_process.values()) == {1}
 
 
+def test_finished_stages_are_forgotten_with_each_process_next_task(sc):
+    """A job's end writes nothing to the task processes (that would wake them between the
+    last task and the caller getting its result): a process is told to drop a finished
+    stage's closure in the same write as its next task."""
+    pool = sc.runtime.scheduler_backend.pool
+    assert sc.parallelize(range(4), 2).count() == 4
+    first = {tuple(s.forgotten) for s in pool.slots if s.forgotten}
+    assert first and all(not s.seen for s in pool.slots)
+    assert sc.parallelize(range(40), 20).map(lambda x: x * 2).sum() == 1560
+    after = [tuple(s.forgotten) for s in pool.slots]
+    second = {f for f in after if f not in first}
+    assert len(second) == 1 and len(next(iter(second))) == 1   # only the second job's stage
+    assert not set(next(iter(second))) & {sid for f in first for sid in f}
+
+
 def test_broadcast_reaches_each_process_once(sc):
     bc = sc.broadcast(Probe("bc-once"))
     first = sc.parallelize(range(20), 20).map(lambda x: bc.value.loads()).collect()

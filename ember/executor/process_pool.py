@@ -20,7 +20,7 @@ import time
 from typing import Any, Callable
 
 from ember.executor.fork_client import ForkServerClient, task_process_env
-from ember.executor.wire import FrameBuffer, send_msg
+from ember.executor.wire import FrameBuffer, send_msg, send_msgs
 from ember.util.event_loop import EventLoop
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ BarrierCallback = Callable[[int, int, Any, Callable[[bool, Any], None]], None]
 
 
 class _Slot:
-    __slots__ = ("index", "sock", "buf", "tid", "seen", "killing", "pid",
+    __slots__ = ("index", "sock", "buf", "tid", "seen", "forgotten", "killing", "pid",
                  "started_at", "quick_deaths", "dead")
 
     def __init__(self, index: int) -> None:
@@ -44,6 +44,7 @@ class _Slot:
         self.buf = FrameBuffer()
         self.tid: int | None = None
         self.seen: set = set()
+        self.forgotten: list[int] = []     # stages to drop, told with the next task
         self.killing: int | None = None
         self.pid = 0
         self.started_at = 0.0
@@ -98,6 +99,7 @@ class TaskProcessPool:
         slot.sock, slot.pid = parent, 0
         slot.buf = FrameBuffer()
         slot.seen = set()
+        slot.forgotten = []
         slot.tid = None
         slot.killing = None
         slot.started_at = time.monotonic()
@@ -148,9 +150,14 @@ class TaskProcessPool:
             first = stage_key not in slot.seen
             if first:
                 slot.seen.add(stage_key)
+            msg = ("task", tid, stage_key, blob if first else None, meta if first else None,
+                   task_bytes)
             try:
-                send_msg(slot.sock, ("task", tid, stage_key, blob if first else None,
-                                     meta if first else None, task_bytes))
+                if slot.forgotten:
+                    send_msgs(slot.sock, [("forget_stage", s) for s in slot.forgotten] + [msg])
+                    slot.forgotten = []
+                else:
+                    send_msg(slot.sock, msg)
             except OSError:
                 pass  # the reader thread sees the death and reports the task lost
 
@@ -204,10 +211,14 @@ class TaskProcessPool:
             return self._exported.wait_for(lambda: self._exports >= live, timeout)
 
     def forget_stage(self, stage_id: int) -> None:
+        """Each process drops the stage's closure when its next task arrives, told in the
+        same write: a message now would wake every idle process (at a job's end, between
+        its last task and the caller getting the result)."""
         with self._lock:
             for slot in self.slots:
-                slot.seen = {k for k in slot.seen if k[0] != stage_id}
-        self.broadcast(("forget_stage", stage_id))
+                if any(k[0] == stage_id for k in slot.seen):
+                    slot.seen = {k for k in slot.seen if k[0] != stage_id}
+                    slot.forgotten.append(stage_id)
 
     # reader (runs on the event loop) -----------------------------------------------------
     def _on_readable(self, slot: _Slot, sock: socket.socket) -> None:

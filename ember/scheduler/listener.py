@@ -75,14 +75,14 @@ class StageCompleted:
     stage_info: StageInfo
 
 
-@dataclass
+@dataclass(slots=True)       # one per task: slots make it cheaper to build
 class TaskStart:
     stage_id: int
     stage_attempt: int
     task_info: Any
 
 
-@dataclass
+@dataclass(slots=True)
 class TaskEnd:
     stage_id: int
     stage_attempt: int

@@ -46,6 +46,9 @@ class Pool:
             pass
 
     def sorted_task_sets(self) -> list[Any]:
+        children = self.children
+        if len(children) == 1 and not isinstance(children[0], Pool):   # one job running
+            return [] if children[0].is_zombie else [children[0]]
         out: list[Any] = []
         key = _fifo_key if self.scheduling_mode == "FIFO" else _fair_key
         for c in sorted(self.children, key=key):

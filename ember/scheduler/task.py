@@ -55,7 +55,7 @@ class TaskSet:
         return f"{self.stage_id}.{self.stage_attempt}"
 
 
-@dataclass
+@dataclass(slots=True)
 class TaskDescription:
     """A task bound to an executor slot. The locality decision only chooses it; the
     caller (TaskSchedulerImpl) serializes it into task_bytes afterwards, as Spark's
@@ -64,7 +64,6 @@ class TaskDescription:
     attempt_number: int
     executor_id: str
     slot: int
-    name: str
     index: int
     stage_key: tuple
     blob: bytes
@@ -75,6 +74,12 @@ class TaskDescription:
     resources: tuple | None = None      # (cpus, {name: addresses}) the task is given
     task_bytes: bytes = b""
 
+    @property
+    def name(self) -> str:
+        """Spark's TaskDescription.name, built only when asked (not per launched task)."""
+        return f"task {self.index}.{self.attempt_number} in stage " \
+            f"{self.stage_key[0]}.{self.stage_key[1]}"
+
     def encode(self) -> bytes:
         """What the task process unpickles: partition, attempt, properties, resources."""
         stage_id, stage_attempt = self.stage_key
@@ -82,7 +87,7 @@ class TaskDescription:
                        self.properties, stage_id, stage_attempt, self.resources))
 
 
-@dataclass
+@dataclass(slots=True)
 class TaskInfo:
     task_id: int
     index: int

@@ -16,6 +16,7 @@ from ember.clock import Clock, SystemClock
 from ember.scheduler.backend import SchedulerBackend, WorkerOffer
 from ember.scheduler.barrier_coordinator import BarrierCoordinator
 from ember.scheduler.health_tracker import HealthTracker
+from ember.scheduler.listener import SpeculativeTaskSubmitted, TaskStart
 from ember.scheduler.pool import SchedulableBuilder
 from ember.scheduler.resource_profiles import ExecutorResources, TaskRequirements
 from ember.scheduler.speculation import SpeculationSettings
@@ -149,7 +150,6 @@ class TaskSchedulerImpl:
 
     def speculative_task_submitted(self, tsm: TaskSetManager, index: int) -> None:
         if self.bus is not None:
-            from ember.scheduler.listener import SpeculativeTaskSubmitted
             self.bus.post(SpeculativeTaskSubmitted(tsm.stage_id, tsm.task_set.stage_attempt,
                                                    index, tsm.tasks[index].partition_id))
 
@@ -204,15 +204,19 @@ class TaskSchedulerImpl:
             self.executor_rp_ids[executor_id] = rp_id
 
     def _task_requirements(self, tsm: TaskSetManager) -> TaskRequirements:
-        if self.rp_manager is None:
-            return TaskRequirements()
-        return self.rp_manager.task_requirements(tsm.task_set.resource_profile_id)
+        """What each task of the set takes: its stage's profile is fixed, so asked once."""
+        req = tsm.requirements
+        if req is None:
+            req = tsm.requirements = TaskRequirements() if self.rp_manager is None else \
+                self.rp_manager.task_requirements(tsm.task_set.resource_profile_id)
+        return req
 
     def _can_run_on(self, tsm: TaskSetManager, executor_id: str) -> bool:
-        if self.rp_manager is None:
+        rp_id = tsm.task_set.resource_profile_id
+        executor_rp_id = self.executor_rp_ids.get(executor_id, 0)
+        if self.rp_manager is None or rp_id == executor_rp_id:
             return True
-        return self.rp_manager.can_be_scheduled(tsm.task_set.resource_profile_id,
-                                                self.executor_rp_ids.get(executor_id, 0))
+        return self.rp_manager.can_be_scheduled(rp_id, executor_rp_id)
 
     def _offer(self, tsm: TaskSetManager, o: WorkerOffer, level: str,
                req: TaskRequirements) -> TaskDescription | None:
@@ -233,7 +237,8 @@ class TaskSchedulerImpl:
 
     def resource_offers(self, offers: list[WorkerOffer]) -> list[TaskDescription]:
         with self.lock:
-            offers = [o for o in offers if o.executor_id not in self.dead_executors]
+            if self.dead_executors:
+                offers = [o for o in offers if o.executor_id not in self.dead_executors]
             for o in offers:
                 self.executor_hosts[o.executor_id] = o.host
             ht = self.health_tracker
@@ -242,6 +247,7 @@ class TaskSchedulerImpl:
                 offers = [o for o in offers if not ht.is_node_excluded(o.host)
                           and not ht.is_executor_excluded(o.executor_id)]
             if len(offers) > 1:
+                offers = list(offers)       # the caller's list stays as it was
                 random.shuffle(offers)
             launched: list[TaskDescription] = []
             free = list(offers)
@@ -329,7 +335,6 @@ class TaskSchedulerImpl:
         self.task_id_to_tsm[td.task_id] = tsm
         self.task_id_to_location[td.task_id] = (o.executor_id, o.slot)
         if self.bus is not None:
-            from ember.scheduler.listener import TaskStart
             self.bus.post(TaskStart(tsm.stage_id, tsm.task_set.stage_attempt,
                                     tsm.task_infos[td.task_id]))
 

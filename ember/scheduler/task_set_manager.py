@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 PROCESS_LOCAL, NODE_LOCAL, NO_PREF, ANY = "PROCESS_LOCAL", "NODE_LOCAL", "NO_PREF", "ANY"
 LEVELS = [PROCESS_LOCAL, NODE_LOCAL, NO_PREF, ANY]
+_LEVEL_ORDER = {level: n for n, level in enumerate(LEVELS)}
 
 
 class TaskSetManager:
@@ -48,6 +49,8 @@ class TaskSetManager:
         self.is_barrier = task_set.barrier
         # Spark's emittedTaskSizeWarning: the caller warns once per task set
         self.emitted_task_size_warning = False
+        # what each task takes from an executor (the scheduler's cache of the profile's)
+        self.requirements: Any = None
         self.priority = task_set.priority
         self.name = f"TaskSet_{task_set.id}"
         self.weight = 1
@@ -175,15 +178,22 @@ class TaskSetManager:
                 break
         return self.current_level_index
 
-    @staticmethod
-    def _pop(lst: list[int] | None, ok) -> int | None:
+    def _pop(self, lst: list[int] | None, executor_id: str, host: str) -> int | None:
+        """The last index of `lst` that may launch on this executor and host (removed from
+        it), else None. The common case (nothing excluded, nothing failed before) takes
+        only the two list checks."""
         if not lst:
             return None
+        successful, copies = self.successful, self.copies_running
+        checked = self.excludelist is not None or bool(self.failed_on)
         for j in range(len(lst) - 1, -1, -1):
             i = lst[j]
-            if ok(i):
-                del lst[j]
-                return i
+            if successful[i] or copies[i] or checked and (
+                    self._excluded_for_task(i, executor_id, host)
+                    or self._failed_here_elsewhere_possible(i, executor_id)):
+                continue
+            del lst[j]
+            return i
         return None
 
     def _excluded_for_task(self, index: int, executor_id: str, host: str) -> bool:
@@ -206,7 +216,7 @@ class TaskSetManager:
             return found[0], found[1], False
         if not self.speculatable:
             return None
-        order = LEVELS.index(max_level)
+        order = _LEVEL_ORDER[max_level]
         for lst, level, min_order in ((self.spec_for_executor.get(executor_id), PROCESS_LOCAL, 0),
                                       (self.spec_for_host.get(host), NODE_LOCAL, 1),
                                       (self.spec_no_prefs, PROCESS_LOCAL, 2),
@@ -235,27 +245,26 @@ class TaskSetManager:
 
     def _dequeue_regular(self, executor_id: str, host: str, slot: int, max_level: str
                          ) -> tuple[int, str] | None:
-        ok = lambda i: (not self.successful[i] and not self.copies_running[i]
-                        and not self._excluded_for_task(i, executor_id, host)
-                        and not self._failed_here_elsewhere_possible(i, executor_id))
-        i = self._pop(self.for_process.get((executor_id, slot)), ok)
-        if i is None:
-            i = self._pop(self.for_executor_cache.get(executor_id), ok)
+        i = None
+        if self.for_process:
+            i = self._pop(self.for_process.get((executor_id, slot)), executor_id, host)
+        if i is None and self.for_executor_cache:
+            i = self._pop(self.for_executor_cache.get(executor_id), executor_id, host)
         if i is not None:
             return i, PROCESS_LOCAL
-        order = LEVELS.index(max_level)
-        if order >= 1:
-            i = self._pop(self.for_executor.get(executor_id), ok)
+        order = _LEVEL_ORDER[max_level]
+        if order >= 1 and (self.for_executor or self.for_host):
+            i = self._pop(self.for_executor.get(executor_id), executor_id, host)
             if i is None:
-                i = self._pop(self.for_host.get(host), ok)
+                i = self._pop(self.for_host.get(host), executor_id, host)
             if i is not None:
                 return i, NODE_LOCAL
         if order >= 2:
-            i = self._pop(self.no_prefs, ok)
+            i = self._pop(self.no_prefs, executor_id, host)
             if i is not None:
                 return i, NO_PREF
         if order >= 3:
-            i = self._pop(self.all_pending, ok)
+            i = self._pop(self.all_pending, executor_id, host)
             if i is not None:
                 return i, ANY
         return None
@@ -278,7 +287,7 @@ class TaskSetManager:
             allowed = ANY
         elif max_level != NO_PREF:
             level = self.levels[self.allowed_level(now)]
-            if LEVELS.index(level) < LEVELS.index(max_level):
+            if _LEVEL_ORDER[level] < _LEVEL_ORDER[max_level]:
                 allowed = level
         found = self._dequeue(executor_id, host, slot, allowed)
         if found is None:
@@ -300,10 +309,9 @@ class TaskSetManager:
             self.current_level_index = self.levels.index(level)
             self.last_reset = now
         ts = self.task_set
-        return TaskDescription(tid, attempt, executor_id, slot,
-                               f"task {index}.{attempt} in stage {ts.id}", index,
-                               self.stage_key, ts.blob, ts.meta, task.partition,
-                               task.partition_id, ts.properties, task_resources)
+        return TaskDescription(tid, attempt, executor_id, slot, index, self.stage_key,
+                               ts.blob, ts.meta, task.partition, task.partition_id,
+                               ts.properties, task_resources)
 
     def can_launch_barrier(self, free_offers: int) -> bool:
         """A barrier task set launches once, all of its tasks in one round of offers."""

@@ -30,13 +30,14 @@ class EventLoop:
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         self._queue: collections.deque = collections.deque()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._ident: int | None = None
         self._stopping = False
 
     def start(self) -> None:
         self._thread.start()
 
     def in_loop(self) -> bool:
-        return threading.current_thread() is self._thread
+        return threading.get_ident() == self._ident
 
     def post(self, fn: Callable[..., Any], *args: Any) -> None:
         self._queue.append((fn, args))
@@ -71,6 +72,7 @@ class EventLoop:
                               getattr(fn, "__qualname__", fn))
 
     def _run(self) -> None:
+        self._ident = threading.get_ident()
         while not self._stopping:
             self._drain()
             if self._stopping:
@@ -78,9 +80,8 @@ class EventLoop:
             for key, _ in self._sel.select(timeout=None if not self._queue else 0):
                 cb = key.data
                 if cb is None:
-                    try:
-                        while self._wake_r.recv(4096):
-                            pass
+                    try:   # one read: wake-up bytes left over only make the next select return
+                        self._wake_r.recv(4096)
                     except (BlockingIOError, OSError):
                         pass
                     continue
