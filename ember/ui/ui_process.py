@@ -42,7 +42,8 @@ from typing import Any, Callable, Iterable
 
 from ember.scheduler import listener as sl
 from ember.scheduler.task import SUCCESS, Success, TaskInfo
-from ember.ui.ui_process_main import _HEADER, OPEN_LOG, SYNC
+from ember.ui.ui_frames import HEADER, OPEN_LOG, SYNC
+from ember.util.processes import wait_exit
 
 log = logging.getLogger("ember.ui.UiProcess")
 
@@ -104,7 +105,7 @@ class UiProcess:
             if self.proc.stdin.closed:
                 return
             try:
-                self.proc.stdin.write(_HEADER.pack(len(data)) + data)
+                self.proc.stdin.write(HEADER.pack(len(data)) + data)
             except (OSError, ValueError) as e:      # the process died or was closed
                 log.error("The UI process failed (%s); the UI and the event log stop "
                           "here", e)
@@ -138,9 +139,7 @@ class UiProcess:
                 pass
         if not self._event_log:
             self.proc.kill()
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
+        if wait_exit(self.proc, timeout) is None:
             self.proc.kill()
             self.proc.wait()
 

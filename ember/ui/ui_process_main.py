@@ -18,13 +18,12 @@ from __future__ import annotations
 import marshal
 import os
 import select
-import struct
 import sys
 import time
 from typing import Any, Iterable, Iterator
 
-_HEADER = struct.Struct("<I")
-OPEN_LOG, SYNC = 2, 3
+from ember.ui.ui_frames import HEADER, OPEN_LOG, SYNC
+
 FIRST_USE_WAIT = 1.0
 
 
@@ -43,10 +42,10 @@ def _read_exact(fd: int, n: int) -> bytes:
 
 def _frames(fd: int) -> Iterator[Any]:
     while True:
-        head = _read_exact(fd, _HEADER.size)
-        if len(head) < _HEADER.size:
+        head = _read_exact(fd, HEADER.size)
+        if len(head) < HEADER.size:
             return
-        (n,) = _HEADER.unpack(head)
+        (n,) = HEADER.unpack(head)
         data = _read_exact(fd, n)
         if len(data) < n:
             return
