@@ -96,6 +96,8 @@ def test_forked_executor_gets_what_a_spawned_one_gets(tmp_path, zygote) -> None:
         parent = psutil.Process(pid).ppid()
         assert parent == (zygote.pid if z is not None else os.getpid())
         assert os.getpgid(pid) == pid and os.getsid(pid) == pid    # own session and group
+        assert " ".join(psutil.Process(pid).cmdline()).startswith(   # what ps shows
+            f"{sys.executable} -m {SLEEPER} --driver-url spark://")
         assert finished(runner, reports) == (
             (ExecutorState.RUNNING, None, None),
             (ExecutorState.EXITED, "Command exited with code 3", 3))

@@ -120,9 +120,11 @@ class ExecutorZygote:
             return self              # never used: every executor is spawned
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
+            # (the main module is not on the command line when it is the executor's: ps
+            # and the worker's tests tell executors by theirs)
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "ember.deploy.worker.executor_zygote",
-                 str(theirs.fileno()), self.main],
+                 str(theirs.fileno())] + ([self.main] if self.main != EXECUTOR_MAIN else []),
                 pass_fds=[theirs.fileno()], env=self.env, stdin=subprocess.DEVNULL,
                 close_fds=True)
         except OSError as e:
@@ -252,6 +254,25 @@ def _shadowed(path: list[str]) -> Optional[str]:
     return None
 
 
+def _set_cmdline(argv: list[str]) -> None:
+    """Make the process's command line (/proc/<pid>/cmdline: what ps and psutil show) read
+    `argv`, as a spawned executor's does, the way setproctitle(3) does it: by rewriting the
+    memory the kernel reads it from, the argument strings and the environment strings after
+    them, which nothing uses once the environment has been replaced (os.environ's putenv
+    copies). What does not fit is cut."""
+    import ctypes
+    with open("/proc/self/stat", "rb") as f:
+        fields = f.read().rsplit(b") ", 1)[1].split()
+    arg_start, arg_end, env_start, env_end = (int(fields[i]) for i in (45, 46, 47, 48))
+    room = (env_end if env_start == arg_end else arg_end) - arg_start
+    data = b"\0".join(a.encode() for a in argv) + b"\0"
+    if len(data) > arg_end - arg_start:
+        # past the argument strings the kernel shows one string, up to its first NUL
+        data = b" ".join(a.encode() for a in argv)[:room - 1] + b"\0"
+    ctypes.memset(arg_start, 0, room)
+    ctypes.memmove(arg_start, data, len(data))
+
+
 def _run_child(main: str, args: list[str], env: dict[str, str], cwd: str, path: list[str],
                fds: list[int]) -> None:
     """In the forked child: become the executor `python -m main args` would have been."""
@@ -272,6 +293,10 @@ def _run_child(main: str, args: list[str], env: dict[str, str], cwd: str, path: 
                 os.close(fd)
         os.environ.clear()
         os.environ.update(env)
+        try:
+            _set_cmdline([sys.executable, "-m", main, *args])
+        except (OSError, ValueError, IndexError):
+            pass                    # ps shows the zygote's command line
         sys.path[:] = path
         sys.argv = [main, *args]
         runpy.run_module(main, run_name="__main__", alter_sys=True)
@@ -380,7 +405,7 @@ def serve(ctrl: socket.socket, main: str) -> None:
 
 def main() -> None:
     ctrl = socket.socket(fileno=int(sys.argv[1]))
-    main_module = sys.argv[2]
+    main_module = sys.argv[2] if len(sys.argv) > 2 else EXECUTOR_MAIN
     import importlib
     importlib.import_module(main_module)        # the executor's modules, once for all
     # ... but not the main module itself: `python -m` runs it as __main__ only
