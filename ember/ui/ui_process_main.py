@@ -6,8 +6,9 @@ beside every driver, and whatever it imports competes for the cores with the dri
 fork server while a short application starts (the UI's modules cost about as much CPU as
 the rest of a local cold start). So without an event log to write the UI waits, reading and
 holding the frames the driver sends, until it is first needed: a connection to its port, a
-`SYNC` frame, or `FIRST_USE_WAIT` seconds after the start (so a longer application's
-store is built while it runs and few frames are ever held). Then it imports the UI, applies
+`SYNC` frame, `FIRST_USE_WAIT` seconds after the start or `HELD_ITEMS` events held (so a
+longer application's store is built while it runs and what is held stays small; the wait
+is longer than a short application's whole life on a busy 2-core machine). Then it imports the UI, applies
 the held frames in order and goes on as if it had started at once: a page request waits
 for that, and sees every event sent before it. An application that ends sooner never
 pays for the UI's imports. With an event log the process starts at once: each frame is on
@@ -24,7 +25,8 @@ from typing import Any, Iterable, Iterator
 
 from ember.ui.ui_frames import HEADER, OPEN_LOG, SYNC
 
-FIRST_USE_WAIT = 1.0
+FIRST_USE_WAIT = 3.0
+HELD_ITEMS = 20000
 
 
 def _read_exact(fd: int, n: int) -> bytes:
@@ -57,8 +59,9 @@ def _wait_for_first_use(frames: Iterator[Any], fd: int, listening: list[int],
     """The frames read until the UI is needed (see the module's doc), and whether the
     input ended meanwhile."""
     held: list[Any] = []
+    count = 0
     deadline = time.monotonic() + seconds
-    while True:
+    while count < HELD_ITEMS:
         left = deadline - time.monotonic()
         if left <= 0:
             return held, False
@@ -70,8 +73,10 @@ def _wait_for_first_use(frames: Iterator[Any], fd: int, listening: list[int],
             if items is None:
                 return held, True
             held.append(items)
+            count += len(items)
             if any(type(i) is not str and i[0] == SYNC for i in items):
                 return held, False
+    return held, False
 
 
 def _idle_priority() -> None:
