@@ -474,17 +474,28 @@ class ExecutorRunner:
         return cmd, env
 
     def _start_process(self, cmd: list[str], env: dict[str, str], out: Any,
-                       err: Any) -> "subprocess.Popen | ZygoteChild":
-        """Forked by the worker's zygote when it can (ember.deploy.worker.executor_zygote),
-        else spawned: either way in its own session, in the executor directory, with
-        stdout/stderr appended to its files."""
-        if self._zygote is not None:
+                       err: Any) -> "subprocess.Popen | ZygoteChild | None":
+        """The executor process, None if a kill came first. Forked by the worker's zygote
+        when it can (ember.deploy.worker.executor_zygote), else spawned: either way in its
+        own session, in the executor directory, with stdout/stderr appended to its files.
+        The zygote is asked outside the lock (kill() runs on the worker's loop and must not
+        wait for it); a kill that came meanwhile is carried out on the fork at once."""
+        child = None
+        if self._zygote is not None and not self._kill_requested:
             child = self._zygote.spawn(cmd, env, self.executor_dir, out.fileno(), err.fileno())
+        with self._lock:
             if child is not None:
+                self._process = child
+                if self._kill_requested:
+                    log.info("Killing process!")
+                    self._group.kill(child)
                 return child
-        return subprocess.Popen(cmd, cwd=self.executor_dir, env=env, stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=err, close_fds=True,
-                                start_new_session=(os.name == "posix"))
+            if self._kill_requested:
+                return None
+            self._process = subprocess.Popen(
+                cmd, cwd=self.executor_dir, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                stderr=err, close_fds=True, start_new_session=(os.name == "posix"))
+            return self._process
 
     def _fetch_and_run(self) -> None:
         final: tuple[ExecutorState, Optional[str], Optional[int]]
@@ -498,9 +509,7 @@ class ExecutorRunner:
             with open(out_path, "ab") as out, open(err_path, "ab") as err:
                 err.write(command_header(cmd).encode("utf-8"))
                 err.flush()
-                with self._lock:
-                    if not self._kill_requested:
-                        proc = self._process = self._start_process(cmd, env, out, err)
+                proc = self._start_process(cmd, env, out, err)
             if proc is None:   # killed before it started
                 final = (self._kill_state, self._kill_message, None)
             else:

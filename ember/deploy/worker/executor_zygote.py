@@ -62,6 +62,7 @@ class ZygoteChild:
         self._zygote = zygote
         self._exited = threading.Event()
         self._known = False          # the zygote reported the status
+        self._abandoned = False      # forked after its runner gave up waiting: killed
         self._pidfd: Optional[int] = None
         try:
             self._pidfd = os.pidfd_open(pid)
@@ -71,6 +72,8 @@ class ZygoteChild:
     def _report(self, code: Optional[int]) -> None:
         self.returncode, self._known = code, code is not None
         self._exited.set()
+        if self._abandoned:
+            self.wait()
 
     def _orphaned(self) -> None:
         """The zygote died: wait for the process itself (off the reader thread)."""
@@ -112,6 +115,7 @@ class ExecutorZygote:
         self._replies: dict[int, Any] = {}
         self._cond = threading.Condition()
         self._children: dict[int, ZygoteChild] = {}
+        self._abandoned: set[int] = set()      # requests nobody waits for any more
         self._next = 0
         self.alive = False
 
@@ -148,9 +152,10 @@ class ExecutorZygote:
                 and _interpreter_env(env) == self._interp)
 
     def spawn(self, cmd: Sequence[str], env: Mapping[str, str], cwd: str, stdout: int,
-              stderr: int, timeout: float = 10.0) -> Optional[ZygoteChild]:
+              stderr: int, timeout: float = 30.0) -> Optional[ZygoteChild]:
         """Fork `cmd` (python -m <main> args) there; None when the zygote cannot (gone,
-        busy past `timeout`, or the command or its paths do not fit: see the module doc)."""
+        silent for `timeout` s - what it forks later is killed at once -, or the command or
+        its paths do not fit: see the module doc)."""
         if not self.alive or not self.fits(cmd, env):
             return None
         with self._lock:
@@ -166,6 +171,7 @@ class ExecutorZygote:
                 if not self._cond.wait_for(lambda: rid in self._replies or not self.alive,
                                            timeout):
                     log.warning("The executor zygote did not answer in %.0f s", timeout)
+                    self._abandoned.add(rid)
                     return None
                 reply = self._replies.pop(rid, None)
         if reply is None:
@@ -193,12 +199,22 @@ class ExecutorZygote:
             with self._cond:
                 if msg[0] == "spawned":
                     child = self._children[msg[2]] = ZygoteChild(self, msg[2])
-                    self._replies[msg[1]] = ("spawned", msg[1], child)
+                    if msg[1] in self._abandoned:       # its runner spawned one instead
+                        self._abandoned.discard(msg[1])
+                        child._abandoned = True
+                        try:
+                            os.killpg(msg[2], signal.SIGKILL)
+                        except (ProcessLookupError, PermissionError):
+                            pass
+                    else:
+                        self._replies[msg[1]] = ("spawned", msg[1], child)
                 elif msg[0] == "exited":
                     child = self._children.pop(msg[1], None)
                     if child is not None:
                         child._report(msg[2])
-                else:                               # ("refused", rid, reason)
+                elif msg[1] in self._abandoned:         # ("refused", rid, reason)
+                    self._abandoned.discard(msg[1])
+                else:
                     self._replies[msg[1]] = msg
                 self._cond.notify_all()
         with self._cond:
