@@ -14,7 +14,7 @@ import threading
 from typing import Any
 
 from ember.executor.wire import FrameBuffer
-from ember.util.processes import pid_alive, wait_exit
+from ember.util.processes import wait_exit
 
 log = logging.getLogger(__name__)
 
@@ -86,15 +86,6 @@ class ForkServerClient:
                     elif msg[0] == "exit":
                         self._exit_codes[msg[1]] = msg[2]
                     self._cond.notify_all()
-
-    def wait_exited(self, pids: list[int], timeout: float) -> list[int]:
-        """Wait (woken by the server's exit reports) until none of `pids` is running; the
-        ones still running after `timeout` seconds."""
-        def running() -> list[int]:
-            return [p for p in pids if p not in self._exit_codes and pid_alive(p)]
-        with self._cond:
-            self._cond.wait_for(lambda: not running(), timeout)
-            return running()
 
     def exit_code(self, pid: int, timeout: float = 0.5) -> int | None:
         with self._cond:

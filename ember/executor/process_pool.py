@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from ember.executor.fork_client import ForkServerClient, task_process_env
 from ember.executor.wire import FrameBuffer, send_msg
+from ember.util.processes import wait_gone
 from ember.util.event_loop import EventLoop
 
 log = logging.getLogger(__name__)
@@ -107,7 +108,7 @@ class TaskProcessPool:
                         send_msg(slot.sock, ("stop",))
                     except OSError:
                         pass
-        pids = self._forks.wait_exited([s.pid for s in self.slots if s.pid], 2.0)
+        pids = wait_gone([s.pid for s in self.slots if s.pid], 2.0)
         for p in pids:
             try:
                 os.kill(p, signal.SIGKILL)

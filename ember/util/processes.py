@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import select
 import subprocess
+import time
 
 
 def wait_exit(proc: subprocess.Popen, timeout: float) -> int | None:
@@ -42,3 +43,31 @@ def pid_alive(pid: int) -> bool:
             return f.read().split(") ", 1)[1][:1] != "Z"
     except OSError:
         return True
+
+
+def wait_gone(pids: list[int], timeout: float) -> list[int]:
+    """Wait until none of `pids` runs (children or not: a pidfd becomes readable when its
+    process exits); those still running after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    fds: dict[int, int] = {}
+    try:
+        for pid in pids:
+            try:
+                fds[os.pidfd_open(pid)] = pid
+            except ProcessLookupError:
+                pass                                # already gone
+            except (AttributeError, OSError):       # no pidfd here: look every 10 ms
+                while pid_alive(pid) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+        while fds:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            ready, _, _ = select.select(list(fds), [], [], left)
+            for fd in ready:
+                os.close(fd)
+                del fds[fd]
+        return [pid for pid in fds.values() if pid_alive(pid)]
+    finally:
+        for fd in fds:
+            os.close(fd)
