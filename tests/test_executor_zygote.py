@@ -53,13 +53,14 @@ def zygote():
 
 
 def launch(tmp_path, zygote: ExecutorZygote | None, exec_id: int = 0,
-           terminate_timeout: float = 1.0, **env: str) -> tuple[ExecutorRunner, list, str]:
+           terminate_timeout: float = 1.0, main: str = SLEEPER,
+           **env: str) -> tuple[ExecutorRunner, list, str]:
     """An ExecutorRunner of the sleeper; its reports and the path of its info file."""
     info = str(tmp_path / f"info{exec_id}.json")
     hash_seed = zygote.env["PYTHONHASHSEED"] if zygote is not None else "0"
     command_env = {"PYTHONPATH": REPO_ROOT, "PYTHONHASHSEED": hash_seed,
                    "EMBER_SLEEPER_INFO": info, "EMBER_SLEEPER_MARK": "app-env", **env}
-    app = ApplicationDescription("zygote", None, Command(SLEEPER, ARGS, command_env), "",
+    app = ApplicationDescription("zygote", None, Command(main, ARGS, command_env), "",
                                  ResourceProfile.of(cores=1, memoryMb=256), user="tester")
     reports: list[ExecutorStateChanged] = []
     runner = ExecutorRunner(
@@ -177,3 +178,30 @@ def test_a_dead_zygote_means_spawning(tmp_path, zygote) -> None:
     assert finished(first, first_reports)[-1] == (ExecutorState.KILLED, None, None)
     wait_until(lambda: not psutil.pid_exists(pid) or
                psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, what="the orphan to go")
+
+
+def test_a_kill_that_overtakes_the_fork_kills_the_fork(tmp_path) -> None:
+    """kill() returns at once while the zygote is still busy (here: importing a slow main
+    module), and the executor it forks afterwards is killed: KILLED, never RUNNING."""
+    slow = "tests.helpers.slow_sleeper"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [REPO_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    z = ExecutorZygote(env, main=slow).start()
+    try:
+        runner, reports, info_path = launch(tmp_path, z, main=slow)
+        stderr = tmp_path / "work" / "0" / "stderr"
+        wait_until(lambda: stderr.exists() and stderr.stat().st_size > 0,
+                   what="the runner to ask the zygote")
+        time.sleep(0.2)       # the request is out; the zygote imports for ~2 s more
+        t0 = time.monotonic()
+        runner.kill()
+        assert time.monotonic() - t0 < 0.5
+        final = finished(runner, reports)
+        assert [r[0] for r in final] == [ExecutorState.KILLED]
+        assert final[0][2] in (128 + signal.SIGTERM, 128 + signal.SIGKILL)
+        assert type(runner._process).__name__ == "ZygoteChild"     # it was forked
+        wait_until(lambda: psutil.Process(z.pid).children() == [],
+                   what="the fork to be reaped")
+    finally:
+        z.stop()
