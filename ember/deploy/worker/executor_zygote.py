@@ -38,6 +38,8 @@ import sys
 import threading
 from typing import Any, Mapping, Optional, Sequence
 
+from ember.util.processes import wait_exit
+
 log = logging.getLogger("ember.deploy.worker.ExecutorZygote")
 
 EXECUTOR_MAIN = "ember.executor.backend"
@@ -239,7 +241,6 @@ class ExecutorZygote:
                 pass
             self._sock.close()
         if self._proc is not None:
-            from ember.util.processes import wait_exit
             if wait_exit(self._proc, 5) is None:
                 self._proc.kill()
                 self._proc.wait()
