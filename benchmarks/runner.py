@@ -33,6 +33,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Optional
 
+from benchmarks.bytecode import use_installed_bytecode
 from benchmarks.engines import Engine, make_engine
 from benchmarks.workloads import WORKLOADS, Unsupported, Workload
 
@@ -223,6 +224,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     root = str(Path(__file__).resolve().parent.parent)
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
     os.environ.setdefault("PYTHONHASHSEED", "0")
+    args.bytecode = use_installed_bytecode()
+    log(args.bytecode)
 
     cluster = None
     if args.cluster:
@@ -261,6 +264,7 @@ def _run(args: Any, root: str) -> int:
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "loadavg_start": list(os.getloadavg()),
+        "bytecode": args.bytecode,
     }
 
     for wl in workloads.values():
@@ -328,6 +332,7 @@ def _run(args: Any, root: str) -> int:
     print(f"Benchmarks  master={args.master}  scale={args.scale}  runs={args.runs}  "
           f"cpus={os.cpu_count()}  python={platform.python_version()}  load average "
           f"{common['loadavg_start'][0]:.1f} at start, {os.getloadavg()[0]:.1f} at end")
+    print(args.bytecode)
     print(render_table(records, workloads))
     if args.json:
         print(f"(JSON lines appended to {args.json}, run_id {run_id})")

@@ -658,6 +658,10 @@ _entry("spark.worker.executorStateSync.maxAttempts", 5, INT,
 _entry("spark.ember.worker.executorTerminateTimeout", 10.0, SECONDS,
        "Ember only: grace period between SIGTERM and SIGKILL when killing an executor's "
        "process tree (Spark hard-codes 10 s).")
+_entry("spark.ember.worker.executorZygote", True, BOOL,
+       "Ember only: the worker forks executors from a process that has already imported "
+       "them (ember.deploy.worker.executor_zygote) instead of spawning each one; executors "
+       "that do not fit it are spawned either way.")
 _entry("spark.worker.driverTerminateTimeout", 10.0, MILLIS,
        "Grace period between SIGTERM and SIGKILL when killing a driver.")
 _entry("spark.worker.decommission.signal", "PWR", STRING,

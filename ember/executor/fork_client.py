@@ -14,6 +14,7 @@ import threading
 from typing import Any
 
 from ember.executor.wire import FrameBuffer
+from ember.util.processes import wait_exit
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +100,6 @@ class ForkServerClient:
             except OSError:
                 pass
             self._ctrl.close()
-        if self._proc is not None:
-            try:
-                self._proc.wait(2)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        if self._proc is not None and wait_exit(self._proc, 2) is None:
+            self._proc.kill()
+            self._proc.wait()

@@ -3,11 +3,12 @@
 Spawning a fresh interpreter per task process costs an interpreter start plus Ember's
 imports (hundreds of ms on a small machine); forking from a process that has already
 imported them costs a few ms. The server never starts threads, so fork is safe, and it
-reaps its children and reports their exit codes to the pool.
+reaps its children and reports their exit codes to the pool as they exit (SIGCHLD wakes it).
 """
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import sys
@@ -23,15 +24,24 @@ from ember.executor import task_process
 from ember.executor.wire import send_msg
 
 
-def _child(conn: socket.socket, ctrl: socket.socket) -> None:
+def _child(conn: socket.socket, ctrl: socket.socket, wake: tuple[int, int]) -> None:
     ctrl.close()
+    signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for fd in wake:
+        os.close(fd)
     task_process.run_in_process(conn)
 
 
 def serve(ctrl: socket.socket) -> None:
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # a child's exit writes to this pipe (SIGCHLD's wakeup fd), so the loop below sleeps
+    # until there is a request or a child to reap, and reports an exit at once
+    wake = os.pipe()
+    for fd in wake:
+        os.set_blocking(fd, False)
+    signal.set_wakeup_fd(wake[1])
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
     while True:
         # reap finished children and tell the pool how they ended
         while True:
@@ -45,11 +55,17 @@ def serve(ctrl: socket.socket) -> None:
                 send_msg(ctrl, ("exit", pid, os.waitstatus_to_exitcode(status)))
             except OSError:
                 return
-        ctrl.settimeout(0.05)
+        ready, _, _ = select.select([ctrl, wake[0]], [], [])
+        if wake[0] in ready:
+            try:
+                while os.read(wake[0], 512):
+                    pass
+            except BlockingIOError:
+                pass
+        if ctrl not in ready:
+            continue
         try:
             msg, fds, _flags, _addr = socket.recv_fds(ctrl, 16, 1)
-        except socket.timeout:
-            continue
         except OSError:
             return
         if not msg:
@@ -60,7 +76,7 @@ def serve(ctrl: socket.socket) -> None:
         pid = os.fork()
         if pid == 0:
             try:
-                _child(conn, ctrl)
+                _child(conn, ctrl, wake)
             finally:
                 os._exit(0)
         conn.close()

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from ember.executor.fork_client import ForkServerClient, task_process_env
 from ember.executor.wire import FrameBuffer, send_msg, send_msgs
+from ember.util.processes import wait_gone
 from ember.util.event_loop import EventLoop
 
 log = logging.getLogger(__name__)
@@ -118,12 +119,7 @@ class TaskProcessPool:
                         send_msg(slot.sock, ("stop",))
                     except OSError:
                         pass
-        pids = [s.pid for s in self.slots if s.pid]
-        deadline = time.monotonic() + 2.0
-        while pids and time.monotonic() < deadline:
-            pids = [p for p in pids if _alive(p)]
-            if pids:
-                time.sleep(0.01)
+        pids = wait_gone([s.pid for s in self.slots if s.pid], 2.0)
         for p in pids:
             try:
                 os.kill(p, signal.SIGKILL)
@@ -313,14 +309,3 @@ class TaskProcessPool:
         if self.on_slot_restarted is not None:
             self.on_slot_restarted(slot.index)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][:1] != "Z"
-    except OSError:
-        return True

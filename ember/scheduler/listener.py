@@ -248,6 +248,7 @@ class ListenerBus:
         self._q: collections.deque = collections.deque()
         self._thread: threading.Thread | None = None
         self._wakeup = threading.Event()
+        self._stopping = threading.Event()      # stop() cuts the batching delay short
         self._idle = False
 
     def add_sync(self, listener: Any) -> None:
@@ -298,7 +299,7 @@ class ListenerBus:
                 self._wakeup.wait()
             self._idle = False
             self._wakeup.clear()
-            time.sleep(self.BATCH_DELAY)
+            self._stopping.wait(self.BATCH_DELAY)
             batch: list[Any] = []
             while q:
                 event = q.popleft()
@@ -333,6 +334,7 @@ class ListenerBus:
         """Deliver what was posted, then end the bus thread; later events are dropped."""
         if self._thread is not None:
             self._q.append(None)
+            self._stopping.set()
             self._wakeup.set()
             self._thread.join(timeout=10)
             self._thread = None

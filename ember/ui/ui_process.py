@@ -5,11 +5,13 @@ Why a process: a job of tiny tasks keeps the driver's one GIL busy, so whatever 
 computes is taken from the scheduler. Applying a task's two events to the status store costs
 about 5 us and formatting its two JSON lines about 7 us; packing the same events into tuples
 of plain values for `marshal` costs under 1 us. So the driver's part is `UiProcess`, an
-asynchronous bus listener that packs each batch and writes it to this process's stdin; here,
-on another core, the very same AppStatusStore, SparkUI and `_TaskLines` code runs. A side
+asynchronous bus listener that packs each batch and writes it to the UI process's stdin; there
+(ember.ui.ui_process_main), on another core, the very same AppStatusStore, SparkUI and `_TaskLines` code runs. A side
 effect that matters as much: rendering a big stage page no longer holds the scheduler's GIL.
-The thread that applies events runs at idle priority (`_idle_priority`), so it takes the
-cores' idle time rather than time from the driver or its tasks.
+The thread that applies events runs at idle priority, so it takes the cores' idle time
+rather than time from the driver or its tasks; without an event log the process imports the
+UI only once it is first needed (ui_process_main says when), so a short application's start
+does not share its cores with it.
 
 Everything the UI and the log know comes from listener events, so nothing else is shared:
 the driver binds the UI's port (its URL goes into the app's registration) and hands the
@@ -28,13 +30,11 @@ pipe, or died) ends the process and with it the UI's port.
 """
 from __future__ import annotations
 
-import json
 import logging
 import marshal
 import os
 import select
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -42,12 +42,10 @@ from typing import Any, Callable, Iterable
 
 from ember.scheduler import listener as sl
 from ember.scheduler.task import SUCCESS, Success, TaskInfo
-from ember.util.logs import configure_logging
+from ember.ui.ui_frames import HEADER, OPEN_LOG, SYNC
+from ember.util.processes import wait_exit
 
 log = logging.getLogger("ember.ui.UiProcess")
-
-_HEADER = struct.Struct("<I")
-OPEN_LOG, SYNC = 2, 3
 
 
 def pack(e: Any, encode_line: Callable[[Any], str]) -> Any:
@@ -77,7 +75,7 @@ def unpack(item: tuple) -> Any:
 
 
 class UiProcess:
-    """The driver's end, an async listener on the bus. Starts `python -m ember.ui.ui_process`
+    """The driver's end, an async listener on the bus. Starts `python -m ember.ui.ui_process_main`
     serving the UI on `ui_sock` if given (the caller then closes its copy); with `event_log`,
     `open_log(path)` once the event log's file exists. Raises OSError if the process cannot
     start."""
@@ -93,7 +91,7 @@ class UiProcess:
         fds = tuple(s.fileno() for s in (ui_sock, redirect_sock) if s is not None)
         self._lock = threading.Lock()
         self._event_log = event_log
-        self.proc = subprocess.Popen([sys.executable, "-m", "ember.ui.ui_process"],
+        self.proc = subprocess.Popen([sys.executable, "-m", "ember.ui.ui_process_main"],
                                      stdin=subprocess.PIPE, env=env, bufsize=0,
                                      stdout=subprocess.PIPE, pass_fds=fds)
         items = conf.getAll() if hasattr(conf, "getAll") else list(dict(conf).items())
@@ -107,7 +105,7 @@ class UiProcess:
             if self.proc.stdin.closed:
                 return
             try:
-                self.proc.stdin.write(_HEADER.pack(len(data)) + data)
+                self.proc.stdin.write(HEADER.pack(len(data)) + data)
             except (OSError, ValueError) as e:      # the process died or was closed
                 log.error("The UI process failed (%s); the UI and the event log stop "
                           "here", e)
@@ -141,100 +139,8 @@ class UiProcess:
                 pass
         if not self._event_log:
             self.proc.kill()
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
+        if wait_exit(self.proc, timeout) is None:
             self.proc.kill()
             self.proc.wait()
 
 
-def _frames(stream: Any) -> Iterable[Any]:
-    while True:
-        head = stream.read(_HEADER.size)
-        if len(head) < _HEADER.size:
-            return
-        (n,) = _HEADER.unpack(head)
-        data = stream.read(n)
-        if len(data) < n:
-            return
-        yield marshal.loads(data)
-
-
-def _idle_priority() -> None:
-    """Make the calling thread take only CPU time nobody else wants (SCHED_IDLE). Why not
-    `nice`: a nice process still delays the driver and task processes when they wake up,
-    and a job of tiny tasks is a chain of such wake-ups; SCHED_IDLE yields at once. Only
-    the thread that applies events gets it: threads serving pages keep normal priority."""
-    try:
-        os.sched_setscheduler(threading.get_native_id(), os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):
-        pass
-
-
-def main() -> int:
-    from ember.ui.event_log import EventLogWriter, _TaskLines, json_to_event
-    frames = _frames(sys.stdin.buffer)
-    settings = next(frames, None)
-    if settings is None:
-        return 0
-    conf, ui_fd, logging_on = settings["conf"], settings["ui_fd"], settings["event_log"]
-    store = None
-    if ui_fd is not None:
-        from ember.ui.spark_ui import SparkUI
-        from ember.ui.status_store import AppStatusStore
-        store = AppStatusStore(conf)
-        redirect_fd = settings.get("redirect_fd")
-        SparkUI(store, socket.socket(fileno=ui_fd), conf,
-                socket.socket(fileno=redirect_fd) if redirect_fd is not None else None).start()
-    _idle_priority()
-    lines = _TaskLines()
-    writer: Any = None
-    held: list[str] = []
-    synced = 0
-    for items in frames:
-        text: list[str] = []
-        events: list[Any] = []
-        for item in items:
-            if type(item) is str:
-                if logging_on:
-                    text.append(item)
-                if store is not None and item:
-                    try:
-                        events.append(json_to_event(json.loads(item)))
-                    except (ValueError, KeyError, TypeError) as e:
-                        log.error("Cannot apply %.200r to the UI: %s", item, e)
-            elif item[0] == SYNC:
-                synced += 1
-            elif item[0] == OPEN_LOG:
-                text, held = held + text, []
-                try:
-                    writer = EventLogWriter(item[1])
-                except OSError as e:
-                    log.error("Cannot open the event log %s: %s", item[1].get("path"), e)
-                    logging_on = False
-            else:
-                e = unpack(item)
-                events.append(e)
-                if logging_on:
-                    text.append(lines.encode(e))
-        if store is not None:
-            store.on_events([e for e in events if e is not None])
-        if writer is not None:
-            try:
-                writer.write("".join(text).encode())
-            except OSError as e:    # disk full, say: the UI goes on without the log
-                log.error("Cannot write the event log %s: %s; it ends here", writer.path, e)
-                writer, logging_on = None, False
-        elif logging_on:
-            held.extend(text)
-        if synced:
-            os.write(1, b"." * synced)
-            synced = 0
-    if writer is not None:
-        writer.close()
-    return 0
-
-
-if __name__ == "__main__":
-    configure_logging(logging.WARNING)
-    os._exit(main())      # the UI's server threads end with the process, at once

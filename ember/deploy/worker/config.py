@@ -39,6 +39,7 @@ class WorkerConf:
     id_pattern: str = "worker-%s-%s-%d"
     executor_state_sync_max_attempts: int = 5
     executor_terminate_timeout: float = 10.0
+    executor_zygote: bool = True
     decommission_enabled: bool = False
     port_max_retries: int = 16
     ask_timeout: float = 120.0
@@ -71,6 +72,7 @@ class WorkerConf:
             executor_state_sync_max_attempts=_get(
                 conf, "spark.worker.executorStateSync.maxAttempts"),
             executor_terminate_timeout=_get(conf, "spark.ember.worker.executorTerminateTimeout"),
+            executor_zygote=_get(conf, "spark.ember.worker.executorZygote"),
             decommission_enabled=_get(conf, "spark.decommission.enabled"),
             port_max_retries=_get(conf, "spark.port.maxRetries"),
             ask_timeout=_get(conf, "spark.rpc.askTimeout"),

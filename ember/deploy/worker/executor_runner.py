@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 import weakref
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import psutil
 
@@ -41,6 +41,7 @@ from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, ApplicationDescr
                                    Command, ExecutorDescription, ExecutorRunnerSummary,
                                    ExecutorState, ExecutorStateChanged, ResourceInformation)
 from ember.deploy.resources import write_resources_file
+from ember.deploy.worker.executor_zygote import ExecutorZygote, ZygoteChild
 from ember.deploy.worker.memory_watchdog import (MemoryWatchdog, exceeded_message,
                                                   memory_limit_mb)
 
@@ -175,11 +176,22 @@ def _descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
-def wait_and_reap(proc: subprocess.Popen, leader_gone: Callable[[], None]) -> int:
+def wait_and_reap(proc: "subprocess.Popen | ZygoteChild",
+                  leader_gone: Callable[[], None]) -> Optional[int]:
     """Wait for `proc` (a process-group leader) to exit, call `leader_gone` (which finishes a
     kill in progress), kill leftovers of its group, then reap it: until it is reaped its pid -
     the group id - stays reserved, so nothing unrelated is signalled. Returns the exit code,
-    128+N for a process killed by signal N (as a shell reports it)."""
+    128+N for a process killed by signal N (as a shell reports it); None only for an
+    executor whose zygote died before it (its status is lost)."""
+    if isinstance(proc, ZygoteChild):       # the zygote holds the zombie until told
+        proc.wait_exited()
+        leader_gone()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        status = proc.wait()
+        return status if status is None or status >= 0 else 128 - status
     can_peek = hasattr(os, "waitid") and os.name == "posix"
     while can_peek:
         try:
@@ -238,7 +250,7 @@ class GroupKiller:
             log.warning("Failed to terminate process tree of %s (pid %d). This process will "
                         "likely be orphaned.", self.label, pid)
 
-    def wait(self, proc: subprocess.Popen) -> int:
+    def wait(self, proc: "subprocess.Popen | ZygoteChild") -> Optional[int]:
         return wait_and_reap(proc, self._leader_gone)
 
     def _leader_gone(self) -> None:
@@ -331,7 +343,8 @@ class ExecutorRunner:
                  resources: Optional[dict[str, ResourceInformation]] = None,
                  terminate_timeout: float = 10.0,
                  base_env: Optional[Mapping[str, str]] = None,
-                 shuffle_service_port: Optional[int] = None) -> None:
+                 shuffle_service_port: Optional[int] = None,
+                 zygote: Optional[ExecutorZygote] = None) -> None:
         self.app_id = app_id
         self.exec_id = exec_id
         self.app_desc = app_desc
@@ -351,8 +364,9 @@ class ExecutorRunner:
         self._auth_secret = auth_secret
         self._base_env = base_env
         self._shuffle_service_port = shuffle_service_port
+        self._zygote = zygote
         self._lock = threading.Lock()
-        self._process: Optional[subprocess.Popen] = None
+        self._process: "subprocess.Popen | ZygoteChild | None" = None
         self._kill_requested = False
         self._kill_state = ExecutorState.KILLED
         self._kill_message: Optional[str] = None
@@ -459,9 +473,33 @@ class ExecutorRunner:
             auth_secret=self._auth_secret, shuffle_service_port=self._shuffle_service_port)
         return cmd, env
 
+    def _start_process(self, cmd: list[str], env: dict[str, str], out: Any,
+                       err: Any) -> "subprocess.Popen | ZygoteChild | None":
+        """The executor process, None if a kill came first. Forked by the worker's zygote
+        when it can (ember.deploy.worker.executor_zygote), else spawned: either way in its
+        own session, in the executor directory, with stdout/stderr appended to its files.
+        The zygote is asked outside the lock (kill() runs on the worker's loop and must not
+        wait for it); a kill that came meanwhile is carried out on the fork at once."""
+        child = None
+        if self._zygote is not None and not self._kill_requested:
+            child = self._zygote.spawn(cmd, env, self.executor_dir, out.fileno(), err.fileno())
+        with self._lock:
+            if child is not None:
+                self._process = child
+                if self._kill_requested:
+                    log.info("Killing process!")
+                    self._group.kill(child)
+                return child
+            if self._kill_requested:
+                return None
+            self._process = subprocess.Popen(
+                cmd, cwd=self.executor_dir, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                stderr=err, close_fds=True, start_new_session=(os.name == "posix"))
+            return self._process
+
     def _fetch_and_run(self) -> None:
         final: tuple[ExecutorState, Optional[str], Optional[int]]
-        proc: Optional[subprocess.Popen] = None
+        proc: "subprocess.Popen | ZygoteChild | None" = None
         try:
             cmd, env = self._build()
             log.info("Launch command: %s", " ".join(f'"{c}"' for c in cmd))
@@ -471,12 +509,7 @@ class ExecutorRunner:
             with open(out_path, "ab") as out, open(err_path, "ab") as err:
                 err.write(command_header(cmd).encode("utf-8"))
                 err.flush()
-                with self._lock:
-                    if not self._kill_requested:
-                        proc = self._process = subprocess.Popen(
-                            cmd, cwd=self.executor_dir, env=env, stdin=subprocess.DEVNULL,
-                            stdout=out, stderr=err, close_fds=True,
-                            start_new_session=(os.name == "posix"))
+                proc = self._start_process(cmd, env, out, err)
             if proc is None:   # killed before it started
                 final = (self._kill_state, self._kill_message, None)
             else:
@@ -495,6 +528,9 @@ class ExecutorRunner:
                 if killed:
                     log.info("Runner thread for executor %s interrupted", self.full_id)
                     final = (self._kill_state, self._kill_message, code)
+                elif code is None:
+                    final = (ExecutorState.EXITED, "Command exited with an unknown code (the "
+                             "worker's executor zygote that forked it had died)", None)
                 else:
                     final = (ExecutorState.EXITED, f"Command exited with code {code}", code)
         except Exception as e:

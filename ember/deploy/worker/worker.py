@@ -71,6 +71,7 @@ from ember.deploy.resources import ResourceError, get_or_discover_all_resources
 from ember.deploy.worker.config import WorkerConf, local_root_dirs
 from ember.deploy.worker.driver_runner import DriverRunner
 from ember.deploy.worker.executor_runner import ExecutorRunner
+from ember.deploy.worker.executor_zygote import ExecutorZygote
 from ember.deploy.log_files import log_dir, read_slice
 from ember.deploy.worker.shuffle_service import ExternalShuffleService
 from ember.deploy.worker.state import (
@@ -206,12 +207,14 @@ class Worker(RpcEndpoint):
                  fuzz: Optional[float] = None, auth_secret: Optional[str] = None,
                  worker_id: Optional[str] = None,
                  resources: Optional[Mapping[str, ResourceInformation]] = None,
-                 shuffle_service: Optional[ExternalShuffleService] = None) -> None:
+                 shuffle_service: Optional[ExternalShuffleService] = None,
+                 zygote: Optional[ExecutorZygote] = None) -> None:
         self.conf = dict(conf)
         self.wconf = worker_conf if worker_conf is not None else WorkerConf.from_conf(conf)
         self.work_dir = os.path.abspath(work_dir)
         self.web_ui_url = web_ui_url
         self.shuffle_service = shuffle_service
+        self.zygote = zygote
         self._on_exit = on_exit
         self._auth_secret = auth_secret
         self.state = WorkerState(
@@ -511,7 +514,7 @@ class Worker(RpcEndpoint):
                 resources=ins.resources,
                 terminate_timeout=self.wconf.executor_terminate_timeout,
                 shuffle_service_port=self.shuffle_service.bound_port
-                if self.shuffle_service is not None else None)
+                if self.shuffle_service is not None else None, zygote=self.zygote)
             self.executor_runners[full_id] = runner
             runner.start()
         except Exception as e:
@@ -622,6 +625,7 @@ class WorkerDaemon:
         self.worker: Optional[Worker] = None
         self.ui: Any = None
         self.shuffle_service: Optional[ExternalShuffleService] = None
+        self.zygote: Optional[ExecutorZygote] = None
         self._exited = threading.Event()
         self._exit_code: Optional[int] = None
         self._stop_requested: Optional[int] = None   # set from signal handlers: no locks
@@ -661,6 +665,8 @@ class WorkerDaemon:
             except (OSError, ValueError) as e:
                 self.shuffle_service = None
                 raise WorkerStartError(str(e)) from None
+        if self.wconf.executor_zygote:   # first: it imports while the worker starts
+            self.zygote = ExecutorZygote(os.environ).start()
         try:
             from ember.rpc.config import RpcConf
             rpc_conf = RpcConf.from_conf(s.conf)
@@ -668,6 +674,8 @@ class WorkerDaemon:
                 auth_secret = rpc_conf.secret.decode("utf-8")
             self.env = RpcEnv.create(SYSTEM_NAME, s.host, s.port, s.conf)
         except (ValueError, OSError) as e:
+            if self.zygote is not None:
+                self.zygote.stop()
             raise WorkerStartError(str(e)) from None
         try:
             from ember.deploy.worker.http import WorkerWebUI
@@ -686,7 +694,7 @@ class WorkerDaemon:
                 master_addresses=s.masters, work_dir=work_dir, web_ui_url=self.ui.url,
                 conf=s.conf, worker_conf=self.wconf, on_exit=self._on_worker_exit,
                 auth_secret=auth_secret, resources=resources,
-                shuffle_service=self.shuffle_service)
+                shuffle_service=self.shuffle_service, zygote=self.zygote)
             self.env.admit_app_scopes(any_scope=True)   # its drivers' and executors'
             self.env.setup_endpoint(ENDPOINT_NAME, self.worker)
         except Exception as e:
@@ -694,6 +702,8 @@ class WorkerDaemon:
                 self.ui.stop()
             if self.shuffle_service is not None:
                 self.shuffle_service.stop()
+            if self.zygote is not None:
+                self.zygote.stop()
             self.env.shutdown()
             if isinstance(e, (OSError, ValueError)):
                 raise WorkerStartError(str(e)) from None
@@ -780,6 +790,8 @@ class WorkerDaemon:
             self.ui.stop()
         if self.shuffle_service is not None:
             self.shuffle_service.stop()
+        if self.zygote is not None:
+            self.zygote.stop()
         if env is not None:
             env.shutdown()
             env.await_termination(10)

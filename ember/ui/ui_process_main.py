@@ -1,0 +1,175 @@
+"""What runs in the driver's UI process (`python -m ember.ui.ui_process_main`); the design,
+the driver's end and the frame format are in ember.ui.ui_process.
+
+Why a module of its own, importing only the standard library at first: the process starts
+beside every driver, and whatever it imports competes for the cores with the driver and its
+fork server while a short application starts (the UI's modules cost about as much CPU as
+the rest of a local cold start). So without an event log to write the UI waits, reading and
+holding the frames the driver sends, until it is first needed: a connection to its port, a
+`SYNC` frame, `FIRST_USE_WAIT` seconds after the start or `HELD_ITEMS` events held (so a
+longer application's store is built while it runs and what is held stays small; the wait
+is longer than a short application's whole life on a busy 2-core machine). Then it imports the UI, applies
+the held frames in order and goes on as if it had started at once: a page request waits
+for that, and sees every event sent before it. An application that ends sooner never
+pays for the UI's imports. With an event log the process starts at once: each frame is on
+disk as soon as it is applied.
+"""
+from __future__ import annotations
+
+import marshal
+import os
+import select
+import sys
+import time
+from typing import Any, Iterable, Iterator
+
+from ember.ui.ui_frames import HEADER, OPEN_LOG, SYNC
+
+FIRST_USE_WAIT = 3.0
+HELD_ITEMS = 20000
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    """n bytes from fd, fewer only at end of input. Unbuffered on purpose: `select` on the
+    fd then tells whether a frame is waiting."""
+    chunks, left = [], n
+    while left:
+        data = os.read(fd, left)
+        if not data:
+            break
+        chunks.append(data)
+        left -= len(data)
+    return b"".join(chunks)
+
+
+def _frames(fd: int) -> Iterator[Any]:
+    while True:
+        head = _read_exact(fd, HEADER.size)
+        if len(head) < HEADER.size:
+            return
+        (n,) = HEADER.unpack(head)
+        data = _read_exact(fd, n)
+        if len(data) < n:
+            return
+        yield marshal.loads(data)
+
+
+def _wait_for_first_use(frames: Iterator[Any], fd: int, listening: list[int],
+                        seconds: float) -> tuple[list[Any], bool]:
+    """The frames read until the UI is needed (see the module's doc), and whether the
+    input ended meanwhile."""
+    held: list[Any] = []
+    count = 0
+    deadline = time.monotonic() + seconds
+    while count < HELD_ITEMS:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return held, False
+        ready, _, _ = select.select([fd, *listening], [], [], left)
+        if any(s in ready for s in listening):
+            return held, False
+        if fd in ready:
+            items = next(frames, None)
+            if items is None:
+                return held, True
+            held.append(items)
+            count += len(items)
+            if any(type(i) is not str and i[0] == SYNC for i in items):
+                return held, False
+    return held, False
+
+
+def _idle_priority() -> None:
+    """Make the calling thread take only CPU time nobody else wants (SCHED_IDLE). Why not
+    `nice`: a nice process still delays the driver and task processes when they wake up,
+    and a job of tiny tasks is a chain of such wake-ups; SCHED_IDLE yields at once. Only
+    the thread that applies events gets it: threads serving pages keep normal priority."""
+    import threading
+    try:
+        os.sched_setscheduler(threading.get_native_id(), os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        pass
+
+
+def main() -> int:
+    fd = sys.stdin.fileno()
+    frames = _frames(fd)
+    settings = next(frames, None)
+    if settings is None:
+        return 0
+    conf, ui_fd, logging_on = settings["conf"], settings["ui_fd"], settings["event_log"]
+    redirect_fd = settings.get("redirect_fd")
+    held: Iterable[Any] = ()
+    if ui_fd is not None and not logging_on:
+        held, ended = _wait_for_first_use(
+            frames, fd, [f for f in (ui_fd, redirect_fd) if f is not None], FIRST_USE_WAIT)
+        if ended:
+            return 0            # the application ended before anyone needed its UI
+    import itertools
+    import json
+    import logging
+    import socket
+
+    from ember.ui.event_log import EventLogWriter, _TaskLines, json_to_event
+    from ember.ui.ui_process import unpack
+    from ember.util.logs import configure_logging
+    configure_logging(logging.WARNING)
+    log = logging.getLogger("ember.ui.UiProcess")
+    store = None
+    if ui_fd is not None:
+        from ember.ui.spark_ui import SparkUI
+        from ember.ui.status_store import AppStatusStore
+        store = AppStatusStore(conf)
+        SparkUI(store, socket.socket(fileno=ui_fd), conf,
+                socket.socket(fileno=redirect_fd) if redirect_fd is not None else None).start()
+    _idle_priority()
+    lines = _TaskLines()
+    writer: Any = None
+    pending: list[str] = []
+    synced = 0
+    for items in itertools.chain(held, frames):
+        text: list[str] = []
+        events: list[Any] = []
+        for item in items:
+            if type(item) is str:
+                if logging_on:
+                    text.append(item)
+                if store is not None and item:
+                    try:
+                        events.append(json_to_event(json.loads(item)))
+                    except (ValueError, KeyError, TypeError) as e:
+                        log.error("Cannot apply %.200r to the UI: %s", item, e)
+            elif item[0] == SYNC:
+                synced += 1
+            elif item[0] == OPEN_LOG:
+                text, pending = pending + text, []
+                try:
+                    writer = EventLogWriter(item[1])
+                except OSError as e:
+                    log.error("Cannot open the event log %s: %s", item[1].get("path"), e)
+                    logging_on = False
+            else:
+                e = unpack(item)
+                events.append(e)
+                if logging_on:
+                    text.append(lines.encode(e))
+        if store is not None:
+            store.on_events([e for e in events if e is not None])
+        if writer is not None:
+            try:
+                writer.write("".join(text).encode())
+            except OSError as e:    # disk full, say: the UI goes on without the log
+                log.error("Cannot write the event log %s: %s; it ends here", writer.path, e)
+                writer, logging_on = None, False
+        elif logging_on:
+            pending.extend(text)
+        if synced:
+            os.write(1, b"." * synced)
+            synced = 0
+    if writer is not None:
+        writer.close()
+    return 0
+
+
+if __name__ == "__main__":
+    os._exit(main())      # the UI's server threads end with the process, at once
