@@ -71,6 +71,25 @@ def test_delay_scheduling_waits_locality_wait_per_level_process_node_any():
     assert offer(tsm, "exec2", "host3") == (1, ANY)
 
 
+def test_an_idle_process_takes_over_a_sibling_processs_backlog_but_not_its_last_task():
+    """A cache spread 4/1 over an executor's two task processes: once the second has run
+    its own task it takes (and recomputes) the first's last-to-run tasks while two or more
+    wait, instead of idling for spark.locality.wait; other executors still wait."""
+    held, other = TaskLocation("host1", "exec1", 0), TaskLocation("host1", "exec1", 1)
+    sched, tsm = make([[held], [held], [held], [held], [other]])
+    assert offer(tsm, "exec1", "host1", 0) == (0, PROCESS_LOCAL)
+    assert offer(tsm, "exec1", "host1", 1) == (4, PROCESS_LOCAL)
+    succeed(tsm, 4)
+    assert offer(tsm, "exec1", "host1", 1) == (3, PROCESS_LOCAL)
+    succeed(tsm, 3)
+    assert offer(tsm, "exec1", "host1", 1) == (2, PROCESS_LOCAL)
+    succeed(tsm, 2)
+    assert offer(tsm, "exec1", "host1", 1) is None       # only 1 waits: slot 0 runs it next
+    assert offer(tsm, "exec2", "host2", 0) is None
+    succeed(tsm, 0)
+    assert offer(tsm, "exec1", "host1", 0) == (1, PROCESS_LOCAL)
+
+
 def test_a_level_with_nothing_pending_is_skipped_without_waiting():
     sched, tsm = make([[TaskLocation("host1", "exec1", 0)], [TaskLocation("host2")], []])
     assert tsm.levels == [PROCESS_LOCAL, NODE_LOCAL, NO_PREF, ANY]
