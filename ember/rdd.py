@@ -66,13 +66,22 @@ class BoundedFloat(float):
         return obj
 
 
+_in_ember: dict[str, bool] = {}      # code file name -> whether it is Ember's own
+
+
 def call_site() -> str:
-    """'method at file:line' for the innermost user frame (Spark's short call site)."""
+    """'method at file:line' for the innermost user frame (Spark's short call site). Every
+    RDD takes one: each file's verdict is remembered (an iterative job makes RDDs in a
+    loop, and abspath per frame was most of their cost)."""
     f = sys._getframe(1)
     name = "<unknown>"
     while f is not None:
         fname = f.f_code.co_filename
-        if os.path.dirname(os.path.abspath(fname)).startswith(_EMBER_DIR):
+        ours = _in_ember.get(fname)
+        if ours is None:
+            ours = _in_ember[fname] = \
+                os.path.dirname(os.path.abspath(fname)).startswith(_EMBER_DIR)
+        if ours:
             if not f.f_code.co_name.startswith("_"):
                 name = f.f_code.co_name
             f = f.f_back
