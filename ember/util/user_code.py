@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sysconfig
 import types
+from functools import reduce as _reduce
 from itertools import chain
 from typing import Any, Callable, Iterable, Iterator
 
@@ -42,6 +43,17 @@ def fail_on_stopiteration(f: Callable) -> Callable:
         except StopIteration as exc:
             raise stop_iteration_error(exc)
     return wrapper
+
+
+def reduce_checked(f: Callable[[Any, Any], Any], iterator: Iterable, initial: Any) -> Any:
+    """`functools.reduce(f, iterator, initial)`: the C loop calls the user's f itself, no
+    wrapper call per record. A StopIteration can only leave reduce from f (the iterator's
+    own end is how the loop stops), so catching it around the loop keeps PySpark's error,
+    with the exception's text."""
+    try:
+        return _reduce(f, iterator, initial)
+    except StopIteration as exc:
+        raise stop_iteration_error(exc)
 
 
 class _SourceEnd:
