@@ -1271,9 +1271,14 @@ def _identity_partition(k: Any) -> int:
     return k
 
 
+_EXACT_LENGTH_ITERATORS = (type(iter([])), type(iter(())), type(iter(range(0))))
+
+
 def _count_iter(it: Iterable) -> int:
     if isinstance(it, (list, tuple)):
         return len(it)
+    if type(it) in _EXACT_LENGTH_ITERATORS:       # a cached partition, a parallelized range
+        return operator.length_hint(it)
     d = deque(enumerate(it, 1), maxlen=1)
     return d[0][0] if d else 0
 
