@@ -39,7 +39,7 @@ from ember.statcounter import StatCounter
 from ember.storage.block_manager import read_batches
 from ember.storagelevel import StorageLevel
 from ember.util.user_code import (fail_on_stopiteration, filter_checked, flat_map_checked,
-                        map_checked)
+                                  map_checked, reduce_checked, stop_iteration_error)
 
 __all__ = ["RDD", "portable_hash", "Partitioner", "BoundedFloat"]
 
@@ -66,13 +66,22 @@ class BoundedFloat(float):
         return obj
 
 
+_in_ember: dict[str, bool] = {}      # code file name -> whether it is Ember's own
+
+
 def call_site() -> str:
-    """'method at file:line' for the innermost user frame (Spark's short call site)."""
+    """'method at file:line' for the innermost user frame (Spark's short call site). Every
+    RDD takes one: each file's verdict is remembered (an iterative job makes RDDs in a
+    loop, and abspath per frame was most of their cost)."""
     f = sys._getframe(1)
     name = "<unknown>"
     while f is not None:
         fname = f.f_code.co_filename
-        if os.path.dirname(os.path.abspath(fname)).startswith(_EMBER_DIR):
+        ours = _in_ember.get(fname)
+        if ours is None:
+            ours = _in_ember[fname] = \
+                os.path.dirname(os.path.abspath(fname)).startswith(_EMBER_DIR)
+        if ours:
             if not f.f_code.co_name.startswith("_"):
                 name = f.f_code.co_name
             f = f.f_back
@@ -780,11 +789,12 @@ class RDD:
                 yield from part
 
     def foreach(self, f: Callable[[Any], None]) -> None:
-        f = fail_on_stopiteration(f)
-
         def process(iterator: Iterable) -> None:
-            for x in iterator:
-                f(x)
+            try:
+                for x in iterator:       # a for loop ends on its iterator's StopIteration
+                    f(x)                 # only: one that gets out came from f
+            except StopIteration as exc:
+                raise stop_iteration_error(exc)
         self.ctx.runtime.run_job(self, process)
 
     def foreachPartition(self, f: Callable[[Iterable], None]) -> None:
@@ -804,6 +814,7 @@ class RDD:
     def reduce(self, f: Callable[[Any, Any], Any]) -> Any:
         from ember.shuffle.external import _is_add
         adding = _is_add(f)
+        user_f = f
         f = fail_on_stopiteration(f)
 
         def func(iterator: Iterable) -> list:
@@ -814,7 +825,7 @@ class RDD:
                 return []
             if adding and not isinstance(initial, (str, bytes, bytearray)):
                 return [sum(it, initial)]     # C loop, same left-to-right `+`
-            return [_reduce(f, it, initial)]
+            return [reduce_checked(user_f, it, initial)]
         vals = [v for part in self.ctx.runtime.run_job(self, func) for v in part]
         if vals:
             return _reduce(f, vals)
@@ -838,25 +849,19 @@ class RDD:
         return reduced[0]
 
     def fold(self, zeroValue: Any, op: Callable[[Any, Any], Any]) -> Any:
+        user_op = op
         op = fail_on_stopiteration(op)
 
         def func(iterator: Iterable) -> Any:
-            acc = copy.deepcopy(zeroValue)
-            for obj in iterator:
-                acc = op(acc, obj)
-            return acc
+            return reduce_checked(user_op, iterator, copy.deepcopy(zeroValue))
         vals = self.ctx.runtime.run_job(self, func)
         return _reduce(op, vals, zeroValue)
 
     def aggregate(self, zeroValue: Any, seqOp: Callable, combOp: Callable) -> Any:
-        seq_op = fail_on_stopiteration(seqOp)
         comb_op = fail_on_stopiteration(combOp)
 
         def func(iterator: Iterable) -> Any:
-            acc = copy.deepcopy(zeroValue)
-            for obj in iterator:
-                acc = seq_op(acc, obj)
-            return acc
+            return reduce_checked(seqOp, iterator, copy.deepcopy(zeroValue))
         vals = self.ctx.runtime.run_job(self, func)
         return _reduce(comb_op, vals, zeroValue)
 
@@ -1266,9 +1271,14 @@ def _identity_partition(k: Any) -> int:
     return k
 
 
+_EXACT_LENGTH_ITERATORS = (type(iter([])), type(iter(())), type(iter(range(0))))
+
+
 def _count_iter(it: Iterable) -> int:
     if isinstance(it, (list, tuple)):
         return len(it)
+    if type(it) in _EXACT_LENGTH_ITERATORS:       # a cached partition, a parallelized range
+        return operator.length_hint(it)
     d = deque(enumerate(it, 1), maxlen=1)
     return d[0][0] if d else 0
 

@@ -1,6 +1,7 @@
 """The driver runtime end to end in local mode: real task processes, real shuffle files."""
 from __future__ import annotations
 
+import collections
 import glob
 import io
 import os
@@ -368,3 +369,40 @@ def test_long_stage_survives_many_interleaved_short_stages(fresh_sc):
         assert sc.parallelize([i], 1).map(lambda x, i=i: x + i).collect() == [2 * i]
     t.join(60)
     assert result == [sum(range(12))]
+
+
+def test_an_uneven_cache_evens_out_by_copies_from_the_holding_process(fresh_sc):
+    """The first job caches partition 0 in one task process (a slow partition keeps it
+    busy) and 1-7 in the other. The next job lets the idle process take over part of the
+    other's backlog instead of idling for spark.locality.wait, with copies of the blocks
+    the holder writes for it between two tasks: nothing is computed again, and cached
+    random values stay the values first computed."""
+    sc = fresh_sc("local[2]")
+    computed = sc.accumulator(0)
+
+    def cache_slowly(i, it):
+        computed.add(1)
+        if i == 0:
+            time.sleep(1.5)
+        rnd = random.Random()                # unseeded: a recompute would differ
+        return [(x, rnd.random()) for x in it]
+    data = sc.parallelize(range(800), 8).mapPartitionsWithIndex(cache_slowly).cache()
+    first = data.collect()
+    assert len(first) == 800 and computed.value == 8
+
+    def held_per_process():
+        blocks = sc.runtime.block_manager_master.rdd_blocks(data.id())
+        return sorted(collections.Counter(b.slot for bs in blocks.values() for b in bs).values())
+    assert held_per_process()[0] <= 2, held_per_process()
+
+    def slow(kv):
+        time.sleep(0.001)
+        return kv
+    assert data.map(slow).collect() == first
+    assert held_per_process()[0] >= 3, held_per_process()
+    for _ in range(2):
+        assert data.map(slow).collect() == first
+    assert computed.value == 8
+    # each copy was read once and deleted
+    assert not glob.glob(os.path.join(sc.runtime.local_dir, "blocks", "*.for*"))
+    data.unpersist()

@@ -95,6 +95,35 @@ def test_stop_iteration_on_the_last_record_is_caught_and_early_stops_are_not(ctx
     assert nums.filter(lambda x: x % 2).map(lambda x: x * 10).collect() == [10, 30, 50, 70, 90]
 
 
+def test_stop_iteration_is_caught_over_lists_and_cached_partitions(ctx):
+    """A list's own iterator (a list slice, a cached partition) reaches map/filter/flatMap
+    with nothing chained after it: the check then reads the iterator's state instead."""
+    def stop_at(n):
+        def f(x):
+            if x == n:
+                raise StopIteration
+            return x
+        return f
+    nums = ctx.parallelize(list(range(10)), 1)
+    cached = ctx.parallelize(list(range(10)), 1).map(lambda x: x).cache()
+    try:
+        for src in (nums, cached):
+            for n in (0, 4, 9):               # the first, a middle and the last record
+                for rdd in (src.map(stop_at(n)), src.filter(stop_at(n)),
+                            src.flatMap(lambda x, f=stop_at(n): [f(x)]),
+                            src.map(stop_at(n)).map(lambda x: x)):
+                    with pytest.raises(RuntimeError, match=STOP_MSG):
+                        rdd.collect()
+            assert src.map(lambda x: x + 1).sum() == 55
+            assert src.filter(lambda x: x % 2).collect() == [1, 3, 5, 7, 9]
+            assert src.flatMap(lambda x: [x] * (x % 3)).count() == 9
+            assert src.map(stop_at(9)).take(3) == [0, 1, 2]
+        assert ctx.parallelize([], 1).map(stop_at(0)).collect() == []
+        assert ctx.parallelize([], 1).flatMap(stop_at(0)).collect() == []
+    finally:
+        cached.unpersist()
+
+
 def test_a_users_own_generator_keeps_pythons_error_and_the_context_goes_on(ctx):
     def gen(it):
         for x in it:

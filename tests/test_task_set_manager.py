@@ -15,6 +15,7 @@ from ember.scheduler.task import (ExceptionFailure, FetchFailed, Task, TaskKille
 from ember.scheduler.task_scheduler import TASK_SIZE_TO_WARN_KIB, TaskSchedulerImpl
 from ember.scheduler.task_set_manager import (ANY, NO_PREF, NODE_LOCAL, PROCESS_LOCAL,
                                               TaskSetManager)
+from ember.storage.block_manager import BLOCK_IN_SIBLING
 from tests.helpers.recording_scheduler import RecordingBackend, RecordingDag
 
 WAIT = 3.0      # spark.locality.wait's default
@@ -69,6 +70,29 @@ def test_delay_scheduling_waits_locality_wait_per_level_process_node_any():
     assert offer(tsm, "exec2", "host3") is None
     clock.advance(0.1)
     assert offer(tsm, "exec2", "host3") == (1, ANY)
+
+
+def test_an_idle_process_takes_over_a_sibling_processs_backlog_but_not_its_last_task():
+    """A cache spread 4/1 over an executor's two task processes: once the second has run
+    its own task it takes the first's last-to-run tasks (marked: their blocks are to be
+    copied from the first) while two or more wait, instead of idling for
+    spark.locality.wait; other executors still wait."""
+    held, other = TaskLocation("host1", "exec1", 0), TaskLocation("host1", "exec1", 1)
+    sched, tsm = make([[held], [held], [held], [held], [other]])
+    assert offer(tsm, "exec1", "host1", 0) == (0, PROCESS_LOCAL)
+    assert offer(tsm, "exec1", "host1", 1) == (4, PROCESS_LOCAL)
+    succeed(tsm, 4)
+    td = tsm.resource_offer("exec1", "host1", 1, ANY)
+    # the task process asks slot 0 for a copy of the block instead of recomputing it
+    assert td.index == 3 and td.properties[BLOCK_IN_SIBLING] == "true"
+    assert BLOCK_IN_SIBLING not in tsm.task_set.properties
+    succeed(tsm, 3)
+    assert offer(tsm, "exec1", "host1", 1) == (2, PROCESS_LOCAL)
+    succeed(tsm, 2)
+    assert offer(tsm, "exec1", "host1", 1) is None       # only 1 waits: slot 0 runs it next
+    assert offer(tsm, "exec2", "host2", 0) is None
+    succeed(tsm, 0)
+    assert offer(tsm, "exec1", "host1", 0) == (1, PROCESS_LOCAL)
 
 
 def test_a_level_with_nothing_pending_is_skipped_without_waiting():

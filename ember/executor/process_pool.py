@@ -81,6 +81,8 @@ class TaskProcessPool:
         # fresh 1 MB bytes per recv() is an mmap + munmap each time, which costs more
         # than the rest of a tiny task's handling in this process
         self._scratch = bytearray(1 << 20)
+        # (requesting slot, block) -> [its task id, answers still to come]
+        self._block_requests: dict[tuple[int, str], list[int]] = {}
 
     # lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -239,6 +241,51 @@ class TaskProcessPool:
                     self._exported.notify_all()
             elif msg[0] == "barrier":
                 self._on_barrier(slot, msg[1], msg[2])
+            elif msg[0] == "fetch_block":
+                self._on_fetch_block(slot, msg[1], msg[2])
+            elif msg[0] == "block_exported":
+                self._on_block_exported(msg[1], msg[2], msg[3])
+
+    def _on_fetch_block(self, slot: _Slot, tid: int, name: str) -> None:
+        """A task wants a memory block another slot holds: every other live slot is asked
+        to export it (each answers between two tasks); the first copy, or None once all
+        said no, is the answer."""
+        with self._lock:
+            others = [s for s in self.slots
+                      if s is not slot and s.sock is not None and not s.dead]
+            if not others:
+                self._reply_block(slot.index, tid, name, None)
+                return
+            self._block_requests[(slot.index, name)] = [tid, len(others)]
+            for other in others:
+                try:
+                    send_msg(other.sock, ("export_block", name, slot.index))
+                except OSError:
+                    self._block_requests[(slot.index, name)][1] -= 1
+
+    def _on_block_exported(self, requester: int, name: str, path: str | None) -> None:
+        with self._lock:
+            pending = self._block_requests.get((requester, name))
+            if pending is None:         # answered already: a late copy is not needed
+                if path is not None:
+                    _unlink(path)
+                return
+            pending[1] -= 1
+            if path is None and pending[1] > 0:
+                return
+            del self._block_requests[(requester, name)]
+            self._reply_block(requester, pending[0], name, path)
+
+    def _reply_block(self, index: int, tid: int, name: str, path: str | None) -> None:
+        slot = self.slots[index]
+        if slot.sock is not None and slot.tid == tid:
+            try:
+                send_msg(slot.sock, ("block_reply", tid, name, path))
+                return
+            except OSError:
+                pass
+        if path is not None:
+            _unlink(path)
 
     def _on_barrier(self, slot: _Slot, tid: int, request: Any) -> None:
         sock = slot.sock
@@ -288,6 +335,11 @@ class TaskProcessPool:
             slot.sock.close()
             if self._stopped:
                 return
+            for (requester, name), (tid, _left) in list(self._block_requests.items()):
+                # its own request ends with it; others' lose the answer it owed them
+                del self._block_requests[(requester, name)]
+                if requester != slot.index:
+                    self._reply_block(requester, tid, name, None)
             code = self._forks.exit_code(slot.pid, timeout=0.2)
             tid, killing = slot.tid, slot.killing
             slot.tid = None
@@ -308,4 +360,11 @@ class TaskProcessPool:
                 self._end_without_result(slot, tid, "LOST", reason)
         if self.on_slot_restarted is not None:
             self.on_slot_restarted(slot.index)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 

@@ -246,6 +246,22 @@ class _PoolChannel:
                 raise TaskKilledException()
 
 
+    def fetch_block(self, tid: int, name: str) -> str | None:
+        """A copy of memory block `name` from another task process of this executor (the
+        pool asks them; the holder writes it between two of its tasks): its path, or None
+        when none holds it."""
+        send_msg(self.sock, ("fetch_block", tid, name))
+        while True:
+            msg = read_msg(self.rfile)
+            if msg[0] == "block_reply":
+                if msg[1] == tid and msg[2] == name:
+                    return msg[3]
+                continue            # the answer to a killed earlier task's request
+            if not self.control(msg):
+                self.stopped = True
+                raise TaskKilledException()
+
+
 _channel: list[_PoolChannel | None] = [None]
 
 
@@ -260,6 +276,9 @@ def serve(sock: socket.socket, env: TaskEnv) -> None:
         op = msg[0]
         if op == "unpersist_rdd":
             env.block_manager.remove_rdd(msg[1])
+        elif op == "export_block":          # for a sibling's fetch_block
+            path = env.block_manager.export_for_sibling(msg[1], msg[2])
+            send_msg(sock, ("block_exported", msg[2], msg[1], path))
         elif op == "export_blocks":
             env.block_manager.export_to_disk()
             send_msg(sock, ("exported",))
@@ -273,6 +292,7 @@ def serve(sock: socket.socket, env: TaskEnv) -> None:
         return True     # also a late "barrier_reply" for a task that was killed meanwhile
 
     channel = _channel[0] = _PoolChannel(sock, rfile, control)
+    env.block_manager.fetch_from_sibling = channel.fetch_block
     while not channel.stopped:
         try:
             msg = read_msg(rfile)

@@ -20,6 +20,10 @@ from ember import fs
 log = logging.getLogger(__name__)
 
 _BATCH = 1024
+# a task's property set by the scheduler (TaskSetManager): the task was given to this task
+# process although another one of its executor holds its memory block; that one exports it
+# for this one rather than have it recomputed (cached values stay the values first computed)
+BLOCK_IN_SIBLING = "spark.ember.blockInSibling"
 
 
 def block_name(rdd_id: int, split: int) -> str:
@@ -84,6 +88,9 @@ class BlockManager:
         self.memory: OrderedDict[str, tuple[list, int, Any]] = OrderedDict()
         self.memory_used = 0
         self.updates: list[tuple[str, str, int, int]] = []  # (block, where, mem, disk)
+        # fetch_from_sibling(task id, block) -> path of a copy another task process of this
+        # executor wrote, or None (the task process sets it: its line to the pool)
+        self.fetch_from_sibling: Any = None
 
     def _disk_path(self, name: str) -> str:
         return os.path.join(self.block_dir, name)
@@ -115,6 +122,14 @@ class BlockManager:
                 "unpersisted. If this problem persists, you may consider using "
                 "`rdd.checkpoint()` instead, which is slower than local checkpointing but "
                 "more fault-tolerant.")
+        if level.useMemory and self.fetch_from_sibling is not None and \
+                ctx.getLocalProperty(BLOCK_IN_SIBLING):
+            copy = self.fetch_from_sibling(ctx.taskAttemptId(), name)
+            if copy is not None:
+                values = list(read_batches(copy))
+                os.unlink(copy)
+                self._put_memory(name, values, level)
+                return iter(values)
         computed = rdd.compute(split, ctx)
         if not level.useMemory:
             size = write_batches(path, computed)
@@ -125,6 +140,16 @@ class BlockManager:
             size = write_batches(path, values)
             self.updates.append((name, "disk", 0, size))
         return iter(values)
+
+    def export_for_sibling(self, name: str, requester: int) -> str | None:
+        """Write memory block `name` for another task process of this executor to read
+        (which then deletes the file); its path, or None when not held here."""
+        hit = self.memory.get(name)
+        if hit is None:
+            return None
+        path = f"{self._disk_path(name)}.for{requester}"
+        write_batches(path, hit[0])
+        return path
 
     def export_to_disk(self) -> list[str]:
         """Write every memory block without a disk copy to the block dir (a decommissioning
