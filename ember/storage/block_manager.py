@@ -23,7 +23,7 @@ _BATCH = 1024
 # a task's property set by the scheduler (TaskSetManager): the task was given to this task
 # process although another one of its executor holds its memory block; that one exports it
 # for this one rather than have it recomputed (cached values stay the values first computed)
-BLOCK_IN_SIBLING = "spark.ember.blockInSibling"
+BLOCK_IN_SIBLING = "ember.task.blockInSibling"   # not a configuration key
 
 
 def block_name(rdd_id: int, split: int) -> str:
