@@ -12,7 +12,6 @@ import pytest
 
 from ember.partitioner import portable_hash
 from ember.scheduler.map_output_tracker import MapOutputTracker
-from ember.shuffle import reader
 from ember.shuffle.base import FetchFailedError, MapStatus
 from ember.shuffle.crypto import Sealer
 from ember.shuffle.reader import read_partition, read_segments, segment_files
