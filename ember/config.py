@@ -449,6 +449,14 @@ _entry("spark.scheduler.maxRegisteredResourcesWaitingTime", 30.0, SECONDS,
 _entry("spark.shuffle.registration.maxAttempts", 3, INT,
        "Attempts of an executor to register with the external shuffle service.",
        by=(EXECUTOR,))
+_entry("spark.shuffle.readHostLocalDisk", True, BOOL,
+       "Reducers read the map output files of other executors on their host from disk "
+       "instead of fetching them over RPC.", by=(EXECUTOR,))
+_entry("spark.reducer.maxSizeInFlight", 48, SIZE_MB,
+       "Bytes of remote shuffle fetch requests a reducer has in flight at once (each request "
+       "about a fifth of it).", by=(EXECUTOR,))
+_entry("spark.reducer.maxReqsInFlight", 2 ** 31 - 1, INT,
+       "Remote shuffle fetch requests a reducer has in flight at once.", by=(EXECUTOR,))
 _prefix("spark.executorEnv.", "spark.executorEnv.<NAME>: environment variable NAME of every "
         "executor.", by=(DRIVER, EXECUTOR))
 _prefix("spark.driver.resource.", "spark.driver.resource.<name>.{amount,discoveryScript,"

@@ -166,6 +166,7 @@ class RDD:
         state["ctx"] = None
         state["_partitions_cache"] = None
         state.pop("_mapped_from", None)      # a driver-side optimizer hint
+        state.pop("_flat_mapped_from", None)
         state["_resource_profile"] = None    # scheduling only: stays on the driver
         if self._truncated or self._checkpoint_dir is not None:
             for attr in self._lineage_attrs:
@@ -358,7 +359,9 @@ class RDD:
     def flatMap(self, f: Callable[[Any], Iterable], preservesPartitioning: bool = False) -> "RDD":
         def func(_: int, iterator: Iterable) -> Iterable:
             return flat_map_checked(f, iterator)
-        return self.mapPartitionsWithIndex(func, preservesPartitioning)
+        rdd = self.mapPartitionsWithIndex(func, preservesPartitioning)
+        rdd._flat_mapped_from = (self, f)  # lets combineByKey count each item's keys at once
+        return rdd
 
     def filter(self, f: Callable[[Any], bool]) -> "RDD":
         def func(_: int, iterator: Iterable) -> Iterable:
@@ -545,7 +548,19 @@ class RDD:
             return merger.items()
 
         counted = _counting_source(self, agg)
-        if counted is not None:
+        flat = getattr(counted, "_flat_mapped_from", None)
+        if flat is not None and counted._is_pipelinable():
+            # keys = items.flatMap(f): count what f gives for a run of items at a time
+            # (textFile(...).flatMap(str.split): a line's words), no per-key Python step
+            items, flat_func = flat
+
+            def count_flat_locally(it: Iterable) -> Iterator:
+                merger = ExternalMerger(agg, int(memory * 0.9), local_dirs=local_dirs)
+                merger.mergeKeyCountsOf(flat_func, it)
+                return merger.items()
+            locally = items.mapPartitions(count_flat_locally)
+            locally.partitioner = self.partitioner
+        elif counted is not None:
             def count_locally(keys: Iterable) -> Iterator:
                 merger = ExternalMerger(agg, int(memory * 0.9), local_dirs=local_dirs)
                 merger.mergeKeyCounts(keys)

@@ -23,6 +23,7 @@ import os
 import re
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from itertools import chain
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, NamedTuple
 
 from ember import fs
@@ -250,9 +251,11 @@ def _decode_lines(data: Any, lo: int, hi: int, use_unicode: bool) -> list:
     return re.split(rb"\r\n|\r|\n", raw) if b"\r" in raw else raw.split(b"\n")
 
 
-def _lines(segments: Iterable[tuple], use_unicode: bool) -> Iterator:
-    """Decode whole lines from a stream of segments (a line may span segments; only its
-    partial pieces are copied)."""
+def _line_batches(segments: Iterable[tuple], use_unicode: bool) -> Iterator[list]:
+    """Decode whole lines from a stream of segments, a list of lines per segment (a line may
+    span segments; only its partial pieces are copied). Lists, so that the lines reach
+    the task's functions through C iteration (chain.from_iterable), not a generator
+    resumed per line."""
     rest = b""
     for data, lo, hi in segments:
         cut = data.rfind(b"\n", lo, hi)
@@ -262,14 +265,14 @@ def _lines(segments: Iterable[tuple], use_unicode: bool) -> Iterator:
         if rest:                                  # finish the line the last segment began
             first = data.find(b"\n", lo, hi)
             rest += data[lo:first]
-            yield from _decode_lines(rest, 0, len(rest), use_unicode)
+            yield _decode_lines(rest, 0, len(rest), use_unicode)
             lo = first + 1
         if cut >= lo:
-            yield from _decode_lines(data, lo, cut, use_unicode)
+            yield _decode_lines(data, lo, cut, use_unicode)
         rest = bytes(memoryview(data)[cut + 1:hi])
     if rest:
         rest = rest.rstrip(b"\r")
-        yield from _decode_lines(rest, 0, len(rest), use_unicode)
+        yield _decode_lines(rest, 0, len(rest), use_unicode)
 
 
 def _split_chunks(f: Any, start: int, end: int) -> Iterator[bytes]:
@@ -386,18 +389,23 @@ def _ranges(filesystem: Any, path: str, start: int, stop: int, size: int) -> Ite
 
 def read_lines(split: FileSplit, use_unicode: bool = True) -> Iterator:
     """Lines of one split, Hadoop LineRecordReader ownership: lines starting in (start, end]."""
+    return chain.from_iterable(_split_line_batches(split, use_unicode))
+
+
+def _split_line_batches(split: FileSplit, use_unicode: bool) -> Iterator[list]:
     if split.length == 0 and split.start == 0 and _splittable(split.path):
         return
     if _splittable(split.path) and not fs.is_local(split.path):
-        yield from _lines(_remote_split_segments(split.path, split.start,
-                                                 split.start + split.length), use_unicode)
+        yield from _line_batches(_remote_split_segments(split.path, split.start,
+                                                        split.start + split.length), use_unicode)
         return
     with open_input(split.path) as f:
         if not _splittable(split.path):
-            yield from _lines(_whole(iter(lambda: f.read(_CHUNK), b"")), use_unicode)
+            yield from _line_batches(_whole(iter(lambda: f.read(_CHUNK), b"")), use_unicode)
         else:
-            yield from _lines(_whole(_split_chunks(f, split.start,
-                                                   split.start + split.length)), use_unicode)
+            yield from _line_batches(_whole(_split_chunks(f, split.start,
+                                                          split.start + split.length)),
+                                     use_unicode)
 
 
 def read_whole_file(path: str) -> bytes:

@@ -137,6 +137,22 @@ def test_merge_values_string_keys_and_non_identity_combiner(tmp_path):
         _assert_clean(tmp_path)
 
 
+@pytest.mark.parametrize("spill_every", [0, 15_000])
+def test_merge_key_counts_of_a_flat_map_matches_counter(tmp_path, spill_every):
+    """mergeKeyCountsOf(f, items) counts the keys of items.flatMap(f) (the word count's
+    words of lines), lines with few and with many new keys alike, spilling or not."""
+    from collections import Counter
+    rnd = random.Random(11)
+    lines = [" ".join("w%d" % rnd.randrange(50 if i % 7 else 100_000)
+                      for _ in range(1 + i % 40)) for i in range(20_000)]
+    m = _merger(Aggregator(lambda x: x, operator.add, operator.add), tmp_path, spill_every,
+                batch=200)
+    m.mergeKeyCountsOf(str.split, iter(lines))
+    assert dict(m.items()) == Counter(w for line in lines for w in line.split())
+    assert (m.spills > 0) == bool(spill_every)
+    _assert_clean(tmp_path)
+
+
 @pytest.mark.parametrize("spill_every", [0, 4_000])
 def test_merge_combiners_matches_dict(tmp_path, spill_every):
     pairs = _pairs(seed=5)
@@ -308,7 +324,7 @@ def test_group_by_values(tmp_path, spill_every):
     _assert_clean(tmp_path)
 
 
-@pytest.mark.parametrize("spill_every", [0, 3_000])
+@pytest.mark.parametrize("spill_every", [0, 15_000])
 def test_group_by_combiners(tmp_path, spill_every):
     pairs = _pairs(seed=11)
     maps = [pairs[i::4] for i in range(4)]
@@ -364,7 +380,7 @@ def _sorter(tmp_path, spill_every=0, **kw):
     return s
 
 
-@pytest.mark.parametrize("spill_every", [0, 3_000])
+@pytest.mark.parametrize("spill_every", [0, 15_000])
 @pytest.mark.parametrize("reverse", [False, True])
 def test_sort_stable_with_key_and_reverse(tmp_path, spill_every, reverse):
     rnd = random.Random(8)

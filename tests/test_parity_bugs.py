@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import operator
 import os
 import textwrap
 
@@ -47,7 +48,7 @@ def _stopit(*_):
 @pytest.mark.parametrize("action", [
     "map", "filter", "flatMap", "keyBy", "mapValues", "groupBy", "sortBy", "foreach",
     "reduce", "fold", "aggregate_seq", "aggregate_comb", "reduceByKey", "reduceByKeyLocally",
-    "combineByKey", "mapPartitions", "cartesian_flatMap", "max_key"])
+    "combineByKey", "mapPartitions", "cartesian_flatMap", "max_key", "word_count_flatMap"])
 def test_stop_iteration_in_user_code_fails_the_task(ctx, action):
     nums = ctx.parallelize(range(10), 2)
     pairs = nums.map(lambda x: (x % 2, x))
@@ -70,6 +71,9 @@ def test_stop_iteration_in_user_code_fails_the_task(ctx, action):
         "mapPartitions": lambda: nums.mapPartitions(_stopit).collect(),
         "cartesian_flatMap": lambda: nums.cartesian(nums).flatMap(_stopit).collect(),
         "max_key": lambda: nums.max(key=_stopit),
+        # the word count idiom, whose keys are counted a run of flatMap items at a time
+        "word_count_flatMap": lambda: nums.flatMap(_stopit).map(lambda w: (w, 1))
+        .reduceByKey(operator.add).collect(),
     }[action]
     with pytest.raises(RuntimeError, match=STOP_MSG) as info:
         run()

@@ -12,7 +12,6 @@ import pytest
 
 from ember.partitioner import portable_hash
 from ember.scheduler.map_output_tracker import MapOutputTracker
-from ember.shuffle import reader
 from ember.shuffle.base import FetchFailedError, MapStatus
 from ember.shuffle.crypto import Sealer
 from ember.shuffle.reader import read_partition, read_segments, segment_files
@@ -30,11 +29,40 @@ def _write(tmp_path, records, n, map_index=0, memory_mb=512, io_key=None, execut
                             address, io_key=io_key)
 
 
-def _read(statuses, reduce_id, io_key=None, executor="exec-1", fetch=None):
-    ctx = SimpleNamespace(map_locations={7: statuses}, metrics={},
+def _read(statuses, reduce_id, io_key=None, executor="exec-1", fetch=None, **env):
+    return list(_reader(statuses, reduce_id, io_key, executor, fetch, **env))
+
+
+def _reader(statuses, reduce_id, io_key=None, executor="exec-1", fetch=None, metrics=None,
+            **env):
+    ctx = SimpleNamespace(map_locations={7: statuses}, metrics={} if metrics is None else metrics,
                           env=SimpleNamespace(executor_id=executor, host="host-1",
-                                              io_key=io_key, fetch_remote=fetch))
-    return list(read_partition(7, reduce_id, ctx))
+                                              io_key=io_key, fetch_remote=fetch, **env))
+    return read_partition(7, reduce_id, ctx)
+
+
+def _serving(requests, outstanding=None):
+    """A peer serving FetchShuffleBlocks from the test's files: sends are recorded, and the
+    bytes asked and not yet taken are tracked in `outstanding` [now, most]."""
+    def fetch(address, endpoint, shuffle_id, segments):
+        paths, starts, ends = (list(x) for x in zip(*segments))
+        size = sum(e - s for s, e in zip(starts, ends))
+        requests.append((address, endpoint, shuffle_id, len(segments)))
+        if outstanding is not None:
+            outstanding[0] += size
+            outstanding[1] = max(outstanding[1], outstanding[0])
+        data = read_segments(segment_files(paths, starts, ends, lambda p: True), starts, ends)
+
+        def wait():
+            if outstanding is not None:
+                outstanding[0] -= size
+            out, pos = [], 0
+            for s, e in zip(starts, ends):
+                out.append(data[pos:pos + e - s])
+                pos += e - s
+            return out
+        return wait
+    return fetch
 
 
 def test_only_non_empty_segments_and_small_outputs_inline(tmp_path):
@@ -82,29 +110,66 @@ def test_encrypted_segments_decrypt_alone(tmp_path):
         _read([big], 5, io_key=b"x" * 32)
 
 
-def test_remote_segments_come_in_batches_up_to_max_size_in_flight(tmp_path, monkeypatch):
-    """Segments served by another executor are fetched per address, several per request,
-    at most MAX_BYTES_IN_FLIGHT per request (a larger segment travels alone)."""
+def test_remote_fetches_are_pipelined_within_max_size_in_flight(tmp_path):
+    """Segments served by other executors are fetched per address, several per request of
+    about maxSizeInFlight / 5, the sources interleaved; requests are sent ahead (the next
+    ones are out before the first batch's records are merged) while the bytes asked and not
+    yet taken stay within maxSizeInFlight (Spark's ShuffleBlockFetcherIterator)."""
     statuses = [_write(tmp_path, [(i % 4, (m, i)) for i in range(1_000)], 4, m,
                        executor=f"exec-{2 + m % 2}", address=f"10.0.0.{2 + m % 2}:7337")
                 for m in range(12)]         # two sources, interleaved in map order
     size = max(e - s for st in statuses for r, s, e in st.segments() if r == 1)
-    monkeypatch.setattr(reader, "MAX_BYTES_IN_FLIGHT", 2 * size)
-    requests = []
+    requests, outstanding = [], [0, 0]
+    limit = 10 * size                     # requests of 2 segments, at most 5 in flight
+    records = _reader(statuses, 1, fetch=_serving(requests, outstanding),
+                      max_bytes_in_flight=limit)
+    got = [next(records)]
+    assert len(requests) >= 5             # sent ahead while the first batch is merged
+    got += list(records)
+    assert sorted(got) == [(1, (m, i)) for m in range(12) for i in range(1_000) if i % 4 == 1]
+    assert requests == [("10.0.0.2:7337", "Executor", 7, 2),
+                        ("10.0.0.3:7337", "Executor", 7, 2)] * 3
+    assert outstanding == [0, outstanding[1]] and outstanding[1] <= limit
+
+    requests.clear()                      # maxReqsInFlight=1: one request at a time
+    records = _reader(statuses, 1, fetch=_serving(requests), max_bytes_in_flight=limit,
+                      max_reqs_in_flight=1)
+    next(records)                         # the first taken, the second sent
+    assert len(requests) == 2 and len(list(records)) == 12 * 250 - 1 and len(requests) == 6
+
+
+def test_other_executors_files_on_this_host_are_read_from_disk(tmp_path):
+    """spark.shuffle.readHostLocalDisk: another executor's output on the same host is read
+    from its file, counted as local; a file this process cannot open is fetched instead."""
+    st = _write(tmp_path, [(1, "y" * 3000)], 4, executor="exec-2", address="10.0.0.2:7337")
+    requests, metrics = [], {}
+    got = list(_reader([st], 1, fetch=_serving(requests), metrics=metrics,
+                       read_host_local_disk=True))
+    assert got == [(1, "y" * 3000)] and requests == []
+    assert metrics["shuffleLocalBytesRead"] > 0 and metrics["shuffleRemoteBytesRead"] == 0
+    assert _read([st], 1, fetch=_serving(requests)) == got and len(requests) == 1   # off
+    gone = MapStatus(st.executor_id, st.host, str(tmp_path / "elsewhere" / "shuffle_7_1_1"),
+                     st.bytes_written, 1, st.address, st.endpoint, st.blocks)
+    requests.clear()
+
+    def fetch(address, endpoint, shuffle_id, segments):     # the peer still has it
+        return _serving(requests)(address, endpoint, shuffle_id,
+                                  [(st.path, s, e) for _p, s, e in segments])
+    assert _read([gone], 1, fetch=fetch, read_host_local_disk=True) == got
+    assert len(requests) == 1
+
+
+def test_a_failed_remote_fetch_is_a_fetch_failure_naming_the_batch_map(tmp_path):
+    statuses = [_write(tmp_path, [(1, "y" * 3000)], 4, m, executor="exec-2",
+                       address="10.0.0.2:7337") for m in range(2)]
 
     def fetch(address, endpoint, shuffle_id, segments):
-        requests.append((address, endpoint, shuffle_id, len(segments)))
-        paths, starts, ends = (list(x) for x in zip(*segments))
-        data = read_segments(segment_files(paths, starts, ends, lambda p: True), starts, ends)
-        out, pos = [], 0
-        for s, e in zip(starts, ends):
-            out.append(data[pos:pos + e - s])
-            pos += e - s
-        return out
-    got = _read(statuses, 1, fetch=fetch)
-    assert sorted(got) == [(1, (m, i)) for m in range(12) for i in range(1_000) if i % 4 == 1]
-    assert requests == ([("10.0.0.2:7337", "Executor", 7, 2)] * 3
-                        + [("10.0.0.3:7337", "Executor", 7, 2)] * 3)
+        def wait():
+            raise ConnectionError("peer lost")
+        return wait
+    with pytest.raises(FetchFailedError, match="peer lost") as e:
+        _read(statuses, 1, fetch=fetch)
+    assert (e.value.map_index, e.value.reduce_id, e.value.status) == (0, 1, statuses[0])
 
 
 def test_a_missing_map_output_is_a_fetch_failure(tmp_path):

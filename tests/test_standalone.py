@@ -53,7 +53,8 @@ def test_wordcount_and_sort_match_local_mode_with_remote_shuffle_reads(cluster, 
             if isinstance(e, sl.TaskEnd):
                 remote.append(e.metrics.get("shuffleRemoteBytesRead", 0))
 
-    sc = _context(cluster, "wc-cluster")
+    # both executors run on this host: without this, reducers read each other's files
+    sc = _context(cluster, "wc-cluster", spark_shuffle_readHostLocalDisk="false")
     try:
         sc.runtime.bus.add_sync(Rec())
         _wait(lambda: len(sc.runtime.scheduler_backend.executors) == 2)
@@ -73,6 +74,31 @@ def test_wordcount_and_sort_match_local_mode_with_remote_shuffle_reads(cluster, 
     assert [k for k, _ in ordered] == [k for k, _ in expected_sort]
     assert len(set(hosts.values())) == 2
     assert sum(remote) > 0, "some shuffle blocks must have been fetched from the other executor"
+
+
+def test_reducers_read_other_executors_files_on_their_host_from_disk(cluster):
+    """spark.shuffle.readHostLocalDisk (on by default): the executors share this host, so
+    no shuffle byte goes over RPC, and the answer is the same."""
+    read, executors = [], set()
+
+    class Rec:
+        def on_event(self, e):
+            if isinstance(e, sl.TaskEnd):
+                read.append((e.metrics.get("shuffleLocalBytesRead", 0),
+                             e.metrics.get("shuffleRemoteBytesRead", 0)))
+                executors.add(e.task_info.executor_id)
+
+    sc = _context(cluster, "host-local")
+    try:
+        sc.runtime.bus.add_sync(Rec())
+        _wait(lambda: len(sc.runtime.scheduler_backend.executors) == 2)
+        pairs = sc.parallelize(range(8), 8).flatMap(lambda i: [(k, "v" * 50) for k in range(i, 400)])
+        got = sorted(pairs.reduceByKey(lambda a, b: a + b, 6).mapValues(len).collect())
+    finally:
+        sc.stop()
+    assert got == [(k, 50 * min(k + 1, 8)) for k in range(400)]
+    assert len(executors) == 2
+    assert sum(local for local, _ in read) > 0 and sum(remote for _, remote in read) == 0
 
 
 def test_application_appears_in_master_json_and_executors_register(cluster):

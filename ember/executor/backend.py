@@ -280,6 +280,9 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
                     "pyspark_memory_mb": pyspark_worker_memory_mb(conf),
                     "driver": [self.driver_address.host, self.driver_address.port],
                     "io_key": (lambda k: k.hex() if k else None)(key_from_conf(conf)),
+                    "read_host_local_disk": config.read(conf, "spark.shuffle.readHostLocalDisk"),
+                    "max_bytes_in_flight": config.read(conf, "spark.reducer.maxSizeInFlight") << 20,
+                    "max_reqs_in_flight": config.read(conf, "spark.reducer.maxReqsInFlight"),
                     "rpc_conf": {k: v for k, v in conf.items() if k.startswith(
                         ("spark.authenticate", "spark.rpc.", "spark.network.crypto."))},
                     "fs_conf": fs.hadoop_conf(conf)}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from typing import Any, Callable
 
 _TIMEOUT = 120.0
 
@@ -38,9 +38,11 @@ class RemoteFetcher:
         return self._rpc().endpoint_ref(RpcAddress(*self.driver), "CoarseGrainedScheduler")
 
     def fetch_shuffle(self, address: str, endpoint: str, shuffle_id: int,
-                      segments: list[tuple[str, int, int]]) -> list[memoryview]:
-        """Segments (map output file base path, start, end) served by the executor or
-        shuffle service at `address`, in one request; one buffer per segment."""
+                      segments: list[tuple[str, int, int]]) -> Callable[[], list[memoryview]]:
+        """Ask the executor or shuffle service at `address` for segments (map output file
+        base path, start, end) in one request, now; the returned function waits for the
+        reply and gives one buffer per segment (so a reducer can have several requests in
+        flight while it merges what came first)."""
         from ember.deploy.executor_messages import FetchShuffleBlocks
         from ember.rpc import RpcAddress
         host, _, port = address.rpartition(":")
@@ -48,17 +50,20 @@ class RemoteFetcher:
         paths = [p for p, _s, _e in segments]
         starts = [s for _p, s, _e in segments]
         ends = [e for _p, _s, e in segments]
-        data = memoryview(ref.ask_sync(FetchShuffleBlocks(shuffle_id, paths, starts, ends),
-                                       _TIMEOUT))
-        asked = sum(e - s for s, e in zip(starts, ends))
-        if len(data) != asked:
-            raise OSError(f"{address} sent {len(data)} bytes of shuffle {shuffle_id}, "
-                          f"not the {asked} asked for")
-        out, pos = [], 0
-        for s, e in zip(starts, ends):
-            out.append(data[pos:pos + e - s])
-            pos += e - s
-        return out
+        reply = ref.ask(FetchShuffleBlocks(shuffle_id, paths, starts, ends), _TIMEOUT)
+
+        def wait() -> list[memoryview]:
+            data = memoryview(reply.result())
+            asked = sum(e - s for s, e in zip(starts, ends))
+            if len(data) != asked:
+                raise OSError(f"{address} sent {len(data)} bytes of shuffle {shuffle_id}, "
+                              f"not the {asked} asked for")
+            out, pos = [], 0
+            for s, e in zip(starts, ends):
+                out.append(data[pos:pos + e - s])
+                pos += e - s
+            return out
+        return wait
 
     def fetch_broadcast(self, bid: int, driver_path: str) -> str:
         """Local copy of a broadcast's file, fetched from the driver once per executor."""

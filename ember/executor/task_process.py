@@ -52,6 +52,11 @@ class TaskEnv:
         fs.configure(conf.get("fs_conf", {}))    # the app's s3a endpoint and keys
         # spark.io.encryption.enabled: the application's key for shuffle and spill files
         self.io_key: bytes | None = bytes.fromhex(conf["io_key"]) if conf.get("io_key") else None
+        # how reducers read other executors' map outputs (spark.shuffle.readHostLocalDisk,
+        # spark.reducer.maxSizeInFlight / maxReqsInFlight; see ember.shuffle.reader)
+        self.read_host_local_disk: bool = conf.get("read_host_local_disk", False)
+        self.max_bytes_in_flight: int | None = conf.get("max_bytes_in_flight")
+        self.max_reqs_in_flight: int | None = conf.get("max_reqs_in_flight")
         self.remote = None
         self.fetch_remote = None
         if conf.get("driver"):        # an executor of a cluster application

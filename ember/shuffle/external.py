@@ -42,6 +42,7 @@ from itertools import islice
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ember.util import pickling
+from ember.util.user_code import flat_map_checked
 
 __all__ = [
     "get_used_memory",
@@ -447,6 +448,31 @@ class ExternalMerger:
             count(data, islice(it, n - 1))
             self._since_spill += n
             self._check_memory()
+
+    def mergeKeyCountsOf(self, f: Callable[[Any], Iterable], items: Iterable) -> None:
+        """``mergeKeyCounts`` of the keys ``items.flatMap(f)`` gives (a line's words), with
+        the memory checked between runs of items instead of through an islice over every
+        key. A run is sized from the new keys the last one added, so that about ``_chunk``
+        new keys (what fills memory) come between two checks, however many keys an item
+        has."""
+        it = iter(items)
+        count = _count_elements
+        run = 64
+        while True:
+            if self.pdata is not None or count is None:
+                self.mergeKeyCounts(flat_map_checked(f, it))
+                return
+            chunk = list(islice(it, run))
+            if not chunk:
+                return
+            data = self.data
+            before = len(data)
+            count(data, flat_map_checked(f, chunk))
+            grown = len(data) - before
+            self._since_spill += len(chunk)
+            self._check_memory()
+            run = max(1, min(self._chunk, self._chunk * len(chunk) // grown if grown
+                             else len(chunk) * 2))
 
     def mergeCombiners(self, iterator: Iterable[tuple]) -> None:
         """Merge (k, combiner) pairs using mergeCombiners."""

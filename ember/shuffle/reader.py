@@ -5,24 +5,33 @@ map statuses into a reduce id -> segments index once (cost: the non-empty segmen
 with thousands of maps and reducers a reducer neither opens nor scans the maps that have
 nothing for it. Outputs small enough to travel inside their MapStatus are read from it;
 local map outputs (same executor, or same host in local mode) straight from their files
-with pread through a bounded set of cached fds; then the others, fetched from each executor
-or shuffle service serving them in batches (this reducer's segments there, up to
-MAX_BYTES_IN_FLIGHT per request, one batch held at a time). Records come in no particular
-order across map outputs, as in Spark. A missing output is a FetchFailedError naming its map
-index, which makes the driver recompute it.
+with pread through a bounded set of cached fds, and so are those of other executors on this
+host (Spark's spark.shuffle.readHostLocalDisk: same application, same user, so the RPC
+round trip buys nothing; a file that cannot be opened here is fetched over RPC instead).
+The others are fetched from each executor or shuffle service serving them as Spark's
+ShuffleBlockFetcherIterator does: requests of about spark.reducer.maxSizeInFlight / 5,
+sources interleaved, sent ahead while the bytes in flight stay within maxSizeInFlight (and
+the requests within spark.reducer.maxReqsInFlight), so the next batches arrive while the
+current one is merged and memory stays bounded. Records come in no particular order across
+map outputs, as in Spark. A missing output is a FetchFailedError naming its map index,
+which makes the driver recompute it.
 """
 from __future__ import annotations
 
 import io
 import os
 import pickle
+from collections import deque
 from typing import Any, Callable, Iterator
 
 from ember.shuffle.base import FetchFailedError, MapStatus
 from ember.shuffle.writer import OUTPUT_FILE
 
-# Spark's spark.reducer.maxSizeInFlight default: what one batched fetch may bring back
+# Spark's defaults of spark.reducer.maxSizeInFlight (the bytes of the fetch requests sent
+# and not yet taken by the reducer) and spark.reducer.maxReqsInFlight; a task process on a
+# cluster gets the application's values in its env
 MAX_BYTES_IN_FLIGHT = 48 << 20
+MAX_REQS_IN_FLIGHT = 2 ** 31 - 1
 
 Segment = tuple[int, MapStatus, int, int]      # map index, status, start, end
 
@@ -198,6 +207,7 @@ def read_partition(shuffle_id: int, reduce_id: int, ctx: Any,
     if key is not None:
         from ember.shuffle.crypto import Sealer
         sealer = Sealer(key)
+    host_local = getattr(env, "read_host_local_disk", False)
     remote: dict[tuple[str, str], list[Segment]] = {}
     local_bytes = remote_bytes = 0
     try:
@@ -206,20 +216,27 @@ def read_partition(shuffle_id: int, reduce_id: int, ctx: Any,
             if st.data is not None:
                 local_bytes += end - start
                 yield from _records_from_bytes(st.data[start:end], serializer, sealer)
-            elif _is_local(st, env):
+            elif _is_local(st, env) or (host_local and st.host == env.host
+                                        and _readable(shuffle_id, st)):
                 local_bytes += end - start
                 yield from _local_records(shuffle_id, reduce_id, seg, serializer, sealer)
             else:
                 remote.setdefault((st.address, st.endpoint), []).append(seg)
-        for segs in remote.values():       # then each source's, one batch at a time
-            for datas in _fetch_batches(env, shuffle_id, reduce_id, segs):
-                for data in datas:
-                    remote_bytes += len(data)
-                    yield from _records_from_bytes(data, serializer, sealer)
+        for data in _fetch_remote(env, shuffle_id, reduce_id, list(remote.values())):
+            remote_bytes += len(data)
+            yield from _records_from_bytes(data, serializer, sealer)
     finally:
         metrics["shuffleLocalBytesRead"] = metrics.get("shuffleLocalBytesRead", 0) + local_bytes
         metrics["shuffleRemoteBytesRead"] = (metrics.get("shuffleRemoteBytesRead", 0)
                                              + remote_bytes)
+
+
+def _readable(shuffle_id: int, st: MapStatus) -> bool:
+    """Whether another executor's map output file on this host can be read directly (its
+    work dir may be on a filesystem this process does not see, or the file gone: then the
+    executor or shuffle service serving it is asked, and decides)."""
+    path = st.path + ".data"
+    return path in _indexes[shuffle_id][2] or os.access(path, os.R_OK)
 
 
 def _local_records(shuffle_id: int, reduce_id: int, seg: Segment, serializer: Any,
@@ -243,28 +260,81 @@ def _is_local(st: MapStatus, env: Any) -> bool:
     return st.executor_id == env.executor_id or (st.host == env.host and not st.address)
 
 
-def _fetch_batches(env: Any, shuffle_id: int, reduce_id: int, segs: list[Segment]
-                   ) -> Iterator[list[bytes]]:
-    """This reducer's segments from one executor or shuffle service: one request per run of
-    segments up to MAX_BYTES_IN_FLIGHT (a larger segment travels alone), fetched only when
-    the previous batch has been consumed."""
-    i = 0
-    while i < len(segs):
-        batch = [segs[i]]
-        size = segs[i][3] - segs[i][2]
-        i += 1
-        while i < len(segs) and size + segs[i][3] - segs[i][2] <= MAX_BYTES_IN_FLIGHT:
-            size += segs[i][3] - segs[i][2]
-            batch.append(segs[i])
-            i += 1
-        first = batch[0][1]
-        try:
-            datas = env.fetch_remote(first.address, first.endpoint, shuffle_id,
-                                     [(st.path, start, end) for _m, st, start, end in batch])
-        except FetchFailedError:
-            raise
-        except Exception as e:
-            raise FetchFailedError(shuffle_id, batch[0][0], reduce_id, first,
-                                   f"Failed to fetch shuffle blocks from {first.address}: "
-                                   f"{e}") from None
-        yield datas
+def _requests(sources: list[list[Segment]], target: int) -> deque:
+    """Each source's segments cut into requests of about `target` bytes (a larger segment
+    goes alone), the sources' requests interleaved so that several peers serve at once."""
+    per_source = []
+    for segs in sources:
+        reqs, batch, size = [], [], 0
+        for seg in segs:
+            n = seg[3] - seg[2]
+            if batch and size + n > target:
+                reqs.append((batch, size))
+                batch, size = [], 0
+            batch.append(seg)
+            size += n
+        if batch:
+            reqs.append((batch, size))
+        per_source.append(reqs)
+    out: deque = deque()
+    for i in range(max((len(r) for r in per_source), default=0)):
+        out.extend(reqs[i] for reqs in per_source if i < len(reqs))
+    return out
+
+
+def _fetch_remote(env: Any, shuffle_id: int, reduce_id: int, sources: list[list[Segment]]
+                  ) -> Iterator[bytes]:
+    """The remote segments' bytes, one segment at a time in the order the requests were sent.
+    Requests are sent ahead while the bytes in flight (sent and not yet taken) stay within
+    spark.reducer.maxSizeInFlight and the requests within maxReqsInFlight; at least one is
+    always in flight. A request's bytes stop counting when the reducer takes them, and the
+    next requests go out before they are merged (Spark's ShuffleBlockFetcherIterator)."""
+    if not sources:
+        return
+    max_bytes = getattr(env, "max_bytes_in_flight", None) or MAX_BYTES_IN_FLIGHT
+    max_reqs = getattr(env, "max_reqs_in_flight", None) or MAX_REQS_IN_FLIGHT
+    pending = _requests(sources, max(max_bytes // 5, 1))
+    in_flight: deque = deque()
+    bytes_in_flight = 0
+
+    def send_more() -> None:
+        nonlocal bytes_in_flight
+        while pending and (not in_flight or (bytes_in_flight + pending[0][1] <= max_bytes
+                                             and len(in_flight) < max_reqs)):
+            batch, size = pending.popleft()
+            in_flight.append((batch, size, _send(env, shuffle_id, reduce_id, batch)))
+            bytes_in_flight += size
+    send_more()
+    while in_flight:
+        batch, size, wait = in_flight.popleft()
+        bytes_in_flight -= size
+        datas = _received(shuffle_id, reduce_id, batch, wait)
+        send_more()
+        yield from datas
+
+
+def _send(env: Any, shuffle_id: int, reduce_id: int, batch: list[Segment]
+          ) -> Callable[[], list]:
+    first = batch[0][1]
+    try:
+        return env.fetch_remote(first.address, first.endpoint, shuffle_id,
+                                [(st.path, start, end) for _m, st, start, end in batch])
+    except Exception as e:
+        raise _fetch_failed(shuffle_id, reduce_id, batch, e) from None
+
+
+def _received(shuffle_id: int, reduce_id: int, batch: list[Segment],
+              wait: Callable[[], list]) -> list:
+    try:
+        return wait()
+    except FetchFailedError:
+        raise
+    except Exception as e:
+        raise _fetch_failed(shuffle_id, reduce_id, batch, e) from None
+
+
+def _fetch_failed(shuffle_id: int, reduce_id: int, batch: list[Segment],
+                  e: BaseException) -> FetchFailedError:
+    first = batch[0][1]
+    return FetchFailedError(shuffle_id, batch[0][0], reduce_id, first,
+                            f"Failed to fetch shuffle blocks from {first.address}: {e}")

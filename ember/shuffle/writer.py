@@ -154,9 +154,24 @@ def write_map_output(records: Iterable, num_partitions: int,
 def _append_output(base_path: str, parts: list[int], chunks: dict[int, list[bytes]],
                    spills: list[tuple[str, dict[int, tuple[int, int]]]], blocks: array) -> int:
     """Append the output's segments to the process's file, recording each in `blocks`;
-    returns the bytes appended. Flushed before returning: the status may be read at once."""
+    returns the bytes appended. Flushed before returning: the status may be read at once.
+    Without spills the offsets are counted and the pieces written in one writelines (with
+    thousands of reducers an output is thousands of tiny segments, where a tell() and a
+    write() call per segment cost more than the bytes)."""
     out = _output_file(base_path)
     first = out.tell()
+    if not spills:
+        pieces: list[bytes] = []
+        pos = first
+        for p in parts:
+            start = pos
+            for data in chunks[p]:
+                pieces.append(data)
+                pos += len(data)
+            blocks.extend((p, start, pos))
+        out.writelines(pieces)
+        out.flush()
+        return pos - first
     handles = [open(path, "rb") for path, _ in spills]
     try:
         for p in parts:
