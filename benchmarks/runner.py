@@ -54,7 +54,10 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
                    help="a Spark property for the --cluster daemons and Ember's driver "
                         "(e.g. spark.authenticate=true, spark.network.crypto.enabled=true)")
     p.add_argument("--cluster", type=int, default=0, metavar="N",
-                   help="start a local standalone cluster of N workers (2 cores each) and use it as the master")
+                   help="start a local standalone cluster of N workers and use it as the master")
+    p.add_argument("--cluster-cores", type=int, default=2, metavar="C",
+                   help="cores each --cluster worker offers (2: 2 x N task slots share this "
+                        "machine's cores; 1 with N = 2: as many slots as local[2])")
     p.add_argument("--engines", default=",".join(DEFAULT_ENGINES),
                    help="comma-separated: " + ",".join(ALL_ENGINES) + " (ember-cluster: Ember on "
                         "the --cluster, while ember stays on --master)")
@@ -235,12 +238,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         if extra:   # Ember's SparkConf loads these too (the driver side)
             os.environ["EMBER_SPARK_CONF"] = "\n".join(f"{k}={v}" for k, v in extra.items())
         cluster = LocalCluster(tempfile.mkdtemp(prefix="ember-bench-cluster-"),
-                               workers=args.cluster, cores=2, memory="2g", conf=extra).start()
+                               workers=args.cluster, cores=args.cluster_cores, memory="2g",
+                               conf=extra).start()
         if "ember-cluster" in args.engine_names:
             args.cluster_url = cluster.url      # ember and pyspark stay on --master
         else:
             args.master = cluster.url
-        log(f"started a {args.cluster}-worker cluster at {cluster.url}")
+        log(f"started a {args.cluster}-worker x {args.cluster_cores}-core cluster at {cluster.url}")
     try:
         if args.curves:
             from benchmarks.curves import DEFAULT_OUT, run_curves
