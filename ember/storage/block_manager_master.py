@@ -37,15 +37,48 @@ class BlockManagerMaster:
         # block name -> {(executor_id, slot): BlockStatus}
         self._blocks: dict[str, dict[tuple[str, int], BlockStatus]] = {}
 
-    def _post_removed(self, dropped: list[BlockStatus], names: list[str]) -> None:
+    def _executor_view(self, name: str, executor_id: str) -> tuple | None:
+        """The block as Spark sees it on one executor: (where, mem, disk) of one of its task
+        processes holding it (memory first), else None. Two processes of an executor may
+        hold copies (a sibling's copy, ember.storage.block_manager); to Spark's listeners
+        that is one block, so events are posted only when this view changes."""
+        found = None
+        for (ex, _slot), st in self._blocks.get(name, {}).items():
+            if ex != executor_id:
+                continue
+            if found is None or (st.where == "memory" and found[0] != "memory"):
+                found = (st.where, st.mem_size, st.disk_size)
+        return found
+
+    def _post_changes(self, before: dict[tuple[str, str], tuple | None],
+                      hosts: dict[str, str]) -> list[BlockUpdated]:
+        """The BlockUpdated events for the (block, executor) views that changed (called
+        under the lock, posted after it)."""
+        events = []
+        for (name, executor_id), old in before.items():
+            new = self._executor_view(name, executor_id)
+            if new == old:
+                continue
+            host = hosts[executor_id]
+            if new is None:
+                events.append(BlockUpdated(executor_id, host, name, StorageLevel.NONE, 0, 0))
+            else:
+                where, mem, disk = new
+                events.append(BlockUpdated(executor_id, host, name, _level(where, disk),
+                                           mem, disk))
+        return events
+
+    def _post(self, events: list[BlockUpdated]) -> None:
         if self._bus is not None:
-            for st, name in zip(dropped, names):
-                self._bus.post(BlockUpdated(st.executor_id, st.host, name, StorageLevel.NONE,
-                                            0, 0))
+            for event in events:
+                self._bus.post(event)
 
     def update(self, executor_id: str, slot: int, host: str, updates: list) -> None:
         with self._lock:
+            before = {}
             for name, where, mem, disk in updates:
+                if (name, executor_id) not in before:
+                    before[(name, executor_id)] = self._executor_view(name, executor_id)
                 locs = self._blocks.setdefault(name, {})
                 key = (executor_id, slot)
                 if where == "removed":
@@ -54,10 +87,8 @@ class BlockManagerMaster:
                         del self._blocks[name]
                 else:
                     locs[key] = BlockStatus(executor_id, slot, host, where, mem, disk)
-        if self._bus is not None:
-            for name, where, mem, disk in updates:
-                self._bus.post(BlockUpdated(executor_id, host, name, _level(where, disk),
-                                            mem, disk))
+            events = self._post_changes(before, {executor_id: host})
+        self._post(events)
 
     def locations(self, rdd_id: int, split: int) -> list[BlockStatus]:
         locs = self._blocks.get(f"rdd_{rdd_id}_{split}")
@@ -71,30 +102,34 @@ class BlockManagerMaster:
 
     def remove_slot(self, executor_id: str, slot: int) -> None:
         """A task process died: its memory blocks are gone (disk blocks stay)."""
-        dropped, names = [], []
         with self._lock:
+            before, hosts = {}, {}
             for name in list(self._blocks):
                 locs = self._blocks[name]
                 st = locs.get((executor_id, slot))
                 if st is not None and st.where == "memory" and not st.disk_size:
+                    before[(name, executor_id)] = self._executor_view(name, executor_id)
+                    hosts[executor_id] = st.host
                     del locs[(executor_id, slot)]
-                    dropped.append(st)
-                    names.append(name)
                 if not locs:
                     del self._blocks[name]
-        self._post_removed(dropped, names)
+            events = self._post_changes(before, hosts)
+        self._post(events)
 
     def remove_executor(self, executor_id: str) -> None:
-        dropped, names = [], []
         with self._lock:
+            before, hosts = {}, {}
             for name in list(self._blocks):
                 locs = self._blocks[name]
-                for key in [k for k in locs if k[0] == executor_id]:
-                    dropped.append(locs.pop(key))
-                    names.append(name)
+                mine = [k for k in locs if k[0] == executor_id]
+                if mine:
+                    before[(name, executor_id)] = self._executor_view(name, executor_id)
+                for key in mine:
+                    hosts[executor_id] = locs.pop(key).host
                 if not locs:
                     del self._blocks[name]
-        self._post_removed(dropped, names)
+            events = self._post_changes(before, hosts)
+        self._post(events)
 
     def rdd_blocks(self, rdd_id: int) -> dict[str, list[BlockStatus]]:
         prefix = f"rdd_{rdd_id}_"
