@@ -8,7 +8,6 @@ reaps its children and reports their exit codes to the pool as they exit (SIGCHL
 from __future__ import annotations
 
 import os
-import select
 import signal
 import socket
 import sys
@@ -22,6 +21,7 @@ import ember.shuffle.reader  # noqa: F401
 import ember.shuffle.writer  # noqa: F401
 from ember.executor import task_process
 from ember.executor.wire import send_msg
+from ember.util.processes import child_exit_wakeups, wait_request
 
 
 def _child(conn: socket.socket, ctrl: socket.socket, wake: tuple[int, int]) -> None:
@@ -37,11 +37,7 @@ def serve(ctrl: socket.socket) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # a child's exit writes to this pipe (SIGCHLD's wakeup fd), so the loop below sleeps
     # until there is a request or a child to reap, and reports an exit at once
-    wake = os.pipe()
-    for fd in wake:
-        os.set_blocking(fd, False)
-    signal.set_wakeup_fd(wake[1])
-    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    wake = child_exit_wakeups()
     while True:
         # reap finished children and tell the pool how they ended
         while True:
@@ -55,14 +51,7 @@ def serve(ctrl: socket.socket) -> None:
                 send_msg(ctrl, ("exit", pid, os.waitstatus_to_exitcode(status)))
             except OSError:
                 return
-        ready, _, _ = select.select([ctrl, wake[0]], [], [])
-        if wake[0] in ready:
-            try:
-                while os.read(wake[0], 512):
-                    pass
-            except BlockingIOError:
-                pass
-        if ctrl not in ready:
+        if not wait_request(ctrl, wake):
             continue
         try:
             msg, fds, _flags, _addr = socket.recv_fds(ctrl, 16, 1)

@@ -54,28 +54,26 @@ class FrameBuffer:
         buf = self._buf
         if not buf:      # the common case: whole frames only, decoded straight from `data`
             view = memoryview(data)
-            out = []
-            pos, size = 0, len(view)
-            while size - pos >= 4:
-                (n,) = _LEN.unpack_from(view, pos)
-                if size - pos - 4 < n:
-                    break
-                out.append(pickle.loads(view[pos + 4:pos + 4 + n]))
-                pos += 4 + n
-            if pos < size:
+            out, pos = _decode_frames(view)
+            if pos < len(view):
                 buf += view[pos:]
             return out
         buf += data
-        out = []
-        pos = 0
-        n_buf = len(buf)
         with memoryview(buf) as view:
-            while n_buf - pos >= 4:
-                (n,) = _LEN.unpack_from(view, pos)
-                if n_buf - pos - 4 < n:
-                    break
-                out.append(pickle.loads(view[pos + 4:pos + 4 + n]))
-                pos += 4 + n
+            out, pos = _decode_frames(view)
         if pos:
             del buf[:pos]
         return out
+
+
+def _decode_frames(view: memoryview) -> tuple[list[Any], int]:
+    """The whole frames at the start of `view`, and where the first incomplete one starts."""
+    out = []
+    pos, size = 0, len(view)
+    while size - pos >= 4:
+        (n,) = _LEN.unpack_from(view, pos)
+        if size - pos - 4 < n:
+            break
+        out.append(pickle.loads(view[pos + 4:pos + 4 + n]))
+        pos += 4 + n
+    return out, pos

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import select
+import signal
+import socket
 import subprocess
 import time
 
@@ -71,3 +73,28 @@ def wait_gone(pids: list[int], timeout: float) -> list[int]:
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def child_exit_wakeups() -> tuple[int, int]:
+    """A non-blocking pipe that SIGCHLD writes to (signal.set_wakeup_fd), so a fork
+    server's loop sleeps in select() until a request or a child's exit, instead of polling
+    for exits. A forked child closes both ends and calls signal.set_wakeup_fd(-1)."""
+    wake = os.pipe()
+    for fd in wake:
+        os.set_blocking(fd, False)
+    signal.set_wakeup_fd(wake[1])
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    return wake
+
+
+def wait_request(ctrl: socket.socket, wake: tuple[int, int]) -> bool:
+    """Sleep until `ctrl` is readable or a child exited (the wake-up pipe is drained);
+    True when `ctrl` is readable."""
+    ready, _, _ = select.select([ctrl, wake[0]], [], [])
+    if wake[0] in ready:
+        try:
+            while os.read(wake[0], 512):
+                pass
+        except BlockingIOError:
+            pass
+    return ctrl in ready

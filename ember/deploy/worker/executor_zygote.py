@@ -38,7 +38,7 @@ import sys
 import threading
 from typing import Any, Mapping, Optional, Sequence
 
-from ember.util.processes import wait_exit
+from ember.util.processes import child_exit_wakeups, wait_exit, wait_request
 
 log = logging.getLogger("ember.deploy.worker.ExecutorZygote")
 
@@ -341,11 +341,7 @@ def _run_child(main: str, args: list[str], env: dict[str, str], cwd: str, path: 
 
 def serve(ctrl: socket.socket, main: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    wake = os.pipe()
-    for fd in wake:
-        os.set_blocking(fd, False)
-    signal.set_wakeup_fd(wake[1])
-    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    wake = child_exit_wakeups()
     own = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     base = [p for p in sys.path[1:] if p not in own]
     checked: set[tuple[str, ...]] = set()
@@ -367,14 +363,7 @@ def serve(ctrl: socket.socket, main: str) -> None:
                 ctrl.send(pickle.dumps(("exited", pid, code)))
             except OSError:
                 return
-        ready, _, _ = select.select([ctrl, wake[0]], [], [])
-        if wake[0] in ready:
-            try:
-                while os.read(wake[0], 512):
-                    pass
-            except BlockingIOError:
-                pass
-        if ctrl not in ready:
+        if not wait_request(ctrl, wake):
             continue
         try:
             data, fds, _flags, _addr = socket.recv_fds(ctrl, _MAX_MSG, 2)
