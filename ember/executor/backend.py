@@ -486,8 +486,9 @@ def main(argv: list[str] | None = None) -> int:
     backend.shutdown()
     env.shutdown()
     if profiler is not None:
-        profiler.dump_stats(os.path.join(os.environ[PROFILE_DIR_ENV],
-                                         f"executor-{os.getpid()}.prof"))
+        path = os.path.join(os.environ[PROFILE_DIR_ENV], f"executor-{os.getpid()}.prof")
+        profiler.dump_stats(path + ".tmp")          # complete files only: the reader polls
+        os.replace(path + ".tmp", path)
     if shuffle_service is None:   # else the shuffle service serves it until the app ends
         import shutil
         shutil.rmtree(work_dir, ignore_errors=True)

@@ -361,7 +361,9 @@ def run_in_process(sock: socket.socket) -> None:
     finally:
         if profiler is not None:
             profiler.disable()
-            profiler.dump_stats(os.path.join(profile_dir, f"task-{os.getpid()}.prof"))
+            path = os.path.join(profile_dir, f"task-{os.getpid()}.prof")
+            profiler.dump_stats(path + ".tmp")      # complete files only: the reader polls
+            os.replace(path + ".tmp", path)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
