@@ -8,6 +8,7 @@ executors (placeholders, environment, stdout/stderr files), but needing no drive
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -734,13 +735,18 @@ def test_reregisters_after_master_restart(tmp_path):
         master.stop()
 
 
-def test_standby_master_master_changed_and_reconnect(tmp_path):
+def test_standby_master_master_changed_and_reconnect(tmp_path, caplog):
+    caplog.set_level(logging.INFO)
     standby = MasterProcess(mode="standby", ui_url="http://standby:8080")
     active = MasterProcess()
     daemon = start_daemon_in_process(tmp_path, [standby, active])
     try:
         reg = active.endpoint.wait_for(RegisterWorker)[0]
-        standby.endpoint.wait_for(RegisterWorker)   # tried every master
+        # tried every master; the standby's RegisterWorker may never leave: as Spark's
+        # Worker cancels its registerMasterFutures, registering with the active first
+        # cancels a registration whose "Master" lookup has not answered yet
+        for master in (standby, active):
+            assert f"Connecting to master {master.env.address.host_port}..." in caplog.text
         active.endpoint.wait_for(Heartbeat)
         assert daemon.run_on_loop(lambda: daemon.worker.active_master_url) == active.url
         info_path = str(tmp_path / "info.json")
