@@ -30,14 +30,13 @@ class EventLoop:
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         self._queue: collections.deque = collections.deque()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._ident: int | None = None
         self._stopping = False
 
     def start(self) -> None:
         self._thread.start()
 
     def in_loop(self) -> bool:
-        return threading.get_ident() == self._ident
+        return threading.get_ident() == self._thread.ident
 
     def post(self, fn: Callable[..., Any], *args: Any) -> None:
         self._queue.append((fn, args))
@@ -72,7 +71,6 @@ class EventLoop:
                               getattr(fn, "__qualname__", fn))
 
     def _run(self) -> None:
-        self._ident = threading.get_ident()
         while not self._stopping:
             self._drain()
             if self._stopping:
