@@ -35,9 +35,11 @@ def ctx(request):
     sc = SparkContext(conf=SparkConf().setMaster(master).setAppName("parity-bugs")
                       .set("spark.task.maxFailures", "1").set("spark.cores.max", "2")
                       .set("spark.executor.memory", "256m"))
-    logging.getLogger("ember").setLevel(logging.CRITICAL)    # expected task failures
+    ember_log = logging.getLogger("ember")
+    level = ember_log.level
+    ember_log.setLevel(logging.CRITICAL)    # expected task failures
     yield sc
-    logging.getLogger("ember").setLevel(logging.WARNING)
+    ember_log.setLevel(level)
     sc.stop()
 
 

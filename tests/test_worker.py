@@ -737,6 +737,7 @@ def test_reregisters_after_master_restart(tmp_path):
 
 def test_standby_master_master_changed_and_reconnect(tmp_path, caplog):
     caplog.set_level(logging.INFO)
+    caplog.set_level(logging.INFO, logger="ember")    # whatever level earlier tests left it at
     standby = MasterProcess(mode="standby", ui_url="http://standby:8080")
     active = MasterProcess()
     daemon = start_daemon_in_process(tmp_path, [standby, active])
