@@ -279,3 +279,56 @@ def test_speculation_marks_a_task_only_once_it_ran_longer_than_the_threshold():
     assert offer(tsm, "exec2", "host2", 1) is None
     assert offer(tsm, "exec1", "host1", 1) == (1, PROCESS_LOCAL)
     assert tsm.attempts[1][1].speculative
+
+
+# --- queued tasks on busy slots (spark.ember.scheduler.queueShortTasks) --------------------
+def _slots(queued: bool, slots=(0, 1)):
+    return [WorkerOffer("exec1", "host1", s, None, queued) for s in slots]
+
+
+def test_short_tasks_queue_one_per_busy_slot_and_take_its_core_when_they_start():
+    sched, tsm = make([[]] * 8)
+    sched.register_executor_resources("exec1", 2, {})
+    cores = sched.executor_resources["exec1"]
+    first = sched.resource_offers(_slots(False))
+    assert len(first) == 2 and cores.free_cores == 0
+    assert sched.resource_offers(_slots(True)) == []      # not yet known to be short
+    for td in first:
+        sched.clock.advance(0.001)
+        sched.status_update(td.task_id, "FINISHED", None, {}, {}, [])
+    assert tsm.queueable and cores.free_cores == 2
+    running = sched.resource_offers(_slots(False))
+    waiting = sched.resource_offers(_slots(True))
+    assert [td.slot for td in waiting] == [0, 1] and cores.free_cores == 0
+    assert all(td.resources == (1, {}) for td in waiting)
+    # slot 0's task ends: its waiting task takes the core it frees
+    sched.status_update(running[0].task_id, "FINISHED", None, {}, {}, [])
+    sched.promote_queued(waiting[0].task_id)
+    assert cores.free_cores == 0
+    # slot 1's waiting task is killed before it starts: it had taken nothing
+    sched.status_update(waiting[1].task_id, "KILLED", "cancelled", {}, {}, [])
+    assert cores.free_cores == 0
+    sched.status_update(running[1].task_id, "FINISHED", None, {}, {}, [])
+    sched.status_update(waiting[0].task_id, "FINISHED", None, {}, {}, [])
+    assert cores.free_cores == 2 and not sched.queued_requirements
+
+
+def test_a_slow_task_stops_the_queueing_until_short_ones_are_seen_again():
+    sched, tsm = make([[]] * 8)
+    sched.register_executor_resources("exec1", 2, {})
+    for duration in (0.001, 0.001, 0.2):
+        td = sched.resource_offers(_slots(False, [0]))[0]
+        sched.clock.advance(duration)
+        sched.status_update(td.task_id, "FINISHED", None, {}, {}, [])
+    assert not tsm.queueable
+    sched.resource_offers(_slots(False))
+    assert sched.resource_offers(_slots(True)) == []
+
+
+def test_barrier_stages_and_speculation_never_queue():
+    _, speculating = make([[]] * 8, speculation=SpeculationSettings())
+    _, barrier = make([[]] * 8)
+    barrier.is_barrier = True
+    for tsm in (speculating, barrier):
+        tsm.quick_streak = 10
+        assert not tsm.queueable

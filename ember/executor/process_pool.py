@@ -36,14 +36,15 @@ BarrierCallback = Callable[[int, int, Any, Callable[[bool, Any], None]], None]
 
 
 class _Slot:
-    __slots__ = ("index", "sock", "buf", "tid", "seen", "forgotten", "killing", "pid",
-                 "started_at", "quick_deaths", "dead")
+    __slots__ = ("index", "sock", "buf", "tid", "queued", "seen", "forgotten", "killing",
+                 "pid", "started_at", "quick_deaths", "dead")
 
     def __init__(self, index: int) -> None:
         self.index = index
         self.sock: socket.socket | None = None
         self.buf = FrameBuffer()
         self.tid: int | None = None
+        self.queued: tuple | None = None   # the launch to run when `tid` ends
         self.seen: set = set()
         self.forgotten: list[int] = []     # stages to drop, told with the next task
         self.killing: int | None = None
@@ -141,37 +142,60 @@ class TaskProcessPool:
 
     def launch(self, index: int, tid: int, stage_key: Any, blob: bytes, meta: bytes,
                task_bytes: bytes) -> None:
+        """Run the task in the slot's process, or right after the one it runs (one task may
+        wait per slot: the driver queues short tasks so a slot's next task needs no round
+        trip to it). A third is refused as lost, so the driver runs it elsewhere."""
         with self._lock:
             slot = self.slots[index]
-            assert slot.tid is None, f"slot {index} is busy with task {slot.tid}"
-            slot.tid = tid
-            first = stage_key not in slot.seen
-            if first:
-                slot.seen.add(stage_key)
-            msg = ("task", tid, stage_key, blob if first else None, meta if first else None,
-                   task_bytes)
-            try:
-                if slot.forgotten:
-                    send_msgs(slot.sock, [("forget_stage", s) for s in slot.forgotten] + [msg])
-                    slot.forgotten = []
-                else:
-                    send_msg(slot.sock, msg)
-            except OSError:
-                pass  # the reader thread sees the death and reports the task lost
+            if slot.tid is None:
+                self._send_task(slot, tid, stage_key, blob, meta, task_bytes)
+                return
+            busy = slot.queued is not None or slot.dead
+            if not busy:
+                slot.queued = (tid, stage_key, blob, meta, task_bytes)
+                return
+        self._end_without_result(slot, tid, "LOST", f"Task process slot {index} is busy "
+                                 f"with task {slot.tid} and another waits for it")
+
+    def _send_task(self, slot: _Slot, tid: int, stage_key: Any, blob: bytes, meta: bytes,
+                   task_bytes: bytes) -> None:
+        """Under the lock, the slot idle."""
+        slot.tid = tid
+        first = stage_key not in slot.seen
+        if first:
+            slot.seen.add(stage_key)
+        msg = ("task", tid, stage_key, blob if first else None, meta if first else None,
+               task_bytes)
+        try:
+            if slot.forgotten:
+                send_msgs(slot.sock, [("forget_stage", s) for s in slot.forgotten] + [msg])
+                slot.forgotten = []
+            else:
+                send_msg(slot.sock, msg)
+        except OSError:
+            pass  # the reader thread sees the death and reports the task lost
 
     def kill(self, index: int, tid: int) -> None:
         """Stop the task: SIGUSR1 now, SIGKILL of the process if it has not stopped in time
-        (also covers a process still being forked, which cannot be signalled yet)."""
+        (also covers a process still being forked, which cannot be signalled yet). A task
+        still waiting for its slot is dropped and reported killed at once."""
         with self._lock:
             slot = self.slots[index]
-            if slot.tid != tid:
+            waiting = slot.queued is not None and slot.queued[0] == tid
+            if waiting:
+                slot.queued = None
+            elif slot.tid != tid:
                 return
-            slot.killing = tid
-            if slot.pid:
-                try:
-                    os.kill(slot.pid, signal.SIGUSR1)
-                except OSError:
-                    pass
+            else:
+                slot.killing = tid
+                if slot.pid:
+                    try:
+                        os.kill(slot.pid, signal.SIGUSR1)
+                    except OSError:
+                        pass
+        if waiting:
+            self._end_without_result(slot, tid, "KILLED", "Task killed")
+            return
         t = threading.Timer(self.kill_timeout, self._force_kill, (index, tid))
         t.daemon = True
         t.start()
@@ -313,6 +337,9 @@ class TaskProcessPool:
         with self._lock:
             if slot.tid == tid:
                 slot.tid = None
+                if slot.queued is not None:      # started before the end is reported
+                    self._send_task(slot, *slot.queued)
+                    slot.queued = None
             slot.quick_deaths = 0
             if slot.killing == tid:
                 slot.killing = None
@@ -345,12 +372,16 @@ class TaskProcessPool:
             slot.tid = None
             lived = time.monotonic() - slot.started_at
             slot.quick_deaths = slot.quick_deaths + 1 if lived < 1.0 and tid is None else 0
+            waiting, slot.queued = slot.queued, None
             if slot.quick_deaths >= 5:
                 slot.dead = True
                 log.error("Task process slot %d keeps dying at start (exit code %s); "
                           "giving it up", slot.index, code)
             else:
                 self._spawn(slot)
+                if waiting is not None:     # it never ran: the fresh process runs it
+                    self._send_task(slot, *waiting)
+                    waiting = None
         if tid is not None:
             if killing == tid:
                 self._end_without_result(slot, tid, "KILLED", "Task killed")
@@ -358,6 +389,9 @@ class TaskProcessPool:
                 reason = (f"Python worker exited unexpectedly (crashed): exit code {code}"
                           + (f" (signal {-code})" if code is not None and code < 0 else ""))
                 self._end_without_result(slot, tid, "LOST", reason)
+        if waiting is not None:
+            self._end_without_result(slot, waiting[0], "LOST",
+                                     f"Task process slot {slot.index} was given up")
         if self.on_slot_restarted is not None:
             self.on_slot_restarted(slot.index)
 

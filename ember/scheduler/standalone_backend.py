@@ -53,6 +53,7 @@ class ExecutorData:
     seen_stages: set = field(default_factory=set)
     rp_id: int = DEFAULT_RESOURCE_PROFILE_ID
     idle_since: float | None = None      # monotonic time it became idle; None while busy
+    queued: dict[int, int] = field(default_factory=dict)   # busy slot -> task waiting on it
 
 
 class DriverEndpoint(RpcEndpoint):
@@ -210,6 +211,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self._disassociated: dict[str, str] = {}   # executor -> host, until the master's reason
         self._io_key: str | None = None
         self._revive_pending = False      # an offer round is queued on the loop
+        self._queue_short_tasks = config.read(self.conf, "spark.ember.scheduler.queueShortTasks")
 
     # --- configuration shared with executors --------------------------------------------
     def app_conf(self) -> dict[str, str]:
@@ -463,9 +465,16 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         slot = self._slot_of.pop(task_id, None)
         self.scheduler.status_update(task_id, state, payload, accum, metrics, blocks)
         if data is not None and slot is not None:
-            data.free_slots.add(slot)
-            if len(data.free_slots) >= data.cores:
-                data.idle_since = time.monotonic()
+            waiting = data.queued.get(slot)
+            if waiting == task_id:          # a queued task ended before it started (killed)
+                del data.queued[slot]
+            elif waiting is not None:       # the executor started it when this one ended
+                del data.queued[slot]
+                self.scheduler.promote_queued(waiting)
+            else:
+                data.free_slots.add(slot)
+                if len(data.free_slots) >= data.cores:
+                    data.idle_since = time.monotonic()
         self.revive_offers()
 
     def _request_totals(self, totals: list[tuple[int, int]]) -> bool:
@@ -529,30 +538,46 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self._revive_pending = False
         sched = self.scheduler
         with sched.lock:
+            live = [e for e in self.executors.values()
+                    if e.executor_id not in self._decommissioning]
             offers = [WorkerOffer(e.executor_id, e.host, s, e.address.host_port)
-                      for e in self.executors.values()
-                      if e.executor_id not in self._decommissioning
-                      for s in sorted(e.free_slots)]
-            if not offers:
-                return
+                      for e in live for s in sorted(e.free_slots)]
             launches: dict[str, list[tuple]] = {}
-            for td in sched.resource_offers(offers):
-                ex = self.executors[td.executor_id]
-                ex.free_slots.discard(td.slot)
-                ex.idle_since = None
-                self._slot_of[td.task_id] = td.slot
-                first = td.stage_key not in ex.seen_stages
-                if first:
-                    ex.seen_stages.add(td.stage_key)
-                launches.setdefault(td.executor_id, []).append(
-                    (td.task_id, td.slot, td.stage_key, td.blob if first else None,
-                     td.meta if first else None, td.task_bytes))
+            launched = sched.resource_offers(offers) if offers else []
+            self._add_launches(launched, launches)
+            if self._queue_short_tasks and len(launched) == len(offers):
+                # every free slot took a task: each busy slot may take one more to start
+                # when its current one ends (TaskSetManager.queueable says which sets may)
+                queued = [WorkerOffer(e.executor_id, e.host, s, e.address.host_port, True)
+                          for e in live for s in range(e.cores)
+                          if s not in e.free_slots and s not in e.queued]
+                if queued:
+                    self._add_launches(sched.resource_offers(queued), launches, queued=True)
             for eid, tasks in launches.items():
                 ref = self.executors[eid].ref
                 if len(tasks) == 1:
                     ref.send(LaunchTask(pickle.dumps(tasks[0], protocol=5)))
                 else:
                     ref.send(LaunchTasks(pickle.dumps(tasks, protocol=5)))
+
+    def _add_launches(self, launched: list, launches: dict[str, list[tuple]],
+                      queued: bool = False) -> None:
+        """Book the scheduler's picks on their slots and add them to each executor's
+        LaunchTasks (a stage's closure only the first time the executor sees it)."""
+        for td in launched:
+            ex = self.executors[td.executor_id]
+            if queued:
+                ex.queued[td.slot] = td.task_id
+            else:
+                ex.free_slots.discard(td.slot)
+                ex.idle_since = None
+            self._slot_of[td.task_id] = td.slot
+            first = td.stage_key not in ex.seen_stages
+            if first:
+                ex.seen_stages.add(td.stage_key)
+            launches.setdefault(td.executor_id, []).append(
+                (td.task_id, td.slot, td.stage_key, td.blob if first else None,
+                 td.meta if first else None, td.task_bytes))
 
     def barrier_request(self, msg: RequestToSync, context: RpcCallContext) -> None:
         """A barrier task's RequestToSync, believed only from the executor it runs on."""

@@ -67,6 +67,8 @@ class TaskSchedulerImpl:
         self.executor_resources: dict[str, ExecutorResources] = {}
         self.executor_rp_ids: dict[str, int] = {}
         self.task_id_to_resources: dict[int, tuple[str, TaskRequirements, dict]] = {}
+        # queued tasks (WorkerOffer.queued) take their core when they start (promote_queued)
+        self.queued_requirements: dict[int, tuple[str, TaskRequirements]] = {}
 
     def initialize(self, backend: SchedulerBackend, dag: Any) -> None:
         self.backend = backend
@@ -223,6 +225,15 @@ class TaskSchedulerImpl:
         """One slot offer to one task set, taking the task's cores and addresses from the
         executor when it has them (and refusing the offer when it has not)."""
         pool = self.executor_resources.get(o.executor_id)
+        if o.queued:
+            # one core and nothing else, taken from the slot's current task when it ends
+            if pool is None or req.cpus != 1 or req.resources \
+                    or not self._can_run_on(tsm, o.executor_id):
+                return None
+            td = tsm.resource_offer(o.executor_id, o.host, o.slot, level, (1, {}))
+            if td is not None:
+                self.queued_requirements[td.task_id] = (o.executor_id, req)
+            return td
         if pool is None:
             return tsm.resource_offer(o.executor_id, o.host, o.slot, level)
         if not pool.fits(req) or not self._can_run_on(tsm, o.executor_id):
@@ -251,9 +262,12 @@ class TaskSchedulerImpl:
                 random.shuffle(offers)
             launched: list[TaskDescription] = []
             free = list(offers)
+            queued = offers[0].queued if offers else False
             for tsm in self.root_pool.sorted_task_sets():
                 if not free:
                     break
+                if queued and not tsm.queueable:
+                    continue
                 req = self._task_requirements(tsm)
                 if tsm.is_barrier:
                     if tsm.can_launch_barrier(len(free)):
@@ -274,7 +288,7 @@ class TaskSchedulerImpl:
                         free = rest
                         if not progress:
                             break
-                if ht is not None and len(launched) == before:
+                if ht is not None and len(launched) == before and not queued:
                     self._check_unschedulable(tsm)
             if launched and ht is not None:
                 self.unschedulable_expiry.clear()
@@ -379,6 +393,7 @@ class TaskSchedulerImpl:
             tsm = self.task_id_to_tsm.pop(tid, None)
             loc = self.task_id_to_location.pop(tid, None)
             held = self.task_id_to_resources.pop(tid, None)
+            self.queued_requirements.pop(tid, None)      # ended before it started: took none
             kill_reason = self.kill_reasons.pop(tid, None)
             if held is not None and held[0] in self.executor_resources:
                 self.executor_resources[held[0]].release(held[1], held[2])
@@ -409,6 +424,17 @@ class TaskSchedulerImpl:
             else:
                 reason = ExceptionFailure("SparkException", f"unknown task state {state}", "")
             tsm.handle_failure(tid, state, reason, metrics)
+
+    def promote_queued(self, tid: int) -> None:
+        """A queued task started (its slot's previous task ended): it holds a core now."""
+        with self.lock:
+            queued = self.queued_requirements.pop(tid, None)
+            if queued is None:
+                return
+            executor_id, req = queued
+            pool = self.executor_resources.get(executor_id)
+            if pool is not None:
+                self.task_id_to_resources[tid] = (executor_id, req, pool.acquire(req))
 
     def executor_lost(self, executor_id: str, reason: str, exit_caused_by_app: bool = False,
                       worker_host: str | None = None) -> None:

@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 PROCESS_LOCAL, NODE_LOCAL, NO_PREF, ANY = "PROCESS_LOCAL", "NODE_LOCAL", "NO_PREF", "ANY"
 LEVELS = [PROCESS_LOCAL, NODE_LOCAL, NO_PREF, ANY]
 _LEVEL_ORDER = {level: n for n, level in enumerate(LEVELS)}
+# a task set whose tasks take less than this (launch to result, on the driver's clock) may
+# queue one task per busy slot (TaskSetManager.queueable)
+QUEUEABLE_TASK_S = 0.005
 
 
 class TaskSetManager:
@@ -72,6 +75,7 @@ class TaskSetManager:
         self.tasks_successful = 0
         self.running: set[int] = set()
         self.task_infos: dict[int, TaskInfo] = {}
+        self.quick_streak = 0    # successes in a row that took under QUEUEABLE_TASK_S
         # speculation: sorted durations of successes, indices marked speculatable and not
         # yet launched, and the pending list they launch from
         self.successful_durations: list[float] = []
@@ -346,6 +350,15 @@ class TaskSetManager:
                                ts.blob, ts.meta, task.partition, task.partition_id,
                                props, task_resources)
 
+    @property
+    def queueable(self) -> bool:
+        """May a task wait on a busy slot (WorkerOffer.queued)? Only once tasks are seen to
+        be short, where the driver round trip a slot waits between tasks is a large part of
+        each task: a longer one could hold a queued task back while another slot idles.
+        Never for barrier stages (all tasks must run at once) or under speculation (a
+        queued task's wait would count as its run time)."""
+        return self.quick_streak >= 2 and self.speculation is None and not self.is_barrier
+
     def can_launch_barrier(self, free_offers: int) -> bool:
         """A barrier task set launches once, all of its tasks in one round of offers."""
         return (not self.is_zombie and not any(self.attempts)
@@ -368,6 +381,7 @@ class TaskSetManager:
         info.mark_finished("FINISHED", self.clock.time())
         self.running.discard(tid)
         self.copies_running[index] -= 1
+        self.quick_streak = self.quick_streak + 1 if info.duration < QUEUEABLE_TASK_S else 0
         if self.speculation is not None and not self.successful[index]:
             bisect.insort(self.successful_durations, info.duration)
         if self.successful[index]:

@@ -1,0 +1,138 @@
+"""One task waiting per busy slot in the executor's TaskProcessPool (the driver queues short
+tasks there, spark.ember.scheduler.queueShortTasks): the waiting task starts the moment the
+running one ends, a kill drops it without touching the running one, a process that dies
+hands it to its replacement, and nothing is ever dropped silently. The pool runs on real
+socket pairs; the task processes are threads that answer what the test tells them to."""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import pytest
+
+from ember.executor.process_pool import TaskProcessPool
+from ember.executor.wire import read_msg, send_msg
+
+
+class FakeProcess:
+    """Reads the pool's messages like a task process; `finish(tid)` ends a task, `die()`
+    closes the socket as a crash would."""
+
+    def __init__(self, sock) -> None:
+        self.sock = sock
+        self.started: "queue.Queue[int]" = queue.Queue()
+        self.release: dict[int, threading.Event] = {}
+        self.f = sock.makefile("rb")
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        try:
+            read_msg(self.f)                           # the slot's conf
+            while True:
+                msg = read_msg(self.f)
+                if msg[0] != "task":
+                    continue
+                tid = msg[1]
+                gate = self.release.setdefault(tid, threading.Event())
+                self.started.put(tid)
+                gate.wait(10)
+                send_msg(self.sock, ("done", tid, "FINISHED", f"result {tid}".encode()))
+        except (OSError, EOFError, ValueError):
+            pass
+
+    def finish(self, tid: int) -> None:
+        self.release.setdefault(tid, threading.Event()).set()
+
+    def die(self) -> None:
+        import socket
+        self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+
+
+class FakeForks:
+    started = True
+
+    def __init__(self) -> None:
+        self.processes: "queue.Queue[FakeProcess]" = queue.Queue()
+
+    def fork(self, child, slot) -> None:
+        self.processes.put(FakeProcess(child))
+
+    def exit_code(self, pid: int, timeout: float = 0.0) -> int:
+        return 1
+
+    def stop(self) -> None:
+        pass
+
+
+@pytest.fixture()
+def pool():
+    ends: "queue.Queue[tuple]" = queue.Queue()
+    forks = FakeForks()
+    p = TaskProcessPool(1, {}, lambda slot, tid, state, data: ends.put((tid, state, data)),
+                        forks=forks, raw_results=True)
+    p.start()
+    p.ends, p.fake = ends, forks.processes.get(timeout=5)
+    p.forks = forks
+    yield p
+    p.stop()
+
+
+def launch(pool, tid: int) -> None:
+    pool.launch(0, tid, (1, 0), b"blob", b"meta", b"task %d" % tid)
+
+
+def ended(pool) -> tuple:
+    return pool.ends.get(timeout=5)
+
+
+def test_a_waiting_task_starts_as_soon_as_the_running_one_ends(pool) -> None:
+    launch(pool, 1)
+    launch(pool, 2)
+    assert pool.fake.started.get(timeout=5) == 1
+    assert pool.fake.started.empty()
+    pool.fake.finish(1)
+    assert ended(pool) == (1, "FINISHED", b"result 1")
+    assert pool.fake.started.get(timeout=5) == 2      # no other call was needed
+    pool.fake.finish(2)
+    assert ended(pool) == (2, "FINISHED", b"result 2")
+    assert pool.free_slots() == [0]
+
+
+def test_killing_a_waiting_task_drops_it_and_leaves_the_running_one(pool) -> None:
+    launch(pool, 1)
+    launch(pool, 2)
+    assert pool.fake.started.get(timeout=5) == 1
+    pool.kill(0, 2)
+    tid, state, _ = ended(pool)
+    assert (tid, state) == (2, "KILLED")
+    pool.fake.finish(1)
+    assert ended(pool) == (1, "FINISHED", b"result 1")
+    time.sleep(0.1)
+    assert pool.fake.started.empty()                   # task 2 never reached the process
+    assert pool.free_slots() == [0]
+
+
+def test_a_third_task_for_a_busy_slot_is_reported_lost_not_dropped(pool) -> None:
+    launch(pool, 1)
+    launch(pool, 2)
+    launch(pool, 3)
+    tid, state, _ = ended(pool)
+    assert (tid, state) == (3, "LOST")
+    pool.fake.finish(1)
+    pool.fake.finish(2)
+    assert [ended(pool)[0] for _ in range(2)] == [1, 2]
+
+
+def test_a_dying_process_hands_the_waiting_task_to_its_replacement(pool) -> None:
+    launch(pool, 1)
+    launch(pool, 2)
+    assert pool.fake.started.get(timeout=5) == 1
+    pool.fake.die()
+    tid, state, _ = ended(pool)
+    assert (tid, state) == (1, "LOST")                 # the running task crashed with it
+    fresh = pool.forks.processes.get(timeout=5)
+    assert fresh.started.get(timeout=5) == 2
+    fresh.finish(2)
+    assert ended(pool) == (2, "FINISHED", b"result 2")
