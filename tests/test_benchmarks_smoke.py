@@ -156,3 +156,17 @@ def test_local_and_cluster_in_one_run(tmp_path: Path) -> None:
         assert got[(w, "ember-cluster")]["status"] == "ok", got[(w, "ember-cluster")]
         assert got[(w, "ember-cluster")]["master"].startswith("spark://")
         assert got[(w, "ember")]["master"] == "local[2]"
+
+
+@pytest.mark.timeout(120)
+def test_iterative_parallel_smoke() -> None:
+    """`python -m benchmarks.iterative_parallel` times a pass in one plain process, in two,
+    and on Ember in the same round and reports the ratios."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.iterative_parallel", "--records", "20000",
+         "--rounds", "1"], cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=110)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["ember_vs_plain_2proc_median"] > 0 and result["serial_s_median"] > 0
