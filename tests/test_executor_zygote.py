@@ -2,7 +2,8 @@
 ExecutorRunner, with real processes: a forked executor gets what a spawned one gets (argv,
 cwd, environment, log files, its own session and process group), its exit status, a signal
 death and a kill are reported exactly as a spawned one's, commands that do not fit it are
-spawned, and once it is dead executors are spawned while those it forked are still watched.
+spawned, a dead one is replaced a few times and then executors are spawned, while those
+it forked are still watched.
 
 The executors are `tests.helpers.executor_sleeper` processes (see test_worker.py); the
 zygote is given that module as its main instead of ember.executor.backend.
@@ -22,7 +23,7 @@ import pytest
 from ember.deploy.messages import (ApplicationDescription, Command, ExecutorState,
                                    ExecutorStateChanged, ResourceProfile)
 from ember.deploy.worker.executor_runner import ExecutorRunner
-from ember.deploy.worker.executor_zygote import ExecutorZygote
+from ember.deploy.worker.executor_zygote import MAX_RESTARTS, ExecutorZygote
 
 SLEEPER = "tests.helpers.executor_sleeper"
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -168,18 +169,25 @@ def test_commands_that_do_not_fit_are_spawned(tmp_path, zygote) -> None:
     assert zygote.alive
 
 
-def test_a_dead_zygote_means_spawning(tmp_path, zygote) -> None:
+def test_a_dead_zygote_is_replaced_a_few_times_then_executors_are_spawned(tmp_path,
+                                                                          zygote) -> None:
     first, first_reports, first_info = launch(tmp_path / "a", zygote)
     pid = read_info(first_info)["pid"]
     assert psutil.Process(pid).ppid() == zygote.pid
-    os.kill(zygote.pid, signal.SIGKILL)
-    wait_until(lambda: not zygote.alive, what="the worker to see the zygote die")
-    second, second_reports, second_info = launch(tmp_path / "b", zygote, exec_id=1,
-                                                 EMBER_SLEEPER_EXIT_AFTER="0.2",
-                                                 EMBER_SLEEPER_EXIT_CODE="4")
-    assert psutil.Process(read_info(second_info)["pid"]).ppid() == os.getpid()
-    assert finished(second, second_reports)[-1] == (ExecutorState.EXITED,
-                                                    "Command exited with code 4", 4)
+    for n in range(1, MAX_RESTARTS + 2):
+        dead = zygote.pid
+        os.kill(dead, signal.SIGKILL)
+        wait_until(lambda: not zygote.alive, what="the worker to see the zygote die")
+        runner, reports, info = launch(tmp_path / f"b{n}", zygote, exec_id=n,
+                                       EMBER_SLEEPER_EXIT_AFTER="0.2",
+                                       EMBER_SLEEPER_EXIT_CODE="4")
+        parent = psutil.Process(read_info(info)["pid"]).ppid()
+        if n <= MAX_RESTARTS:        # forked by a new zygote
+            assert zygote.alive and zygote.pid != dead and parent == zygote.pid
+        else:                        # given up: spawned by the runner
+            assert not zygote.alive and parent == os.getpid()
+        assert finished(runner, reports)[-1] == (ExecutorState.EXITED,
+                                                 "Command exited with code 4", 4)
     # the orphan still runs and is still killed and watched, without a status to report
     assert psutil.Process(pid).is_running()
     first.kill()

@@ -16,8 +16,9 @@ module run as __main__. What an interpreter fixes at its start cannot change aft
 so the worker forks only when every interpreter variable (PYTHON* but PYTHONPATH, LANG,
 LC_*) equals the zygote's, and the zygote forks only when every module it has imported
 would be found at the same file on the executor's sys.path (an app's PYTHONPATH that shadows
-one gets a spawned executor); otherwise, and whenever the zygote is gone, the runner spawns
-as before.
+one gets a spawned executor); otherwise the runner spawns as before. A zygote that dies is
+started again when the next executor is asked for, MAX_RESTARTS times; after that every
+executor is spawned.
 
 The zygote reports each child's exit status as it happens (waitid WNOWAIT, woken by
 SIGCHLD) and reaps the child only when the runner says so, after a kill in progress has
@@ -44,6 +45,7 @@ log = logging.getLogger("ember.deploy.worker.ExecutorZygote")
 
 EXECUTOR_MAIN = "ember.executor.backend"
 _MAX_MSG = 1 << 20
+MAX_RESTARTS = 3
 
 
 def _interpreter_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -120,6 +122,8 @@ class ExecutorZygote:
         self._abandoned: set[int] = set()      # requests nobody waits for any more
         self._next = 0
         self.alive = False
+        self._stopped = False
+        self.restarts = 0
 
     def start(self) -> "ExecutorZygote":
         if not hasattr(os, "pidfd_open") or not hasattr(os, "waitid"):
@@ -141,9 +145,27 @@ class ExecutorZygote:
             theirs.close()
         self._sock = ours
         self.alive = True
-        threading.Thread(target=self._read_loop, name="executor-zygote-reader",
-                         daemon=True).start()
+        threading.Thread(target=self._read_loop, args=(ours, self._proc),
+                         name="executor-zygote-reader", daemon=True).start()
         return self
+
+    def _restart(self) -> bool:
+        """Under the request lock: a zygote that died is replaced, MAX_RESTARTS times in
+        the worker's life (one that cannot live costs a few tries, not one per executor).
+        The request that follows waits for it to import, as a spawn would."""
+        if self.alive:
+            return True
+        if self._stopped or self._proc is None or self.restarts >= MAX_RESTARTS:
+            return False
+        self.restarts += 1
+        log.warning("Restarting the executor zygote (%d of %d restarts)", self.restarts,
+                    MAX_RESTARTS)
+        if self._proc.poll() is None:       # its socket closed but it lingers
+            self._proc.kill()
+        self._proc.wait()
+        self._sock.close()
+        self.start()
+        return self.alive
 
     @property
     def pid(self) -> Optional[int]:
@@ -158,9 +180,11 @@ class ExecutorZygote:
         """Fork `cmd` (python -m <main> args) there; None when the zygote cannot (gone,
         silent for `timeout` s - what it forks later is killed at once -, or the command or
         its paths do not fit: see the module doc)."""
-        if not self.alive or not self.fits(cmd, env):
+        if not self.fits(cmd, env):
             return None
         with self._lock:
+            if not self._restart():
+                return None
             self._next += 1
             rid = self._next
             try:
@@ -189,10 +213,10 @@ class ExecutorZygote:
         except OSError:
             pass
 
-    def _read_loop(self) -> None:
+    def _read_loop(self, sock: socket.socket, proc: subprocess.Popen) -> None:
         while True:
             try:
-                data = self._sock.recv(_MAX_MSG)
+                data = sock.recv(_MAX_MSG)
             except OSError:
                 data = b""
             if not data:
@@ -225,14 +249,14 @@ class ExecutorZygote:
             self._children.clear()
             self._cond.notify_all()
         if was_alive:
-            log.warning("The executor zygote exited (code %s); executors are spawned from "
-                        "now on", self._proc.poll() if self._proc else None)
+            log.warning("The executor zygote exited (code %s)", proc.poll())
         for child in orphans:
             threading.Thread(target=child._orphaned, daemon=True,
                              name=f"executor {child.pid} watcher").start()
 
     def stop(self) -> None:
         """End the zygote (the executors it forked are not touched)."""
+        self._stopped = True
         self.alive = False
         if self._sock is not None:
             try:
