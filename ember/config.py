@@ -479,10 +479,11 @@ _entry("spark.job.interruptOnCancel", False, BOOL,
 _entry("spark.job.tags", "", LIST, "Tags of the jobs a thread submits (cancelJobsWithTag).")
 _entry("spark.scheduler.pool", "default", STRING, "FAIR scheduler pool of a thread's jobs.")
 _entry("spark.ember.scheduler.queueShortTasks", True, BOOL,
-       "Ember only: on a cluster, once a task set's tasks finish in under 5 ms, each busy "
-       "task slot of an executor is given one more of them, which it starts as soon as its "
-       "current task ends (no round trip to the driver in between). Never for barrier "
-       "stages, tasks needing more than one core or custom resources, or with speculation.")
+       "Ember only: once a task set's tasks finish in under 5 ms, each busy task slot of an "
+       "executor (or of local mode) is given one more of them, which its task process starts "
+       "as soon as its current task ends (no round trip to the driver in between). Never for "
+       "barrier stages, tasks needing more than one core or custom resources, or with "
+       "speculation.")
 
 # --- networking and RPC ---------------------------------------------------------------------
 _section(*RPC)

@@ -228,7 +228,8 @@ class DriverRuntime:
                 pyspark_memory_mb=pyspark_worker_memory_mb(dict(conf.getAll())),
                 # spark.io.encryption.enabled: a key for this application's shuffle files
                 io_key=(bytes.fromhex(new_key_hex()) if config.read(conf, IO_ENCRYPTION)
-                        else None))
+                        else None),
+                queue_short_tasks=config.read(conf, "spark.ember.scheduler.queueShortTasks"))
             from ember.scheduler.local_backend import EXECUTOR_ID
             # Spark's local mode: tasks take their cores and the driver's resources
             sched.register_executor_resources(EXECUTOR_ID, threads, {

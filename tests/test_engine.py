@@ -371,6 +371,22 @@ def test_long_stage_survives_many_interleaved_short_stages(fresh_sc):
     assert result == [sum(range(12))]
 
 
+def test_a_local_checkpoint_spread_unevenly_is_copied_not_lost(fresh_sc):
+    """As above for a local checkpoint: a task taken over from the holding process gets
+    the block's copy (a truncated lineage cannot compute it again)."""
+    sc = fresh_sc("local[2]")
+
+    def slow_first(i, it):
+        if i == 0:
+            time.sleep(1.5)
+        return [x * 3 for x in it]
+    data = sc.parallelize(range(800), 8).mapPartitionsWithIndex(slow_first)
+    data.localCheckpoint()
+    assert data.count() == 800
+    for _ in range(3):
+        assert data.map(lambda x: x).sum() == 3 * sum(range(800))
+
+
 def test_an_uneven_cache_evens_out_by_copies_from_the_holding_process(fresh_sc):
     """The first job caches partition 0 in one task process (a slow partition keeps it
     busy) and 1-7 in the other. The next job lets the idle process take over part of the

@@ -140,11 +140,18 @@ class TaskProcessPool:
     def free_slots(self) -> list[int]:
         return [s.index for s in self.slots if s.tid is None and not s.dead]
 
+    def busy_slots(self) -> list[int]:
+        """Slots running a task with none waiting behind it."""
+        return [s.index for s in self.slots if s.tid is not None and s.queued is None]
+
+    def running(self, index: int) -> int | None:
+        return self.slots[index].tid
+
     def launch(self, index: int, tid: int, stage_key: Any, blob: bytes, meta: bytes,
                task_bytes: bytes) -> None:
         """Run the task in the slot's process, or right after the one it runs (one task may
         wait per slot: the driver queues short tasks so a slot's next task needs no round
-        trip to it). A third is refused as lost, so the driver runs it elsewhere."""
+        trip to it). A third is reported lost, so the driver runs it elsewhere."""
         with self._lock:
             slot = self.slots[index]
             if slot.tid is None:
@@ -154,8 +161,9 @@ class TaskProcessPool:
             if not busy:
                 slot.queued = (tid, stage_key, blob, meta, task_bytes)
                 return
-        self._end_without_result(slot, tid, "LOST", f"Task process slot {index} is busy "
-                                 f"with task {slot.tid} and another waits for it")
+        self.loop.post(self._end_without_result, slot, tid, "LOST",
+                       f"Task process slot {index} is busy with task {slot.tid} and "
+                       "another waits for it")
 
     def _send_task(self, slot: _Slot, tid: int, stage_key: Any, blob: bytes, meta: bytes,
                    task_bytes: bytes) -> None:
@@ -193,8 +201,8 @@ class TaskProcessPool:
                         os.kill(slot.pid, signal.SIGUSR1)
                     except OSError:
                         pass
-        if waiting:
-            self._end_without_result(slot, tid, "KILLED", "Task killed")
+        if waiting:     # reported from the loop, as every end: never inside the caller's kill
+            self.loop.post(self._end_without_result, slot, tid, "KILLED", "Task killed")
             return
         t = threading.Timer(self.kill_timeout, self._force_kill, (index, tid))
         t.daemon = True

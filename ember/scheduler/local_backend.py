@@ -2,7 +2,9 @@
 
 Processes, not threads, so CPU-bound Python uses N cores. Every task end frees its slot and
 immediately offers it again, in the pool's reader thread, so a stream of tiny tasks costs
-one socket round trip each.
+one socket round trip each; once they are seen to be short, a busy slot also holds the next
+one, which its process starts without waiting for that round trip
+(spark.ember.scheduler.queueShortTasks).
 """
 from __future__ import annotations
 
@@ -22,8 +24,11 @@ class LocalSchedulerBackend(SchedulerBackend):
                  kill_timeout: float, default_parallelism: int | None = None,
                  loop: Any = None, forks: Any = None,
                  fs_conf: dict[str, str] | None = None,
-                 pyspark_memory_mb: int | None = None, io_key: bytes | None = None) -> None:
+                 pyspark_memory_mb: int | None = None, io_key: bytes | None = None,
+                 queue_short_tasks: bool = False) -> None:
         self.scheduler = scheduler
+        self.queue_short_tasks = queue_short_tasks
+        self._queued: dict[int, int] = {}      # busy slot -> the task waiting on it
         self.num_slots = num_slots
         self._default_parallelism = default_parallelism or num_slots
         block_dir = os.path.join(local_dir, "blocks")
@@ -48,16 +53,33 @@ class LocalSchedulerBackend(SchedulerBackend):
         sched = self.scheduler
         with sched.lock:
             free = self.pool.free_slots()
-            if not free:
-                return
-            offers = [WorkerOffer(EXECUTOR_ID, HOST, s) for s in free]
-            for td in sched.resource_offers(offers):
+            launched = sched.resource_offers(
+                [WorkerOffer(EXECUTOR_ID, HOST, s) for s in free]) if free else []
+            if self.queue_short_tasks and len(launched) == len(free):
+                # every free slot took a task: a busy one may take one more (see
+                # spark.ember.scheduler.queueShortTasks)
+                busy = [s for s in self.pool.busy_slots() if s not in self._queued]
+                if busy:
+                    queued = sched.resource_offers(
+                        [WorkerOffer(EXECUTOR_ID, HOST, s, None, True) for s in busy])
+                    for td in queued:
+                        self._queued[td.slot] = td.task_id
+                    launched += queued
+            for td in launched:
                 self.pool.launch(td.slot, td.task_id, td.stage_key, td.blob, td.meta,
                                  td.task_bytes)
 
     def _on_task_end(self, slot: int, tid: int, state: str, payload: Any, accum: dict,
                      metrics: dict, blocks: list) -> None:
-        self.scheduler.status_update(tid, state, payload, accum, metrics, blocks)
+        sched = self.scheduler
+        with sched.lock:
+            sched.status_update(tid, state, payload, accum, metrics, blocks)
+            waiting = self._queued.pop(slot, None)
+            if waiting is not None and waiting != tid:
+                if self.pool.running(slot) == waiting:    # it started as this one ended
+                    sched.promote_queued(waiting)
+                else:                  # this one was the queued task: it still waits
+                    self._queued[slot] = waiting
         self.revive_offers()
 
     def _on_barrier(self, slot: int, tid: int, request: Any, respond: Any) -> None:

@@ -115,13 +115,6 @@ class BlockManager:
             values = list(read_batches(path))
             self._put_memory(name, values, level, disk_size=os.path.getsize(path))
             return iter(values)
-        if getattr(rdd, "_local_checkpointed", False) and getattr(rdd, "_truncated", False):
-            raise RuntimeError(
-                f"Checkpoint block {name} not found! Either the executor that originally "
-                "checkpointed this partition is no longer alive, or the original RDD is "
-                "unpersisted. If this problem persists, you may consider using "
-                "`rdd.checkpoint()` instead, which is slower than local checkpointing but "
-                "more fault-tolerant.")
         if level.useMemory and self.fetch_from_sibling is not None and \
                 ctx.getLocalProperty(BLOCK_IN_SIBLING):
             copy = self.fetch_from_sibling(ctx.taskAttemptId(), name)
@@ -130,6 +123,14 @@ class BlockManager:
                 os.unlink(copy)
                 self._put_memory(name, values, level)
                 return iter(values)
+        # (a local checkpoint's block may be in a sibling task process: asked above)
+        if getattr(rdd, "_local_checkpointed", False) and getattr(rdd, "_truncated", False):
+            raise RuntimeError(
+                f"Checkpoint block {name} not found! Either the executor that originally "
+                "checkpointed this partition is no longer alive, or the original RDD is "
+                "unpersisted. If this problem persists, you may consider using "
+                "`rdd.checkpoint()` instead, which is slower than local checkpointing but "
+                "more fault-tolerant.")
         computed = rdd.compute(split, ctx)
         if not level.useMemory:
             size = write_batches(path, computed)
