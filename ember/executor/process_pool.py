@@ -157,8 +157,7 @@ class TaskProcessPool:
             if slot.tid is None:
                 self._send_task(slot, tid, stage_key, blob, meta, task_bytes)
                 return
-            busy = slot.queued is not None or slot.dead
-            if not busy:
+            if slot.queued is None and not slot.dead:
                 slot.queued = (tid, stage_key, blob, meta, task_bytes)
                 return
         self.loop.post(self._end_without_result, slot, tid, "LOST",

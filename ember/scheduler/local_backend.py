@@ -78,7 +78,7 @@ class LocalSchedulerBackend(SchedulerBackend):
             if waiting is not None and waiting != tid:
                 if self.pool.running(slot) == waiting:    # it started as this one ended
                     sched.promote_queued(waiting)
-                else:                  # this one was the queued task: it still waits
+                else:       # another task's end (the waiting one has not started)
                     self._queued[slot] = waiting
         self.revive_offers()
 
