@@ -13,6 +13,8 @@ import pytest
 
 from ember.executor.process_pool import TaskProcessPool
 from ember.executor.wire import read_msg, send_msg
+from tests.helpers.slot_queue import (cancel_a_job_with_waiting_tasks,
+                                      run_tiny_tasks_counting_promotions, wait_until_free)
 
 
 class FakeProcess:
@@ -142,48 +144,12 @@ def test_local_mode_queues_short_tasks_and_a_cancel_reaches_the_waiting_ones(fre
     """local[2] queues as an executor does: every task runs once, tasks did wait on busy
     slots, and cancelling a job whose slots each hold a waiting task behind a long one ends
     it and leaves every core free."""
-    from ember.errors import JobCancelledException
     sc = fresh_sc("local[2]")
     sched, backend = sc.runtime.task_scheduler, sc.runtime.scheduler_backend
-    promoted: list = []
-    promote = sched.promote_queued
-    sched.promote_queued = lambda tid: (promoted.append(tid), promote(tid))[1]
-    acc = sc.accumulator(0)
-
-    def count(x):
-        acc.add(1)
-        return x
-    assert sc.parallelize(range(2000), 2000).map(count).sum() == sum(range(2000))
-    assert acc.value == 2000 and promoted
-
-    errors: list = []
-
-    def slow_after_short(x):
-        if x >= 40:
-            time.sleep(60)
-        return x
-
-    def run() -> None:
-        sc.setJobGroup("queued", "waiting tasks to cancel")
-        try:
-            sc.parallelize(range(44), 44).map(slow_after_short).count()
-        except Exception as e:
-            errors.append(e)
-    t = threading.Thread(target=run)
-    t.start()
-    deadline = time.time() + 30
-    while len(backend._queued) < 2:
-        assert time.time() < deadline, "no task waited behind the long ones"
-        time.sleep(0.02)
-    sc.cancelJobGroup("queued")
-    t.join(30)
-    assert not t.is_alive() and isinstance(errors[0], JobCancelledException)
-    deadline = time.time() + 30
-    while backend._queued or sched.queued_requirements or \
-            sched.executor_resources["driver"].free_cores < 2:
-        assert time.time() < deadline, (backend._queued, sched.queued_requirements,
-                                        sched.executor_resources["driver"].free_cores,
-                                        [(s.tid, s.queued and s.queued[0])
-                                         for s in backend.pool.slots])
-        time.sleep(0.05)
+    assert run_tiny_tasks_counting_promotions(sc), "no task waited on a busy slot"
+    cancel_a_job_with_waiting_tasks(sc, 2, lambda: len(backend._queued) == 2)
+    cores = sched.executor_resources["driver"]
+    wait_until_free(lambda: not (backend._queued or sched.queued_requirements)
+                    and cores.free_cores == 2,
+                    lambda: (backend._queued, sched.queued_requirements, cores.free_cores))
     assert sc.parallelize(range(10), 4).sum() == 45

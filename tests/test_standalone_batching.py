@@ -214,50 +214,18 @@ def test_short_tasks_wait_on_busy_slots_and_a_cancel_reaches_the_waiting_ones(sc
     when its task ends (spark.ember.scheduler.queueShortTasks): every task still runs once.
     Cancelling a job whose slots each hold a waiting task behind a long one ends it
     promptly, and every core and slot is free again afterwards."""
-    import threading
-
-    from ember.errors import JobCancelledException
-    backend = sc.runtime.scheduler_backend
-    sched = sc.runtime.task_scheduler
-    promoted: list = []
-    promote = sched.promote_queued
-    sched.promote_queued = lambda tid: (promoted.append(tid), promote(tid))[1]
-    sent, received = _record_traffic(sc)
-    acc = sc.accumulator(0)
-
-    def count(x):
-        acc.add(1)
-        return x
-    assert sc.parallelize(range(2000), 2000).map(count).sum() == sum(range(2000))
-    assert acc.value == 2000 and len(set(_task_ids(sent))) == len(_task_ids(sent)) == 2000
-    assert promoted, "no task waited on a busy slot"
-
-    errors: list = []
-
-    def slow_after_short(x):
-        if x >= 40:
-            time.sleep(60)
-        return x
-
-    def run() -> None:
-        sc.setJobGroup("queued", "waiting tasks to cancel")
-        try:
-            sc.parallelize(range(48), 48).map(slow_after_short).count()
-        except Exception as e:
-            errors.append(e)
-    t = threading.Thread(target=run)
-    t.start()
-    deadline = time.time() + 30
-    while not any(e.queued for e in backend.executors.values()):
-        assert time.time() < deadline, "no task waited behind the long ones"
-        time.sleep(0.02)
-    sc.cancelJobGroup("queued")
-    t.join(30)
-    assert not t.is_alive() and isinstance(errors[0], JobCancelledException)
-    deadline = time.time() + 30
-    while any(len(e.free_slots) < e.cores or e.queued for e in backend.executors.values()):
-        assert time.time() < deadline
-        time.sleep(0.05)
-    assert not sched.queued_requirements
-    assert all(r.free_cores == 2 for r in sched.executor_resources.values())
+    from tests.helpers.slot_queue import (cancel_a_job_with_waiting_tasks,
+                                          run_tiny_tasks_counting_promotions, wait_until_free)
+    backend, sched = sc.runtime.scheduler_backend, sc.runtime.task_scheduler
+    sent, _ = _record_traffic(sc)
+    assert run_tiny_tasks_counting_promotions(sc), "no task waited on a busy slot"
+    assert len(set(_task_ids(sent))) == len(_task_ids(sent)) == 2000
+    cancel_a_job_with_waiting_tasks(
+        sc, 4, lambda: any(e.queued for e in backend.executors.values()))
+    wait_until_free(
+        lambda: not any(len(e.free_slots) < e.cores or e.queued
+                        for e in backend.executors.values())
+        and not sched.queued_requirements
+        and all(r.free_cores == 2 for r in sched.executor_resources.values()),
+        lambda: [(e.free_slots, e.queued) for e in backend.executors.values()])
     assert sc.parallelize(range(10), 4).sum() == 45
