@@ -38,7 +38,7 @@ def _plain_worker(records: int, barrier: Any, out: Any) -> None:
 def plain_pass(records: int, processes: int) -> float:
     """Median wall time of one pass split over `processes` plain processes started
     together (a pass ends when the slowest does)."""
-    ctx = mp.get_context("fork")
+    ctx = mp.get_context("spawn")      # not fork: this process runs Ember's threads
     out, barrier = ctx.Queue(), ctx.Barrier(processes)
     procs = [ctx.Process(target=_plain_worker, args=(records // processes, barrier, out))
              for _ in range(processes)]
