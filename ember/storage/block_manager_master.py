@@ -50,16 +50,15 @@ class BlockManagerMaster:
                 found = (st.where, st.mem_size, st.disk_size)
         return found
 
-    def _post_changes(self, before: dict[tuple[str, str], tuple | None],
-                      hosts: dict[str, str]) -> list[BlockUpdated]:
-        """The BlockUpdated events for the (block, executor) views that changed (called
-        under the lock, posted after it)."""
+    def _changes(self, executor_id: str, host: str | None,
+                 before: dict[str, tuple | None]) -> list[BlockUpdated]:
+        """The BlockUpdated events for the blocks whose view on `executor_id` differs from
+        `before` (block name -> view; called under the lock, posted after it)."""
         events = []
-        for (name, executor_id), old in before.items():
+        for name, old in before.items():
             new = self._executor_view(name, executor_id)
             if new == old:
                 continue
-            host = hosts[executor_id]
             if new is None:
                 events.append(BlockUpdated(executor_id, host, name, StorageLevel.NONE, 0, 0))
             else:
@@ -75,10 +74,10 @@ class BlockManagerMaster:
 
     def update(self, executor_id: str, slot: int, host: str, updates: list) -> None:
         with self._lock:
-            before = {}
+            before: dict[str, tuple | None] = {}
             for name, where, mem, disk in updates:
-                if (name, executor_id) not in before:
-                    before[(name, executor_id)] = self._executor_view(name, executor_id)
+                if name not in before:
+                    before[name] = self._executor_view(name, executor_id)
                 locs = self._blocks.setdefault(name, {})
                 key = (executor_id, slot)
                 if where == "removed":
@@ -87,7 +86,7 @@ class BlockManagerMaster:
                         del self._blocks[name]
                 else:
                     locs[key] = BlockStatus(executor_id, slot, host, where, mem, disk)
-            events = self._post_changes(before, {executor_id: host})
+            events = self._changes(executor_id, host, before)
         self._post(events)
 
     def locations(self, rdd_id: int, split: int) -> list[BlockStatus]:
@@ -103,32 +102,34 @@ class BlockManagerMaster:
     def remove_slot(self, executor_id: str, slot: int) -> None:
         """A task process died: its memory blocks are gone (disk blocks stay)."""
         with self._lock:
-            before, hosts = {}, {}
+            before: dict[str, tuple | None] = {}
+            host = None
             for name in list(self._blocks):
                 locs = self._blocks[name]
                 st = locs.get((executor_id, slot))
                 if st is not None and st.where == "memory" and not st.disk_size:
-                    before[(name, executor_id)] = self._executor_view(name, executor_id)
-                    hosts[executor_id] = st.host
+                    before[name] = self._executor_view(name, executor_id)
+                    host = st.host
                     del locs[(executor_id, slot)]
                 if not locs:
                     del self._blocks[name]
-            events = self._post_changes(before, hosts)
+            events = self._changes(executor_id, host, before)
         self._post(events)
 
     def remove_executor(self, executor_id: str) -> None:
         with self._lock:
-            before, hosts = {}, {}
+            before: dict[str, tuple | None] = {}
+            host = None
             for name in list(self._blocks):
                 locs = self._blocks[name]
                 mine = [k for k in locs if k[0] == executor_id]
                 if mine:
-                    before[(name, executor_id)] = self._executor_view(name, executor_id)
+                    before[name] = self._executor_view(name, executor_id)
                 for key in mine:
-                    hosts[executor_id] = locs.pop(key).host
+                    host = locs.pop(key).host
                 if not locs:
                     del self._blocks[name]
-            events = self._post_changes(before, hosts)
+            events = self._changes(executor_id, host, before)
         self._post(events)
 
     def rdd_blocks(self, rdd_id: int) -> dict[str, list[BlockStatus]]:
