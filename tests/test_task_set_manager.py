@@ -297,8 +297,10 @@ def test_short_tasks_queue_one_per_busy_slot_and_take_its_core_when_they_start()
         sched.clock.advance(0.001)
         sched.status_update(td.task_id, "FINISHED", None, {}, {}, [])
     assert tsm.queueable and cores.free_cores == 2
-    running = sched.resource_offers(_slots(False))
-    waiting = sched.resource_offers(_slots(True))
+    # offers are shuffled (as Spark's are): order both lists by slot
+    running = sorted(sched.resource_offers(_slots(False)), key=lambda td: td.slot)
+    waiting = sorted(sched.resource_offers(_slots(True)), key=lambda td: td.slot)
+    assert [td.slot for td in running] == [0, 1]
     assert [td.slot for td in waiting] == [0, 1] and cores.free_cores == 0
     assert all(td.resources == (1, {}) for td in waiting)
     # slot 0's task ends: its waiting task takes the core it frees
