@@ -1,17 +1,23 @@
 """One task waiting per busy slot in the executor's TaskProcessPool (the driver queues short
-tasks there, spark.ember.scheduler.queueShortTasks): the waiting task starts the moment the
-running one ends, a kill drops it without touching the running one, a process that dies
-hands it to its replacement, and nothing is ever dropped silently. The pool runs on real
-socket pairs; the task processes are threads that answer what the test tells them to."""
+tasks there, spark.ember.scheduler.queueShortTasks): the waiting task is written ahead to
+the process and starts the moment the running one ends, a kill ends it unstarted without
+touching the running one, a process that dies hands it to its replacement, and nothing is
+ever dropped silently. The pool runs on real socket pairs; the task processes are threads
+that answer what the test tells them to and read the kill file as a task process does."""
 from __future__ import annotations
 
+import os
 import queue
+import signal
+import struct
 import threading
 import time
 
 import pytest
 
-from ember.executor.process_pool import TaskProcessPool
+from ember.errors import TaskKilledException
+from ember.executor import task_process
+from ember.executor.process_pool import SEND_AHEAD_BYTES, TaskProcessPool
 from ember.executor.wire import read_msg, send_msg
 from tests.helpers.slot_queue import (cancel_a_job_with_waiting_tasks,
                                       run_tiny_tasks_counting_promotions, wait_until_free)
@@ -19,7 +25,7 @@ from tests.helpers.slot_queue import (cancel_a_job_with_waiting_tasks,
 
 class FakeProcess:
     """Reads the pool's messages like a task process; `finish(tid)` ends a task, `die()`
-    closes the socket as a crash would."""
+    closes the socket as a crash would. A task its kill file lists ends unstarted."""
 
     def __init__(self, sock) -> None:
         self.sock = sock
@@ -30,12 +36,17 @@ class FakeProcess:
 
     def _serve(self) -> None:
         try:
-            read_msg(self.f)                           # the slot's conf
+            kill_file = read_msg(self.f)["kill_file"]       # the slot's conf
             while True:
                 msg = read_msg(self.f)
                 if msg[0] != "task":
                     continue
                 tid = msg[1]
+                with open(kill_file, "rb") as f:
+                    data = f.read()
+                if tid in struct.unpack(f"<{len(data) // 8}q", data):
+                    send_msg(self.sock, ("done", tid, "KILLED", b"unstarted"))
+                    continue
                 gate = self.release.setdefault(tid, threading.Event())
                 self.started.put(tid)
                 gate.wait(10)
@@ -69,10 +80,11 @@ class FakeForks:
 
 
 @pytest.fixture()
-def pool():
+def pool(tmp_path):
     ends: "queue.Queue[tuple]" = queue.Queue()
     forks = FakeForks()
-    p = TaskProcessPool(1, {}, lambda slot, tid, state, data: ends.put((tid, state, data)),
+    p = TaskProcessPool(1, {"local_dir": str(tmp_path)},
+                        lambda slot, tid, state, data: ends.put((tid, state, data)),
                         forks=forks, raw_results=True)
     p.start()
     p.ends, p.fake = ends, forks.processes.get(timeout=5)
@@ -81,8 +93,8 @@ def pool():
     p.stop()
 
 
-def launch(pool, tid: int) -> None:
-    pool.launch(0, tid, (1, 0), b"blob", b"meta", b"task %d" % tid)
+def launch(pool, tid: int, size: int = 0) -> None:
+    pool.launch(0, tid, (1, 0), b"blob", b"meta", b"task %d " % tid + b"x" * size)
 
 
 def ended(pool) -> tuple:
@@ -102,9 +114,23 @@ def test_a_waiting_task_starts_as_soon_as_the_running_one_ends(pool) -> None:
     assert pool.free_slots() == [0]
 
 
-def test_killing_a_waiting_task_drops_it_and_leaves_the_running_one(pool) -> None:
+def test_killing_a_task_written_ahead_ends_it_unstarted_and_leaves_the_running_one(pool):
     launch(pool, 1)
     launch(pool, 2)
+    assert pool.fake.started.get(timeout=5) == 1
+    pool.kill(0, 2)
+    pool.kill(0, 2)                                    # twice: still one end
+    pool.fake.finish(1)
+    assert ended(pool) == (1, "FINISHED", b"result 1")
+    assert ended(pool) == (2, "KILLED", b"unstarted")
+    time.sleep(0.1)
+    assert pool.fake.started.empty() and pool.ends.empty()
+    assert pool.free_slots() == [0]
+
+
+def test_a_big_waiting_task_stays_in_the_pool_and_a_kill_drops_it_at_once(pool) -> None:
+    launch(pool, 1)
+    launch(pool, 2, size=SEND_AHEAD_BYTES)
     assert pool.fake.started.get(timeout=5) == 1
     pool.kill(0, 2)
     tid, state, _ = ended(pool)
@@ -114,6 +140,35 @@ def test_killing_a_waiting_task_drops_it_and_leaves_the_running_one(pool) -> Non
     time.sleep(0.1)
     assert pool.fake.started.empty()                   # task 2 never reached the process
     assert pool.free_slots() == [0]
+
+
+def test_a_big_waiting_task_is_sent_when_the_slot_frees(pool) -> None:
+    launch(pool, 1)
+    launch(pool, 2, size=SEND_AHEAD_BYTES)
+    assert pool.fake.started.get(timeout=5) == 1
+    pool.fake.finish(1)
+    assert ended(pool) == (1, "FINISHED", b"result 1")
+    assert pool.fake.started.get(timeout=5) == 2
+    pool.fake.finish(2)
+    assert ended(pool) == (2, "FINISHED", b"result 2")
+
+
+def test_sigusr1_stops_only_a_task_the_kill_file_lists(tmp_path, monkeypatch) -> None:
+    """The task process's side: with two tasks in the process, the signal says "look", the
+    kill file says which."""
+    path = tmp_path / "kills"
+    path.write_bytes(struct.pack("<8q", 7, *[-1] * 7))
+    kills = task_process._Kills()
+    kills.open(str(path))
+    monkeypatch.setattr(task_process, "_kills", kills)
+    monkeypatch.setattr(task_process, "_running", [5])
+    task_process._on_kill(signal.SIGUSR1, None)        # task 5 runs on
+    assert task_process._running == [5]
+    task_process._running[0] = 7
+    with pytest.raises(TaskKilledException):
+        task_process._on_kill(signal.SIGUSR1, None)
+    assert task_process._running == [None]
+    os.close(kills.fd)
 
 
 def test_a_third_task_for_a_busy_slot_is_reported_lost_not_dropped(pool) -> None:

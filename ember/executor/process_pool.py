@@ -5,6 +5,12 @@ multiplexes all slots' sockets; when a process dies (os._exit, segfault, OOM kil
 running task is reported lost and a fresh process takes the slot, so the scheduler can
 retry instead of hanging. Stage closures are sent to a slot only the first time it sees
 the stage.
+
+A short task queued behind a slot's running one (see launch) is written to the process at
+once, so it starts the moment the one before it ends, without a round trip through this
+loop. Two tasks can then be in one process, so a kill names its task: the pool writes the
+task id into the slot's kill file before it sends SIGUSR1, and the process stops (or never
+starts) only a task listed there.
 """
 from __future__ import annotations
 
@@ -14,9 +20,11 @@ import os
 import pickle
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
+from collections import deque
 from typing import Any, Callable
 
 from ember.executor.fork_client import ForkServerClient, task_process_env
@@ -35,9 +43,18 @@ TaskEndCallback = Callable[..., None]
 BarrierCallback = Callable[[int, int, Any, Callable[[bool, Any], None]], None]
 
 
+# a task written ahead to a busy process waits in its socket: bigger ones wait here, so a
+# write to a process that is not reading never blocks the loop
+SEND_AHEAD_BYTES = 64 << 10
+# the kill file: the last KILL_SLOTS task ids killed in a slot (a process holds at most two
+# tasks, so older entries no longer matter); -1 is no task
+KILL_SLOTS = 8
+_KILL_ID = struct.Struct("<q")
+
+
 class _Slot:
-    __slots__ = ("index", "sock", "buf", "tid", "queued", "seen", "forgotten", "killing",
-                 "pid", "started_at", "quick_deaths", "dead")
+    __slots__ = ("index", "sock", "buf", "tid", "queued", "queued_sent", "seen", "forgotten",
+                 "kills", "kill_count", "kill_fd", "pid", "started_at", "quick_deaths", "dead")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -45,9 +62,12 @@ class _Slot:
         self.buf = FrameBuffer()
         self.tid: int | None = None
         self.queued: tuple | None = None   # the launch to run when `tid` ends
+        self.queued_sent = False           # ... already written to the process
         self.seen: set = set()
         self.forgotten: list[int] = []     # stages to drop, told with the next task
-        self.killing: int | None = None
+        self.kills: deque[int] = deque(maxlen=KILL_SLOTS)   # what the kill file lists
+        self.kill_count = 0
+        self.kill_fd = -1
         self.pid = 0
         self.started_at = 0.0
         self.quick_deaths = 0
@@ -92,12 +112,19 @@ class TaskProcessPool:
         if self._own_loop:
             self.loop.start()
         for slot in self.slots:
+            slot.kill_fd = os.open(self._kill_file(slot), os.O_RDWR | os.O_CREAT | os.O_TRUNC,
+                                   0o600)
+            os.write(slot.kill_fd, _KILL_ID.pack(-1) * KILL_SLOTS)
             self._spawn(slot)
+
+    def _kill_file(self, slot: _Slot) -> str:
+        return os.path.join(self.env_conf["local_dir"], f"task-slot-{slot.index}.kills")
 
     def _spawn(self, slot: _Slot) -> None:
         """Give the slot a fresh process; the socket is usable at once (messages queue up)."""
         parent, child = socket.socketpair()
         conf = dict(self.env_conf, slot=slot.index, raw_results=self.raw_results,
+                    kill_file=self._kill_file(slot),
                     sys_path=[p for p in sys.path if p and os.path.isdir(p)])
         send_msg(parent, conf)
         slot.sock, slot.pid = parent, 0
@@ -105,7 +132,6 @@ class TaskProcessPool:
         slot.seen = set()
         slot.forgotten = []
         slot.tid = None
-        slot.killing = None
         slot.started_at = time.monotonic()
         self.loop.register(parent, functools.partial(self._on_readable, slot, parent))
         self._forks.fork(child, slot)
@@ -133,6 +159,9 @@ class TaskProcessPool:
             if slot.sock is not None:
                 self.loop.unregister(slot.sock)
                 slot.sock.close()
+            if slot.kill_fd >= 0:
+                os.close(slot.kill_fd)
+                _unlink(self._kill_file(slot))
         if self._own_loop:
             self.loop.stop()
 
@@ -151,7 +180,8 @@ class TaskProcessPool:
                task_bytes: bytes) -> None:
         """Run the task in the slot's process, or right after the one it runs (one task may
         wait per slot: the driver queues short tasks so a slot's next task needs no round
-        trip to it). A third is reported lost, so the driver runs it elsewhere."""
+        trip to it; it is written to the process at once unless it is big). A third is
+        reported lost, so the driver runs it elsewhere."""
         with self._lock:
             slot = self.slots[index]
             if slot.tid is None:
@@ -159,6 +189,11 @@ class TaskProcessPool:
                 return
             if slot.queued is None and not slot.dead:
                 slot.queued = (tid, stage_key, blob, meta, task_bytes)
+                size = len(task_bytes) + (0 if stage_key in slot.seen
+                                          else len(blob) + len(meta or b""))
+                slot.queued_sent = size <= SEND_AHEAD_BYTES
+                if slot.queued_sent:
+                    self._write_task(slot, tid, stage_key, blob, meta, task_bytes)
                 return
         self.loop.post(self._end_without_result, slot, tid, "LOST",
                        f"Task process slot {index} is busy with task {slot.tid} and "
@@ -168,6 +203,10 @@ class TaskProcessPool:
                    task_bytes: bytes) -> None:
         """Under the lock, the slot idle."""
         slot.tid = tid
+        self._write_task(slot, tid, stage_key, blob, meta, task_bytes)
+
+    def _write_task(self, slot: _Slot, tid: int, stage_key: Any, blob: bytes, meta: bytes,
+                    task_bytes: bytes) -> None:
         first = stage_key not in slot.seen
         if first:
             slot.seen.add(stage_key)
@@ -183,23 +222,30 @@ class TaskProcessPool:
             pass  # the reader thread sees the death and reports the task lost
 
     def kill(self, index: int, tid: int) -> None:
-        """Stop the task: SIGUSR1 now, SIGKILL of the process if it has not stopped in time
-        (also covers a process still being forked, which cannot be signalled yet). A task
-        still waiting for its slot is dropped and reported killed at once."""
+        """Stop the task: listed in the kill file and SIGUSR1 now, SIGKILL of the process if
+        it has not stopped in time (also covers a process still being forked, which cannot
+        be signalled yet). A task still waiting in the pool is dropped and reported killed
+        at once; one written ahead to its process ends there, unstarted, when its turn
+        comes (or stops, if it started meanwhile)."""
         with self._lock:
             slot = self.slots[index]
             waiting = slot.queued is not None and slot.queued[0] == tid
-            if waiting:
+            if waiting and not slot.queued_sent:
                 slot.queued = None
-            elif slot.tid != tid:
+            elif (slot.tid != tid and not waiting) or tid in slot.kills:
                 return
             else:
-                slot.killing = tid
+                # one aligned 8-byte write per kill: a reader never sees half an id
+                os.pwrite(slot.kill_fd, _KILL_ID.pack(tid),
+                          _KILL_ID.size * (slot.kill_count % KILL_SLOTS))
+                slot.kill_count += 1
+                slot.kills.append(tid)
                 if slot.pid:
                     try:
                         os.kill(slot.pid, signal.SIGUSR1)
                     except OSError:
                         pass
+                waiting = False
         if waiting:     # reported from the loop, as every end: never inside the caller's kill
             self.loop.post(self._end_without_result, slot, tid, "KILLED", "Task killed")
             return
@@ -345,11 +391,12 @@ class TaskProcessPool:
             if slot.tid == tid:
                 slot.tid = None
                 if slot.queued is not None:      # started before the end is reported
-                    self._send_task(slot, *slot.queued)
+                    if slot.queued_sent:
+                        slot.tid = slot.queued[0]
+                    else:
+                        self._send_task(slot, *slot.queued)
                     slot.queued = None
             slot.quick_deaths = 0
-            if slot.killing == tid:
-                slot.killing = None
         try:
             self.on_task_end(slot.index, *msg[1:])
         except Exception:
@@ -375,7 +422,7 @@ class TaskProcessPool:
                 if requester != slot.index:
                     self._reply_block(requester, tid, name, None)
             code = self._forks.exit_code(slot.pid, timeout=0.2)
-            tid, killing = slot.tid, slot.killing
+            tid = slot.tid
             slot.tid = None
             lived = time.monotonic() - slot.started_at
             slot.quick_deaths = slot.quick_deaths + 1 if lived < 1.0 and tid is None else 0
@@ -386,19 +433,22 @@ class TaskProcessPool:
                           "giving it up", slot.index, code)
             else:
                 self._spawn(slot)
-                if waiting is not None:     # it never ran: the fresh process runs it
-                    self._send_task(slot, *waiting)
+                if waiting is not None:     # it never ran: the fresh process runs it (or
+                    self._send_task(slot, *waiting)     # ends it, if the kill file lists it)
                     waiting = None
         if tid is not None:
-            if killing == tid:
+            if tid in slot.kills:
                 self._end_without_result(slot, tid, "KILLED", "Task killed")
             else:
                 reason = (f"Python worker exited unexpectedly (crashed): exit code {code}"
                           + (f" (signal {-code})" if code is not None and code < 0 else ""))
                 self._end_without_result(slot, tid, "LOST", reason)
         if waiting is not None:
-            self._end_without_result(slot, waiting[0], "LOST",
-                                     f"Task process slot {slot.index} was given up")
+            if waiting[0] in slot.kills:
+                self._end_without_result(slot, waiting[0], "KILLED", "Task killed")
+            else:
+                self._end_without_result(slot, waiting[0], "LOST",
+                                         f"Task process slot {slot.index} was given up")
         if self.on_slot_restarted is not None:
             self.on_slot_restarted(slot.index)
 

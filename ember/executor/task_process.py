@@ -3,7 +3,8 @@
 Started by a TaskProcessPool (in the driver for local mode, in an executor otherwise). The
 stage's closure arrives once per process and stays cached; each task message then only
 carries its partition. User exceptions come back as type, message and traceback text; a
-SIGUSR1 from the pool kills the running task (cancellation) without killing the process.
+SIGUSR1 from the pool kills the running task (cancellation) without killing the process,
+if the slot's kill file lists that task.
 """
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ import os
 import pickle
 import signal
 import socket
+import struct
 import sys
 import time
 import traceback
+from collections import deque
 from typing import Any
 
 from ember import accumulators, broadcast, fs
@@ -68,12 +71,32 @@ class TaskEnv:
             SparkFiles._fetch_missing = self.remote.missing_file
 
 
-_running = [False]
+_running: list[int | None] = [None]     # the task whose user code runs now
+
+
+class _Kills:
+    """The slot's kill file (see process_pool): the ids of tasks the pool killed. The pool
+    may have written the next task ahead of the running one, so SIGUSR1 alone does not say
+    which task it meant."""
+
+    def __init__(self) -> None:
+        self.fd = -1
+
+    def open(self, path: str) -> None:
+        self.fd = os.open(path, os.O_RDONLY)
+
+    def __contains__(self, tid: int) -> bool:
+        data = os.pread(self.fd, 1024, 0)
+        return tid in struct.unpack(f"<{len(data) // 8}q", data)
+
+
+_kills = _Kills()
 
 
 def _on_kill(signum, frame):
-    if _running[0]:
-        _running[0] = False
+    tid = _running[0]
+    if tid is not None and tid in _kills:
+        _running[0] = None
         raise TaskKilledException()
 
 
@@ -95,6 +118,8 @@ def _load_stage(blob: bytes, meta: bytes) -> _Stage:
 
 def run_task(env: TaskEnv, stage: _Stage, task: tuple, tid: int) -> tuple:
     """Run one task; returns the ("done", tid, state, payload) message to send back."""
+    if tid in _kills:                   # killed while it waited behind the task before it
+        return ("done", tid, "KILLED", "Task killed", {}, {}, [])
     partition, partition_id, attempt, props, stage_id, stage_attempt, task_resources = task
     cpus, assigned = task_resources if task_resources is not None else (env.cpus, {})
     files = props.get("spark.ember.files")
@@ -115,14 +140,14 @@ def run_task(env: TaskEnv, stage: _Stage, task: tuple, tid: int) -> tuple:
     cpu_start = time.process_time()
     state = "FINISHED"
     try:
-        _running[0] = True
+        _running[0] = tid
         try:
             if stage.kind == RESULT:
                 value = stage.func(ctx, stage.rdd.iterator(partition, ctx))
             else:
                 value = stage.func(ctx, stage.rdd.iterator(partition, ctx), tid)
         finally:
-            _running[0] = False
+            _running[0] = None
         if stage.kind == RESULT:
             try:
                 value = pickling.dumps(value)
@@ -138,7 +163,7 @@ def run_task(env: TaskEnv, stage: _Stage, task: tuple, tid: int) -> tuple:
     except _NotSerializableResult as e:
         state, payload = "FAILED", ("NotSerializableResult", str(e), "", False)
     except BaseException as e:  # user code: report, never die
-        _running[0] = False
+        _running[0] = None
         tb = user_traceback(e)
         stop = escaped_stop_iteration(e)
         if stop is not None:       # PySpark's failure, never a StopIteration on the driver
@@ -226,13 +251,23 @@ class _PoolChannel:
     """The running task's line to the driver's BarrierCoordinator: a ("barrier", tid,
     RequestToSync) message to the pool, which forwards it (to the coordinator in local mode,
     through the executor to the driver on a cluster) and answers ("barrier_reply", tid, ok,
-    messages or error). Pool messages arriving meanwhile are handled as usual."""
+    messages or error). Pool messages arriving meanwhile are handled as usual; a task
+    written ahead waits in `tasks` for the serve loop."""
 
     def __init__(self, sock: socket.socket, rfile: Any, control: Any) -> None:
         self.sock = sock
         self.rfile = rfile
         self.control = control
         self.stopped = False
+        self.tasks: deque[tuple] = deque()
+
+    def _other(self, msg: tuple) -> None:
+        """A message that is not the awaited answer."""
+        if msg[0] == "task":
+            self.tasks.append(msg)
+        elif not self.control(msg):
+            self.stopped = True
+            raise TaskKilledException()
 
     def request_to_sync(self, request: Any) -> list[str]:
         from ember.errors import SparkException
@@ -246,9 +281,7 @@ class _PoolChannel:
                 if msg[2]:
                     return list(msg[3])
                 raise SparkException(msg[3])
-            if not self.control(msg):
-                self.stopped = True
-                raise TaskKilledException()
+            self._other(msg)
 
 
     def fetch_block(self, tid: int, name: str) -> str | None:
@@ -262,9 +295,7 @@ class _PoolChannel:
                 if msg[1] == tid and msg[2] == name:
                     return msg[3]
                 continue            # the answer to a killed earlier task's request
-            if not self.control(msg):
-                self.stopped = True
-                raise TaskKilledException()
+            self._other(msg)
 
 
 _channel: list[_PoolChannel | None] = [None]
@@ -300,7 +331,7 @@ def serve(sock: socket.socket, env: TaskEnv) -> None:
     env.block_manager.fetch_from_sibling = channel.fetch_block
     while not channel.stopped:
         try:
-            msg = read_msg(rfile)
+            msg = channel.tasks.popleft() if channel.tasks else read_msg(rfile)
         except (EOFError, OSError):
             return
         op = msg[0]
@@ -322,7 +353,7 @@ def serve(sock: socket.socket, env: TaskEnv) -> None:
                 task = pickle.loads(task_bytes)
                 reply = run_task(env, stage, task, tid)
             except BaseException as e:  # closure failed to unpickle etc.
-                _running[0] = False
+                _running[0] = None
                 reply = ("done", tid, "FAILED",
                          (type(e).__name__, str(e), traceback.format_exc(), True), {}, {}, [])
             send_msg(sock, result_frame(reply) if env.raw_results else reply)
@@ -337,6 +368,7 @@ def run_in_process(sock: socket.socket) -> None:
     rfile = sock.makefile("rb", buffering=0)
     conf = read_msg(rfile)
     rfile.close()
+    _kills.open(conf["kill_file"])
     env = TaskEnv(conf)
     if env.pyspark_memory_mb:
         limit_address_space(env.pyspark_memory_mb)
