@@ -35,16 +35,15 @@ class FakeProcess:
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
+        kills = task_process._Kills()
         try:
-            kill_file = read_msg(self.f)["kill_file"]       # the slot's conf
+            kills.open(read_msg(self.f)["kill_file"])       # the slot's conf
             while True:
                 msg = read_msg(self.f)
                 if msg[0] != "task":
                     continue
                 tid = msg[1]
-                with open(kill_file, "rb") as f:
-                    data = f.read()
-                if tid in struct.unpack(f"<{len(data) // 8}q", data):
+                if tid in kills:
                     send_msg(self.sock, ("done", tid, "KILLED", b"unstarted"))
                     continue
                 gate = self.release.setdefault(tid, threading.Event())
@@ -53,6 +52,9 @@ class FakeProcess:
                 send_msg(self.sock, ("done", tid, "FINISHED", f"result {tid}".encode()))
         except (OSError, EOFError, ValueError):
             pass
+        finally:
+            if kills.fd >= 0:
+                os.close(kills.fd)
 
     def finish(self, tid: int) -> None:
         self.release.setdefault(tid, threading.Event()).set()

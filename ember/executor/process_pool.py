@@ -232,23 +232,21 @@ class TaskProcessPool:
             waiting = slot.queued is not None and slot.queued[0] == tid
             if waiting and not slot.queued_sent:
                 slot.queued = None
-            elif (slot.tid != tid and not waiting) or tid in slot.kills:
+                # reported from the loop, as every end: never inside the caller's kill
+                self.loop.post(self._end_without_result, slot, tid, "KILLED", "Task killed")
                 return
-            else:
-                # one aligned 8-byte write per kill: a reader never sees half an id
-                os.pwrite(slot.kill_fd, _KILL_ID.pack(tid),
-                          _KILL_ID.size * (slot.kill_count % KILL_SLOTS))
-                slot.kill_count += 1
-                slot.kills.append(tid)
-                if slot.pid:
-                    try:
-                        os.kill(slot.pid, signal.SIGUSR1)
-                    except OSError:
-                        pass
-                waiting = False
-        if waiting:     # reported from the loop, as every end: never inside the caller's kill
-            self.loop.post(self._end_without_result, slot, tid, "KILLED", "Task killed")
-            return
+            if (slot.tid != tid and not waiting) or tid in slot.kills:
+                return
+            # one aligned 8-byte write per kill: a reader never sees half an id
+            os.pwrite(slot.kill_fd, _KILL_ID.pack(tid),
+                      _KILL_ID.size * (slot.kill_count % KILL_SLOTS))
+            slot.kill_count += 1
+            slot.kills.append(tid)
+            if slot.pid:
+                try:
+                    os.kill(slot.pid, signal.SIGUSR1)
+                except OSError:
+                    pass
         t = threading.Timer(self.kill_timeout, self._force_kill, (index, tid))
         t.daemon = True
         t.start()
