@@ -2,7 +2,7 @@
 standalone cluster (or local[2]), with the CPU and context switches per task of each kind
 of process.
 
-    python -m benchmarks.cluster_path [--workers 2] [--tasks 4000] [--runs 3] [--local]
+    python -m benchmarks.cluster_path [--workers 2] [--cores 2] [--tasks 4000] [--runs 3] [--local]
 
 Why: on a shared machine tasks/s moves with everybody else's load; the CPU each process
 spends per task (driver, executors, task processes) and how often each is woken move much
@@ -107,7 +107,8 @@ def measure(master: str, executors: int, tasks: int, runs: int) -> dict[str, Any
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.cluster_path",
                                 description=__doc__.splitlines()[0])
-    p.add_argument("--workers", type=int, default=2, help="2-core workers of the cluster")
+    p.add_argument("--workers", type=int, default=2, help="workers of the cluster")
+    p.add_argument("--cores", type=int, default=2, help="cores of each worker")
     p.add_argument("--tasks", type=int, default=4000, help="one-record tasks per job")
     p.add_argument("--runs", type=int, default=3, help="jobs (the median is reported)")
     p.add_argument("--local", action="store_true", help="local[2] instead of a cluster")
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from ember.deploy.local_cluster import LocalCluster
         with LocalCluster(tempfile.mkdtemp(prefix="ember-cluster-path-"), workers=args.workers,
-                          cores=2, memory="2g") as cluster:
+                          cores=args.cores, memory="2g") as cluster:
             result = measure(cluster.url, args.workers, args.tasks, args.runs)
     print(json.dumps(result))
     return 0

@@ -480,10 +480,13 @@ _entry("spark.job.tags", "", LIST, "Tags of the jobs a thread submits (cancelJob
 _entry("spark.scheduler.pool", "default", STRING, "FAIR scheduler pool of a thread's jobs.")
 _entry("spark.ember.scheduler.queueShortTasks", True, BOOL,
        "Ember only: once a task set's tasks finish in under 5 ms, each busy task slot of an "
-       "executor (or of local mode) is given one more of them, which its task process starts "
-       "as soon as its current task ends (no round trip to the driver in between). Never for "
-       "barrier stages, tasks needing more than one core or custom resources, or with "
-       "speculation.")
+       "executor (or of local mode) is given more of them (spark.ember.scheduler.queueDepth), "
+       "which its task process starts as soon as its current task ends (no round trip to the "
+       "driver in between) and whose results it reports together. Never for barrier stages, "
+       "tasks needing more than one core or custom resources, or with speculation.")
+_entry("spark.ember.scheduler.queueDepth", 4, INT,
+       "Ember only: how many short tasks may wait behind each busy task slot when "
+       "spark.ember.scheduler.queueShortTasks is on (1 to 7).")
 
 # --- networking and RPC ---------------------------------------------------------------------
 _section(*RPC)

@@ -211,6 +211,7 @@ class DriverRuntime:
         if local is not None:
             from ember.executor.pyspark_memory import pyspark_worker_memory_mb
             from ember.scheduler.local_backend import LocalSchedulerBackend
+            from ember.scheduler.slot_queues import queue_depth
             from ember.shuffle.crypto import IO_ENCRYPTION, new_key_hex
             storage = config.read(conf, "spark.ember.storage.memory")
             if storage is None:
@@ -229,7 +230,7 @@ class DriverRuntime:
                 # spark.io.encryption.enabled: a key for this application's shuffle files
                 io_key=(bytes.fromhex(new_key_hex()) if config.read(conf, IO_ENCRYPTION)
                         else None),
-                queue_short_tasks=config.read(conf, "spark.ember.scheduler.queueShortTasks"))
+                queue_depth=queue_depth(conf))
             from ember.scheduler.local_backend import EXECUTOR_ID
             # Spark's local mode: tasks take their cores and the driver's resources
             sched.register_executor_resources(EXECUTOR_ID, threads, {

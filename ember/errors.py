@@ -47,6 +47,11 @@ class TaskKilledException(BaseException):
     """Raised inside a task process when the driver kills the running task (cancellation)."""
 
 
+# the reason of a queued task its task process handed back unstarted because it waited
+# behind a long one (the driver runs it again wherever a slot is free; not a failure)
+TASK_HANDED_BACK = "Task waited behind a long-running task; resubmitted"
+
+
 class JobCancelledException(SparkException):
     """A job ended because it was cancelled (error class SPARK_JOB_CANCELLED)."""
 

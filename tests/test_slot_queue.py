@@ -17,8 +17,9 @@ import pytest
 
 from ember.errors import TaskKilledException
 from ember.executor import task_process
-from ember.executor.process_pool import SEND_AHEAD_BYTES, TaskProcessPool
+from ember.executor.process_pool import MAX_WAITING, SEND_AHEAD_BYTES, TaskProcessPool
 from ember.executor.wire import read_msg, send_msg
+from ember.scheduler.slot_queues import SlotQueues
 from tests.helpers.slot_queue import (cancel_a_job_with_waiting_tasks,
                                       run_tiny_tasks_counting_promotions, wait_until_free)
 
@@ -173,15 +174,36 @@ def test_sigusr1_stops_only_a_task_the_kill_file_lists(tmp_path, monkeypatch) ->
     os.close(kills.fd)
 
 
-def test_a_third_task_for_a_busy_slot_is_reported_lost_not_dropped(pool) -> None:
-    launch(pool, 1)
-    launch(pool, 2)
-    launch(pool, 3)
+def test_waiting_tasks_run_in_order_and_one_too_many_is_reported_lost_not_dropped(pool):
+    for tid in range(1, MAX_WAITING + 3):
+        launch(pool, tid)
     tid, state, _ = ended(pool)
-    assert (tid, state) == (3, "LOST")
+    assert (tid, state) == (MAX_WAITING + 2, "LOST")
+    for tid in range(1, MAX_WAITING + 2):
+        assert pool.fake.started.get(timeout=5) == tid
+        pool.fake.finish(tid)
+        assert ended(pool)[:2] == (tid, "FINISHED")
+    assert pool.free_slots() == [0]
+
+
+def test_waiting_tasks_past_the_send_ahead_budget_wait_in_the_pool(pool) -> None:
+    """Two fit in the process's socket, the third waits in the pool: killing it ends it at
+    once, killing the second (written ahead) ends it unstarted in its turn."""
+    launch(pool, 1)
+    for tid in (2, 3, 4):
+        launch(pool, tid, size=SEND_AHEAD_BYTES // 3)
+    assert pool.fake.started.get(timeout=5) == 1
+    pool.kill(0, 4)
+    assert ended(pool)[:2] == (4, "KILLED")
+    pool.kill(0, 2)
     pool.fake.finish(1)
-    pool.fake.finish(2)
-    assert [ended(pool)[0] for _ in range(2)] == [1, 2]
+    assert ended(pool)[:2] == (1, "FINISHED")
+    assert ended(pool) == (2, "KILLED", b"unstarted")
+    assert pool.fake.started.get(timeout=5) == 3
+    pool.fake.finish(3)
+    assert ended(pool)[:2] == (3, "FINISHED")
+    time.sleep(0.1)
+    assert pool.fake.started.empty() and pool.ends.empty()
 
 
 def test_a_dying_process_hands_the_waiting_task_to_its_replacement(pool) -> None:
@@ -204,9 +226,51 @@ def test_local_mode_queues_short_tasks_and_a_cancel_reaches_the_waiting_ones(fre
     sc = fresh_sc("local[2]")
     sched, backend = sc.runtime.task_scheduler, sc.runtime.scheduler_backend
     assert run_tiny_tasks_counting_promotions(sc), "no task waited on a busy slot"
-    cancel_a_job_with_waiting_tasks(sc, 2, lambda: len(backend._queued) == 2)
+    waiting = backend.slots.waiting
+    cancel_a_job_with_waiting_tasks(sc, 2, lambda: sum(map(len, waiting.values())) >= 2)
     cores = sched.executor_resources["driver"]
-    wait_until_free(lambda: not (backend._queued or sched.queued_requirements)
-                    and cores.free_cores == 2,
-                    lambda: (backend._queued, sched.queued_requirements, cores.free_cores))
+    wait_until_free(lambda: not (any(waiting.values()) or backend.slots.running
+                                 or sched.queued_requirements) and cores.free_cores == 2,
+                    lambda: (waiting, sched.queued_requirements, cores.free_cores))
     assert sc.parallelize(range(10), 4).sum() == 45
+
+
+def test_the_drivers_slot_queues_follow_the_order_the_process_runs_them() -> None:
+    q = SlotQueues(depth=2)
+    q.started(0, 1)
+    assert q.room() == [0, 0]
+    q.queued(0, 2)
+    q.queued(0, 3)
+    assert q.room() == []
+    assert q.ended(0, 3) == (False, None)           # killed while it waited
+    assert q.ended(0, 1) == (False, 2)              # 2 started in its place
+    assert q.ended(0, 99) == (False, None)          # not a task of this slot: no change
+    assert q.room() == [0, 0]
+    assert q.ended(0, 2) == (True, None)
+    assert q.room() == [] and not q.running
+
+
+def test_tasks_queued_behind_a_slow_one_are_handed_back_and_each_runs_once(fresh_sc):
+    """A slow task in a stream of tiny ones: the tiny ones queued behind it are handed
+    back unstarted (to run on whichever slot is free), and every task still runs once."""
+    from ember.errors import TASK_HANDED_BACK
+    sc = fresh_sc("local[2]")
+    sched = sc.runtime.task_scheduler
+    ends: list[tuple] = []
+    status_update = sched.status_update
+    sched.status_update = lambda tid, state, payload, *rest: (
+        ends.append((tid, state, payload)), status_update(tid, state, payload, *rest))[1]
+    acc = sc.accumulator(0)
+
+    def count(x):
+        acc.add(1)
+        if x == 300:
+            time.sleep(0.5)
+        return x
+    try:
+        assert sc.parallelize(range(600), 600).map(count).sum() == sum(range(600))
+    finally:
+        sched.status_update = status_update
+    assert acc.value == 600
+    assert any(state == "KILLED" and payload == TASK_HANDED_BACK for _, state, payload in ends)
+    assert sum(state == "FINISHED" for _, state, _ in ends) == 600

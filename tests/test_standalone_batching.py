@@ -102,11 +102,14 @@ def test_many_tiny_tasks_and_failures_are_each_reported_exactly_once(sc, tmp_pat
     assert sc.parallelize(range(600), 600).map(count).sum() == sum(range(600))
     assert acc.value == 600     # one accumulator update per task, batched or not
     launched = _task_ids(sent)
-    assert len(launched) == 600 and len(set(launched)) == 600
+    # a task handed back unstarted (it waited behind a slow one) is launched again
+    assert len(launched) >= 600 and len(set(launched)) == len(launched)
     reported = [m.taskId for m in received if isinstance(m, StatusUpdate)] + \
         [t for m in received if isinstance(m, StatusUpdates) for t in m.taskIds]
     assert sorted(reported) == sorted(launched)
     assert any(isinstance(m, LaunchTasks) for m in sent)
+    # task processes report queued tasks' results together: more per message than cores
+    assert max(len(m.taskIds) for m in received if isinstance(m, StatusUpdates)) > 2
 
     # a failing task inside a batch fails alone: its retries succeed, the others count once
     flag = tmp_path / "failed-once"
@@ -210,7 +213,7 @@ def test_kills_and_crashed_task_processes_reach_the_driver_through_the_executor(
 
 
 def test_short_tasks_wait_on_busy_slots_and_a_cancel_reaches_the_waiting_ones(sc) -> None:
-    """Once a stage's tasks are seen to be short, each busy slot gets one more to start
+    """Once a stage's tasks are seen to be short, each busy slot gets more to start
     when its task ends (spark.ember.scheduler.queueShortTasks): every task still runs once.
     Cancelling a job whose slots each hold a waiting task behind a long one ends it
     promptly, and every core and slot is free again afterwards."""
@@ -219,13 +222,14 @@ def test_short_tasks_wait_on_busy_slots_and_a_cancel_reaches_the_waiting_ones(sc
     backend, sched = sc.runtime.scheduler_backend, sc.runtime.task_scheduler
     sent, _ = _record_traffic(sc)
     assert run_tiny_tasks_counting_promotions(sc), "no task waited on a busy slot"
-    assert len(set(_task_ids(sent))) == len(_task_ids(sent)) == 2000
+    # a task handed back unstarted (it waited behind a slow one) is launched again
+    assert len(set(_task_ids(sent))) == len(_task_ids(sent)) >= 2000
     cancel_a_job_with_waiting_tasks(
-        sc, 4, lambda: any(e.queued for e in backend.executors.values()))
+        sc, 4, lambda: any(any(e.slots.waiting.values()) for e in backend.executors.values()))
     wait_until_free(
-        lambda: not any(len(e.free_slots) < e.cores or e.queued
+        lambda: not any(len(e.free_slots) < e.cores or any(e.slots.waiting.values())
                         for e in backend.executors.values())
         and not sched.queued_requirements
         and all(r.free_cores == 2 for r in sched.executor_resources.values()),
-        lambda: [(e.free_slots, e.queued) for e in backend.executors.values()])
+        lambda: [(e.free_slots, e.slots.waiting) for e in backend.executors.values()])
     assert sc.parallelize(range(10), 4).sum() == 45

@@ -10,7 +10,7 @@ import socket
 import threading
 
 from ember.executor.task_process import result_frame
-from ember.executor.wire import FrameBuffer, send_msg
+from ember.executor.wire import FrameBuffer, Inbox, send_msg, send_msgs
 
 
 def _stream(messages: list) -> bytes:
@@ -78,3 +78,28 @@ def test_a_result_frame_is_what_the_driver_unpickles_or_a_not_serializable_failu
     payload, accums, got_metrics, blocks = pickle.loads(frame[3])
     assert payload[0] == "NotSerializableResult" and "lock" in payload[1]
     assert payload[3] is False and accums == {} and got_metrics == metrics and blocks == []
+
+
+def test_an_inbox_says_without_blocking_whether_a_message_is_here() -> None:
+    """A task process holds finished results while its next task is already here: poll()
+    must answer at once, and what it took in is read in order afterwards."""
+    a, b = socket.socketpair()
+    inbox = Inbox(b)
+    assert not inbox.poll()                         # nothing sent: no wait
+    send_msgs(a, [("task", 1), ("task", 2)])
+    assert inbox.poll() and inbox.ready[0] == ("task", 1)
+    assert inbox.read() == ("task", 1) and inbox.poll() and inbox.read() == ("task", 2)
+    assert not inbox.poll()
+    big = ("task", 3, b"x" * 2_000_000)             # more than one receive takes
+    t = threading.Thread(target=lambda: send_msgs(a, [big, ("stop",)]))
+    t.start()
+    assert inbox.read() == big and inbox.read() == ("stop",)
+    t.join()
+    a.close()
+    assert not inbox.poll()                         # the peer is gone: still no wait
+    try:
+        inbox.read()
+        raise AssertionError("read after the peer closed")
+    except EOFError:
+        pass
+    b.close()

@@ -6,11 +6,11 @@ running task is reported lost and a fresh process takes the slot, so the schedul
 retry instead of hanging. Stage closures are sent to a slot only the first time it sees
 the stage.
 
-A short task queued behind a slot's running one (see launch) is written to the process at
-once, so it starts the moment the one before it ends, without a round trip through this
-loop. Two tasks can then be in one process, so a kill names its task: the pool writes the
-task id into the slot's kill file before it sends SIGUSR1, and the process stops (or never
-starts) only a task listed there.
+Short tasks queued behind a slot's running one (see launch) are written to the process at
+once, so each starts the moment the one before it ends, without a round trip through this
+loop. Several tasks can then be in one process, so a kill names its task: the pool writes
+the task id into the slot's kill file before it sends SIGUSR1, and the process stops (or
+never starts) only a task listed there.
 """
 from __future__ import annotations
 
@@ -43,17 +43,34 @@ TaskEndCallback = Callable[..., None]
 BarrierCallback = Callable[[int, int, Any, Callable[[bool, Any], None]], None]
 
 
-# a task written ahead to a busy process waits in its socket: bigger ones wait here, so a
-# write to a process that is not reading never blocks the loop
+# tasks written ahead to a busy process wait in its socket, up to this many bytes per slot:
+# the rest wait here, so a write to a process that is not reading never blocks the loop
 SEND_AHEAD_BYTES = 64 << 10
-# the kill file: the last KILL_SLOTS task ids killed in a slot (a process holds at most two
-# tasks, so older entries no longer matter); -1 is no task
+# tasks that may wait behind a slot's running one (the driver's
+# spark.ember.scheduler.queueDepth is at most this)
+MAX_WAITING = 7
+# the kill file: the last KILL_SLOTS task ids killed in a slot (a process holds at most
+# 1 + MAX_WAITING tasks, so older entries no longer matter); -1 is no task
 KILL_SLOTS = 8
 _KILL_ID = struct.Struct("<q")
 
 
+class _Waiting:
+    """A launch waiting behind its slot's running task."""
+    __slots__ = ("launch", "size", "sent")
+
+    def __init__(self, launch: tuple, size: int) -> None:
+        self.launch = launch          # (tid, stage key, blob, meta, task bytes)
+        self.size = size              # bytes it takes in the process's socket
+        self.sent = False             # already written to the process
+
+    @property
+    def tid(self) -> int:
+        return self.launch[0]
+
+
 class _Slot:
-    __slots__ = ("index", "sock", "buf", "tid", "queued", "queued_sent", "seen", "forgotten",
+    __slots__ = ("index", "sock", "buf", "tid", "waiting", "seen", "forgotten",
                  "kills", "kill_count", "kill_fd", "pid", "started_at", "quick_deaths", "dead")
 
     def __init__(self, index: int) -> None:
@@ -61,8 +78,7 @@ class _Slot:
         self.sock: socket.socket | None = None
         self.buf = FrameBuffer()
         self.tid: int | None = None
-        self.queued: tuple | None = None   # the launch to run when `tid` ends
-        self.queued_sent = False           # ... already written to the process
+        self.waiting: deque[_Waiting] = deque()   # to run when `tid` ends, in order
         self.seen: set = set()
         self.forgotten: list[int] = []     # stages to drop, told with the next task
         self.kills: deque[int] = deque(maxlen=KILL_SLOTS)   # what the kill file lists
@@ -169,35 +185,41 @@ class TaskProcessPool:
     def free_slots(self) -> list[int]:
         return [s.index for s in self.slots if s.tid is None and not s.dead]
 
-    def busy_slots(self) -> list[int]:
-        """Slots running a task with none waiting behind it."""
-        return [s.index for s in self.slots if s.tid is not None and s.queued is None]
-
     def running(self, index: int) -> int | None:
         return self.slots[index].tid
 
     def launch(self, index: int, tid: int, stage_key: Any, blob: bytes, meta: bytes,
                task_bytes: bytes) -> None:
-        """Run the task in the slot's process, or right after the one it runs (one task may
-        wait per slot: the driver queues short tasks so a slot's next task needs no round
-        trip to it; it is written to the process at once unless it is big). A third is
-        reported lost, so the driver runs it elsewhere."""
+        """Run the task in the slot's process, or after the ones it holds (up to MAX_WAITING
+        may wait per slot: the driver queues short tasks so a slot's next task needs no
+        round trip to it; they are written to the process at once while they fit in
+        SEND_AHEAD_BYTES). One more is reported lost, so the driver runs it elsewhere."""
         with self._lock:
             slot = self.slots[index]
             if slot.tid is None:
                 self._send_task(slot, tid, stage_key, blob, meta, task_bytes)
                 return
-            if slot.queued is None and not slot.dead:
-                slot.queued = (tid, stage_key, blob, meta, task_bytes)
+            if len(slot.waiting) < MAX_WAITING and not slot.dead:
                 size = len(task_bytes) + (0 if stage_key in slot.seen
                                           else len(blob) + len(meta or b""))
-                slot.queued_sent = size <= SEND_AHEAD_BYTES
-                if slot.queued_sent:
-                    self._write_task(slot, tid, stage_key, blob, meta, task_bytes)
+                slot.waiting.append(_Waiting((tid, stage_key, blob, meta, task_bytes), size))
+                self._send_ahead(slot)
                 return
         self.loop.post(self._end_without_result, slot, tid, "LOST",
                        f"Task process slot {index} is busy with task {slot.tid} and "
-                       "another waits for it")
+                       f"{len(slot.waiting)} more wait for it")
+
+    def _send_ahead(self, slot: _Slot) -> None:
+        """Under the lock: write waiting tasks to the busy process, in order, while they fit
+        in SEND_AHEAD_BYTES."""
+        budget = SEND_AHEAD_BYTES
+        for w in slot.waiting:
+            budget -= w.size
+            if budget < 0:
+                return
+            if not w.sent:
+                w.sent = True
+                self._write_task(slot, *w.launch, queued=True)
 
     def _send_task(self, slot: _Slot, tid: int, stage_key: Any, blob: bytes, meta: bytes,
                    task_bytes: bytes) -> None:
@@ -206,12 +228,14 @@ class TaskProcessPool:
         self._write_task(slot, tid, stage_key, blob, meta, task_bytes)
 
     def _write_task(self, slot: _Slot, tid: int, stage_key: Any, blob: bytes, meta: bytes,
-                    task_bytes: bytes) -> None:
+                    task_bytes: bytes, queued: bool = False) -> None:
+        """Queued (written ahead to a busy process): with the time it was sent, so the
+        process can tell a task held up by a long one (task_process.GIVE_BACK_S)."""
         first = stage_key not in slot.seen
         if first:
             slot.seen.add(stage_key)
         msg = ("task", tid, stage_key, blob if first else None, meta if first else None,
-               task_bytes)
+               task_bytes, time.monotonic() if queued else None)
         try:
             if slot.forgotten:
                 send_msgs(slot.sock, [("forget_stage", s) for s in slot.forgotten] + [msg])
@@ -229,13 +253,13 @@ class TaskProcessPool:
         comes (or stops, if it started meanwhile)."""
         with self._lock:
             slot = self.slots[index]
-            waiting = slot.queued is not None and slot.queued[0] == tid
-            if waiting and not slot.queued_sent:
-                slot.queued = None
+            waiting = next((w for w in slot.waiting if w.tid == tid), None)
+            if waiting is not None and not waiting.sent:
+                slot.waiting.remove(waiting)
                 # reported from the loop, as every end: never inside the caller's kill
                 self.loop.post(self._end_without_result, slot, tid, "KILLED", "Task killed")
                 return
-            if (slot.tid != tid and not waiting) or tid in slot.kills:
+            if (slot.tid != tid and waiting is None) or tid in slot.kills:
                 return
             # one aligned 8-byte write per kill: a reader never sees half an id
             os.pwrite(slot.kill_fd, _KILL_ID.pack(tid),
@@ -353,7 +377,10 @@ class TaskProcessPool:
 
     def _reply_block(self, index: int, tid: int, name: str, path: str | None) -> None:
         slot = self.slots[index]
-        if slot.sock is not None and slot.tid == tid:
+        # the asking task may run while this pool still counts the one before it running
+        # (a process reports the results of queued tasks together)
+        if slot.sock is not None and (slot.tid == tid or any(w.tid == tid and w.sent
+                                                              for w in slot.waiting)):
             try:
                 send_msg(slot.sock, ("block_reply", tid, name, path))
                 return
@@ -388,12 +415,13 @@ class TaskProcessPool:
         with self._lock:
             if slot.tid == tid:
                 slot.tid = None
-                if slot.queued is not None:      # started before the end is reported
-                    if slot.queued_sent:
-                        slot.tid = slot.queued[0]
+                if slot.waiting:        # the next one started before this end was read
+                    nxt = slot.waiting.popleft()
+                    if nxt.sent:
+                        slot.tid = nxt.tid
                     else:
-                        self._send_task(slot, *slot.queued)
-                    slot.queued = None
+                        self._send_task(slot, *nxt.launch)
+                    self._send_ahead(slot)
             slot.quick_deaths = 0
         try:
             self.on_task_end(slot.index, *msg[1:])
@@ -424,16 +452,19 @@ class TaskProcessPool:
             slot.tid = None
             lived = time.monotonic() - slot.started_at
             slot.quick_deaths = slot.quick_deaths + 1 if lived < 1.0 and tid is None else 0
-            waiting, slot.queued = slot.queued, None
+            waiting = [w.launch for w in slot.waiting]
+            slot.waiting.clear()
             if slot.quick_deaths >= 5:
                 slot.dead = True
                 log.error("Task process slot %d keeps dying at start (exit code %s); "
                           "giving it up", slot.index, code)
             else:
                 self._spawn(slot)
-                if waiting is not None:     # it never ran: the fresh process runs it (or
-                    self._send_task(slot, *waiting)     # ends it, if the kill file lists it)
-                    waiting = None
+                # they never ran: the fresh process runs them (or ends those its kill file
+                # lists)
+                for launch in waiting:
+                    self.launch(slot.index, *launch)
+                waiting = []
         if tid is not None:
             if tid in slot.kills:
                 self._end_without_result(slot, tid, "KILLED", "Task killed")
@@ -441,11 +472,11 @@ class TaskProcessPool:
                 reason = (f"Python worker exited unexpectedly (crashed): exit code {code}"
                           + (f" (signal {-code})" if code is not None and code < 0 else ""))
                 self._end_without_result(slot, tid, "LOST", reason)
-        if waiting is not None:
-            if waiting[0] in slot.kills:
-                self._end_without_result(slot, waiting[0], "KILLED", "Task killed")
+        for launch in waiting:
+            if launch[0] in slot.kills:
+                self._end_without_result(slot, launch[0], "KILLED", "Task killed")
             else:
-                self._end_without_result(slot, waiting[0], "LOST",
+                self._end_without_result(slot, launch[0], "LOST",
                                          f"Task process slot {slot.index} was given up")
         if self.on_slot_restarted is not None:
             self.on_slot_restarted(slot.index)

@@ -21,8 +21,8 @@ from typing import Any
 
 from ember import accumulators, broadcast, fs
 from ember.deploy.resource_messages import ResourceInformation
-from ember.errors import TaskKilledException
-from ember.executor.wire import read_msg, send_msg
+from ember.errors import TASK_HANDED_BACK, TaskKilledException
+from ember.executor.wire import Inbox, read_msg, send_msg, send_msgs
 from ember.files import SparkFiles
 from ember.shuffle.base import FetchFailedError
 from ember.storage.block_manager import BlockManager
@@ -31,6 +31,14 @@ from ember.util import pickling
 from ember.util.user_code import escaped_stop_iteration, stop_iteration_error
 
 RESULT, MAP = "result", "map"
+# results of tasks of one stage are held while the next task of the stage is already here
+# (queued short tasks), and sent together: one write, one wake-up of the pool, and on a
+# cluster one StatusUpdates to the driver for several tasks; bounded in count and age
+HOLD_RESULTS, HOLD_S = 8, 0.002
+# a queued task that waited this long behind the ones before it (one of them ran long) is
+# handed back unstarted, so the driver runs it on whichever slot is free instead of after
+# the others waiting here (short tasks stop being queued once one is handed back)
+GIVE_BACK_S = 0.05
 
 
 class TaskEnv:
@@ -254,9 +262,9 @@ class _PoolChannel:
     messages or error). Pool messages arriving meanwhile are handled as usual; a task
     written ahead waits in `tasks` for the serve loop."""
 
-    def __init__(self, sock: socket.socket, rfile: Any, control: Any) -> None:
+    def __init__(self, sock: socket.socket, inbox: Inbox, control: Any) -> None:
         self.sock = sock
-        self.rfile = rfile
+        self.inbox = inbox
         self.control = control
         self.stopped = False
         self.tasks: deque[tuple] = deque()
@@ -274,7 +282,7 @@ class _PoolChannel:
         tid = request.taskAttemptId
         send_msg(self.sock, ("barrier", tid, request))
         while True:
-            msg = read_msg(self.rfile)
+            msg = self.inbox.read()
             if msg[0] == "barrier_reply":
                 if msg[1] != tid:
                     continue        # the answer to a killed earlier task's call
@@ -290,7 +298,7 @@ class _PoolChannel:
         when none holds it."""
         send_msg(self.sock, ("fetch_block", tid, name))
         while True:
-            msg = read_msg(self.rfile)
+            msg = self.inbox.read()
             if msg[0] == "block_reply":
                 if msg[1] == tid and msg[2] == name:
                     return msg[3]
@@ -302,10 +310,9 @@ _channel: list[_PoolChannel | None] = [None]
 
 
 def serve(sock: socket.socket, env: TaskEnv) -> None:
-    rfile = sock.makefile("rb", buffering=1 << 16)
+    inbox = Inbox(sock)
     stages: dict[Any, _Stage] = {}
-    files_dir = SparkFiles._root_directory
-    files_mtime = 0
+    files = [SparkFiles._root_directory, 0]
 
     def control(msg: tuple) -> bool:
         """A message other than a task; False when told to stop."""
@@ -327,38 +334,71 @@ def serve(sock: socket.socket, env: TaskEnv) -> None:
             return False
         return True     # also a late "barrier_reply" for a task that was killed meanwhile
 
-    channel = _channel[0] = _PoolChannel(sock, rfile, control)
+    channel = _channel[0] = _PoolChannel(sock, inbox, control)
     env.block_manager.fetch_from_sibling = channel.fetch_block
-    while not channel.stopped:
-        try:
-            msg = channel.tasks.popleft() if channel.tasks else read_msg(rfile)
-        except (EOFError, OSError):
-            return
-        op = msg[0]
-        if op == "task":
-            _, tid, key, blob, meta, task_bytes = msg
-            if files_dir:
-                try:
-                    m = os.stat(files_dir).st_mtime_ns
-                except OSError:
-                    m = files_mtime
-                if m != files_mtime:
-                    files_mtime = m
-                    _add_py_files(files_dir)
+    held: list[tuple] = []          # results not sent yet (HOLD_RESULTS)
+    held_since = 0.0
+
+    def next_in_hand() -> tuple | None:
+        if channel.tasks:
+            return channel.tasks[0]
+        return inbox.ready[0] if inbox.poll() else None
+
+    try:
+        while not channel.stopped:
+            if held and next_in_hand() is None:
+                send_msgs(sock, held)       # nothing more to run now: report what ended
+                held.clear()
+            msg = channel.tasks.popleft() if channel.tasks else inbox.read()
+            if msg[0] != "task":
+                if not control(msg):
+                    return
+                continue
+            held.append(_run(env, msg, stages, files))
+            if len(held) == 1:
+                held_since = time.perf_counter()
+            nxt = next_in_hand()
+            if nxt is None or nxt[0] != "task" or nxt[2] != msg[2] \
+                    or len(held) >= HOLD_RESULTS or time.perf_counter() - held_since > HOLD_S:
+                send_msgs(sock, held)
+                held.clear()
+    except (EOFError, OSError):
+        return
+    finally:
+        if held:
             try:
-                stage = stages.get(key)
-                if stage is None:
-                    stage = _load_stage(blob, meta)
-                    stages[key] = stage       # kept until the pool says "forget_stage"
-                task = pickle.loads(task_bytes)
-                reply = run_task(env, stage, task, tid)
-            except BaseException as e:  # closure failed to unpickle etc.
-                _running[0] = None
-                reply = ("done", tid, "FAILED",
-                         (type(e).__name__, str(e), traceback.format_exc(), True), {}, {}, [])
-            send_msg(sock, result_frame(reply) if env.raw_results else reply)
-        elif not control(msg):
-            return
+                send_msgs(sock, held)
+            except OSError:
+                pass
+
+
+def _run(env: TaskEnv, msg: tuple, stages: dict, files: list) -> tuple:
+    """One ("task", ...) message run: the result message to send. `files`: [files dir,
+    its mtime when added .py files were last put on sys.path]."""
+    _, tid, key, blob, meta, task_bytes, sent_at = msg
+    if sent_at is not None and time.monotonic() - sent_at > GIVE_BACK_S:   # CLOCK_MONOTONIC
+        reply: tuple = ("done", tid, "KILLED", TASK_HANDED_BACK, {}, {}, [])
+        return result_frame(reply) if env.raw_results else reply
+    if files[0]:
+        try:
+            m = os.stat(files[0]).st_mtime_ns
+        except OSError:
+            m = files[1]
+        if m != files[1]:
+            files[1] = m
+            _add_py_files(files[0])
+    try:
+        stage = stages.get(key)
+        if stage is None:
+            stage = _load_stage(blob, meta)
+            stages[key] = stage       # kept until the pool says "forget_stage"
+        task = pickle.loads(task_bytes)
+        reply = run_task(env, stage, task, tid)
+    except BaseException as e:  # closure failed to unpickle etc.
+        _running[0] = None
+        reply = ("done", tid, "FAILED",
+                 (type(e).__name__, str(e), traceback.format_exc(), True), {}, {}, [])
+    return result_frame(reply) if env.raw_results else reply
 
 
 def run_in_process(sock: socket.socket) -> None:

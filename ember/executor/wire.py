@@ -7,7 +7,9 @@ without having been authenticated by the RPC layer first.
 from __future__ import annotations
 
 import pickle
+import socket
 import struct
+from collections import deque
 from typing import Any, BinaryIO
 
 _LEN = struct.Struct(">I")
@@ -77,3 +79,40 @@ def _decode_frames(view: memoryview) -> tuple[list[Any], int]:
         out.append(pickle.loads(view[pos + 4:pos + 4 + n]))
         pos += 4 + n
     return out, pos
+
+
+class Inbox:
+    """The blocking reader of a task process, which can also ask, without blocking, whether
+    another message has already arrived (to decide whether to report a result now)."""
+
+    __slots__ = ("sock", "_frames", "ready", "_eof")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._frames = FrameBuffer()
+        self.ready: deque = deque()      # whole messages received, not yet read
+        self._eof = False
+
+    def read(self) -> Any:
+        """The next message, waiting for it; EOFError when the peer is gone."""
+        while not self.ready:
+            self._fill(0)
+        return self.ready.popleft()
+
+    def poll(self) -> bool:
+        """Take in what has arrived; True if a whole message is ready to read."""
+        if not self.ready and not self._eof:
+            try:
+                self._fill(socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError, EOFError):
+                pass
+        return bool(self.ready)
+
+    def _fill(self, flags: int) -> None:
+        if self._eof:
+            raise EOFError("task process channel closed")
+        data = self.sock.recv(1 << 16, flags)
+        if not data:
+            self._eof = True
+            raise EOFError("task process channel closed")
+        self.ready.extend(self._frames.feed(data))

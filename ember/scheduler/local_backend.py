@@ -3,7 +3,7 @@
 Processes, not threads, so CPU-bound Python uses N cores. Every task end frees its slot and
 immediately offers it again, in the pool's reader thread, so a stream of tiny tasks costs
 one socket round trip each; once they are seen to be short, a busy slot also holds the next
-one, which its process starts without waiting for that round trip
+ones, which its process starts without waiting for that round trip
 (spark.ember.scheduler.queueShortTasks).
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 from ember.executor.process_pool import TaskProcessPool
 from ember.scheduler.backend import SchedulerBackend, WorkerOffer
+from ember.scheduler.slot_queues import SlotQueues
 
 EXECUTOR_ID = "driver"
 HOST = "localhost"
@@ -25,10 +26,10 @@ class LocalSchedulerBackend(SchedulerBackend):
                  loop: Any = None, forks: Any = None,
                  fs_conf: dict[str, str] | None = None,
                  pyspark_memory_mb: int | None = None, io_key: bytes | None = None,
-                 queue_short_tasks: bool = False) -> None:
+                 queue_depth: int = 0) -> None:
         self.scheduler = scheduler
-        self.queue_short_tasks = queue_short_tasks
-        self._queued: dict[int, int] = {}      # busy slot -> the task waiting on it
+        self.slots = SlotQueues(queue_depth)
+        self._revive_pending = False
         self.num_slots = num_slots
         self._default_parallelism = default_parallelism or num_slots
         block_dir = os.path.join(local_dir, "blocks")
@@ -52,18 +53,21 @@ class LocalSchedulerBackend(SchedulerBackend):
     def revive_offers(self) -> None:
         sched = self.scheduler
         with sched.lock:
+            self._revive_pending = False
             free = self.pool.free_slots()
             launched = sched.resource_offers(
                 [WorkerOffer(EXECUTOR_ID, HOST, s) for s in free]) if free else []
-            if self.queue_short_tasks and len(launched) == len(free):
-                # every free slot took a task: a busy one may take one more (see
+            for td in launched:
+                self.slots.started(td.slot, td.task_id)
+            if self.slots.depth and len(launched) == len(free):
+                # every free slot took a task: busy ones may take more (see
                 # spark.ember.scheduler.queueShortTasks)
-                busy = [s for s in self.pool.busy_slots() if s not in self._queued]
-                if busy:
+                room = self.slots.room()
+                if room:
                     queued = sched.resource_offers(
-                        [WorkerOffer(EXECUTOR_ID, HOST, s, None, True) for s in busy])
+                        [WorkerOffer(EXECUTOR_ID, HOST, s, None, True) for s in room])
                     for td in queued:
-                        self._queued[td.slot] = td.task_id
+                        self.slots.queued(td.slot, td.task_id)
                     launched += queued
             for td in launched:
                 self.pool.launch(td.slot, td.task_id, td.stage_key, td.blob, td.meta,
@@ -74,13 +78,12 @@ class LocalSchedulerBackend(SchedulerBackend):
         sched = self.scheduler
         with sched.lock:
             sched.status_update(tid, state, payload, accum, metrics, blocks)
-            waiting = self._queued.pop(slot, None)
-            if waiting is not None and waiting != tid:
-                if self.pool.running(slot) == waiting:    # it started as this one ended
-                    sched.promote_queued(waiting)
-                else:       # another task's end (the waiting one has not started)
-                    self._queued[slot] = waiting
-        self.revive_offers()
+            _free, started = self.slots.ended(slot, tid)
+            if started is not None:         # it started as this one ended
+                sched.promote_queued(started)
+            if not self._revive_pending:    # one offer round for the ends read together
+                self._revive_pending = True
+                self.pool.loop.post(self.revive_offers)
 
     def _on_barrier(self, slot: int, tid: int, request: Any, respond: Any) -> None:
         self.scheduler.barrier_request(EXECUTOR_ID, request, lambda msgs: respond(True, msgs),

@@ -31,6 +31,7 @@ from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, ApplicationDescr
                                    StatusUpdate, StatusUpdates, StopExecutor)
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv, UnsupportedMessageError
 from ember.scheduler.backend import SchedulerBackend, WorkerOffer
+from ember.scheduler.slot_queues import SlotQueues, queue_depth
 from ember.util.event_loop import RpcLoop
 from ember.scheduler.executor_allocation import (SCHEDULE_INTERVAL, AllocationSettings,
                                                  ExecutorAllocationManager, ExecutorSnapshot)
@@ -53,7 +54,7 @@ class ExecutorData:
     seen_stages: set = field(default_factory=set)
     rp_id: int = DEFAULT_RESOURCE_PROFILE_ID
     idle_since: float | None = None      # monotonic time it became idle; None while busy
-    queued: dict[int, int] = field(default_factory=dict)   # busy slot -> task waiting on it
+    slots: SlotQueues = field(default_factory=lambda: SlotQueues(0))   # busy slots' tasks
 
 
 class DriverEndpoint(RpcEndpoint):
@@ -211,7 +212,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self._disassociated: dict[str, str] = {}   # executor -> host, until the master's reason
         self._io_key: str | None = None
         self._revive_pending = False      # an offer round is queued on the loop
-        self._queue_short_tasks = config.read(self.conf, "spark.ember.scheduler.queueShortTasks")
+        self._queue_depth = queue_depth(self.conf)
 
     # --- configuration shared with executors --------------------------------------------
     def app_conf(self) -> dict[str, str]:
@@ -395,7 +396,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         addr = msg.executorRef.address
         data = ExecutorData(eid, msg.executorRef, addr, msg.hostname, msg.cores,
                             set(range(msg.cores)), rp_id=msg.resourceProfileId,
-                            idle_since=time.monotonic())
+                            idle_since=time.monotonic(), slots=SlotQueues(self._queue_depth))
         self.executors[eid] = data
         with self._registered:
             self.total_cores += msg.cores
@@ -465,13 +466,10 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         slot = self._slot_of.pop(task_id, None)
         self.scheduler.status_update(task_id, state, payload, accum, metrics, blocks)
         if data is not None and slot is not None:
-            waiting = data.queued.get(slot)
-            if waiting == task_id:          # a queued task ended before it started (killed)
-                del data.queued[slot]
-            elif waiting is not None:       # the executor started it when this one ended
-                del data.queued[slot]
-                self.scheduler.promote_queued(waiting)
-            else:
+            free, started = data.slots.ended(slot, task_id)
+            if started is not None:         # the executor started it when this one ended
+                self.scheduler.promote_queued(started)
+            if free:
                 data.free_slots.add(slot)
                 if len(data.free_slots) >= data.cores:
                     data.idle_since = time.monotonic()
@@ -545,12 +543,11 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             launches: dict[str, list[tuple]] = {}
             launched = sched.resource_offers(offers) if offers else []
             self._add_launches(launched, launches)
-            if self._queue_short_tasks and len(launched) == len(offers):
-                # every free slot took a task: each busy slot may take one more to start
-                # when its current one ends (TaskSetManager.queueable says which sets may)
+            if self._queue_depth and len(launched) == len(offers):
+                # every free slot took a task: each busy slot may take more, to start one
+                # after another (TaskSetManager.queueable says which sets may)
                 queued = [WorkerOffer(e.executor_id, e.host, s, e.address.host_port, True)
-                          for e in live for s in range(e.cores)
-                          if s not in e.free_slots and s not in e.queued]
+                          for e in live for s in e.slots.room()]
                 if queued:
                     self._add_launches(sched.resource_offers(queued), launches, queued=True)
             for eid, tasks in launches.items():
@@ -567,8 +564,9 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         for td in launched:
             ex = self.executors[td.executor_id]
             if queued:
-                ex.queued[td.slot] = td.task_id
+                ex.slots.queued(td.slot, td.task_id)
             else:
+                ex.slots.started(td.slot, td.task_id)
                 ex.free_slots.discard(td.slot)
                 ex.idle_since = None
             self._slot_of[td.task_id] = td.slot

@@ -13,12 +13,14 @@ import logging
 from typing import Any
 
 from ember.clock import Clock, SystemClock
+from ember.errors import TASK_HANDED_BACK
 from ember.scheduler.health_tracker import HealthTracker, TaskSetExcludelist
 from ember.scheduler.speculation import SpeculationSettings, median
 from ember.storage.block_manager import BLOCK_IN_SIBLING
 
 from ember.scheduler.task import (SUCCESS, ExceptionFailure, FetchFailed, TaskDescription,
-                                  TaskInfo, TaskLocation, TaskProcessCrashed, TaskSet)
+                                  TaskInfo, TaskKilled, TaskLocation, TaskProcessCrashed,
+                                  TaskSet)
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +28,7 @@ PROCESS_LOCAL, NODE_LOCAL, NO_PREF, ANY = "PROCESS_LOCAL", "NODE_LOCAL", "NO_PRE
 LEVELS = [PROCESS_LOCAL, NODE_LOCAL, NO_PREF, ANY]
 _LEVEL_ORDER = {level: n for n, level in enumerate(LEVELS)}
 # a task set whose tasks take less than this (launch to result, on the driver's clock) may
-# queue one task per busy slot (TaskSetManager.queueable)
+# queue tasks on busy slots (TaskSetManager.queueable; a queued task's duration counts its wait)
 QUEUEABLE_TASK_S = 0.005
 
 
@@ -412,6 +414,7 @@ class TaskSetManager:
         info.mark_finished(state, self.clock.time())
         self.running.discard(tid)
         self.copies_running[index] -= 1
+        self.quick_streak = 0       # queue no more tasks until short ones are seen again
         task = self.tasks[index]
         host = info.host
         if isinstance(reason, FetchFailed):
@@ -426,9 +429,11 @@ class TaskSetManager:
                                                                       reason.executor_id)
         else:
             info.error_message = reason.to_error_string()
-            log.warning("Lost task %d.%d in stage %s (TID %d) (%s executor %s): %s", index,
-                        info.attempt_number, self.task_set.id, tid, host, info.executor_id,
-                        info.error_message)
+            handed_back = isinstance(reason, TaskKilled) and reason.reason == TASK_HANDED_BACK
+            (log.info if handed_back else log.warning)(
+                "Lost task %d.%d in stage %s (TID %d) (%s executor %s): %s", index,
+                info.attempt_number, self.task_set.id, tid, host, info.executor_id,
+                info.error_message)
         if self.is_barrier:
             # the DAG scheduler fails the whole stage attempt and retries it as one
             self.is_zombie = True

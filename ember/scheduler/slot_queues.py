@@ -1,0 +1,56 @@
+"""The driver's view of one executor's busy task slots: the task each runs and the short
+tasks queued behind it (spark.ember.scheduler.queueShortTasks), in the order its task
+process runs them.
+
+Both backends keep one per executor (local mode has one executor), so a task end says the
+same thing everywhere: the slot became free, or the next queued task started and now holds
+the slot's core (TaskSchedulerImpl.promote_queued).
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from ember import config
+
+# the most tasks that may wait per slot: the task process pool's bound (MAX_WAITING)
+MAX_DEPTH = 7
+
+
+def queue_depth(conf) -> int:
+    """Tasks that may wait behind a busy slot: 0 when short tasks are not queued."""
+    if not config.read(conf, "spark.ember.scheduler.queueShortTasks"):
+        return 0
+    return max(1, min(MAX_DEPTH, config.read(conf, "spark.ember.scheduler.queueDepth")))
+
+
+class SlotQueues:
+    def __init__(self, depth: int) -> None:
+        self.depth = depth
+        self.running: dict[int, int] = {}          # busy slot -> its task
+        self.waiting: dict[int, deque[int]] = {}   # busy slot -> tasks queued behind it
+
+    def started(self, slot: int, tid: int) -> None:
+        """A task launched on the free slot."""
+        self.running[slot] = tid
+
+    def queued(self, slot: int, tid: int) -> None:
+        self.waiting.setdefault(slot, deque()).append(tid)
+
+    def room(self) -> list[int]:
+        """One busy slot per task that may still be queued on it."""
+        return [s for s in self.running
+                for _ in range(self.depth - len(self.waiting.get(s, ())))]
+
+    def ended(self, slot: int, tid: int) -> tuple[bool, int | None]:
+        """Task `tid` of `slot` ended: (the slot is free now, the queued task that started
+        in its place)."""
+        queue = self.waiting.get(slot)
+        if self.running.get(slot) == tid:
+            if queue:
+                nxt = self.running[slot] = queue.popleft()
+                return False, nxt
+            del self.running[slot]
+            return True, None
+        if queue and tid in queue:      # ended before it started (killed while it waited)
+            queue.remove(tid)
+        return False, None
