@@ -238,21 +238,39 @@ def test_local_mode_queues_short_tasks_and_a_cancel_reaches_the_waiting_ones(fre
 def test_the_drivers_slot_queues_follow_the_order_the_process_runs_them() -> None:
     q = SlotQueues(depth=2)
     q.started(0, 1)
-    assert q.room() == [0, 0]
+    assert q.room() == [(0, 1), (0, 2)]             # (slot, tasks ahead of the queued one)
     q.queued(0, 2)
+    assert q.room() == [(0, 2)]
     q.queued(0, 3)
     assert q.room() == []
     assert q.ended(0, 3) == (False, None)           # killed while it waited
     assert q.ended(0, 1) == (False, 2)              # 2 started in its place
     assert q.ended(0, 99) == (False, None)          # not a task of this slot: no change
-    assert q.room() == [0, 0]
+    assert q.room() == [(0, 1), (0, 2)]
     assert q.ended(0, 2) == (True, None)
     assert q.room() == [] and not q.running
 
 
-def test_tasks_queued_behind_a_slow_one_are_handed_back_and_each_runs_once(fresh_sc):
-    """A slow task in a stream of tiny ones: the tiny ones queued behind it are handed
-    back unstarted (to run on whichever slot is free), and every task still runs once."""
+def test_a_task_that_waited_too_long_behind_others_is_handed_back_unstarted() -> None:
+    """The task process's side: a queued task written ahead GIVE_BACK_S ago or more ends
+    KILLED with the hand-back reason without its stage being loaded (the garbage closure
+    would fail it otherwise); one sent to an idle process (no send time) is run."""
+    from types import SimpleNamespace
+
+    from ember.errors import TASK_HANDED_BACK
+    env = SimpleNamespace(raw_results=False)
+    stale = time.monotonic() - task_process.GIVE_BACK_S - 0.01
+    reply = task_process._run(env, ("task", 7, (1, 0), b"garbage", None, b"", stale), {},
+                              [None, 0])
+    assert reply[:4] == ("done", 7, "KILLED", TASK_HANDED_BACK)
+    reply = task_process._run(env, ("task", 8, (1, 0), b"garbage", None, b"", None), {},
+                              [None, 0])
+    assert reply[:3] == ("done", 8, "FAILED")          # it tried: the closure is garbage
+
+
+def test_tasks_queued_behind_a_slow_one_each_run_once(fresh_sc):
+    """A slow task in a stream of tiny ones: the tiny ones queued behind it may be handed
+    back unstarted (to run on whichever slot is free); every task still runs once."""
     from ember.errors import TASK_HANDED_BACK
     sc = fresh_sc("local[2]")
     sched = sc.runtime.task_scheduler
@@ -272,5 +290,7 @@ def test_tasks_queued_behind_a_slow_one_are_handed_back_and_each_runs_once(fresh
     finally:
         sched.status_update = status_update
     assert acc.value == 600
-    assert any(state == "KILLED" and payload == TASK_HANDED_BACK for _, state, payload in ends)
+    assert all(payload == TASK_HANDED_BACK for _, state, payload in ends if state != "FINISHED")
+    assert sorted(tid for tid, state, _ in ends if state == "FINISHED") == \
+        sorted({tid for tid, state, _ in ends if state == "FINISHED"})
     assert sum(state == "FINISHED" for _, state, _ in ends) == 600

@@ -282,7 +282,7 @@ def test_speculation_marks_a_task_only_once_it_ran_longer_than_the_threshold():
 
 
 # --- queued tasks on busy slots (spark.ember.scheduler.queueShortTasks) --------------------
-def _slots(queued: bool, slots=(0, 1)):
+def _slots(queued: int, slots=(0, 1)):
     return [WorkerOffer("exec1", "host1", s, None, queued) for s in slots]
 
 
@@ -325,6 +325,30 @@ def test_a_slow_task_stops_the_queueing_until_short_ones_are_seen_again():
     assert not tsm.queueable
     sched.resource_offers(_slots(False))
     assert sched.resource_offers(_slots(True)) == []
+
+
+def test_how_deep_tasks_queue_follows_their_run_time():
+    """Tasks are queued on a slot while those ahead of the queued one are expected to
+    take under 5 ms in all: deep for sub-millisecond tasks, one for 4 ms ones."""
+    sched, tsm = make([[]] * 40)
+    sched.register_executor_resources("exec1", 1, {})
+
+    def finish(run_ms: int) -> None:
+        td = sched.resource_offers(_slots(0, [0]))[0]
+        sched.clock.advance(0.001)
+        sched.status_update(td.task_id, "FINISHED", None, {}, {"executorRunTime": run_ms}, [])
+    for _ in range(3):
+        finish(0)
+    assert tsm.queueable_at(15) and not tsm.queueable_at(17)
+    launched = sched.resource_offers(_slots(0, [0]))
+    launched += sched.resource_offers([WorkerOffer("exec1", "host1", 0, None, n)
+                                       for n in (1, 2, 15, 17)])
+    assert len(launched) == 4
+    for td in launched:
+        sched.status_update(td.task_id, "FINISHED", None, {}, {}, [])
+    for _ in range(12):             # the average follows 4 ms tasks
+        finish(4)
+    assert tsm.queueable_at(1) and not tsm.queueable_at(2)
 
 
 def test_barrier_stages_and_speculation_never_queue():

@@ -48,10 +48,10 @@ BarrierCallback = Callable[[int, int, Any, Callable[[bool, Any], None]], None]
 SEND_AHEAD_BYTES = 64 << 10
 # tasks that may wait behind a slot's running one (the driver's
 # spark.ember.scheduler.queueDepth is at most this)
-MAX_WAITING = 7
+MAX_WAITING = 15
 # the kill file: the last KILL_SLOTS task ids killed in a slot (a process holds at most
 # 1 + MAX_WAITING tasks, so older entries no longer matter); -1 is no task
-KILL_SLOTS = 8
+KILL_SLOTS = 16
 _KILL_ID = struct.Struct("<q")
 
 

@@ -34,7 +34,7 @@ RESULT, MAP = "result", "map"
 # results of tasks of one stage are held while the next task of the stage is already here
 # (queued short tasks), and sent together: one write, one wake-up of the pool, and on a
 # cluster one StatusUpdates to the driver for several tasks; bounded in count and age
-HOLD_RESULTS, HOLD_S = 8, 0.002
+HOLD_RESULTS, HOLD_S = 16, 0.002
 # a queued task that waited this long behind the ones before it (one of them ran long) is
 # handed back unstarted, so the driver runs it on whichever slot is free instead of after
 # the others waiting here (short tasks stop being queued once one is handed back)

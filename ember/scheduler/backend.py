@@ -16,7 +16,7 @@ class WorkerOffer:
     host: str
     slot: int
     address: str | None = None    # the executor's host:port (BarrierTaskInfo.address)
-    queued: bool = False          # a busy slot: its task runs after the one it runs now
+    queued: int = 0               # > 0, a busy slot: its task would wait behind this many
 
 
 class SchedulerBackend(ABC):

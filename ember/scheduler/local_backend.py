@@ -65,7 +65,7 @@ class LocalSchedulerBackend(SchedulerBackend):
                 room = self.slots.room()
                 if room:
                     queued = sched.resource_offers(
-                        [WorkerOffer(EXECUTOR_ID, HOST, s, None, True) for s in room])
+                        [WorkerOffer(EXECUTOR_ID, HOST, s, None, n) for s, n in room])
                     for td in queued:
                         self.slots.queued(td.slot, td.task_id)
                     launched += queued

@@ -13,7 +13,7 @@ from collections import deque
 from ember import config
 
 # the most tasks that may wait per slot: the task process pool's bound (MAX_WAITING)
-MAX_DEPTH = 7
+MAX_DEPTH = 15
 
 
 def queue_depth(conf) -> int:
@@ -36,10 +36,11 @@ class SlotQueues:
     def queued(self, slot: int, tid: int) -> None:
         self.waiting.setdefault(slot, deque()).append(tid)
 
-    def room(self) -> list[int]:
-        """One busy slot per task that may still be queued on it."""
-        return [s for s in self.running
-                for _ in range(self.depth - len(self.waiting.get(s, ())))]
+    def room(self) -> list[tuple[int, int]]:
+        """(busy slot, how many tasks the next one queued on it would wait behind), for
+        each task that may still be queued there."""
+        return [(s, n) for s in self.running
+                for n in range(len(self.waiting.get(s, ())) + 1, self.depth + 1)]
 
     def ended(self, slot: int, tid: int) -> tuple[bool, int | None]:
         """Task `tid` of `slot` ended: (the slot is free now, the queued task that started

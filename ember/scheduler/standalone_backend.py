@@ -546,8 +546,8 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             if self._queue_depth and len(launched) == len(offers):
                 # every free slot took a task: each busy slot may take more, to start one
                 # after another (TaskSetManager.queueable says which sets may)
-                queued = [WorkerOffer(e.executor_id, e.host, s, e.address.host_port, True)
-                          for e in live for s in e.slots.room()]
+                queued = [WorkerOffer(e.executor_id, e.host, s, e.address.host_port, n)
+                          for e in live for s, n in e.slots.room()]
                 if queued:
                     self._add_launches(sched.resource_offers(queued), launches, queued=True)
             for eid, tasks in launches.items():

@@ -228,6 +228,7 @@ class TaskSchedulerImpl:
         if o.queued:
             # one core and nothing else, taken from the slot's current task when it ends
             if pool is None or req.cpus != 1 or req.resources \
+                    or not tsm.queueable_at(o.queued) \
                     or not self._can_run_on(tsm, o.executor_id):
                 return None
             td = tsm.resource_offer(o.executor_id, o.host, o.slot, level, (1, {}))

@@ -28,8 +28,11 @@ PROCESS_LOCAL, NODE_LOCAL, NO_PREF, ANY = "PROCESS_LOCAL", "NODE_LOCAL", "NO_PRE
 LEVELS = [PROCESS_LOCAL, NODE_LOCAL, NO_PREF, ANY]
 _LEVEL_ORDER = {level: n for n, level in enumerate(LEVELS)}
 # a task set whose tasks take less than this (launch to result, on the driver's clock) may
-# queue tasks on busy slots (TaskSetManager.queueable; a queued task's duration counts its wait)
+# queue tasks on busy slots (TaskSetManager.queueable; a queued task's duration counts its
+# wait), as many per slot as its tasks' run time says fit in it (queueable_at)
 QUEUEABLE_TASK_S = 0.005
+# the run time a task is counted at for that: executorRunTime is whole milliseconds
+MIN_RUN_S = 0.0003
 
 
 class TaskSetManager:
@@ -78,6 +81,7 @@ class TaskSetManager:
         self.running: set[int] = set()
         self.task_infos: dict[int, TaskInfo] = {}
         self.quick_streak = 0    # successes in a row that took under QUEUEABLE_TASK_S
+        self.run_s = 0.0         # recent tasks' run time in their process (moving average)
         # speculation: sorted durations of successes, indices marked speculatable and not
         # yet launched, and the pending list they launch from
         self.successful_durations: list[float] = []
@@ -361,6 +365,12 @@ class TaskSetManager:
         queued task's wait would count as its run time)."""
         return self.quick_streak >= 2 and self.speculation is None and not self.is_barrier
 
+    def queueable_at(self, position: int) -> bool:
+        """May a task be the `position`-th waiting behind a busy slot's running one? Only
+        while the tasks ahead of it are expected to take under QUEUEABLE_TASK_S in all (a
+        longer wait would outlast what queueing saves)."""
+        return self.queueable and position * max(self.run_s, MIN_RUN_S) <= QUEUEABLE_TASK_S
+
     def can_launch_barrier(self, free_offers: int) -> bool:
         """A barrier task set launches once, all of its tasks in one round of offers."""
         return (not self.is_zombie and not any(self.attempts)
@@ -384,6 +394,8 @@ class TaskSetManager:
         self.running.discard(tid)
         self.copies_running[index] -= 1
         self.quick_streak = self.quick_streak + 1 if info.duration < QUEUEABLE_TASK_S else 0
+        run_s = metrics.get("executorRunTime", 0) / 1000
+        self.run_s = run_s if self.tasks_successful == 0 else 0.75 * self.run_s + 0.25 * run_s
         if self.speculation is not None and not self.successful[index]:
             bisect.insort(self.successful_durations, info.duration)
         if self.successful[index]:
