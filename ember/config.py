@@ -483,11 +483,11 @@ _entry("spark.ember.scheduler.queueShortTasks", True, BOOL,
        "executor (or of local mode) is given more of them (spark.ember.scheduler.queueDepth), "
        "which its task process starts as soon as its current task ends (no round trip to the "
        "driver in between) and whose results it reports together. Never for barrier stages, "
-       "tasks needing more than one core or custom resources, or with speculation.")
+       "tasks needing more than one core or custom resources, or with speculation.", by=(DRIVER,))
 _entry("spark.ember.scheduler.queueDepth", 15, INT,
        "Ember only: how many short tasks may wait behind each busy task slot when "
        "spark.ember.scheduler.queueShortTasks is on (1 to 15); fewer for longer tasks, so "
-       "the tasks waiting on a slot are expected to take under 5 ms in all.")
+       "the tasks waiting on a slot are expected to take under 5 ms in all.", by=(DRIVER,))
 
 # --- networking and RPC ---------------------------------------------------------------------
 _section(*RPC)

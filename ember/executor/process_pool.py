@@ -185,9 +185,6 @@ class TaskProcessPool:
     def free_slots(self) -> list[int]:
         return [s.index for s in self.slots if s.tid is None and not s.dead]
 
-    def running(self, index: int) -> int | None:
-        return self.slots[index].tid
-
     def launch(self, index: int, tid: int, stage_key: Any, blob: bytes, meta: bytes,
                task_bytes: bytes) -> None:
         """Run the task in the slot's process, or after the ones it holds (up to MAX_WAITING
