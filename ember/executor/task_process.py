@@ -344,11 +344,14 @@ def serve(sock: socket.socket, env: TaskEnv) -> None:
             return channel.tasks[0]
         return inbox.ready[0] if inbox.poll() else None
 
+    def flush() -> None:
+        send_msgs(sock, held)
+        held.clear()
+
     try:
         while not channel.stopped:
             if held and next_in_hand() is None:
-                send_msgs(sock, held)       # nothing more to run now: report what ended
-                held.clear()
+                flush()                     # nothing more to run now: report what ended
             msg = channel.tasks.popleft() if channel.tasks else inbox.read()
             if msg[0] != "task":
                 if not control(msg):
@@ -360,14 +363,13 @@ def serve(sock: socket.socket, env: TaskEnv) -> None:
             nxt = next_in_hand()
             if nxt is None or nxt[0] != "task" or nxt[2] != msg[2] \
                     or len(held) >= HOLD_RESULTS or time.perf_counter() - held_since > HOLD_S:
-                send_msgs(sock, held)
-                held.clear()
+                flush()
     except (EOFError, OSError):
         return
     finally:
         if held:
             try:
-                send_msgs(sock, held)
+                flush()
             except OSError:
                 pass
 

@@ -50,11 +50,14 @@ class ExecutorData:
     address: RpcAddress
     host: str
     cores: int
-    free_slots: set[int] = field(default_factory=set)
     seen_stages: set = field(default_factory=set)
     rp_id: int = DEFAULT_RESOURCE_PROFILE_ID
     idle_since: float | None = None      # monotonic time it became idle; None while busy
     slots: SlotQueues = field(default_factory=lambda: SlotQueues(0))   # busy slots' tasks
+
+    @property
+    def free_slots(self) -> list[int]:
+        return [s for s in range(self.cores) if s not in self.slots.running]
 
 
 class DriverEndpoint(RpcEndpoint):
@@ -395,7 +398,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             return
         addr = msg.executorRef.address
         data = ExecutorData(eid, msg.executorRef, addr, msg.hostname, msg.cores,
-                            set(range(msg.cores)), rp_id=msg.resourceProfileId,
+                            rp_id=msg.resourceProfileId,
                             idle_since=time.monotonic(), slots=SlotQueues(self._queue_depth))
         self.executors[eid] = data
         with self._registered:
@@ -469,10 +472,8 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             free, started = data.slots.ended(slot, task_id)
             if started is not None:         # the executor started it when this one ended
                 self.scheduler.promote_queued(started)
-            if free:
-                data.free_slots.add(slot)
-                if len(data.free_slots) >= data.cores:
-                    data.idle_since = time.monotonic()
+            if free and not data.slots.running:
+                data.idle_since = time.monotonic()
         self.revive_offers()
 
     def _request_totals(self, totals: list[tuple[int, int]]) -> bool:
@@ -539,7 +540,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             live = [e for e in self.executors.values()
                     if e.executor_id not in self._decommissioning]
             offers = [WorkerOffer(e.executor_id, e.host, s, e.address.host_port)
-                      for e in live for s in sorted(e.free_slots)]
+                      for e in live for s in e.free_slots]
             launches: dict[str, list[tuple]] = {}
             launched = sched.resource_offers(offers) if offers else []
             self._add_launches(launched, launches)
@@ -567,7 +568,6 @@ class StandaloneSchedulerBackend(SchedulerBackend):
                 ex.slots.queued(td.slot, td.task_id)
             else:
                 ex.slots.started(td.slot, td.task_id)
-                ex.free_slots.discard(td.slot)
                 ex.idle_since = None
             self._slot_of[td.task_id] = td.slot
             first = td.stage_key not in ex.seen_stages
