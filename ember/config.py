@@ -488,6 +488,11 @@ _entry("spark.ember.scheduler.queueDepth", 15, INT,
        "Ember only: how many short tasks may wait behind each busy task slot when "
        "spark.ember.scheduler.queueShortTasks is on (1 to 15); fewer for longer tasks, so "
        "the tasks waiting on a slot are expected to take under 5 ms in all.", by=(DRIVER,))
+_entry("spark.ember.scheduler.handBackAfter", 0.05, MILLIS,
+       "Ember only: a task waiting behind a busy slot (spark.ember.scheduler.queueShortTasks) "
+       "is handed back unstarted once the slot's running task has run this long, or once it "
+       "has waited this long itself: it ends KILLED (not counted as a failure) and the "
+       "driver runs it on a free slot.", by=(DRIVER, EXECUTOR))
 
 # --- networking and RPC ---------------------------------------------------------------------
 _section(*RPC)

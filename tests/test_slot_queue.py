@@ -19,7 +19,7 @@ from ember.errors import TaskKilledException
 from ember.executor import task_process
 from ember.executor.process_pool import MAX_WAITING, SEND_AHEAD_BYTES, TaskProcessPool
 from ember.executor.wire import read_msg, send_msg
-from ember.scheduler.slot_queues import SlotQueues
+from ember.scheduler.slot_queues import LONG_RUNNING_S, SlotQueues
 from tests.helpers.slot_queue import (cancel_a_job_with_waiting_tasks,
                                       run_tiny_tasks_counting_promotions, wait_until_free)
 
@@ -83,12 +83,15 @@ class FakeForks:
 
 
 @pytest.fixture()
-def pool(tmp_path):
+def pool(tmp_path, request):
+    """One slot; waiting tasks are handed back after request.param seconds (a minute: not
+    within a test, unless it asks)."""
     ends: "queue.Queue[tuple]" = queue.Queue()
     forks = FakeForks()
     p = TaskProcessPool(1, {"local_dir": str(tmp_path)},
                         lambda slot, tid, state, data: ends.put((tid, state, data)),
-                        forks=forks, raw_results=True)
+                        forks=forks, raw_results=True,
+                        hand_back_s=getattr(request, "param", 60.0))
     p.start()
     p.ends, p.fake = ends, forks.processes.get(timeout=5)
     p.forks = forks
@@ -206,6 +209,34 @@ def test_waiting_tasks_past_the_send_ahead_budget_wait_in_the_pool(pool) -> None
     assert pool.fake.started.empty() and pool.ends.empty()
 
 
+@pytest.mark.parametrize("pool", [0.05], indirect=True)
+def test_tasks_waiting_behind_a_long_task_are_handed_back_while_it_runs(pool) -> None:
+    """Task 1 runs on; task 2 (written ahead) and task 3 (held in the pool) end as handed
+    back within a few hand-back periods, not when task 1 ends. Task 2's unstarted end from
+    the process is not reported twice, and the slot takes new tasks as usual."""
+    import pickle
+
+    from ember.errors import TASK_HANDED_BACK
+    launch(pool, 1)
+    launch(pool, 2)
+    launch(pool, 3, size=SEND_AHEAD_BYTES)
+    assert pool.fake.started.get(timeout=5) == 1
+    t0 = time.monotonic()
+    back = [ended(pool), ended(pool)]
+    assert time.monotonic() - t0 < 2.0
+    assert [(tid, state, pickle.loads(data)[0]) for tid, state, data in back] == \
+        [(2, "KILLED", TASK_HANDED_BACK), (3, "KILLED", TASK_HANDED_BACK)]
+    assert pool.fake.started.empty()
+    pool.fake.finish(1)
+    assert ended(pool) == (1, "FINISHED", b"result 1")
+    launch(pool, 4)
+    assert pool.fake.started.get(timeout=5) == 4       # task 2 was skipped, unstarted
+    pool.fake.finish(4)
+    assert ended(pool) == (4, "FINISHED", b"result 4")
+    time.sleep(0.1)
+    assert pool.ends.empty() and pool.free_slots() == [0]
+
+
 def test_a_dying_process_hands_the_waiting_task_to_its_replacement(pool) -> None:
     launch(pool, 1)
     launch(pool, 2)
@@ -223,7 +254,9 @@ def test_local_mode_queues_short_tasks_and_a_cancel_reaches_the_waiting_ones(fre
     """local[2] queues as an executor does: every task runs once, tasks did wait on busy
     slots, and cancelling a job whose slots each hold a waiting task behind a long one ends
     it and leaves every core free."""
-    sc = fresh_sc("local[2]")
+    from ember import SparkConf
+    # tasks wait behind the long ones until the cancel, not handed back
+    sc = fresh_sc("local[2]", conf=SparkConf().set("spark.ember.scheduler.handBackAfter", "60s"))
     sched, backend = sc.runtime.task_scheduler, sc.runtime.scheduler_backend
     assert run_tiny_tasks_counting_promotions(sc), "no task waited on a busy slot"
     waiting = backend.slots.waiting
@@ -236,7 +269,8 @@ def test_local_mode_queues_short_tasks_and_a_cancel_reaches_the_waiting_ones(fre
 
 
 def test_the_drivers_slot_queues_follow_the_order_the_process_runs_them() -> None:
-    q = SlotQueues(depth=2)
+    now = [0.0]
+    q = SlotQueues(depth=2, clock=lambda: now[0])
     q.started(0, 1)
     assert q.room() == [(0, 1), (0, 2)]             # (slot, tasks ahead of the queued one)
     q.queued(0, 2)
@@ -247,19 +281,24 @@ def test_the_drivers_slot_queues_follow_the_order_the_process_runs_them() -> Non
     assert q.ended(0, 1) == (False, 2)              # 2 started in its place
     assert q.ended(0, 99) == (False, None)          # not a task of this slot: no change
     assert q.room() == [(0, 1), (0, 2)]
+    now[0] += LONG_RUNNING_S * 2                    # task 2 runs long: nothing more behind it
+    assert q.room() == []
+    q.started(1, 4)
+    assert q.room() == [(1, 1), (1, 2)]
     assert q.ended(0, 2) == (True, None)
+    assert q.ended(1, 4) == (True, None)
     assert q.room() == [] and not q.running
 
 
 def test_a_task_that_waited_too_long_behind_others_is_handed_back_unstarted() -> None:
-    """The task process's side: a queued task written ahead GIVE_BACK_S ago or more ends
+    """The task process's side: a queued task written ahead hand_back_s ago or more ends
     KILLED with the hand-back reason without its stage being loaded (the garbage closure
     would fail it otherwise); one sent to an idle process (no send time) is run."""
     from types import SimpleNamespace
 
     from ember.errors import TASK_HANDED_BACK
-    env = SimpleNamespace(raw_results=False)
-    stale = time.monotonic() - task_process.GIVE_BACK_S - 0.01
+    env = SimpleNamespace(raw_results=False, hand_back_s=0.05)
+    stale = time.monotonic() - 0.06
     reply = task_process._run(env, ("task", 7, (1, 0), b"garbage", None, b"", stale), {},
                               [None, 0])
     assert reply[:4] == ("done", 7, "KILLED", TASK_HANDED_BACK)

@@ -28,12 +28,14 @@ def test_batched_messages_round_trip_and_mismatched_columns_are_malformed() -> N
 
 
 @pytest.fixture()
-def sc(cluster):
+def sc(cluster, request):
+    """request.param: more conf (see the cancel test)."""
     active = SparkContext._active_spark_context
     if active is not None:
         active.stop()
     context = SparkContext(conf=SparkConf().setMaster(cluster.url).setAppName("batching")
-                           .set("spark.ui.enabled", "false"))
+                           .set("spark.ui.enabled", "false")
+                           .setAll(getattr(request, "param", {}).items()))
     deadline = time.time() + 60
     while len(context.runtime.scheduler_backend.executors) < 2 and time.time() < deadline:
         time.sleep(0.05)
@@ -212,6 +214,8 @@ def test_kills_and_crashed_task_processes_reach_the_driver_through_the_executor(
     assert len(sc.runtime.scheduler_backend.executors) == 2
 
 
+# tasks wait behind the long ones until the cancel, not handed back
+@pytest.mark.parametrize("sc", [{"spark.ember.scheduler.handBackAfter": "60s"}], indirect=True)
 def test_short_tasks_wait_on_busy_slots_and_a_cancel_reaches_the_waiting_ones(sc) -> None:
     """Once a stage's tasks are seen to be short, each busy slot gets more to start
     when its task ends (spark.ember.scheduler.queueShortTasks): every task still runs once.

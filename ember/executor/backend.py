@@ -291,7 +291,8 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
         pool = TaskProcessPool(self.cores, env_conf, self._on_task_end, extra,
                                config.read(conf, "spark.python.task.killTimeout"),
                                loop=RpcLoop(self.rpc_env), on_barrier=self._on_barrier,
-                               raw_results=True)
+                               raw_results=True, hand_back_s=config.read(
+                                   conf, "spark.ember.scheduler.handBackAfter"))
         pool.start()
         self.pool = pool                  # published only once its slots exist
 

@@ -10,7 +10,9 @@ Short tasks queued behind a slot's running one (see launch) are written to the p
 once, so each starts the moment the one before it ends, without a round trip through this
 loop. Several tasks can then be in one process, so a kill names its task: the pool writes
 the task id into the slot's kill file before it sends SIGUSR1, and the process stops (or
-never starts) only a task listed there.
+never starts) only a task listed there. Tasks still waiting when the slot's running task
+has run spark.ember.scheduler.handBackAfter are handed back (_watch_queues): a long task
+holds none of them.
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ import time
 from collections import deque
 from typing import Any, Callable
 
+from ember import config
+from ember.errors import TASK_HANDED_BACK
 from ember.executor.fork_client import ForkServerClient, task_process_env
 from ember.executor.wire import FrameBuffer, send_msg, send_msgs
 from ember.util.processes import wait_gone
@@ -50,7 +54,8 @@ SEND_AHEAD_BYTES = 64 << 10
 # spark.ember.scheduler.queueDepth is at most this)
 MAX_WAITING = 15
 # the kill file: the last KILL_SLOTS task ids killed in a slot (a process holds at most
-# 1 + MAX_WAITING tasks, so older entries no longer matter); -1 is no task
+# 1 + MAX_WAITING tasks, handed-back ones included, so older entries no longer matter);
+# -1 is no task
 KILL_SLOTS = 16
 _KILL_ID = struct.Struct("<q")
 
@@ -70,15 +75,20 @@ class _Waiting:
 
 
 class _Slot:
-    __slots__ = ("index", "sock", "buf", "tid", "waiting", "seen", "forgotten",
-                 "kills", "kill_count", "kill_fd", "pid", "started_at", "quick_deaths", "dead")
+    __slots__ = ("index", "sock", "buf", "tid", "since", "waiting", "abandoned", "seen",
+                 "forgotten", "kills", "kill_count", "kill_fd", "pid", "started_at",
+                 "quick_deaths", "dead")
 
     def __init__(self, index: int) -> None:
         self.index = index
         self.sock: socket.socket | None = None
         self.buf = FrameBuffer()
         self.tid: int | None = None
+        self.since = 0.0                           # when `tid` started, as seen from here
         self.waiting: deque[_Waiting] = deque()   # to run when `tid` ends, in order
+        # handed back after they were written to the process: their ends are not reported
+        # again; task id -> bytes it takes in the process's socket
+        self.abandoned: dict[int, int] = {}
         self.seen: set = set()
         self.forgotten: list[int] = []     # stages to drop, told with the next task
         self.kills: deque[int] = deque(maxlen=KILL_SLOTS)   # what the kill file lists
@@ -97,8 +107,11 @@ class TaskProcessPool:
                  loop: EventLoop | None = None,
                  forks: ForkServerClient | None = None,
                  on_barrier: BarrierCallback | None = None,
-                 raw_results: bool = False) -> None:
+                 raw_results: bool = False, hand_back_s: float | None = None) -> None:
         self.num_slots = num_slots
+        # at least 1 ms: the watch over waiting tasks wakes every hand_back_s / 2
+        self.hand_back_s = max(0.001, config.read({}, "spark.ember.scheduler.handBackAfter")
+                               if hand_back_s is None else hand_back_s)
         self.raw_results = raw_results
         self.on_barrier = on_barrier
         self.env_conf = env_conf
@@ -110,6 +123,8 @@ class TaskProcessPool:
         self._own_loop = loop is None
         self.loop = loop or EventLoop("task-process-pool")
         self._lock = threading.RLock()
+        self._watch = threading.Condition(self._lock)
+        self._watch_idle = False
         self._stopped = False
         self._forks = forks or ForkServerClient(task_process_env(self.extra_env))
         self._exported = threading.Condition()
@@ -132,6 +147,8 @@ class TaskProcessPool:
                                    0o600)
             os.write(slot.kill_fd, _KILL_ID.pack(-1) * KILL_SLOTS)
             self._spawn(slot)
+        threading.Thread(target=self._watch_queues, name="task-queue-watch",
+                         daemon=True).start()
 
     def _kill_file(self, slot: _Slot) -> str:
         return os.path.join(self.env_conf["local_dir"], f"task-slot-{slot.index}.kills")
@@ -140,7 +157,7 @@ class TaskProcessPool:
         """Give the slot a fresh process; the socket is usable at once (messages queue up)."""
         parent, child = socket.socketpair()
         conf = dict(self.env_conf, slot=slot.index, raw_results=self.raw_results,
-                    kill_file=self._kill_file(slot),
+                    kill_file=self._kill_file(slot), hand_back_s=self.hand_back_s,
                     sys_path=[p for p in sys.path if p and os.path.isdir(p)])
         send_msg(parent, conf)
         slot.sock, slot.pid = parent, 0
@@ -148,6 +165,7 @@ class TaskProcessPool:
         slot.seen = set()
         slot.forgotten = []
         slot.tid = None
+        slot.abandoned = {}
         slot.started_at = time.monotonic()
         self.loop.register(parent, functools.partial(self._on_readable, slot, parent))
         self._forks.fork(child, slot)
@@ -157,6 +175,7 @@ class TaskProcessPool:
             if self._stopped:
                 return
             self._stopped = True
+            self._watch.notify()
             for slot in self.slots:
                 if slot.sock is not None:
                     self.loop.unregister(slot.sock)
@@ -196,11 +215,13 @@ class TaskProcessPool:
             if slot.tid is None:
                 self._send_task(slot, tid, stage_key, blob, meta, task_bytes)
                 return
-            if len(slot.waiting) < MAX_WAITING and not slot.dead:
+            if len(slot.waiting) + len(slot.abandoned) < MAX_WAITING and not slot.dead:
                 size = len(task_bytes) + (0 if stage_key in slot.seen
                                           else len(blob) + len(meta or b""))
                 slot.waiting.append(_Waiting((tid, stage_key, blob, meta, task_bytes), size))
                 self._send_ahead(slot)
+                if self._watch_idle:
+                    self._watch.notify()
                 return
         self.loop.post(self._end_without_result, slot, tid, "LOST",
                        f"Task process slot {index} is busy with task {slot.tid} and "
@@ -208,8 +229,8 @@ class TaskProcessPool:
 
     def _send_ahead(self, slot: _Slot) -> None:
         """Under the lock: write waiting tasks to the busy process, in order, while they fit
-        in SEND_AHEAD_BYTES."""
-        budget = SEND_AHEAD_BYTES
+        in SEND_AHEAD_BYTES (with what was handed back but is still in its socket)."""
+        budget = SEND_AHEAD_BYTES - sum(slot.abandoned.values())
         for w in slot.waiting:
             budget -= w.size
             if budget < 0:
@@ -222,12 +243,13 @@ class TaskProcessPool:
                    task_bytes: bytes) -> None:
         """Under the lock, the slot idle."""
         slot.tid = tid
+        slot.since = time.monotonic()
         self._write_task(slot, tid, stage_key, blob, meta, task_bytes)
 
     def _write_task(self, slot: _Slot, tid: int, stage_key: Any, blob: bytes, meta: bytes,
                     task_bytes: bytes, queued: bool = False) -> None:
         """Queued (written ahead to a busy process): with the time it was sent, so the
-        process can tell a task held up by a long one (task_process.GIVE_BACK_S)."""
+        process can tell a task held up by a long one (TaskEnv.hand_back_s)."""
         first = stage_key not in slot.seen
         if first:
             slot.seen.add(stage_key)
@@ -258,19 +280,64 @@ class TaskProcessPool:
                 return
             if (slot.tid != tid and waiting is None) or tid in slot.kills:
                 return
-            # one aligned 8-byte write per kill: a reader never sees half an id
-            os.pwrite(slot.kill_fd, _KILL_ID.pack(tid),
-                      _KILL_ID.size * (slot.kill_count % KILL_SLOTS))
-            slot.kill_count += 1
-            slot.kills.append(tid)
-            if slot.pid:
-                try:
-                    os.kill(slot.pid, signal.SIGUSR1)
-                except OSError:
-                    pass
+            self._list_killed(slot, tid)
+            self._signal(slot)
         t = threading.Timer(self.kill_timeout, self._force_kill, (index, tid))
         t.daemon = True
         t.start()
+
+    def _list_killed(self, slot: _Slot, tid: int) -> None:
+        """Under the lock: one aligned 8-byte write per kill, so a reader never sees half
+        an id."""
+        os.pwrite(slot.kill_fd, _KILL_ID.pack(tid),
+                  _KILL_ID.size * (slot.kill_count % KILL_SLOTS))
+        slot.kill_count += 1
+        slot.kills.append(tid)
+
+    @staticmethod
+    def _signal(slot: _Slot) -> None:
+        """SIGUSR1: the process stops its running task if the kill file lists it."""
+        if slot.pid:
+            try:
+                os.kill(slot.pid, signal.SIGUSR1)
+            except OSError:
+                pass
+
+    def _watch_queues(self) -> None:
+        """While tasks wait behind busy slots: every hand_back_s / 2, hand back those
+        behind a task that has run longer than hand_back_s."""
+        with self._watch:
+            while not self._stopped:
+                if not any(s.waiting for s in self.slots):
+                    self._watch_idle = True
+                    self._watch.wait()
+                    self._watch_idle = False
+                    continue
+                self._watch.wait(self.hand_back_s / 2)
+                now = time.monotonic()
+                for slot in self.slots:
+                    if slot.waiting and not self._stopped \
+                            and now - slot.since > self.hand_back_s:
+                        self._hand_back(slot)
+
+    def _hand_back(self, slot: _Slot) -> None:
+        """Under the lock: every task waiting behind the slot's running one ends KILLED
+        (TASK_HANDED_BACK) now, for the driver to run elsewhere. Those already written to
+        the process are listed in its kill file, which ends them unstarted (or stops one
+        that started: the pool may count a task running whose result the process holds
+        while it runs the next), and their ends from the process are not reported."""
+        written = False
+        for w in slot.waiting:
+            if w.sent:
+                slot.abandoned[w.tid] = w.size
+                self._list_killed(slot, w.tid)
+                written = True
+            self.loop.post(self._end_without_result, slot, w.tid, "KILLED", TASK_HANDED_BACK)
+        log.info("Handed back %d task(s) waiting behind task %d, which has run %.0f ms",
+                 len(slot.waiting), slot.tid, (time.monotonic() - slot.since) * 1000)
+        slot.waiting.clear()
+        if written:
+            self._signal(slot)
 
     def _force_kill(self, index: int, tid: int) -> None:
         with self._lock:
@@ -410,12 +477,15 @@ class TaskProcessPool:
     def _on_done(self, slot: _Slot, msg: tuple) -> None:
         tid = msg[1]
         with self._lock:
+            if slot.abandoned.pop(tid, None) is not None:
+                return                  # reported when it was handed back
             if slot.tid == tid:
                 slot.tid = None
                 if slot.waiting:        # the next one started before this end was read
                     nxt = slot.waiting.popleft()
                     if nxt.sent:
                         slot.tid = nxt.tid
+                        slot.since = time.monotonic()
                     else:
                         self._send_task(slot, *nxt.launch)
                     self._send_ahead(slot)

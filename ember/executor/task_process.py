@@ -35,10 +35,6 @@ RESULT, MAP = "result", "map"
 # (queued short tasks), and sent together: one write, one wake-up of the pool, and on a
 # cluster one StatusUpdates to the driver for several tasks; bounded in count and age
 HOLD_RESULTS, HOLD_S = 16, 0.002
-# a queued task that waited this long behind the ones before it (one of them ran long) is
-# handed back unstarted, so the driver runs it on whichever slot is free instead of after
-# the others waiting here (short tasks stop being queued once one is handed back)
-GIVE_BACK_S = 0.05
 
 
 class TaskEnv:
@@ -59,6 +55,9 @@ class TaskEnv:
         self.pyspark_memory_mb: int | None = conf.get("pyspark_memory_mb")
         # an executor's pool forwards results undecoded (result_frame); local mode's decodes
         self.raw_results: bool = conf.get("raw_results", False)
+        # a task written ahead this long ago is handed back unstarted when reached: it
+        # waited behind a long one (spark.ember.scheduler.handBackAfter)
+        self.hand_back_s: float = conf["hand_back_s"]
         self.block_manager = BlockManager(conf["block_dir"], conf["storage_budget"])
         fs.configure(conf.get("fs_conf", {}))    # the app's s3a endpoint and keys
         # spark.io.encryption.enabled: the application's key for shuffle and spill files
@@ -378,7 +377,7 @@ def _run(env: TaskEnv, msg: tuple, stages: dict, files: list) -> tuple:
     """One ("task", ...) message run: the result message to send. `files`: [files dir,
     its mtime when added .py files were last put on sys.path]."""
     _, tid, key, blob, meta, task_bytes, sent_at = msg
-    if sent_at is not None and time.monotonic() - sent_at > GIVE_BACK_S:   # CLOCK_MONOTONIC
+    if sent_at is not None and time.monotonic() - sent_at > env.hand_back_s:  # CLOCK_MONOTONIC
         reply: tuple = ("done", tid, "KILLED", TASK_HANDED_BACK, {}, {}, [])
         return result_frame(reply) if env.raw_results else reply
     if files[0]:

@@ -26,7 +26,7 @@ class LocalSchedulerBackend(SchedulerBackend):
                  loop: Any = None, forks: Any = None,
                  fs_conf: dict[str, str] | None = None,
                  pyspark_memory_mb: int | None = None, io_key: bytes | None = None,
-                 queue_depth: int = 0) -> None:
+                 queue_depth: int = 0, hand_back_s: float | None = None) -> None:
         self.scheduler = scheduler
         self.slots = SlotQueues(queue_depth)
         self._revive_pending = False
@@ -42,7 +42,8 @@ class LocalSchedulerBackend(SchedulerBackend):
                     "io_key": io_key.hex() if io_key else None}
         self.pool = TaskProcessPool(num_slots, env_conf, self._on_task_end, extra_env,
                                     kill_timeout, on_slot_restarted=self._on_slot_restarted,
-                                    loop=loop, forks=forks, on_barrier=self._on_barrier)
+                                    loop=loop, forks=forks, on_barrier=self._on_barrier,
+                                    hand_back_s=hand_back_s)
 
     def start(self) -> None:
         self.pool.start()

@@ -8,12 +8,18 @@ the slot's core (TaskSchedulerImpl.promote_queued).
 """
 from __future__ import annotations
 
+import time
 from collections import deque
+from typing import Callable
 
 from ember import config
 
 # the most tasks that may wait per slot: the task process pool's bound (MAX_WAITING)
 MAX_DEPTH = 15
+# nothing more is queued behind a task running longer than this (a short task takes less,
+# see task_set_manager.QUEUEABLE_TASK_S): what waits behind a long one waits for an unknown
+# time, until the task process pool hands it back
+LONG_RUNNING_S = 0.005
 
 
 def queue_depth(conf) -> int:
@@ -24,22 +30,27 @@ def queue_depth(conf) -> int:
 
 
 class SlotQueues:
-    def __init__(self, depth: int) -> None:
+    def __init__(self, depth: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.depth = depth
+        self.clock = clock
         self.running: dict[int, int] = {}          # busy slot -> its task
+        self.since: dict[int, float] = {}          # busy slot -> when its task started
         self.waiting: dict[int, deque[int]] = {}   # busy slot -> tasks queued behind it
 
     def started(self, slot: int, tid: int) -> None:
         """A task launched on the free slot."""
         self.running[slot] = tid
+        self.since[slot] = self.clock()
 
     def queued(self, slot: int, tid: int) -> None:
         self.waiting.setdefault(slot, deque()).append(tid)
 
     def room(self) -> list[tuple[int, int]]:
         """(busy slot, how many tasks the next one queued on it would wait behind), for
-        each task that may still be queued there."""
-        return [(s, n) for s in self.running
+        each task that may still be queued there: none behind a task that has run longer
+        than LONG_RUNNING_S."""
+        recent = self.clock() - LONG_RUNNING_S
+        return [(s, n) for s in self.running if self.since[s] >= recent
                 for n in range(len(self.waiting.get(s, ())) + 1, self.depth + 1)]
 
     def ended(self, slot: int, tid: int) -> tuple[bool, int | None]:
@@ -49,8 +60,10 @@ class SlotQueues:
         if self.running.get(slot) == tid:
             if queue:
                 nxt = self.running[slot] = queue.popleft()
+                self.since[slot] = self.clock()
                 return False, nxt
             del self.running[slot]
+            del self.since[slot]
             return True, None
         if queue and tid in queue:      # ended before it started (killed while it waited)
             queue.remove(tid)
