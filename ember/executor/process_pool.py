@@ -53,10 +53,10 @@ SEND_AHEAD_BYTES = 64 << 10
 # tasks that may wait behind a slot's running one (the driver's
 # spark.ember.scheduler.queueDepth is at most this)
 MAX_WAITING = 15
-# the kill file: the last KILL_SLOTS task ids killed in a slot (a process holds at most
-# 1 + MAX_WAITING tasks, handed-back ones included, so older entries no longer matter);
-# -1 is no task
-KILL_SLOTS = 16
+# the kill file: the last KILL_SLOTS task ids killed in a slot; -1 is no task. A process
+# holds at most 1 + MAX_WAITING tasks, and for a moment as many handed-back ones it skips
+# (_hand_back), so older entries no longer matter
+KILL_SLOTS = 32
 _KILL_ID = struct.Struct("<q")
 
 
@@ -215,7 +215,7 @@ class TaskProcessPool:
             if slot.tid is None:
                 self._send_task(slot, tid, stage_key, blob, meta, task_bytes)
                 return
-            if len(slot.waiting) + len(slot.abandoned) < MAX_WAITING and not slot.dead:
+            if len(slot.waiting) < MAX_WAITING and not slot.dead:
                 size = len(task_bytes) + (0 if stage_key in slot.seen
                                           else len(blob) + len(meta or b""))
                 slot.waiting.append(_Waiting((tid, stage_key, blob, meta, task_bytes), size))

@@ -63,11 +63,16 @@ class Stage:
         return self.call_site
 
     def make_new_attempt(self, num_partitions_to_compute: int) -> None:
+        # a first attempt without parent stages is submitted in the event that made the
+        # stage: the infos made with it (for JobStart) are current; others are made anew,
+        # to see cache() and names set while they waited
+        infos = (self.latest_info.rdd_infos if self.next_attempt_id == 0 and not self.parents
+                 else rdd_infos(self.rdd))
         self.latest_info = StageInfo(self.id, self.next_attempt_id, self.call_site,
                                        num_partitions_to_compute,
                                        rdd_name=self.rdd.name() or "",
                                        parent_ids=[p.id for p in self.parents],
-                                       rdd_infos=rdd_infos(self.rdd))
+                                       rdd_infos=infos)
         self.next_attempt_id += 1
 
     def __repr__(self) -> str:

@@ -60,7 +60,7 @@ class LocalSchedulerBackend(SchedulerBackend):
                 [WorkerOffer(EXECUTOR_ID, HOST, s) for s in free]) if free else []
             for td in launched:
                 self.slots.started(td.slot, td.task_id)
-            if self.slots.depth and len(launched) == len(free):
+            if self.slots.depth and len(launched) == len(free) and sched.queueing():
                 # every free slot took a task: busy ones may take more (see
                 # spark.ember.scheduler.queueShortTasks)
                 room = self.slots.room()

@@ -544,7 +544,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             launches: dict[str, list[tuple]] = {}
             launched = sched.resource_offers(offers) if offers else []
             self._add_launches(launched, launches)
-            if self._queue_depth and len(launched) == len(offers):
+            if self._queue_depth and len(launched) == len(offers) and sched.queueing():
                 # every free slot took a task: each busy slot may take more, to start one
                 # after another (TaskSetManager.queueable says which sets may)
                 queued = [WorkerOffer(e.executor_id, e.host, s, e.address.host_port, n)

@@ -247,12 +247,21 @@ class TaskSchedulerImpl:
             self.task_id_to_resources[td.task_id] = (o.executor_id, req, assigned)
         return td
 
+    def queueing(self) -> bool:
+        """Does a task set take tasks on busy slots now (TaskSetManager.queueable)? Only
+        then is a round of queued offers (one per place a task may wait) worth building."""
+        with self.lock:
+            return any(tsm.queueable and not tsm.is_zombie
+                       for attempts in self.stage_tsms.values() for tsm in attempts.values())
+
     def resource_offers(self, offers: list[WorkerOffer]) -> list[TaskDescription]:
         with self.lock:
             if self.dead_executors:
                 offers = [o for o in offers if o.executor_id not in self.dead_executors]
             for o in offers:
                 self.executor_hosts[o.executor_id] = o.host
+            if not self.stage_tsms:     # nothing to place (the offers after a job's last end)
+                return []
             ht = self.health_tracker
             if ht is not None:
                 ht.apply_exclude_on_failure_timeout()
