@@ -315,6 +315,40 @@ def test_short_tasks_queue_one_per_busy_slot_and_take_its_core_when_they_start()
     assert cores.free_cores == 2 and not sched.queued_requirements
 
 
+def test_a_queued_task_is_launched_for_listeners_when_it_starts_on_its_slot():
+    """TaskStart and the launch time of a task queued on a busy slot come when it starts
+    (its slot's task before it ended), or when it ends unstarted: its duration does not
+    count the wait and every TaskEnd has its TaskStart."""
+    from ember.scheduler.listener import TaskStart
+
+    class Bus:
+        def __init__(self) -> None:
+            self.started: list[tuple[int, float]] = []
+
+        def post(self, e) -> None:
+            if isinstance(e, TaskStart):
+                self.started.append((e.task_info.task_id, e.task_info.launch_time))
+    sched, tsm = make([[]] * 8)
+    sched.bus = bus = Bus()
+    sched.register_executor_resources("exec1", 2, {})
+    for td in sched.resource_offers(_slots(False)):
+        sched.status_update(td.task_id, "FINISHED", None, {}, {}, [])
+    running = sorted(sched.resource_offers(_slots(False)), key=lambda td: td.slot)
+    waiting = sorted(sched.resource_offers(_slots(True)), key=lambda td: td.slot)
+    assert len(running) == len(waiting) == 2
+    assert {tid for tid, _ in bus.started[-2:]} == {td.task_id for td in running}
+    sched.clock.advance(0.004)                           # the wait
+    sched.status_update(running[0].task_id, "FINISHED", None, {}, {}, [])
+    sched.promote_queued(waiting[0].task_id)
+    assert bus.started[-1] == (waiting[0].task_id, sched.clock.time())
+    sched.clock.advance(0.001)
+    sched.status_update(waiting[0].task_id, "FINISHED", None, {}, {}, [])
+    assert abs(tsm.task_infos[waiting[0].task_id].duration - 0.001) < 1e-9
+    sched.status_update(waiting[1].task_id, "KILLED", "handed back", {}, {}, [])
+    assert bus.started[-1] == (waiting[1].task_id, sched.clock.time())
+    assert len(bus.started) == 6
+
+
 def test_a_slow_task_stops_the_queueing_until_short_ones_are_seen_again():
     sched, tsm = make([[]] * 8)
     sched.register_executor_resources("exec1", 2, {})

@@ -358,9 +358,22 @@ class TaskSchedulerImpl:
         launched.append(td)
         self.task_id_to_tsm[td.task_id] = tsm
         self.task_id_to_location[td.task_id] = (o.executor_id, o.slot)
+        if not o.queued:                # a queued task starts later (_started_queued)
+            self._post_task_start(tsm, td.task_id)
+
+    def _post_task_start(self, tsm: TaskSetManager, tid: int) -> None:
         if self.bus is not None:
             self.bus.post(TaskStart(tsm.stage_id, tsm.task_set.stage_attempt,
-                                    tsm.task_infos[td.task_id]))
+                                    tsm.task_infos[tid]))
+
+    def _started_queued(self, tsm: TaskSetManager | None, tid: int) -> None:
+        """A task that waited on a busy slot starts now (or ends without having started):
+        its launch time and TaskStart are now, so its duration and the executor's active
+        tasks do not count the wait."""
+        info = tsm.task_infos.get(tid) if tsm is not None else None
+        if info is not None:
+            info.launch_time = tsm.clock.time()
+            self._post_task_start(tsm, tid)
 
     def _launch_barrier(self, tsm: TaskSetManager, free: list[WorkerOffer],
                         launched: list[TaskDescription],
@@ -403,7 +416,8 @@ class TaskSchedulerImpl:
             tsm = self.task_id_to_tsm.pop(tid, None)
             loc = self.task_id_to_location.pop(tid, None)
             held = self.task_id_to_resources.pop(tid, None)
-            self.queued_requirements.pop(tid, None)      # ended before it started: took none
+            if self.queued_requirements.pop(tid, None) is not None:
+                self._started_queued(tsm, tid)     # ended before it started: took no core
             kill_reason = self.kill_reasons.pop(tid, None)
             if held is not None and held[0] in self.executor_resources:
                 self.executor_resources[held[0]].release(held[1], held[2])
@@ -441,6 +455,7 @@ class TaskSchedulerImpl:
             queued = self.queued_requirements.pop(tid, None)
             if queued is None:
                 return
+            self._started_queued(self.task_id_to_tsm.get(tid), tid)
             executor_id, req = queued
             pool = self.executor_resources.get(executor_id)
             if pool is not None:

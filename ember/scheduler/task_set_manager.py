@@ -28,8 +28,9 @@ PROCESS_LOCAL, NODE_LOCAL, NO_PREF, ANY = "PROCESS_LOCAL", "NODE_LOCAL", "NO_PRE
 LEVELS = [PROCESS_LOCAL, NODE_LOCAL, NO_PREF, ANY]
 _LEVEL_ORDER = {level: n for n, level in enumerate(LEVELS)}
 # a task set whose tasks take less than this (launch to result, on the driver's clock) may
-# queue tasks on busy slots (TaskSetManager.queueable; a queued task's duration counts its
-# wait), as many per slot as its tasks' run time says fit in it (queueable_at)
+# queue tasks on busy slots (TaskSetManager.queueable; a queued task is launched, for its
+# duration, when its slot's task before it ends), as many per slot as its tasks' run time
+# says fit in it (queueable_at)
 QUEUEABLE_TASK_S = 0.005
 # the run time a task is counted at for that: executorRunTime is whole milliseconds
 MIN_RUN_S = 0.0003
