@@ -9,7 +9,8 @@ import time
 import pytest
 
 from ember import SparkConf, SparkContext
-from ember.deploy.messages import LaunchTask, LaunchTasks, StatusUpdate, StatusUpdates
+from ember.deploy.messages import (LaunchTask, LaunchTasks, RemoveStage, StatusUpdate,
+                                   StatusUpdates)
 from ember.rpc import MessageDecodeError, decode, encode
 
 pytestmark = pytest.mark.timeout(180)
@@ -92,6 +93,35 @@ def test_an_offer_round_launches_one_message_per_executor(sc) -> None:
     reported = [t for m in received if isinstance(m, StatusUpdate) for t in [m.taskId]] + \
         [t for m in received if isinstance(m, StatusUpdates) for t in m.taskIds]
     assert sorted(reported) == sorted(_task_ids(sent))
+
+
+def test_a_finished_stage_is_removed_with_the_next_launch_or_soon_after(sc, monkeypatch):
+    """A job's end sends nothing to the executors (that would wake them between its last
+    task and the caller getting the result): RemoveStage goes right after the executor's
+    next launch, or FORGET_FLUSH_S after the stage finished when no launch came."""
+    from ember.scheduler import standalone_backend
+    monkeypatch.setattr(standalone_backend, "FORGET_FLUSH_S", 2.0)
+    sent, _ = _record_traffic(sc)
+    backend = sc.runtime.scheduler_backend
+    assert sc.parallelize(range(4), 4).count() == 4
+    first = {m.stageId for m in sent if isinstance(m, RemoveStage)}
+    pending = {sid for d in backend.executors.values() for sid in d.forgotten}
+    assert not first and len(pending) == 1
+    del sent[:]
+    assert sc.parallelize(range(4), 4).map(lambda x: x + 1).sum() == 10
+    launched_to = [i for i, m in enumerate(sent) if isinstance(m, (LaunchTask, LaunchTasks))]
+    removed = [i for i, m in enumerate(sent) if isinstance(m, RemoveStage)]
+    # each executor is told with its launch, after it
+    assert len(removed) == len(launched_to) == 2
+    assert all(r == launch + 1 for launch, r in zip(launched_to, removed))
+    assert {sent[i].stageId for i in removed} == pending
+    del sent[:]
+    deadline = time.time() + 15
+    while any(d.forgotten for d in backend.executors.values()) and time.time() < deadline:
+        time.sleep(0.05)
+    # no launch came: the timer told both executors about the second job's stage
+    assert len(sent) == 2 and {type(m) for m in sent} == {RemoveStage}
+    assert len({m.stageId for m in sent} - pending) == 1
 
 
 def test_many_tiny_tasks_and_failures_are_each_reported_exactly_once(sc, tmp_path) -> None:

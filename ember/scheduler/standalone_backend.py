@@ -41,6 +41,9 @@ from ember.scheduler.listener import ExecutorAdded, ExecutorRemoved
 log = logging.getLogger("ember.scheduler.standalone")
 
 ENDPOINT_NAME = "CoarseGrainedScheduler"
+# a finished stage's RemoveStage goes with the executor's next launch, or this long after
+# the stage finished when none came (the executor then drops the stage's closure)
+FORGET_FLUSH_S = 1.0
 
 
 @dataclass
@@ -51,6 +54,7 @@ class ExecutorData:
     host: str
     cores: int
     seen_stages: set = field(default_factory=set)
+    forgotten: list = field(default_factory=list)   # stage ids to send RemoveStage for
     rp_id: int = DEFAULT_RESOURCE_PROFILE_ID
     idle_since: float | None = None      # monotonic time it became idle; None while busy
     slots: SlotQueues = field(default_factory=lambda: SlotQueues(0))   # busy slots' tasks
@@ -215,6 +219,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self._disassociated: dict[str, str] = {}   # executor -> host, until the master's reason
         self._io_key: str | None = None
         self._revive_pending = False      # an offer round is queued on the loop
+        self._forget_flush: Any = None    # the timer sending RemoveStage not sent yet
         self._queue_depth = queue_depth(self.conf)
 
     # --- configuration shared with executors --------------------------------------------
@@ -552,11 +557,12 @@ class StandaloneSchedulerBackend(SchedulerBackend):
                 if queued:
                     self._add_launches(sched.resource_offers(queued), launches, queued=True)
             for eid, tasks in launches.items():
-                ref = self.executors[eid].ref
+                data = self.executors[eid]
                 if len(tasks) == 1:
-                    ref.send(LaunchTask(pickle.dumps(tasks[0], protocol=5)))
+                    data.ref.send(LaunchTask(pickle.dumps(tasks[0], protocol=5)))
                 else:
-                    ref.send(LaunchTasks(pickle.dumps(tasks, protocol=5)))
+                    data.ref.send(LaunchTasks(pickle.dumps(tasks, protocol=5)))
+                self._send_forgotten(data)
 
     def _add_launches(self, launched: list, launches: dict[str, list[tuple]],
                       queued: bool = False) -> None:
@@ -618,7 +624,25 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             data.ref.send(RemoveBroadcast(bid))
 
     def forget_stage(self, stage_id: int) -> None:
+        """Each executor that has the stage's closure is told with its next launch (at the
+        latest FORGET_FLUSH_S later): a message now would wake every executor at a job's
+        end, between its last task and the caller getting the result."""
+        pending = False
         for data in self.executors.values():
             if any(k[0] == stage_id for k in data.seen_stages):
                 data.seen_stages = {k for k in data.seen_stages if k[0] != stage_id}
-                data.ref.send(RemoveStage(stage_id))
+                data.forgotten.append(stage_id)
+                pending = True
+        if pending and self._forget_flush is None:
+            self._forget_flush = self.rpc_env.schedule(FORGET_FLUSH_S, self._flush_forgotten)
+
+    def _flush_forgotten(self) -> None:
+        self._forget_flush = None
+        for data in list(self.executors.values()):
+            self._send_forgotten(data)
+
+    @staticmethod
+    def _send_forgotten(data: ExecutorData) -> None:
+        for stage_id in data.forgotten:
+            data.ref.send(RemoveStage(stage_id))
+        data.forgotten.clear()
