@@ -484,7 +484,7 @@ class DAGScheduler:
     def _stage_resource_profile(self, rdd: Any) -> int:
         """The ResourceProfile id the stage's tasks run with (0 without withResources)."""
         manager = getattr(self.task_scheduler, "rp_manager", None)
-        if manager is None:
+        if manager is None or manager.only_default:
             return 0
         from ember.scheduler.resource_profiles import profiles_of_stage
         return manager.stage_profile(profiles_of_stage(rdd))

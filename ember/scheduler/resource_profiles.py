@@ -162,6 +162,12 @@ class ResourceProfileManager:
         self._requirements: dict[int, TaskRequirements] = {}
         self.add(self.default)
 
+    @property
+    def only_default(self) -> bool:
+        """No RDD of the application carries a profile other than the default one (profiles
+        come in only through RDD.withResources): every stage runs with the default."""
+        return len(self._profiles) == 1
+
     # --- Spark's isSupported / addResourceProfile -----------------------------------------
     def is_supported(self, rp: ResourceProfile) -> bool:
         standalone = _is_standalone_or_local_cluster(self.master)

@@ -276,7 +276,7 @@ class TaskSchedulerImpl:
             for tsm in self.root_pool.sorted_task_sets():
                 if not free:
                     break
-                if queued and not tsm.queueable:
+                if queued and not tsm.queueable or not tsm.has_pending:
                     continue
                 req = self._task_requirements(tsm)
                 if tsm.is_barrier:

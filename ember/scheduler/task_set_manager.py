@@ -358,6 +358,12 @@ class TaskSetManager:
                                props, task_resources)
 
     @property
+    def has_pending(self) -> bool:
+        """Is any task waiting to launch (a regular or a speculative copy)? False means no
+        offer can take anything from this set (all ran or are running)."""
+        return self._has_pending(self.all_pending) or bool(self.speculatable)
+
+    @property
     def queueable(self) -> bool:
         """May a task wait on a busy slot (WorkerOffer.queued)? Only once tasks are seen to
         be short, where the driver round trip a slot waits between tasks is a large part of
