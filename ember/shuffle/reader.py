@@ -21,6 +21,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+from array import array
 from collections import deque
 from typing import Any, Callable, Iterator
 
@@ -38,8 +39,12 @@ Segment = tuple[int, MapStatus, int, int]      # map index, status, start, end
 # per task process: the index of the statuses list a stage received, keyed by shuffle id
 # (the list is kept here too, so the identity check cannot be fooled by a reused id), and
 # the map output files its reducers opened, kept open while the index is cached: every
-# reducer reads a segment of (nearly) every map file, and an open costs more than the read
-_indexes: dict[int, tuple[list, dict[int, list[Segment]], dict[str, int]]] = {}
+# reducer reads a segment of (nearly) every map file, and an open costs more than the read.
+# The index maps a reduce id to (map index, start, end) triples in an int64 array: arrays
+# are not tracked by the garbage collector, so the hundreds of thousands of segments of a big
+# shuffle are neither slow to build (no collections while they are made) nor traversed by
+# every full collection while the index stays cached.
+_indexes: dict[int, tuple[list, dict[int, array], dict[str, int]]] = {}
 _MAX_INDEXES = 8
 # over all cached shuffles (map outputs go to one file per writing task process, so a
 # shuffle has a few files per executor); beyond, a segment read opens and closes its file
@@ -143,24 +148,30 @@ def serve_fetch(rpc_env: Any, context: Any, msg: Any, allowed: Callable[[str], b
     rpc_env.run_in_executor(read)
 
 
-def reduce_index(shuffle_id: int, statuses: list[MapStatus | None]) -> dict[int, list[Segment]]:
-    """reduce id -> its non-empty segments in map order, built once per statuses list."""
+def reduce_index(shuffle_id: int, statuses: list[MapStatus | None]) -> dict[int, array]:
+    """reduce id -> (map index, start, end) of its non-empty segments in map order, built
+    once per statuses list."""
     cached = _indexes.get(shuffle_id)
     if cached is not None and cached[0] is statuses:
         return cached[1]
     _forget(shuffle_id)
-    index: dict[int, list[Segment]] = {}
+    index: dict[int, array] = {}
+    get = index.get
     for map_index, st in enumerate(statuses):
         if st is None:
             raise FetchFailedError(shuffle_id, map_index, -1, None,
                                    f"Missing an output location for shuffle {shuffle_id} "
                                    f"map {map_index}")
-        for reduce_id, start, end in st.segments():
-            segs = index.get(reduce_id)
+        blocks = array("q")
+        blocks.frombytes(st.blocks)
+        for k in range(0, len(blocks), 3):
+            reduce_id = blocks[k]
+            segs = get(reduce_id)
             if segs is None:
-                index[reduce_id] = [(map_index, st, start, end)]
-            else:
-                segs.append((map_index, st, start, end))
+                segs = index[reduce_id] = array("q")
+            segs.append(map_index)
+            segs.append(blocks[k + 1])
+            segs.append(blocks[k + 2])
     while len(_indexes) >= _MAX_INDEXES:
         _forget(next(iter(_indexes)))
     _indexes[shuffle_id] = (statuses, index, {})
@@ -196,10 +207,13 @@ def read_partition(shuffle_id: int, reduce_id: int, ctx: Any,
         raise FetchFailedError(shuffle_id, -1, reduce_id, None,
                                f"Missing an output location for shuffle {shuffle_id}")
     try:
-        segments = reduce_index(shuffle_id, statuses).get(reduce_id, ())
+        triples = reduce_index(shuffle_id, statuses).get(reduce_id)
     except FetchFailedError as e:
         raise FetchFailedError(shuffle_id, e.map_index, reduce_id, None,
                                f"{e.message} partition {reduce_id}") from None
+    segments: list[Segment] = [] if triples is None else [
+        (triples[k], statuses[triples[k]], triples[k + 1], triples[k + 2])
+        for k in range(0, len(triples), 3)]
     env = ctx.env
     metrics = ctx.metrics
     key = getattr(env, "io_key", None)
