@@ -205,6 +205,20 @@ def test_a_failed_task_retries_on_another_executor_while_one_is_offering():
     assert offer(tsm, "exec1", "host1", 1) == (1, NO_PREF)
 
 
+def test_an_offer_round_skips_a_set_with_nothing_pending_but_notes_who_offered():
+    """Once every task runs, offers pass the set by (has_pending) yet still count as
+    executors it has seen: a task failing later waits for the one that offered meanwhile."""
+    sched, tsm = make([[]])
+    [td] = sched.resource_offers([WorkerOffer("exec1", "host1", 0)])
+    assert not tsm.has_pending
+    assert sched.resource_offers([WorkerOffer("exec2", "host2", 0)]) == []
+    fail(tsm, 0)
+    assert tsm.has_pending
+    assert sched.resource_offers([WorkerOffer("exec1", "host1", 0)]) == []
+    [retry] = sched.resource_offers([WorkerOffer("exec2", "host2", 0)])
+    assert (retry.index, retry.executor_id) == (0, "exec2")
+
+
 def test_a_not_serializable_result_aborts_at_once():
     sched, tsm = make([[]], max_failures=4)
     offer(tsm, "exec1", "host1")

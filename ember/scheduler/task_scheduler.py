@@ -276,7 +276,10 @@ class TaskSchedulerImpl:
             for tsm in self.root_pool.sorted_task_sets():
                 if not free:
                     break
-                if queued and not tsm.queueable or not tsm.has_pending:
+                if queued and not tsm.queueable:
+                    continue
+                if not tsm.has_pending:     # nothing to place: only note who offered
+                    tsm.seen_executors.update(o.executor_id for o in free)
                     continue
                 req = self._task_requirements(tsm)
                 if tsm.is_barrier:
