@@ -162,16 +162,11 @@ def reduce_index(shuffle_id: int, statuses: list[MapStatus | None]) -> dict[int,
             raise FetchFailedError(shuffle_id, map_index, -1, None,
                                    f"Missing an output location for shuffle {shuffle_id} "
                                    f"map {map_index}")
-        blocks = array("q")
-        blocks.frombytes(st.blocks)
-        for k in range(0, len(blocks), 3):
-            reduce_id = blocks[k]
+        for reduce_id, start, end in st.segments():
             segs = get(reduce_id)
             if segs is None:
                 segs = index[reduce_id] = array("q")
-            segs.append(map_index)
-            segs.append(blocks[k + 1])
-            segs.append(blocks[k + 2])
+            segs.extend((map_index, start, end))
     while len(_indexes) >= _MAX_INDEXES:
         _forget(next(iter(_indexes)))
     _indexes[shuffle_id] = (statuses, index, {})
