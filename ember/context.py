@@ -11,6 +11,7 @@ import atexit
 import logging
 import os
 import shutil
+import signal
 import sys
 import threading
 import uuid
@@ -140,6 +141,7 @@ class SparkContext:
         self.runtime.start(self.appName, self.environment, self.stop,
                            dict(self._system_properties))
         SparkFiles._root_directory = self.runtime.files_dir
+        self._install_interrupt_handler()
         for path in py_files or []:
             self.addPyFile(path)
         for path in (self._conf.get("spark.submit.pyFiles") or "").split(","):
@@ -150,6 +152,22 @@ class SparkContext:
                 self.addFile(path)
         atexit.register(self._atexit_stop)
 
+
+    def _install_interrupt_handler(self) -> None:
+        """PySpark's: Ctrl-C in the main thread cancels every job and raises
+        KeyboardInterrupt (DriverRuntime.interrupt); the handler it replaced comes back at
+        stop()."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        runtime = self.runtime
+
+        def on_sigint(signum: int, frame: Any) -> None:
+            runtime.interrupt()
+        try:
+            self._previous_sigint = signal.signal(signal.SIGINT, on_sigint)
+        except ValueError:          # not the main interpreter
+            return
+        runtime.sigint_handler = on_sigint
 
     # --- lifecycle ----------------------------------------------------------------------
     @classmethod
@@ -186,6 +204,11 @@ class SparkContext:
         runtime = getattr(self, "runtime", None)
         if runtime is not None:
             runtime.stop()
+            previous = getattr(self, "_previous_sigint", None)
+            if (previous is not None and runtime.sigint_handler is not None
+                    and threading.current_thread() is threading.main_thread()
+                    and signal.getsignal(signal.SIGINT) is runtime.sigint_handler):
+                signal.signal(signal.SIGINT, previous)
         with SparkContext._lock:
             if SparkContext._active_spark_context is self:
                 SparkContext._active_spark_context = None

@@ -9,11 +9,13 @@ here (`sc.runtime`), never through SparkContext's private fields.
 """
 from __future__ import annotations
 
+import _signal      # getsignal without signal's enum wrapping (2 us a call)
 import getpass
 import os
 import pickle
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -102,6 +104,9 @@ class DriverRuntime:
         self.local_cluster: Any = None
         self.progress_bar: Any = None
         self._stop_context: Callable[[], None] = lambda: None
+        # the context's SIGINT handler while installed (see interrupt)
+        self.sigint_handler: Callable[..., None] | None = None
+        self._interrupted = False
         self._local = threading.local()
         self._next_rdd_id = 0
         self._next_shuffle_id = 0
@@ -436,9 +441,16 @@ class DriverRuntime:
             props["spark.ember.files"] = ",".join(
                 n + "/" if os.path.isdir(os.path.join(self.files_dir, n)) else n
                 for n in self.added_files)
+        # the submission runs on this thread when nothing can interrupt it halfway: a thread
+        # other than the main one, or the main one while Ctrl-C goes through interrupt()
+        on_caller = (threading.current_thread() is not threading.main_thread()
+                     or (self.sigint_handler is not None
+                         and _signal.getsignal(signal.SIGINT) is self.sigint_handler))
         waiter = self.dag_scheduler.submit_job(rdd, task_func, partitions, call_site(),
-                                               handler, props)
+                                               handler, props, on_caller)
         try:
+            if self._interrupted:           # Ctrl-C came during the submission
+                self.interrupt()
             waiter.wait()
         except KeyboardInterrupt:
             waiter.cancel()
@@ -447,6 +459,19 @@ class DriverRuntime:
                (r._local_checkpointed and not r._truncated) for r in lineage):
             rdd._do_checkpoint()
         return results
+
+    def interrupt(self) -> None:
+        """Ctrl-C in the main thread (PySpark's SIGINT handler): cancel every job, then
+        raise KeyboardInterrupt. While that thread is itself running a scheduler handler
+        (a job's submission, see EventLoop.run_here) only once the handler is done
+        (run_job checks), so the scheduler is never left halfway through one."""
+        if self.event_loop is not None and self.event_loop.in_loop():
+            self._interrupted = True
+            return
+        self._interrupted = False
+        if not self.stopped and self.dag_scheduler is not None:
+            self.dag_scheduler.cancel_all_jobs()
+        raise KeyboardInterrupt()
 
     def unpersist_rdd(self, rdd_id: int) -> None:
         if self.stopped:

@@ -51,3 +51,92 @@ def test_the_runtime_is_the_contexts_internals(fresh_sc):
     assert rt.stopped and not os.path.exists(local_dir)
     with pytest.raises(PySparkRuntimeError, match="stopped SparkContext"):
         sc.parallelize([1])
+
+
+# --- Ctrl-C (PySpark's SIGINT handler) and the submission run on the caller's thread -----
+
+
+def _submission_threads(sc, monkeypatch) -> list[int]:
+    """Record which thread runs each job's submission handler."""
+    dag = sc.runtime.dag_scheduler
+    original = dag.handle_job_submitted
+    threads: list[int] = []
+
+    def submitted(*args):
+        threads.append(threading.get_ident())
+        original(*args)
+    monkeypatch.setattr(dag, "handle_job_submitted", submitted)
+    return threads
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_cancels_the_running_job_and_raises_keyboard_interrupt(fresh_sc):
+    import signal
+    import time
+    sc = fresh_sc("local[2]")
+    assert signal.getsignal(signal.SIGINT) is sc.runtime.sigint_handler
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        sc.parallelize(range(2), 2).map(lambda x: time.sleep(30)).collect()
+    timer.join()
+    assert sc.parallelize([1, 2, 3]).count() == 3      # the sleeping tasks were killed
+    assert time.monotonic() - t0 < 20
+    assert sc.statusTracker().getJobInfo(0).status == "FAILED"
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_while_the_main_thread_runs_a_submission_waits_for_its_end(fresh_sc,
+                                                                          monkeypatch):
+    import signal
+    import time
+    sc = fresh_sc("local[2]")
+    sc.parallelize([1]).count()                 # the loop idle: the next submission runs here
+    dag = sc.runtime.dag_scheduler
+    original = dag.handle_job_submitted
+    seen = {}
+
+    def submitted(*args):
+        os.kill(os.getpid(), signal.SIGINT)     # handled in this thread, in the next lines
+        time.sleep(0.05)
+        seen["thread"] = threading.get_ident()
+        original(*args)
+        seen["finished"] = True
+    monkeypatch.setattr(dag, "handle_job_submitted", submitted)
+    with pytest.raises(KeyboardInterrupt):
+        sc.parallelize(range(2), 2).map(lambda x: time.sleep(30)).collect()
+    assert seen == {"thread": threading.get_ident(), "finished": True}
+    monkeypatch.undo()
+    assert sc.parallelize([1, 2, 3]).count() == 3
+
+
+def test_a_submission_runs_on_the_caller_only_under_the_contexts_sigint_handler(
+        fresh_sc, monkeypatch):
+    import signal
+    sc = fresh_sc("local[2]")
+    sc.parallelize([1]).count()
+    threads = _submission_threads(sc, monkeypatch)
+    sc.parallelize([1, 2]).count()
+    assert threads == [threading.get_ident()]
+    previous = signal.signal(signal.SIGINT, lambda *a: None)       # the user's own handler
+    try:
+        sc.parallelize([1, 2]).count()          # could raise anywhere: the loop runs it
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert threads[1] != threading.get_ident()
+    done = {}
+    t = threading.Thread(target=lambda: done.update(n=sc.parallelize([1, 2]).count(),
+                                                    me=threading.get_ident()))
+    t.start()
+    t.join(10)
+    assert done["n"] == 2 and threads[2] == done["me"]   # no KeyboardInterrupt off main
+
+
+def test_stop_puts_back_the_sigint_handler_the_context_replaced(fresh_sc):
+    import signal
+    previous = signal.getsignal(signal.SIGINT)
+    sc = fresh_sc("local[2]")
+    assert signal.getsignal(signal.SIGINT) is not previous
+    sc.stop()
+    assert signal.getsignal(signal.SIGINT) is previous

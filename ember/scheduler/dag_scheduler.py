@@ -225,13 +225,18 @@ class DAGScheduler:
     # --- public API (any thread) --------------------------------------------------------
     def submit_job(self, rdd: Any, func: Callable, partitions: list[int], call_site: str,
                    result_handler: Callable[[int, Any], None],
-                   properties: dict[str, str]) -> JobWaiter:
+                   properties: dict[str, str], on_caller: bool = False) -> JobWaiter:
+        """on_caller: the calling thread may run the submission itself while the loop is
+        idle (EventLoop.run_here); only for a caller no exception can interrupt halfway."""
         job_id = self.new_job_id()
         waiter = JobWaiter(self, job_id, len(partitions), result_handler)
         if not partitions:
             return waiter
-        self.post(self.handle_job_submitted, job_id, rdd, func, partitions, call_site,
-                  waiter, dict(properties))
+        args = (job_id, rdd, func, partitions, call_site, waiter, dict(properties))
+        if on_caller and self.loop is not None:
+            self.loop.run_here(self.handle_job_submitted, *args)
+        else:
+            self.post(self.handle_job_submitted, *args)
         return waiter
 
     def cancel_job(self, job_id: int, reason: str) -> None:

@@ -31,12 +31,36 @@ class EventLoop:
         self._queue: collections.deque = collections.deque()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._stopping = False
+        self._turn = threading.Lock()       # held by whichever thread runs handlers now
+        self._owner: int | None = None
 
     def start(self) -> None:
         self._thread.start()
 
     def in_loop(self) -> bool:
-        return threading.get_ident() == self._thread.ident
+        """Whether the calling thread is the one running handlers right now."""
+        return threading.get_ident() == self._owner
+
+    def run_here(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run fn, and what it posts, on the calling thread while the loop thread waits in
+        select with nothing queued; otherwise post it. A job's submission then costs no
+        wake-up of the loop thread and no hand-off of the GIL to it (about 50 us of a
+        0.6 ms warm job on this host). Handlers still never run two at a time: whoever runs
+        them holds the turn, and the loop thread takes it before handling what select
+        returned."""
+        if self._queue or not self._turn.acquire(blocking=False):
+            self.post(fn, *args)
+            return
+        try:
+            if self._queue or self._stopping:
+                self.post(fn, *args)
+                return
+            self._owner = threading.get_ident()
+            self._queue.append((fn, args))
+            self._drain()
+        finally:
+            self._owner = None
+            self._turn.release()
 
     def post(self, fn: Callable[..., Any], *args: Any) -> None:
         self._queue.append((fn, args))
@@ -71,23 +95,34 @@ class EventLoop:
                               getattr(fn, "__qualname__", fn))
 
     def _run(self) -> None:
-        while not self._stopping:
+        me = threading.get_ident()
+        turn = self._turn
+        events: list = []
+        while True:
+            with turn:
+                self._owner = me
+                for key, _ in events:
+                    cb = key.data
+                    if cb is None:
+                        try:   # one read: leftover wake-up bytes only make the next select return
+                            self._wake_r.recv(4096)
+                        except (BlockingIOError, OSError):
+                            pass
+                        continue
+                    try:
+                        cb()
+                    except Exception:
+                        log.exception("%s: socket handler failed", self.name)
+                self._drain()
+                self._owner = None
+                if self._stopping:
+                    break
+                timeout = None if not self._queue else 0
+            events = self._sel.select(timeout=timeout)
+        with turn:
+            self._owner = me
             self._drain()
-            if self._stopping:
-                break
-            for key, _ in self._sel.select(timeout=None if not self._queue else 0):
-                cb = key.data
-                if cb is None:
-                    try:   # one read: wake-up bytes left over only make the next select return
-                        self._wake_r.recv(4096)
-                    except (BlockingIOError, OSError):
-                        pass
-                    continue
-                try:
-                    cb()
-                except Exception:
-                    log.exception("%s: socket handler failed", self.name)
-        self._drain()
+            self._owner = None
 
     def stop(self, timeout: float = 10.0) -> None:
         """Run what is queued, then stop the thread."""
@@ -120,6 +155,8 @@ class RpcLoop:
 
     def post(self, fn: Callable[..., Any], *args: Any) -> None:
         self.env.call_soon(fn, *args)
+
+    run_here = post          # an asyncio loop cannot be borrowed by another thread
 
     def register(self, sock: socket.socket, callback: Callable[[], None]) -> None:
         self.env.add_reader(sock, callback)
