@@ -380,20 +380,22 @@ def _run(env: TaskEnv, msg: tuple, stages: dict, files: list) -> tuple:
     if sent_at is not None and time.monotonic() - sent_at > env.hand_back_s:  # CLOCK_MONOTONIC
         reply: tuple = ("done", tid, "KILLED", TASK_HANDED_BACK, {}, {}, [])
         return result_frame(reply) if env.raw_results else reply
-    if files[0]:
-        try:
-            m = os.stat(files[0]).st_mtime_ns
-        except OSError:
-            m = files[1]
-        if m != files[1]:
-            files[1] = m
-            _add_py_files(files[0])
     try:
+        task = pickle.loads(task_bytes)
+        # files added with addFile/addPyFile (named in the job's properties; a stat per
+        # task otherwise): a sibling process may have fetched or added some since
+        if files[0] and task[3].get("spark.ember.files"):
+            try:
+                m = os.stat(files[0]).st_mtime_ns
+            except OSError:
+                m = files[1]
+            if m != files[1]:
+                files[1] = m
+                _add_py_files(files[0])
         stage = stages.get(key)
         if stage is None:
             stage = _load_stage(blob, meta)
             stages[key] = stage       # kept until the pool says "forget_stage"
-        task = pickle.loads(task_bytes)
         reply = run_task(env, stage, task, tid)
     except BaseException as e:  # closure failed to unpickle etc.
         _running[0] = None
