@@ -267,3 +267,36 @@ def test_short_tasks_wait_on_busy_slots_and_a_cancel_reaches_the_waiting_ones(sc
         and all(r.free_cores == 2 for r in sched.executor_resources.values()),
         lambda: [(e.free_slots, e.slots.waiting) for e in backend.executors.values()])
     assert sc.parallelize(range(10), 4).sum() == 45
+
+
+def test_a_warm_jobs_submission_and_offer_round_run_on_the_calling_thread(sc, monkeypatch):
+    """While the driver's RPC loop is idle the caller borrows it (RpcEnv.run_here): the
+    job's submission and its offer round run on the calling thread, the launches leave
+    from there, and the results come back as ever."""
+    import threading
+    backend = sc.runtime.scheduler_backend
+    threads: list = []
+    make_offers = backend._make_offers
+    monkeypatch.setattr(backend, "_make_offers",
+                        lambda: (threads.append(threading.get_ident()), make_offers())[1])
+    results = []
+    for i in range(5):
+        time.sleep(0.05)                 # the executors' updates handled: the loop is idle
+        results.append(sc.parallelize(range(4), 4).map(lambda x, i=i: x + i).sum())
+    assert results == [6 + 4 * i for i in range(5)]
+    assert threading.get_ident() in threads
+
+
+def test_ctrl_c_cancels_a_cluster_job_and_raises_keyboard_interrupt(sc) -> None:
+    import os
+    import signal
+    import threading
+    assert signal.getsignal(signal.SIGINT) is sc.runtime.sigint_handler
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        sc.parallelize(range(2), 2).map(lambda x: time.sleep(60)).collect()
+    timer.join()
+    assert sc.parallelize([1, 2, 3]).count() == 3       # the sleeping tasks were killed
+    assert time.monotonic() - t0 < 30

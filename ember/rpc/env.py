@@ -5,6 +5,8 @@ thread running an asyncio event loop; every endpoint callback, timer and reply c
 on that thread, one at a time, so endpoint state needs no locks (Spark's
 ThreadSafeRpcEndpoint). Endpoints are plain objects with plain (non-async) methods: they
 must not block - blocking work goes to ``run_in_executor`` and comes back with ``call_soon``.
+While the loop waits in select, another thread may take its turn and act as that thread
+(``run_here``: a driver's job submission); callbacks still run one at a time.
 
 The pieces, one module each: the endpoint API (`ember.rpc.endpoint`), delivery to
 endpoints (`ember.rpc.dispatcher`), outbound connections and asks in flight
@@ -40,6 +42,7 @@ import asyncio
 import concurrent.futures
 import itertools
 import logging
+import selectors
 import threading
 import time
 import uuid
@@ -101,6 +104,25 @@ def _as_address(address: RpcAddress | str | tuple) -> RpcAddress:
     raise TypeError(f"Expected an RpcAddress or 'spark://host:port', got {address!r}")
 
 
+# callbacks a borrowed turn runs after its function before leaving the rest to the loop
+BORROWED_READY_MAX = 64
+
+
+class _TurnSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+    """The loop's selector: the loop thread gives up the turn while it waits in select."""
+
+    def __init__(self, turn: threading.Lock) -> None:
+        super().__init__()
+        self._turn = turn
+
+    def select(self, timeout: float | None = None) -> list:
+        self._turn.release()
+        try:
+            return super().select(timeout)
+        finally:
+            self._turn.acquire()
+
+
 class RpcEnv:
     """One per process (or per role): the loop thread, its endpoints and connections.
 
@@ -116,7 +138,11 @@ class RpcEnv:
         self.client_mode = client_mode
         self.address = RpcAddress(host, 0)
         self.client_id = uuid.uuid4().hex
-        self.loop = asyncio.new_event_loop()
+        # held by the loop thread except while it waits in select (and by nobody else until
+        # the loop runs): whoever holds it may act as the loop thread (`run_here`)
+        self._turn = threading.Lock()
+        self._turn.acquire()
+        self.loop = asyncio.SelectorEventLoop(_TurnSelector(self._turn))
         self._loop_tid: int | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -259,6 +285,43 @@ class RpcEnv:
     def in_loop(self) -> bool:
         """True on this env's loop thread (where endpoint callbacks run)."""
         return threading.get_ident() == self._loop_tid
+
+    def run_here(self, fn: Callable, *args: Any) -> None:
+        """``call_soon``, but run on the calling thread at once while the loop is idle
+        (waiting in select, nothing queued): the caller takes the loop's turn and acts as
+        its thread, so a driver's job submission costs no wake-up of the loop thread and no
+        hand-over of the GIL. The plain functions fn queued for the end of the turn run here
+        too, as the loop would run them next; anything else queued, or newly scheduled,
+        wakes the loop."""
+        loop = self.loop
+        if self._inbox or loop._ready or not self._turn.acquire(blocking=False):
+            self.call_soon(fn, *args)
+            return
+        try:
+            if self._stopping or self._inbox or loop._ready or loop.get_debug():
+                self.call_soon(fn, *args)
+                return
+            loop_tid, self._loop_tid = self._loop_tid, threading.get_ident()
+            outer_env, loop_thread_state.env = getattr(loop_thread_state, "env", None), self
+            timers = len(loop._scheduled)
+            try:
+                self._safe_call(fn, args)
+                ready, plain = loop._ready, (self._safe_call, self._run_effect)
+                for _ in range(BORROWED_READY_MAX):   # what fn left for the end of the turn
+                    # (an offer round, held sends), in order; not a task's step, which
+                    # needs the loop's own thread
+                    if not ready or ready[0]._callback not in plain:
+                        break
+                    handle = ready.popleft()
+                    if not handle._cancelled:
+                        handle._run()
+            finally:
+                self._loop_tid = loop_tid
+                loop_thread_state.env = outer_env
+                if loop._ready or len(loop._scheduled) != timers:
+                    loop._write_to_self()
+        finally:
+            self._turn.release()
 
     @property
     def stopping(self) -> bool:

@@ -156,7 +156,8 @@ class RpcLoop:
     def post(self, fn: Callable[..., Any], *args: Any) -> None:
         self.env.call_soon(fn, *args)
 
-    run_here = post          # an asyncio loop cannot be borrowed by another thread
+    def run_here(self, fn: Callable[..., Any], *args: Any) -> None:
+        self.env.run_here(fn, *args)
 
     def register(self, sock: socket.socket, callback: Callable[[], None]) -> None:
         self.env.add_reader(sock, callback)

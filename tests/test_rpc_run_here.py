@@ -1,0 +1,227 @@
+"""RpcEnv.run_here: a thread borrows the idle asyncio loop's turn (a driver's job
+submission on a cluster), and everything that runs on the loop still runs one at a time."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from ember.rpc import RpcEndpoint, RpcEnv
+from ember.rpc.endpoint import loop_thread_state
+
+pytestmark = pytest.mark.timeout(60)
+
+CONF = {"spark.rpc.connect.timeout": "3s"}
+
+
+@pytest.fixture
+def env():
+    e = RpcEnv.create("borrowed", "127.0.0.1", 0, CONF)
+    yield e
+    e.shutdown()
+    e.await_termination(5)
+
+
+def _settled(env: RpcEnv) -> None:
+    """Wait until the loop thread has run everything posted so far."""
+    done = threading.Event()
+    env.call_soon(done.set)
+    assert done.wait(5)
+
+
+def _idle(env: RpcEnv) -> None:
+    """Settled, and the loop thread back in select (where it lets go of the turn)."""
+    _settled(env)
+    deadline = time.monotonic() + 5
+    while env._turn.locked():
+        assert time.monotonic() < deadline, "the loop never went idle"
+        time.sleep(0.001)
+
+
+def _loop_thread(env: RpcEnv) -> int:
+    got = []
+    env.call_soon(lambda: got.append(threading.get_ident()))
+    _settled(env)
+    return got[0]
+
+
+def test_run_here_runs_on_the_calling_thread_as_the_loop(env):
+    loop_tid = _loop_thread(env)
+    seen = []
+
+    def fn() -> None:
+        seen.append((threading.get_ident(), env.in_loop(),
+                     getattr(loop_thread_state, "env", None) is env))
+        with pytest.raises(RuntimeError, match="event-loop thread"):
+            env.setup_endpoint("x", RpcEndpoint()).ask_sync("anything", 1)
+    _idle(env)
+    env.run_here(fn)
+    assert seen == [(threading.get_ident(), True, True)]
+    assert not env.in_loop() and getattr(loop_thread_state, "env", None) is None
+    assert _loop_thread(env) == loop_tid         # the loop thread is itself again
+
+
+def test_plain_calls_it_queues_run_before_it_returns_timers_and_tasks_on_the_loop(env):
+    loop_tid = _loop_thread(env)
+    order: list = []
+    fired = threading.Event()
+    stepped = threading.Event()
+
+    async def step() -> None:
+        order.append(("task", threading.get_ident()))
+        stepped.set()
+
+    def fn() -> None:
+        order.append("first")
+        env.call_soon(order.append, "queued")
+        env.schedule(0.02, lambda: (order.append(("timer", threading.get_ident())),
+                                    fired.set()))
+        env.loop.create_task(step())
+    _idle(env)
+    env.run_here(fn)
+    assert order[:2] == ["first", "queued"]
+    # the loop was waiting in select with no timeout: it must have been woken for both
+    assert stepped.wait(5) and fired.wait(5)
+    assert ("task", loop_tid) in order and ("timer", loop_tid) in order
+
+
+def test_run_here_is_posted_while_the_loop_runs_a_callback(env):
+    loop_tid = _loop_thread(env)
+    inside, release = threading.Event(), threading.Event()
+    env.call_soon(lambda: (inside.set(), release.wait(5)))
+    assert inside.wait(5)
+    ran: list = []
+    env.run_here(lambda: ran.append(threading.get_ident()))
+    assert ran == []
+    release.set()
+    _settled(env)
+    assert ran == [loop_tid]
+
+
+def test_run_here_keeps_the_order_of_what_was_posted_before(env):
+    gate = threading.Event()
+    env.call_soon(gate.wait, 5)
+    order: list = []
+    env.call_soon(order.append, 1)
+    env.run_here(order.append, 2)
+    gate.set()
+    _settled(env)
+    assert order == [1, 2]
+    for i in range(200):                 # nothing overtakes a call posted just before it
+        env.call_soon(order.append, ("posted", i))
+        env.run_here(order.append, ("here", i))
+    _settled(env)
+    assert order[2:] == [x for i in range(200) for x in (("posted", i), ("here", i))]
+
+
+class _Collector(RpcEndpoint):
+    def __init__(self) -> None:
+        self.got: list = []
+
+    def receive(self, msg, sender) -> None:
+        self.got.append(msg)
+
+
+def test_sends_from_a_borrowed_turn_reach_the_peer_in_order():
+    a = RpcEnv.create("a", "127.0.0.1", 0, CONF)
+    b = RpcEnv.create("b", "127.0.0.1", 0, CONF)
+    try:
+        collector = _Collector()
+        b.setup_endpoint("collect", collector)
+        ref = a.endpoint_ref(b.address, "collect")
+        for i in range(50):
+            a.run_here(lambda i=i: (ref.send(f"direct-{i}"),
+                                    a.call_soon(ref.send, f"queued-{i}")))
+        deadline = time.monotonic() + 10
+        while len(collector.got) < 100 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        got = collector.got
+        assert sorted(got) == sorted(f"{kind}-{i}" for i in range(50) for kind in ("direct", "queued"))
+        for kind in ("direct", "queued"):        # each kind in the order it was issued
+            assert [m for m in got if m.startswith(kind)] == [f"{kind}-{i}" for i in range(50)]
+        assert all(got.index(f"direct-{i}") < got.index(f"queued-{i}") for i in range(50))
+    finally:
+        a.shutdown()
+        b.shutdown()
+        a.await_termination(5)
+        b.await_termination(5)
+
+
+def test_callbacks_never_overlap_between_borrowers_sockets_and_the_loop(env):
+    """Socket callbacks on the loop thread, posts from one thread and run_here from two
+    others, bounded in count: no two are ever inside at once, and every one ran."""
+    loop_tid = _loop_thread(env)
+    inside = [0]
+    overlaps: list = []
+    count = [0]
+    borrowed = [0]
+
+    def handler() -> None:
+        inside[0] += 1
+        if inside[0] != 1:
+            overlaps.append(inside[0])
+        time.sleep(0.0001 if count[0] % 8 == 0 else 0)   # let other threads try to get in
+        if threading.get_ident() != loop_tid:
+            borrowed[0] += 1
+        count[0] += 1
+        inside[0] -= 1
+
+    r, w = socket.socketpair()
+    r.setblocking(False)
+    reads = [0]
+
+    def on_readable() -> None:
+        try:
+            r.recv(4096)
+        except BlockingIOError:
+            return
+        reads[0] += 1
+        handler()
+    env.add_reader(r, on_readable)
+    n = 300
+
+    def poster() -> None:
+        for i in range(n):
+            env.call_soon(handler)
+            w.send(b"x")
+            if i % 10 == 0:
+                time.sleep(0.001)        # let the loop go idle now and then
+
+    def caller() -> None:
+        for i in range(n):
+            env.run_here(handler)
+            if i % 10 == 0:
+                time.sleep(0.0005)
+    threads = [threading.Thread(target=poster), threading.Thread(target=caller),
+               threading.Thread(target=caller)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    _settled(env)
+    env.remove_reader(r)
+    _settled(env)
+    r.close()
+    w.close()
+    assert overlaps == []
+    assert count[0] == 3 * n + reads[0]
+    assert borrowed[0] > 0               # the borrowing path was exercised
+
+
+def test_after_shutdown_run_here_runs_nothing():
+    e = RpcEnv.create("gone", "127.0.0.1", 0, CONF)
+    e.shutdown()
+    e.await_termination(5)
+    ran: list = []
+    e.run_here(ran.append, 1)
+    assert ran == []
+
+
+def test_the_loop_still_stops_and_closes_its_selector():
+    e = RpcEnv.create("closing", "127.0.0.1", 0, CONF)
+    e.run_here(lambda: None)
+    e.shutdown()
+    e.await_termination(5)
+    assert e.loop.is_closed()
