@@ -2,6 +2,7 @@
 submission on a cluster), and everything that runs on the loop still runs one at a time."""
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -63,15 +64,18 @@ def test_run_here_runs_on_the_calling_thread_as_the_loop(env):
     assert _loop_thread(env) == loop_tid         # the loop thread is itself again
 
 
-def test_plain_calls_it_queues_run_before_it_returns_timers_and_tasks_on_the_loop(env):
+def test_what_it_queues_runs_before_it_returns_and_timers_wake_the_loop(env):
     loop_tid = _loop_thread(env)
+    me = threading.get_ident()
     order: list = []
     fired = threading.Event()
-    stepped = threading.Event()
+    resumed = threading.Event()
 
     async def step() -> None:
-        order.append(("task", threading.get_ident()))
-        stepped.set()
+        order.append(("task", threading.get_ident(), asyncio.get_running_loop() is env.loop))
+        await asyncio.sleep(0.02)
+        order.append(("resumed", threading.get_ident()))
+        resumed.set()
 
     def fn() -> None:
         order.append("first")
@@ -81,10 +85,23 @@ def test_plain_calls_it_queues_run_before_it_returns_timers_and_tasks_on_the_loo
         env.loop.create_task(step())
     _idle(env)
     env.run_here(fn)
-    assert order[:2] == ["first", "queued"]
-    # the loop was waiting in select with no timeout: it must have been woken for both
-    assert stepped.wait(5) and fired.wait(5)
-    assert ("task", loop_tid) in order and ("timer", loop_tid) in order
+    # the task's first step was queued by fn: it ran in the borrowed turn, as on the loop
+    assert order == ["first", "queued", ("task", me, True)]
+    # the loop was waiting in select with no timeout: it must have been woken for the rest
+    assert fired.wait(5) and resumed.wait(5)
+    assert ("timer", loop_tid) in order and ("resumed", loop_tid) in order
+
+
+def test_a_caller_inside_its_own_asyncio_loop_keeps_it(env):
+    seen = []
+
+    async def main() -> None:
+        mine = asyncio.get_running_loop()
+        _idle(env)
+        env.run_here(lambda: seen.append(asyncio.get_running_loop() is env.loop))
+        seen.append(asyncio.get_running_loop() is mine)
+    asyncio.run(main())
+    assert seen == [True, True]
 
 
 def test_run_here_is_posted_while_the_loop_runs_a_callback(env):
@@ -151,8 +168,9 @@ def test_sends_from_a_borrowed_turn_reach_the_peer_in_order():
 
 def test_callbacks_never_overlap_between_borrowers_sockets_and_the_loop(env):
     """Socket callbacks on the loop thread, posts from one thread and run_here from two
-    others, bounded in count: no two are ever inside at once, and every one ran."""
-    loop_tid = _loop_thread(env)
+    others, then the two borrowers against socket traffic alone (the loop mostly idle, so
+    they do borrow), bounded in count: no two callbacks are ever inside at once, and every
+    one ran."""
     inside = [0]
     overlaps: list = []
     count = [0]
@@ -162,9 +180,7 @@ def test_callbacks_never_overlap_between_borrowers_sockets_and_the_loop(env):
         inside[0] += 1
         if inside[0] != 1:
             overlaps.append(inside[0])
-        time.sleep(0.0001 if count[0] % 8 == 0 else 0)   # let other threads try to get in
-        if threading.get_ident() != loop_tid:
-            borrowed[0] += 1
+        time.sleep(0)                    # let other threads try to get in
         count[0] += 1
         inside[0] -= 1
 
@@ -183,30 +199,41 @@ def test_callbacks_never_overlap_between_borrowers_sockets_and_the_loop(env):
     n = 300
 
     def poster() -> None:
-        for i in range(n):
+        for _ in range(n):
             env.call_soon(handler)
             w.send(b"x")
+
+    def writer() -> None:
+        for i in range(n):
+            w.send(b"x")
             if i % 10 == 0:
-                time.sleep(0.001)        # let the loop go idle now and then
+                time.sleep(0.001)
 
     def caller() -> None:
+        me = threading.get_ident()
+
+        def mine() -> None:
+            if threading.get_ident() == me:
+                borrowed[0] += 1
+            handler()
         for i in range(n):
-            env.run_here(handler)
-            if i % 10 == 0:
-                time.sleep(0.0005)
-    threads = [threading.Thread(target=poster), threading.Thread(target=caller),
-               threading.Thread(target=caller)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+            if i % 10 == 0:              # back-to-back calls can post behind each other's
+                _idle(env)               # posts for ever: let the loop go idle now and then
+            env.run_here(mine)
+    for feeder in (poster, writer):
+        threads = [threading.Thread(target=feeder), threading.Thread(target=caller),
+                   threading.Thread(target=caller)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
     _settled(env)
     env.remove_reader(r)
     _settled(env)
     r.close()
     w.close()
     assert overlaps == []
-    assert count[0] == 3 * n + reads[0]
+    assert count[0] == 5 * n + reads[0]
     assert borrowed[0] > 0               # the borrowing path was exercised
 
 

@@ -290,9 +290,9 @@ class RpcEnv:
         """``call_soon``, but run on the calling thread at once while the loop is idle
         (waiting in select, nothing queued): the caller takes the loop's turn and acts as
         its thread, so a driver's job submission costs no wake-up of the loop thread and no
-        hand-over of the GIL. The plain functions fn queued for the end of the turn run here
-        too, as the loop would run them next; anything else queued, or newly scheduled,
-        wakes the loop."""
+        hand-over of the GIL. What fn queued for the end of the turn (an offer round, the
+        batched writes of a connection) runs here too, as the loop would run it next;
+        anything still queued, or newly scheduled, wakes the loop."""
         loop = self.loop
         if self._inbox or loop._ready or not self._turn.acquire(blocking=False):
             self.call_soon(fn, *args)
@@ -303,19 +303,20 @@ class RpcEnv:
                 return
             loop_tid, self._loop_tid = self._loop_tid, threading.get_ident()
             outer_env, loop_thread_state.env = getattr(loop_thread_state, "env", None), self
+            outer_loop = asyncio.events._get_running_loop()
+            asyncio.events._set_running_loop(loop)
             timers = len(loop._scheduled)
             try:
                 self._safe_call(fn, args)
-                ready, plain = loop._ready, (self._safe_call, self._run_effect)
-                for _ in range(BORROWED_READY_MAX):   # what fn left for the end of the turn
-                    # (an offer round, held sends), in order; not a task's step, which
-                    # needs the loop's own thread
-                    if not ready or ready[0]._callback not in plain:
+                ready = loop._ready
+                for _ in range(BORROWED_READY_MAX):
+                    if not ready:
                         break
                     handle = ready.popleft()
                     if not handle._cancelled:
                         handle._run()
             finally:
+                asyncio.events._set_running_loop(outer_loop)
                 self._loop_tid = loop_tid
                 loop_thread_state.env = outer_env
                 if loop._ready or len(loop._scheduled) != timers:
