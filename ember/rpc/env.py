@@ -294,7 +294,7 @@ class RpcEnv:
         batched writes of a connection) runs here too, as the loop would run it next;
         anything still queued, or newly scheduled, wakes the loop."""
         loop = self.loop
-        if self._inbox or loop._ready or not self._turn.acquire(blocking=False):
+        if not self._turn.acquire(blocking=False):
             self.call_soon(fn, *args)
             return
         try:
