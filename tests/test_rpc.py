@@ -692,6 +692,30 @@ def test_after_shutdown_nothing_hangs_or_runs(envs, transport):
     assert ran == []
 
 
+def test_a_send_accepted_before_shutdown_still_goes_out(envs):
+    """An executor that cannot start sends RemoveExecutor and shuts down at once (Spark's
+    exitExecutor): what send() accepted before shutdown() was called is delivered, even
+    when the loop gets to it only after the shutdown began."""
+    env, other = envs("e"), envs("o")
+    rec = Recorder()
+    other.setup_endpoint("rec", rec)
+    ref = env.endpoint_ref(other.address, "rec")
+    ref.send(RtSeq(0))
+    assert rec.wait_for("msg") == RtSeq(0)           # connected
+    gate = threading.Event()
+    env.call_soon(gate.wait, 10)                     # the loop is busy meanwhile
+    ref.send(RtSeq(1))
+    stopper = threading.Thread(target=env.shutdown)
+    stopper.start()
+    wait_until(lambda: env.stopping)
+    gate.set()
+    stopper.join(10)
+    assert rec.wait_for("msg") == RtSeq(1)
+    ref.send(RtSeq(2))                               # after shutdown(): dropped, logged
+    time.sleep(0.1)
+    assert rec.seen == [RtSeq(0), RtSeq(1)]
+
+
 def test_ask_sync_refused_on_any_env_loop_thread(envs):
     a, b = envs("a", inprocess=True), envs("b", inprocess=True)
     b.setup_endpoint("rec", Recorder())

@@ -161,6 +161,9 @@ class RpcEnv:
         self._inbox: deque = deque()
         self._wake_pending = False
         self._stopping = False
+        # set on the loop when shutdown begins there: sends accepted before `shutdown` was
+        # called (queued in `_inbox` ahead of it) still go out, flushed as connections close
+        self._shut_down_on_loop = False
         self._terminated = threading.Event()
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._max_size = self.rpc_conf.max_message_size
@@ -561,7 +564,7 @@ class RpcEnv:
 
     def _remote_post(self, addr: RpcAddress, kind: int, name: str, body: bytes,
                      pending: PendingAsk | None) -> None:
-        if self._stopping:
+        if self._shut_down_on_loop:
             self._connect_failed(addr, [(kind, name, body, pending)],
                                  RpcEnvStoppedError(f"RpcEnv {self.name} has been shut down"),
                                  quiet=True)
@@ -936,6 +939,7 @@ class RpcEnv:
             self._terminated.wait(10)
 
     def _shutdown_on_loop(self) -> None:
+        self._shut_down_on_loop = True
         inboxes = self._dispatcher.inboxes
         with self._lock:
             stopping = list(inboxes.values())
