@@ -13,6 +13,7 @@ from typing import Sequence
 
 from ember.version import __version__
 from ember.shell import LOGO
+from ember.util import thread_dump
 
 BANNER = LOGO + r"""
 Ember {version}: Apache Spark {spark} standalone and RDD API, in Python {py}
@@ -382,6 +383,7 @@ def submit_main() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    thread_dump.install()
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="ember", description="Ember: Spark's standalone "
                                      "cluster and RDD engine in Python.")

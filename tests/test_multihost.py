@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import time
 
@@ -52,10 +53,36 @@ def _cluster(lab: Lab, **kw) -> LabCluster:
     return LabCluster(lab, m, [w1, w2, w3], conf=conf, **kw).start()
 
 
-def _read_json(path: str, timeout: float, lab: Lab, what: str) -> dict:
-    lab.wait_until(lambda: os.path.exists(path), timeout, what)
+def _read_json(path: str, timeout: float, lab: Lab, what: str,
+               driver: tuple[subprocess.Popen, str] | None = None) -> dict:
+    """The app's result file once it appears. `driver` = (its process, its log): if the
+    result does not come, the error carries the driver's thread dump and its log's end."""
+    try:
+        lab.wait_until(lambda: os.path.exists(path), timeout, what)
+    except TimeoutError as e:
+        if driver is None:
+            raise
+        raise TimeoutError(f"{e}\n{_where_they_wait(lab, *driver)}") from None
     with open(path) as f:
         return json.load(f)
+
+
+def _where_they_wait(lab: Lab, driver: subprocess.Popen, log: str) -> str:
+    """Thread dumps (kill -3, ember.util.thread_dump) of the driver and of every executor,
+    with the end of the driver's log and of each executor's stderr."""
+    executors = [p for h in lab.hosts for p in _executor_processes(lab, h)]
+    for p in ([driver.pid] if driver.poll() is None else []) + [e.pid for e in executors]:
+        try:
+            os.kill(p, signal.SIGQUIT)
+        except OSError:
+            pass
+    time.sleep(1.0)
+    parts = [f"driver exit code {driver.poll()}; the end of {log}:\n{lab.log(log)[-12000:]}"]
+    for root, _dirs, files in os.walk(lab.workdir):
+        if "stderr" in files and os.path.basename(os.path.dirname(root)).startswith("app-"):
+            err = os.path.join(root, "stderr")
+            parts.append(f"the end of {err}:\n{lab.log(os.path.relpath(err, lab.workdir))[-6000:]}")
+    return "\n".join(parts)
 
 
 def _executor_processes(lab: Lab, host) -> list[psutil.Process]:
@@ -169,7 +196,7 @@ def test_link_down_of_a_worker_host_mid_shuffle(lab):
     cluster.wait_for(lambda j: cluster.worker_state(w3, j) == ["DEAD"], TIMEOUT * 4,
                      "worker3 DEAD")
     detected = time.monotonic() - cut_at
-    got = _read_json(out, 90, lab, "job result after the cut")
+    got = _read_json(out, 90, lab, "job result after the cut", (submit, "submit.log"))
     assert [tuple(x) for x in got["sums"]] == SLOW_SHUFFLE_EXPECTED
     assert detected < TIMEOUT * 3
     assert _executor_processes(lab, w3), "behind the cut its executor still runs"
@@ -217,7 +244,7 @@ def test_worker_work_dir_fills_up(lab):
     lab.wait_until(lambda: os.path.exists(go + ".ready"), 60, "executors on every host")
     filler = lab.fill(disk)
     open(go, "w").close()
-    got = _read_json(out, 120, lab, "result with a full disk")
+    got = _read_json(out, 120, lab, "result with a full disk", (submit, "submit.log"))
     assert submit.wait(30) == 0, lab.log("submit.log")[-3000:]
     assert got["counts"] == expected["counts"] and got["sorted"] == expected["sorted"]
     assert any("No space left" in f for f in got["failures"]), got["failures"]
@@ -251,7 +278,8 @@ def test_kill_9_of_an_executor_a_worker_and_the_driver_during_jobs(lab):
         else:
             for p in lab.processes(host):
                 lab.kill9(p.pid)
-        got = _read_json(out, 120, lab, f"result after kill -9 of the {victim}")
+        got = _read_json(out, 120, lab, f"result after kill -9 of the {victim}",
+                         (submit, f"submit-{victim}.log"))
         assert [tuple(x) for x in got["sums"]] == SLOW_SHUFFLE_EXPECTED
         assert submit.wait(60) == 0
     cluster.wait_for(lambda j: cluster.worker_state(w3, j) == ["DEAD"], 30, "worker3 DEAD")
@@ -293,7 +321,8 @@ def test_kill_9_of_the_master_with_filesystem_recovery_during_a_job(lab):
     cluster.start_master()
     cluster.wait_for(lambda j: j.get("status") == "ALIVE" and j.get("aliveworkers") == 3, 60,
                      "recovered master ALIVE with every worker")
-    got = _read_json(out, 120, lab, "job result across the master's restart")
+    got = _read_json(out, 120, lab, "job result across the master's restart",
+                     (submit, "submit.log"))
     assert [tuple(x) for x in got["sums"]] == SLOW_SHUFFLE_EXPECTED
     assert submit.wait(60) == 0, lab.log("submit.log")[-3000:]
     assert cluster.wait_driver(driver_id, timeout=60)["state"] == "FINISHED"

@@ -30,6 +30,7 @@ import os
 import sys
 from typing import Any, Optional
 
+from ember.util import thread_dump
 from ember.util.logs import own_logger
 
 USAGE = "Usage: DriverWrapper <workerUrl> <userJar> <driverMainClass> [options]"
@@ -259,6 +260,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         return -1
     worker_url, user_jar, main_name, app_args = args[0], args[1], args[2], args[3:]
     driver_dir = os.getcwd()
+    thread_dump.install()
     env = start_worker_watcher(worker_url)
     if env is None:
         return -1

@@ -37,6 +37,7 @@ from ember.executor.decommission import (migrate_blocks, migrated_block_path,
                                          store_migrated_chunk)
 from ember.executor.process_pool import TaskProcessPool
 from ember.executor.pyspark_memory import pyspark_worker_memory_mb
+from ember.util import thread_dump
 from ember.util.event_loop import RpcLoop
 from ember.rpc import (RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv, RpcRemoteError,
                        UnsupportedMessageError)
@@ -431,6 +432,7 @@ def _profile_loop(env: RpcEnv) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     configure_logging(logging.INFO)
+    thread_dump.install()
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     driver_addr = _endpoint_address(args.driver_url)
     worker_addr = _endpoint_address(args.worker_url) if args.worker_url else None
