@@ -7,6 +7,7 @@ that answer what the test tells them to and read the kill file as a task process
 from __future__ import annotations
 
 import os
+import pickle
 import queue
 import signal
 import struct
@@ -333,3 +334,21 @@ def test_tasks_queued_behind_a_slow_one_each_run_once(fresh_sc):
     assert sorted(tid for tid, state, _ in ends if state == "FINISHED") == \
         sorted({tid for tid, state, _ in ends if state == "FINISHED"})
     assert sum(state == "FINISHED" for _, state, _ in ends) == 600
+
+
+def test_a_task_sent_to_a_given_up_slot_fails_at_once_instead_of_waiting_for_ever(pool):
+    """A slot whose process keeps dying at start is given up; the driver, which tracks
+    slots itself, may still send it a task: that task must end (FAILED, so the driver runs
+    it on another executor), not wait for a process that will never come."""
+    for _ in range(10):
+        pool.fake.die()
+        try:
+            pool.fake = pool.forks.processes.get(timeout=2)   # its replacement
+        except queue.Empty:
+            break                                               # none: given up
+    assert pool.slots[0].dead and pool.free_slots() == []
+    launch(pool, 7)
+    tid, state, data = ended(pool)
+    exc_type, message, _tb, retryable = pickle.loads(data)[0]
+    assert (tid, state, exc_type, retryable) == (7, "FAILED", "SparkException", True)
+    assert "given up" in message

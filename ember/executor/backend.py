@@ -28,7 +28,8 @@ from ember.deploy.executor_messages import (KillTask, LaunchTask, LaunchTasks,
                                             RetrieveSparkAppConfig, FetchShuffleBlocks,
                                             RegisterExecutorShuffleInfo, DecommissionExecutor,
                                             PutMigratedBlock, ExecutorDecommissioning,
-                                            StatusUpdate, StatusUpdates, StopExecutor)
+                                            RemoveExecutor, StatusUpdate, StatusUpdates,
+                                            StopExecutor)
 from ember.deploy.resource_messages import (DEFAULT_RESOURCE_PROFILE_ID, ResourceInformation,
                                             ResourceProfile)
 from ember.deploy.resources import (ResourceError, ResourceRequest, discover_resource,
@@ -116,7 +117,7 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
                 return
         if isinstance(msg, RegisteredExecutor):
             log.info("Successfully registered with driver")
-            self.rpc_env.run_in_executor(self._start_pool)
+            self.rpc_env.run_in_executor(self._start_pool_or_exit)
             self.lease.renew(time.monotonic())
             every = min(10.0, self.lease.lease_s / 4.0)   # Spark's heartbeatInterval: 10 s
             self.rpc_env.schedule_periodic(every, every, self._heartbeat)
@@ -184,6 +185,13 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
             if not f.cancelled() and f.exception() is None and f.result() is True:
                 self.rpc_env.call_soon(self.lease.renew, now)
         fut.add_done_callback(answered)
+
+    def exit_executor(self, code: int, reason: str) -> None:
+        """Spark's exitExecutor: the driver hears why (RemoveExecutor) before the executor
+        goes, so the tasks it sent here run elsewhere at once and their failures say why."""
+        if not self.exited.is_set():
+            self.driver.send(RemoveExecutor(self.executor_id, reason))
+            self.exit(code, f"Executor self-exiting due to : {reason}")
 
     def exit(self, code: int, reason: str) -> None:
         if self.exited.is_set():
@@ -258,6 +266,16 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
         self.rpc_env.run_in_executor(write)
 
     # --- tasks --------------------------------------------------------------------------
+    def _start_pool_or_exit(self) -> None:
+        """An executor that cannot be created (its directories or task processes: a full
+        disk, say) exits, as Spark's does on RegisteredExecutor, instead of staying
+        registered with tasks it will never run."""
+        try:
+            self._start_pool()
+        except Exception as e:
+            self.exit_executor(1, f"Unable to create executor due to {e}")
+
+
     def _start_pool(self) -> None:
         conf = self.conf
         memory = config.read(conf, "spark.python.worker.memory")

@@ -138,15 +138,21 @@ class TaskProcessPool:
 
     # lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
-        if not self._forks.started:
-            self._forks.start()
-        if self._own_loop:
-            self.loop.start()
-        for slot in self.slots:
-            slot.kill_fd = os.open(self._kill_file(slot), os.O_RDWR | os.O_CREAT | os.O_TRUNC,
-                                   0o600)
-            os.write(slot.kill_fd, _KILL_ID.pack(-1) * KILL_SLOTS)
-            self._spawn(slot)
+        """Start the slots' processes; if that fails (a full disk cannot take the kill
+        files), what did start is stopped before the error goes up."""
+        try:
+            if not self._forks.started:
+                self._forks.start()
+            if self._own_loop:
+                self.loop.start()
+            for slot in self.slots:
+                slot.kill_fd = os.open(self._kill_file(slot),
+                                       os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+                os.write(slot.kill_fd, _KILL_ID.pack(-1) * KILL_SLOTS)
+                self._spawn(slot)
+        except BaseException:
+            self.stop()
+            raise
         threading.Thread(target=self._watch_queues, name="task-queue-watch",
                          daemon=True).start()
 
@@ -209,13 +215,21 @@ class TaskProcessPool:
         """Run the task in the slot's process, or after the ones it holds (up to MAX_WAITING
         may wait per slot: the driver queues short tasks so a slot's next task needs no
         round trip to it; they are written to the process at once while they fit in
-        SEND_AHEAD_BYTES). One more is reported lost, so the driver runs it elsewhere."""
+        SEND_AHEAD_BYTES). One more is reported lost, so the driver runs it elsewhere. On a
+        slot given up (its process kept dying at start) the task fails at once: the driver
+        tracks slots itself and would otherwise wait for it for ever; a failure also keeps
+        that task off this executor while another can take it."""
         with self._lock:
             slot = self.slots[index]
+            if slot.dead:
+                self.loop.post(self._end_without_result, slot, tid, "FAILED", (
+                    "SparkException", f"Task process slot {index} of this executor was "
+                    "given up: its Python process kept dying at start", "", True))
+                return
             if slot.tid is None:
                 self._send_task(slot, tid, stage_key, blob, meta, task_bytes)
                 return
-            if len(slot.waiting) < MAX_WAITING and not slot.dead:
+            if len(slot.waiting) < MAX_WAITING:
                 size = len(task_bytes) + (0 if stage_key in slot.seen
                                           else len(blob) + len(meta or b""))
                 slot.waiting.append(_Waiting((tid, stage_key, blob, meta, task_bytes), size))
@@ -495,7 +509,7 @@ class TaskProcessPool:
         except Exception:
             log.exception("task end handler failed for task %d", tid)
 
-    def _end_without_result(self, slot: _Slot, tid: int, state: str, reason: str) -> None:
+    def _end_without_result(self, slot: _Slot, tid: int, state: str, reason: Any) -> None:
         """A task that ended with its process (killed, crashed): no result frame exists."""
         if self.raw_results:
             self.on_task_end(slot.index, tid, state,

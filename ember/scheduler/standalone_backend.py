@@ -144,7 +144,7 @@ class DriverEndpoint(RpcEndpoint):
             for tid, state, data in zip(msg.taskIds, msg.states, msg.data):
                 b.status_update(msg.executorId, tid, state, data)
         elif isinstance(msg, RemoveExecutor):
-            b.remove_executor(msg.executorId, msg.reason, False)
+            b.executor_exiting(msg.executorId, msg.reason)
         else:
             log.warning("Unexpected message %r from %s", type(msg).__name__, sender)
 
@@ -216,7 +216,9 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self._releasing: dict[str, str] = {}     # executor id -> why we asked to remove it
         self._decommissioning: dict[str, str] = {}   # executor id -> decommission reason
         self._decommission_enabled = config.read(self.conf, "spark.decommission.enabled")
-        self._disassociated: dict[str, str] = {}   # executor -> host, until the master's reason
+        # executor -> host: gone (disconnected, or exited saying why) before the master's
+        # report of it arrives
+        self._disassociated: dict[str, str] = {}
         self._io_key: str | None = None
         self._revive_pending = False      # an offer round is queued on the loop
         self._forget_flush: Any = None    # the timer sending RemoveStage not sent yet
@@ -456,6 +458,14 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self.runtime.bus.post(ExecutorRemoved(exec_id, reason))
         self.scheduler.executor_lost(exec_id, reason, caused_by_app, worker_host)
         self.revive_offers()
+
+    def executor_exiting(self, exec_id: str, reason: str) -> None:
+        """The executor's RemoveExecutor (Spark's exitExecutor): it says why it goes; the
+        master's report of its exit comes after."""
+        data = self.executors.get(exec_id)
+        if data is not None:
+            self._disassociated[exec_id] = data.host
+        self.remove_executor(exec_id, reason, False)
 
     def address_disconnected(self, remote: RpcAddress) -> None:
         if self._stopping:
