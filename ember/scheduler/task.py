@@ -139,6 +139,9 @@ class Success(TaskEndReason):
     def to_error_string(self) -> str:
         return "Success"
 
+    def __repr__(self) -> str:        # Spark's case object Success prints as "Success"
+        return "Success"
+
 
 SUCCESS = Success()
 
