@@ -85,15 +85,19 @@ def _where_they_wait(lab: Lab, driver: subprocess.Popen, log: str) -> str:
     return "\n".join(parts)
 
 
-def _executor_processes(lab: Lab, host) -> list[psutil.Process]:
+def _processes_running(lab: Lab, host, module: str) -> list[psutil.Process]:
     out = []
     for p in lab.processes(host):
         try:
-            if "ember.executor.backend" in " ".join(p.cmdline()):
+            if module in " ".join(p.cmdline()):
                 out.append(p)
         except psutil.NoSuchProcess:
             pass
     return out
+
+
+def _executor_processes(lab: Lab, host) -> list[psutil.Process]:
+    return _processes_running(lab, host, "ember.executor.backend")
 
 
 def test_the_lab_itself_isolates_hosts_and_injects_each_fault(tmp_path):
@@ -242,6 +246,11 @@ def test_worker_work_dir_fills_up(lab):
                                 "spark.task.maxFailures=8", app, out, text], "submit.log",
                        env={"LAB_GO": go})
     lab.wait_until(lambda: os.path.exists(go + ".ready"), 60, "executors on every host")
+    # registered is not yet started: the disk fills once each executor runs its task
+    # process (a fork server and its child), so its failures are tasks', not its own start's
+    workers = [lab.host(name) for name in cluster.workers]
+    lab.wait_until(lambda: all(len(_processes_running(lab, h, "ember.executor.forkserver"))
+                               >= 2 for h in workers), 30, "task processes on every host")
     filler = lab.fill(disk)
     open(go, "w").close()
     got = _read_json(out, 120, lab, "result with a full disk", (submit, "submit.log"))
