@@ -716,6 +716,22 @@ def test_a_send_accepted_before_shutdown_still_goes_out(envs):
     assert rec.seen == [RtSeq(0), RtSeq(1)]
 
 
+def test_what_a_background_call_raises_is_logged(envs, caplog):
+    """run_in_executor's callers rarely look at the future: an executor whose start failed
+    there once stayed registered with no trace of why."""
+    env = envs("e")
+
+    def start_pool() -> None:
+        raise OSError(28, "No space left on device")
+    with caplog.at_level(logging.ERROR, logger="ember.rpc"):
+        fut = env.run_in_executor(start_pool)
+        with pytest.raises(OSError):
+            fut.result(5)
+        wait_until(lambda: "No space left on device" in caplog.text)
+    assert "start_pool" in caplog.text
+    assert env.run_in_executor(lambda: 5).result(5) == 5
+
+
 def test_ask_sync_refused_on_any_env_loop_thread(envs):
     a, b = envs("a", inprocess=True), envs("b", inprocess=True)
     b.setup_endpoint("rec", Recorder())

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import itertools
 import logging
 import selectors
@@ -911,7 +912,8 @@ class RpcEnv:
 
     def run_in_executor(self, fn: Callable, *args: Any) -> concurrent.futures.Future:
         """Run blocking fn(*args) (process spawning, file I/O) on the env's thread pool.
-        Its future completes on a pool thread; use ``call_soon`` to act on the loop."""
+        Its future completes on a pool thread; use ``call_soon`` to act on the loop. What
+        fn raises is logged (most callers never look at the future)."""
         with self._lock:
             if self._stopping:
                 raise RpcEnvStoppedError(f"RpcEnv {self.name} has been shut down")
@@ -919,7 +921,13 @@ class RpcEnv:
                 self._executor = concurrent.futures.ThreadPoolExecutor(
                     max_workers=self.rpc_conf.executor_threads,
                     thread_name_prefix=f"rpc-{self.name}-executor")
-            return self._executor.submit(fn, *args)
+            fut = self._executor.submit(fn, *args)
+        fut.add_done_callback(functools.partial(self._log_failure, fn))
+        return fut
+
+    def _log_failure(self, fn: Callable, fut: concurrent.futures.Future) -> None:
+        if not fut.cancelled() and fut.exception() is not None:
+            log.error("RpcEnv %s: %r failed", self.name, fn, exc_info=fut.exception())
 
     # -- shutdown ---------------------------------------------------------------------------
 
