@@ -80,8 +80,8 @@ def _where_they_wait(lab: Lab, driver: subprocess.Popen, log: str) -> str:
     parts = [f"driver exit code {driver.poll()}; the end of {log}:\n{lab.log(log)[-12000:]}"]
     for root, _dirs, files in os.walk(lab.workdir):
         if "stderr" in files and os.path.basename(os.path.dirname(root)).startswith("app-"):
-            err = os.path.join(root, "stderr")
-            parts.append(f"the end of {err}:\n{lab.log(os.path.relpath(err, lab.workdir))[-6000:]}")
+            err = os.path.relpath(os.path.join(root, "stderr"), lab.workdir)
+            parts.append(f"the end of {err}:\n{lab.log(err)[-6000:]}")
     return "\n".join(parts)
 
 

@@ -275,7 +275,6 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
         except Exception as e:
             self.exit_executor(1, f"Unable to create executor due to {e}")
 
-
     def _start_pool(self) -> None:
         conf = self.conf
         memory = config.read(conf, "spark.python.worker.memory")
