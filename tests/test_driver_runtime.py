@@ -10,6 +10,7 @@ import pytest
 from ember import SparkConf, SparkContext
 from ember.driver_runtime import DriverRuntime, parse_local_cluster_master, parse_local_master
 from ember.errors import PySparkRuntimeError, SparkException
+from tests.helpers.ctrl_c import interrupt_a_sleeping_job
 
 
 def test_master_urls_parse_as_sparks_regexes():
@@ -71,18 +72,8 @@ def _submission_threads(sc, monkeypatch) -> list[int]:
 
 @pytest.mark.timeout(60)
 def test_ctrl_c_cancels_the_running_job_and_raises_keyboard_interrupt(fresh_sc):
-    import signal
-    import time
     sc = fresh_sc("local[2]")
-    assert signal.getsignal(signal.SIGINT) is sc.runtime.sigint_handler
-    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-    t0 = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        sc.parallelize(range(2), 2).map(lambda x: time.sleep(30)).collect()
-    timer.join()
-    assert sc.parallelize([1, 2, 3]).count() == 3      # the sleeping tasks were killed
-    assert time.monotonic() - t0 < 20
+    assert interrupt_a_sleeping_job(sc, 30) < 20
     assert sc.statusTracker().getJobInfo(0).status == "FAILED"
 
 

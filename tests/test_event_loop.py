@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 
 import pytest
 
 from ember.util.event_loop import EventLoop
+from tests.helpers.one_at_a_time import OneAtATime
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -78,17 +78,7 @@ def test_a_failing_handler_run_here_is_logged_and_the_loop_goes_on(loop, caplog)
 def test_handlers_never_overlap_between_callers_sockets_and_the_loop(loop):
     """Socket callbacks on the loop thread, posts from one thread and run_here from two
     others, bounded in count: no two handlers are ever inside at once."""
-    inside = [0]
-    overlaps = []
-    count = [0]
-
-    def handler() -> None:
-        inside[0] += 1
-        if inside[0] != 1:
-            overlaps.append(inside[0])
-        time.sleep(0)                    # let other threads try to get in
-        count[0] += 1
-        inside[0] -= 1
+    handler = OneAtATime()
 
     r, w = socket.socketpair()
     r.setblocking(False)
@@ -120,8 +110,8 @@ def test_handlers_never_overlap_between_callers_sockets_and_the_loop(loop):
     loop.unregister(r)
     r.close()
     w.close()
-    assert overlaps == []
-    assert count[0] >= 3 * n             # every post and run_here ran (plus socket reads)
+    assert handler.overlaps == []
+    assert handler.count >= 3 * n             # every post and run_here ran (plus socket reads)
 
 
 def test_stop_runs_what_is_queued_and_run_here_after_stop_runs_nothing():

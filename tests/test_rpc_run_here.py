@@ -11,6 +11,7 @@ import pytest
 
 from ember.rpc import RpcEndpoint, RpcEnv
 from ember.rpc.endpoint import loop_thread_state
+from tests.helpers.one_at_a_time import OneAtATime
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -171,18 +172,8 @@ def test_callbacks_never_overlap_between_borrowers_sockets_and_the_loop(env):
     others, then the two borrowers against socket traffic alone (the loop mostly idle, so
     they do borrow), bounded in count: no two callbacks are ever inside at once, and every
     one ran."""
-    inside = [0]
-    overlaps: list = []
-    count = [0]
+    handler = OneAtATime()
     borrowed = [0]
-
-    def handler() -> None:
-        inside[0] += 1
-        if inside[0] != 1:
-            overlaps.append(inside[0])
-        time.sleep(0)                    # let other threads try to get in
-        count[0] += 1
-        inside[0] -= 1
 
     r, w = socket.socketpair()
     r.setblocking(False)
@@ -232,8 +223,8 @@ def test_callbacks_never_overlap_between_borrowers_sockets_and_the_loop(env):
     _settled(env)
     r.close()
     w.close()
-    assert overlaps == []
-    assert count[0] == 5 * n + reads[0]
+    assert handler.overlaps == []
+    assert handler.count == 5 * n + reads[0]
     assert borrowed[0] > 0               # the borrowing path was exercised
 
 

@@ -12,6 +12,7 @@ from ember import SparkConf, SparkContext
 from ember.deploy.messages import (LaunchTask, LaunchTasks, RemoveStage, StatusUpdate,
                                    StatusUpdates)
 from ember.rpc import MessageDecodeError, decode, encode
+from tests.helpers.ctrl_c import interrupt_a_sleeping_job
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -288,15 +289,4 @@ def test_a_warm_jobs_submission_and_offer_round_run_on_the_calling_thread(sc, mo
 
 
 def test_ctrl_c_cancels_a_cluster_job_and_raises_keyboard_interrupt(sc) -> None:
-    import os
-    import signal
-    import threading
-    assert signal.getsignal(signal.SIGINT) is sc.runtime.sigint_handler
-    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-    t0 = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        sc.parallelize(range(2), 2).map(lambda x: time.sleep(60)).collect()
-    timer.join()
-    assert sc.parallelize([1, 2, 3]).count() == 3       # the sleeping tasks were killed
-    assert time.monotonic() - t0 < 30
+    assert interrupt_a_sleeping_job(sc, 60) < 30
