@@ -498,7 +498,10 @@ def test_registration_and_heartbeats(cluster):
 
 
 def test_web_ui_pages(cluster):
-    doc = cluster.json()
+    # the master's URL shows once the worker has read RegisteredWorker, which the fake
+    # master sends after the RegisterWorker the fixture waited for
+    doc = wait_until(lambda: (lambda d: d if d["masterurl"] else None)(cluster.json()),
+                     what="the worker's masterurl")
     assert list(doc) == WORKER_JSON_KEYS
     assert doc["id"] == cluster.reg.id
     assert doc["masterurl"] == cluster.master.url
