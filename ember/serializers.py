@@ -22,6 +22,7 @@ import marshal
 import os
 import pickle
 import struct
+import sys
 import types
 import zlib
 from typing import IO, Any, Iterable, Iterator, List, Optional, Tuple
@@ -497,10 +498,52 @@ def _reduce_code_keeping_filename(code: types.CodeType) -> Any:
     return (rv[0], args) + tuple(rv[2:])
 
 
+# id -> (class or function, its module's namespace, its name there) of the module-level
+# classes and functions already found to pickle by reference: cloudpickle checks each one
+# again on every dump (module lookup, qualname walk, registry scan: a quarter of a warm
+# job's stage pickling). A hit is still checked to be that module's attribute now, so a
+# rebound name pickles by value as cloudpickle would.
+_by_reference: dict[int, tuple[Any, dict, str]] = {}
+_BY_REFERENCE_MAX = 4096
+# cloudpickle's registry of modules pickled by value; the cache is used only while it is
+# empty (a cloudpickle without it counts as never empty: no caching)
+_pickle_by_value_modules = getattr(cloudpickle.cloudpickle, "_PICKLE_BY_VALUE_MODULES",
+                                   {"(unknown)"})
+
+
 class _FilenamePreservingPickler(cloudpickle.Pickler):
     if _code_reduce is not None:
         dispatch_table = dict(cloudpickle.Pickler.dispatch_table)
         dispatch_table[types.CodeType] = _reduce_code_keeping_filename
+
+    def reducer_override(self, obj: Any) -> Any:
+        t = type(obj)
+        if t is not types.FunctionType and not issubclass(t, type):
+            # an instance: cloudpickle (3.x) overrides only classes and functions here
+            return NotImplemented
+        known = _by_reference.get(id(obj))
+        if known is not None and known[0] is obj and known[1].get(known[2]) is obj \
+                and not _pickle_by_value_modules:
+            return NotImplemented          # pickle's save_global, as cloudpickle decides
+        reduced = super().reducer_override(obj)
+        if reduced is NotImplemented and not _pickle_by_value_modules:
+            _remember_by_reference(obj)
+        return reduced
+
+
+def _remember_by_reference(obj: Any) -> None:
+    """Cache a class or function cloudpickle just chose to pickle by reference, when it is
+    a plain attribute of its module (a nested qualname is looked up the slow way)."""
+    name = getattr(obj, "__qualname__", None)
+    module = sys.modules.get(getattr(obj, "__module__", None) or "")
+    if not name or "." in name or module is None:
+        return
+    namespace = getattr(module, "__dict__", None)
+    if namespace is None or namespace.get(name) is not obj:
+        return
+    if len(_by_reference) >= _BY_REFERENCE_MAX:
+        _by_reference.clear()
+    _by_reference[id(obj)] = (obj, namespace, name)
 
 
 def dumps_closure(obj: Any) -> bytes:

@@ -412,6 +412,34 @@ def test_cloudpickle_serializer_handles_closures():
     assert ser.loads(dumps_closure(lambda: k))() == 10
 
 
+def test_dumps_closure_by_reference_follows_the_module_as_cloudpickle(monkeypatch):
+    """A module-level function pickles by reference, and keeps doing so from the cache of
+    such decisions; once its name is rebound, or its module registered to pickle by value,
+    it travels by value, as cloudpickle decides on every dump."""
+    import types
+
+    import cloudpickle
+    mod = types.ModuleType("ember_closure_cache_probe")
+    exec("def f(x):\n    return x + 1\n", mod.__dict__)
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    f = mod.f
+    for _ in range(2):                       # the second dump comes from the cache
+        blob = dumps_closure(f)
+        assert pickle.loads(blob) is f and blob == cloudpickle.dumps(f, protocol=5)
+    mod.f = lambda x: x - 1                  # rebound: f is no longer the module's f
+    copy = pickle.loads(dumps_closure(f))
+    assert copy is not f and copy(1) == 2
+    mod.f = f
+    assert pickle.loads(dumps_closure(f)) is f
+    cloudpickle.register_pickle_by_value(mod)
+    try:
+        copy = pickle.loads(dumps_closure(f))
+        assert copy is not f and copy(1) == 2
+    finally:
+        cloudpickle.unregister_pickle_by_value(mod)
+    assert pickle.loads(dumps_closure(f)) is f
+
+
 def test_frames_over_bytesio():
     buf = io.BytesIO()
     write_frame(buf, b"hello")
