@@ -55,8 +55,7 @@ class FakeProcess:
         except (OSError, EOFError, ValueError):
             pass
         finally:
-            if kills.fd >= 0:
-                os.close(kills.fd)
+            kills.close()
 
     def finish(self, tid: int) -> None:
         self.release.setdefault(tid, threading.Event()).set()
@@ -175,7 +174,13 @@ def test_sigusr1_stops_only_a_task_the_kill_file_lists(tmp_path, monkeypatch) ->
     with pytest.raises(TaskKilledException):
         task_process._on_kill(signal.SIGUSR1, None)
     assert task_process._running == [None]
-    os.close(kills.fd)
+    # the pool lists a kill later, as it does, with one pwrite: the mapped file shows it
+    fd = os.open(path, os.O_WRONLY)
+    os.pwrite(fd, struct.pack("<q", 9), 8)
+    os.close(fd)
+    assert 9 in kills and 7 in kills and 5 not in kills
+    kills.close()
+    assert 9 not in kills
 
 
 def test_waiting_tasks_run_in_order_and_one_too_many_is_reported_lost_not_dropped(pool):
