@@ -7,7 +7,6 @@ with fake task results and no processes. Names and messages follow Spark's DAGSc
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import pickle
 import threading
@@ -33,11 +32,23 @@ RESUBMIT_TIMEOUT = 0.2
 
 def rdd_infos(rdd: Any) -> list[RDDInfo]:
     """The stage's RDD and its narrow ancestors, as Spark's StageInfo.fromStage lists them:
-    the UI learns cached RDDs' names, sizes and storage levels from these."""
+    the UI learns cached RDDs' names, sizes and storage levels from these. Each one's
+    barrier flag is a walk of its own ancestors, taken only when the stage's RDD (whose
+    walk covers them all) is a barrier one."""
+    rdds = list(stage_rdds(rdd))
+    barrier = rdd._is_barrier()
     return [RDDInfo(r.id(), r.name() or type(r).__name__, len(r.partitions()),
                       r._storage_level, r._call_site, [d.rdd.id() for d in r.dependencies()],
-                      r._is_barrier())
-            for r in stage_rdds(rdd)]
+                      barrier and r._is_barrier())
+            for r in rdds]
+
+
+def _snapshot(info: StageInfo) -> StageInfo:
+    """A shallow copy of a StageInfo (dataclasses.replace without its per-call field
+    introspection: one per stage of every job)."""
+    copy = object.__new__(StageInfo)
+    copy.__dict__.update(info.__dict__)
+    return copy
 
 
 class Stage:
@@ -50,13 +61,13 @@ class Stage:
         self.first_job_id = first_job_id
         self.job_ids: set[int] = {first_job_id}
         self.call_site = call_site
-        self.is_barrier = rdd._is_barrier()
         self.next_attempt_id = 0
         self.failed_attempt_ids: set[int] = set()
         self.pending_partitions: set[int] = set()
         self.latest_info = StageInfo(stage_id, 0, call_site, num_tasks,
                                        parent_ids=[p.id for p in parents],
                                        rdd_infos=rdd_infos(rdd))
+        self.is_barrier = self.latest_info.rdd_infos[0].barrier     # the stage's own RDD
 
     @property
     def name(self) -> str:
@@ -414,7 +425,7 @@ class DAGScheduler:
         self.job_id_to_active_job[job_id] = job
         self.active_jobs.add(job)
         # copies: async listeners must see the stages as they were when the job started
-        stage_infos = [dataclasses.replace(self.stage_id_to_stage[s].latest_info)
+        stage_infos = [_snapshot(self.stage_id_to_stage[s].latest_info)
                        for s in sorted(self.job_id_to_stage_ids.get(job_id, ()))]
         self.bus.post(JobStart(job_id, self.clock.time(), stage_infos, properties))
         self.submit_stage(final)
