@@ -38,11 +38,12 @@ netns:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq iproute2 nftables >/dev/null; \
 	  else echo "multi-host tests need root and iproute2/nftables; they will be skipped"; fi; }
 
-# curl: the newest Airflow Spark provider polls and kills through it (tests/test_airflow.py).
+# curl: the newest Airflow Spark provider polls and kills through it (tests/test_airflow.py);
+# valgrind: benchmarks.instructions counts a warm job's instructions with it (its smoke test).
 test: install-test browser zookeeper netns
-	@command -v curl >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq curl >/dev/null; \
-	  else sudo apt-get update -qq && sudo apt-get install -y -qq curl >/dev/null; fi; }
+	@command -v curl >/dev/null && command -v valgrind >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq curl valgrind >/dev/null; \
+	  else sudo apt-get update -qq && sudo apt-get install -y -qq curl valgrind >/dev/null; fi; }
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: install-test zookeeper

@@ -170,3 +170,20 @@ def test_iterative_parallel_smoke() -> None:
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["ember_vs_plain_2proc_median"] > 0 and result["serial_s_median"] > 0
+
+
+@pytest.mark.timeout(300)
+def test_instructions_smoke() -> None:
+    """`python -m benchmarks.instructions` counts, under valgrind, what a warm job costs the
+    driver and its task processes in instructions."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.instructions", "--jobs", "5"], cwd=str(ROOT),
+        env=env, capture_output=True, text=True, timeout=290)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["workload"] == "warm_job_instructions" and result["processes"] == 4
+    # a warm job is hundreds of thousands of instructions in the driver, fewer in the tasks
+    assert 100_000 < result["driver_per_job"] < 20_000_000
+    assert 10_000 < result["task_processes_per_job"] < result["driver_per_job"]
