@@ -114,7 +114,7 @@ class SparkContext:
         if parse_local_master(self._conf.get("spark.master") or "") is not None:
             # start the fork server first: it imports Ember while this process does too
             self.runtime.start_fork_server(self.environment)
-        from ember.rdd import call_site
+        from ember.call_site import call_site
         site = call_site()
         name, _, where = site.partition(" at ")
         file, _, line = where.rpartition(":")

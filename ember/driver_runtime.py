@@ -24,8 +24,10 @@ import uuid
 from typing import TYPE_CHECKING, Any, Callable
 
 from ember import config, fs, redaction
+from ember.call_site import call_site
 from ember.conf import SparkConf
 from ember.errors import PySparkRuntimeError, SparkException
+from ember.scheduler.task_function import SerializedResult, WithoutContext
 
 if TYPE_CHECKING:
     from ember.rdd import RDD
@@ -181,6 +183,7 @@ class DriverRuntime:
         local_cluster = parse_local_cluster_master(self.master)
         if local is None and local_cluster is None and not self.master.startswith("spark://"):
             raise SparkException(f"Could not parse Master URL: '{self.master}'")
+        from ember.rdd import serialize_stage
         from ember.scheduler.dag_scheduler import DAGScheduler
         from ember.scheduler.task_scheduler import TaskSchedulerImpl
         from ember.shuffle.writer import ShuffleWriteFunc
@@ -249,7 +252,7 @@ class DriverRuntime:
             backend = StandaloneSchedulerBackend(self, sched, master_url)
             self.event_loop = backend.loop       # the scheduler runs on the RPC loop
         dag = DAGScheduler(sched, self.bus, self.map_output_tracker, self.cache_locations,
-                           self.serialize_stage, ShuffleWriteFunc.for_dependency,
+                           serialize_stage, ShuffleWriteFunc.for_dependency,
                            config.read(conf, "spark.stage.maxConsecutiveAttempts"),
                            loop=self.event_loop,
                            barrier_check_interval=config.read(
@@ -379,25 +382,6 @@ class DriverRuntime:
         return [TaskLocation(b.host, b.executor_id, b.slot if b.where == "memory" else None)
                 for b in self.block_manager_master.locations(rdd_id, partition)]
 
-    @staticmethod
-    def serialize_stage(kind: str, rdd: RDD, func: Any) -> bytes:
-        from ember.dependency import ShuffleDependency
-        from ember.rdd import _pickle_scope
-        from ember.serializers import dumps_closure
-        ids: set[int] = set()
-        stack = [rdd]
-        while stack:
-            r = stack.pop()
-            if r._id in ids:
-                continue
-            ids.add(r._id)
-            stack.extend(d.rdd for d in r.dependencies() if not isinstance(d, ShuffleDependency))
-        _pickle_scope.ids = ids
-        try:
-            return dumps_closure((kind, rdd, func))
-        finally:
-            _pickle_scope.ids = None
-
     # --- local properties (Spark's SparkContext.localProperties) --------------------------
     def local_properties(self) -> dict[str, str]:
         """This thread's job properties. As in PySpark's (default) pinned-thread mode, a new
@@ -419,7 +403,6 @@ class DriverRuntime:
     def run_job(self, rdd: RDD, func: Callable, partitions: list[int] | None = None,
                 with_context: bool = False) -> list:
         """Run func over partitions of rdd; a list with one result per partition."""
-        from ember.rdd import call_site
         self.check_running()
         lineage = rdd._lineage()
         for r in lineage:                  # surfaces input errors here, in the caller
@@ -433,7 +416,6 @@ class DriverRuntime:
             value = pickle.loads(data)
             results[index] = value if ser is None else ser.loads(value)
 
-        from ember.scheduler.task_function import SerializedResult, WithoutContext
         run = func if with_context else WithoutContext(func)
         task_func = run if ser is None else SerializedResult(run, ser)
         props = dict(self.local_properties())

@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ember import config, fs
 from ember import rdd_sources as src
+from ember.call_site import call_site
 from ember.dependency import (Dependency, ManyToOneDependency, OneToOneDependency,
                               RangeDependency, ShuffleDependency, stage_rdds)
 from ember.errors import PySparkRuntimeError, SparkException
@@ -35,6 +36,7 @@ from ember.output_commit import OutputCommitter, open_output
 from ember.partitioner import Partitioner, portable_hash
 from ember.rdd_sources import Partition
 from ember.resultiterable import ResultIterable
+from ember.serializers import dumps_closure
 from ember.statcounter import StatCounter
 from ember.storage.block_manager import read_batches
 from ember.storagelevel import StorageLevel
@@ -43,10 +45,19 @@ from ember.util.user_code import (fail_on_stopiteration, filter_checked, flat_ma
 
 __all__ = ["RDD", "portable_hash", "Partitioner", "BoundedFloat"]
 
-_EMBER_DIR = os.path.dirname(os.path.abspath(__file__))
-
 # Which RDDs may be pickled right now (the lineage of the stage being serialized).
 _pickle_scope = threading.local()
+
+
+def serialize_stage(kind: str, rdd: "RDD", func: Any) -> bytes:
+    """A stage's (kind, RDD, task function) as its tasks unpickle it: cloudpickled with
+    only the RDDs of this stage allowed in (an RDD reached any other way is a user error,
+    SPARK-5063; a parent stage's RDD is read through its shuffle, not shipped)."""
+    _pickle_scope.ids = {r.id() for r in stage_rdds(rdd)}
+    try:
+        return dumps_closure((kind, rdd, func))
+    finally:
+        _pickle_scope.ids = None
 
 
 def _identity(x: Any) -> Any:
@@ -64,30 +75,6 @@ class BoundedFloat(float):
         obj = float.__new__(cls, mean)
         obj.confidence, obj.low, obj.high = confidence, low, high
         return obj
-
-
-_in_ember: dict[str, bool] = {}      # code file name -> whether it is Ember's own
-
-
-def call_site() -> str:
-    """'method at file:line' for the innermost user frame (Spark's short call site). Every
-    RDD takes one: each file's verdict is remembered (an iterative job makes RDDs in a
-    loop, and abspath per frame was most of their cost)."""
-    f = sys._getframe(1)
-    name = "<unknown>"
-    while f is not None:
-        fname = f.f_code.co_filename
-        ours = _in_ember.get(fname)
-        if ours is None:
-            ours = _in_ember[fname] = \
-                os.path.dirname(os.path.abspath(fname)).startswith(_EMBER_DIR)
-        if ours:
-            if not f.f_code.co_name.startswith("_"):
-                name = f.f_code.co_name
-            f = f.f_back
-            continue
-        return f"{name} at {fname}:{f.f_lineno}"
-    return name
 
 
 class RDD:
