@@ -195,6 +195,33 @@ def test_waiting_tasks_run_in_order_and_one_too_many_is_reported_lost_not_droppe
     assert pool.free_slots() == [0]
 
 
+def test_one_offer_rounds_launches_reach_the_process_in_one_write(pool, monkeypatch):
+    """launch_all: the running task, the ones written ahead and a stage to forget go out
+    together, in order; the one too many is still reported lost."""
+    from ember.executor import process_pool
+    writes = []
+    real = process_pool.send_msgs
+    monkeypatch.setattr(process_pool, "send_msgs",
+                        lambda sock, msgs: (writes.append([m[:2] for m in msgs]),
+                                            real(sock, msgs)))
+    pool.launch(0, 100, (7, 0), b"blob", b"meta", b"task 100")
+    assert pool.fake.started.get(timeout=5) == 100
+    pool.fake.finish(100)
+    assert ended(pool)[:2] == (100, "FINISHED")
+    pool.forget_stage(7)
+    writes.clear()
+    pool.launch_all([(0, tid, (1, 0), b"blob", b"meta", b"task %d" % tid)
+                     for tid in range(1, MAX_WAITING + 3)])
+    assert writes == [[("forget_stage", 7)]
+                      + [("task", tid) for tid in range(1, MAX_WAITING + 2)]]
+    assert ended(pool)[:2] == (MAX_WAITING + 2, "LOST")
+    for tid in range(1, MAX_WAITING + 2):
+        assert pool.fake.started.get(timeout=5) == tid
+        pool.fake.finish(tid)
+        assert ended(pool)[:2] == (tid, "FINISHED")
+    assert pool.free_slots() == [0]
+
+
 def test_waiting_tasks_past_the_send_ahead_budget_wait_in_the_pool(pool) -> None:
     """Two fit in the process's socket, the third waits in the pool: killing it ends it at
     once, killing the second (written ahead) ends it unstarted in its turn."""

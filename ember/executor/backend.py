@@ -321,6 +321,7 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
             # RegisteredExecutor and the first LaunchTask can race the pool's start
             self.rpc_env.schedule(0.01, self._launch, tasks)
             return
+        launches = []
         for tid, slot, stage_key, blob, meta, task_bytes in tasks:
             stage_key = tuple(stage_key)
             if blob is not None:
@@ -328,7 +329,8 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
             else:
                 blob, meta = self.stage_blobs[stage_key]
             self.task_slots[tid] = slot
-            self.pool.launch(slot, tid, stage_key, blob, meta, task_bytes)
+            launches.append((slot, tid, stage_key, blob, meta, task_bytes))
+        self.pool.launch_all(launches)
 
     def _on_barrier(self, slot: int, tid: int, request: Any, respond: Any) -> None:
         """Forward a barrier task's RequestToSync to the driver's coordinator; it answers

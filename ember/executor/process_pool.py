@@ -126,6 +126,8 @@ class TaskProcessPool:
         self._watch = threading.Condition(self._lock)
         self._watch_idle = False
         self._stopped = False
+        # slot index -> messages for its process, while launch_all collects a round's writes
+        self._outbox: dict[int, list] | None = None
         self._forks = forks or ForkServerClient(task_process_env(self.extra_env))
         self._exported = threading.Condition()
         self._exports = 0
@@ -212,34 +214,62 @@ class TaskProcessPool:
 
     def launch(self, index: int, tid: int, stage_key: Any, blob: bytes, meta: bytes,
                task_bytes: bytes) -> None:
-        """Run the task in the slot's process, or after the ones it holds (up to MAX_WAITING
+        self.launch_all([(index, tid, stage_key, blob, meta, task_bytes)])
+
+    def launch_all(self, launches: list[tuple]) -> None:
+        """Launches (slot, task id, stage key, closure, metadata, task bytes) of one offer
+        round: what each process is sent goes in one write, so a round that queues many
+        short tasks costs one system call and one wake-up per process, not per task."""
+        lost = []
+        with self._lock:
+            nested = self._outbox is not None
+            if not nested:
+                self._outbox = {}
+            try:
+                for launch in launches:
+                    if not self._launch(*launch):
+                        lost.append(launch)
+            finally:
+                if not nested:
+                    outbox, self._outbox = self._outbox, None
+                    for index, msgs in outbox.items():
+                        try:
+                            send_msgs(self.slots[index].sock, msgs)
+                        except OSError:
+                            pass  # the reader thread sees the death and reports them lost
+        for index, tid, *_ in lost:
+            slot = self.slots[index]
+            self.loop.post(self._end_without_result, slot, tid, "LOST",
+                           f"Task process slot {index} is busy with task {slot.tid} and "
+                           f"{len(slot.waiting)} more wait for it")
+
+    def _launch(self, index: int, tid: int, stage_key: Any, blob: bytes, meta: bytes,
+                task_bytes: bytes) -> bool:
+        """Under the lock: run the task in the slot's process, or after the ones it holds (up to MAX_WAITING
         may wait per slot: the driver queues short tasks so a slot's next task needs no
         round trip to it; they are written to the process at once while they fit in
         SEND_AHEAD_BYTES). One more is reported lost, so the driver runs it elsewhere. On a
         slot given up (its process kept dying at start) the task fails at once: the driver
         tracks slots itself and would otherwise wait for it for ever; a failure also keeps
         that task off this executor while another can take it."""
-        with self._lock:
-            slot = self.slots[index]
-            if slot.dead:
-                self.loop.post(self._end_without_result, slot, tid, "FAILED", (
-                    "SparkException", f"Task process slot {index} of this executor was "
-                    "given up: its Python process kept dying at start", "", True))
-                return
-            if slot.tid is None:
-                self._send_task(slot, tid, stage_key, blob, meta, task_bytes)
-                return
-            if len(slot.waiting) < MAX_WAITING:
-                size = len(task_bytes) + (0 if stage_key in slot.seen
-                                          else len(blob) + len(meta or b""))
-                slot.waiting.append(_Waiting((tid, stage_key, blob, meta, task_bytes), size))
-                self._send_ahead(slot)
-                if self._watch_idle:
-                    self._watch.notify()
-                return
-        self.loop.post(self._end_without_result, slot, tid, "LOST",
-                       f"Task process slot {index} is busy with task {slot.tid} and "
-                       f"{len(slot.waiting)} more wait for it")
+        slot = self.slots[index]
+        if slot.dead:
+            self.loop.post(self._end_without_result, slot, tid, "FAILED", (
+                "SparkException", f"Task process slot {index} of this executor was "
+                "given up: its Python process kept dying at start", "", True))
+            return True
+        if slot.tid is None:
+            self._send_task(slot, tid, stage_key, blob, meta, task_bytes)
+            return True
+        if len(slot.waiting) >= MAX_WAITING:
+            return False
+        size = len(task_bytes) + (0 if stage_key in slot.seen
+                                  else len(blob) + len(meta or b""))
+        slot.waiting.append(_Waiting((tid, stage_key, blob, meta, task_bytes), size))
+        self._send_ahead(slot)
+        if self._watch_idle:
+            self._watch.notify()
+        return True
 
     def _send_ahead(self, slot: _Slot) -> None:
         """Under the lock: write waiting tasks to the busy process, in order, while they fit
@@ -269,12 +299,13 @@ class TaskProcessPool:
             slot.seen.add(stage_key)
         msg = ("task", tid, stage_key, blob if first else None, meta if first else None,
                task_bytes, time.monotonic() if queued else None)
+        msgs = [("forget_stage", s) for s in slot.forgotten] + [msg]
+        slot.forgotten = []
+        if self._outbox is not None:            # sent when launch_all's round is done
+            self._outbox.setdefault(slot.index, []).extend(msgs)
+            return
         try:
-            if slot.forgotten:
-                send_msgs(slot.sock, [("forget_stage", s) for s in slot.forgotten] + [msg])
-                slot.forgotten = []
-            else:
-                send_msg(slot.sock, msg)
+            send_msgs(slot.sock, msgs)
         except OSError:
             pass  # the reader thread sees the death and reports the task lost
 
@@ -543,8 +574,7 @@ class TaskProcessPool:
                 self._spawn(slot)
                 # they never ran: the fresh process runs them (or ends those its kill file
                 # lists)
-                for launch in waiting:
-                    self.launch(slot.index, *launch)
+                self.launch_all([(slot.index, *launch) for launch in waiting])
                 waiting = []
         if tid is not None:
             if tid in slot.kills:

@@ -70,9 +70,8 @@ class LocalSchedulerBackend(SchedulerBackend):
                     for td in queued:
                         self.slots.queued(td.slot, td.task_id)
                     launched += queued
-            for td in launched:
-                self.pool.launch(td.slot, td.task_id, td.stage_key, td.blob, td.meta,
-                                 td.task_bytes)
+            self.pool.launch_all([(td.slot, td.task_id, td.stage_key, td.blob, td.meta,
+                                   td.task_bytes) for td in launched])
 
     def _on_task_end(self, slot: int, tid: int, state: str, payload: Any, accum: dict,
                      metrics: dict, blocks: list) -> None:
