@@ -61,12 +61,17 @@ class Partition:
 class ParallelCollectionPartition(Partition):
     __slots__ = ("data",)
 
-    def __init__(self, index: int, data: Any) -> None:
+    def __init__(self, index: int, data: Any, *range_args: int) -> None:
         super().__init__(index)
-        self.data = data
+        self.data = range(*range_args) if range_args else data
 
     def _args(self) -> tuple:
-        return (self.index, self.data)
+        """A slice of parallelize(range(...)) travels as three ints: a range object costs
+        the pickler a global lookup and a reduce per task."""
+        d = self.data
+        if type(d) is range:
+            return (self.index, None, d.start, d.stop, d.step)
+        return (self.index, d)
 
 
 class FileSplit(Partition):

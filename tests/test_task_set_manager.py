@@ -144,6 +144,26 @@ def test_resource_offer_only_chooses_the_task_serialization_is_the_callers():
     assert td.properties == {"k": "v"} and td.stage_key == (0, 0)
 
 
+def test_a_task_encodes_a_plain_partition_as_none_and_a_range_slice_as_its_ints():
+    """What the pickler saves per task (TaskDescription.encode): a shuffle's plain Partition
+    is rebuilt from the partition id by the task process; a parallelize(range) slice comes
+    back as the same range; any other partition as itself."""
+    from ember.rdd_sources import ParallelCollectionPartition, Partition
+    from ember.scheduler.task import TaskDescription
+
+    def decoded(partition, partition_id=3):
+        td = TaskDescription(9, 0, "exec1", 0, partition_id, (1, 0), b"", b"", partition,
+                             partition_id, {"k": "v"})
+        return pickle.loads(td.encode())
+
+    assert decoded(Partition(3)) == (None, 3, 0, {"k": "v"}, 1, 0, None)
+    assert type(decoded(Partition(2))[0]) is Partition     # an index that is not the id
+    for data in (range(50, 100), range(7, 7), range(0, 30, 4), [1, "a"], None):
+        part = decoded(ParallelCollectionPartition(3, data))[0]
+        assert type(part) is ParallelCollectionPartition and part.index == 3
+        assert part.data == data and type(part.data) is type(data)
+
+
 def test_a_very_large_task_warns_once_per_task_set(caplog):
     big = "x" * (TASK_SIZE_TO_WARN_KIB * 1024 + 1)
     sched, tsm = make([[], []], partitions=[big, big])

@@ -25,6 +25,7 @@ from ember.deploy.resource_messages import ResourceInformation
 from ember.errors import TASK_HANDED_BACK, TaskKilledException
 from ember.executor.wire import Inbox, read_msg, send_msg, send_msgs
 from ember.files import SparkFiles
+from ember.rdd_sources import Partition
 from ember.shuffle.base import FetchFailedError
 from ember.storage.block_manager import BlockManager
 from ember.taskcontext import BarrierTaskContext, TaskContext
@@ -141,6 +142,8 @@ def run_task(env: TaskEnv, stage: _Stage, task: tuple, tid: int) -> tuple:
     if tid in _kills:                   # killed while it waited behind the task before it
         return ("done", tid, "KILLED", "Task killed", {}, {}, [])
     partition, partition_id, attempt, props, stage_id, stage_attempt, task_resources = task
+    if partition is None:               # a plain Partition (TaskDescription.encode)
+        partition = Partition(partition_id)
     cpus, assigned = task_resources if task_resources is not None else (env.cpus, {})
     files = props.get("spark.ember.files")
     if files and env.remote is not None and env.remote.ensure_files(files.split(",")):

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ember.rdd_sources import Partition
 from ember.util.pickling import dumps
 
 
@@ -81,10 +82,16 @@ class TaskDescription:
             f"{self.stage_key[0]}.{self.stage_key[1]}"
 
     def encode(self) -> bytes:
-        """What the task process unpickles: partition, attempt, properties, resources."""
+        """What the task process unpickles: partition, attempt, properties, resources. A
+        plain Partition (a shuffle's reduce side: its index only) goes as None, and the
+        process makes it from the partition id: the class reference alone costs the pickler
+        a module lookup per task, more than the rest of the tuple."""
         stage_id, stage_attempt = self.stage_key
-        return dumps((self.partition, self.partition_id, self.attempt_number,
-                       self.properties, stage_id, stage_attempt, self.resources))
+        part = self.partition
+        if type(part) is Partition and part.index == self.partition_id:
+            part = None
+        return dumps((part, self.partition_id, self.attempt_number,
+                      self.properties, stage_id, stage_attempt, self.resources))
 
 
 @dataclass(slots=True)
