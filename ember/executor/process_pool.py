@@ -222,21 +222,21 @@ class TaskProcessPool:
         short tasks costs one system call and one wake-up per process, not per task."""
         lost = []
         with self._lock:
-            nested = self._outbox is not None
-            if not nested:
-                self._outbox = {}
+            self._outbox = {}
             try:
                 for launch in launches:
                     if not self._launch(*launch):
                         lost.append(launch)
+                for slot in self.slots:     # once per slot, not once per queued task
+                    if slot.waiting:
+                        self._send_ahead(slot)
             finally:
-                if not nested:
-                    outbox, self._outbox = self._outbox, None
-                    for index, msgs in outbox.items():
-                        try:
-                            send_msgs(self.slots[index].sock, msgs)
-                        except OSError:
-                            pass  # the reader thread sees the death and reports them lost
+                outbox, self._outbox = self._outbox, None
+                for index, msgs in outbox.items():
+                    try:
+                        send_msgs(self.slots[index].sock, msgs)
+                    except OSError:
+                        pass  # the reader thread sees the death and reports them lost
         for index, tid, *_ in lost:
             slot = self.slots[index]
             self.loop.post(self._end_without_result, slot, tid, "LOST",
@@ -245,10 +245,10 @@ class TaskProcessPool:
 
     def _launch(self, index: int, tid: int, stage_key: Any, blob: bytes, meta: bytes,
                 task_bytes: bytes) -> bool:
-        """Under the lock: run the task in the slot's process, or after the ones it holds (up to MAX_WAITING
-        may wait per slot: the driver queues short tasks so a slot's next task needs no
-        round trip to it; they are written to the process at once while they fit in
-        SEND_AHEAD_BYTES). One more is reported lost, so the driver runs it elsewhere. On a
+        """Under launch_all: run the task in the slot's process, or after the ones it holds
+        (up to MAX_WAITING may wait per slot: the driver queues short tasks so a slot's next
+        task needs no round trip to it; they are written to the process with the round's
+        other writes while they fit in SEND_AHEAD_BYTES). One more is reported lost, so the driver runs it elsewhere. On a
         slot given up (its process kept dying at start) the task fails at once: the driver
         tracks slots itself and would otherwise wait for it for ever; a failure also keeps
         that task off this executor while another can take it."""
@@ -266,7 +266,6 @@ class TaskProcessPool:
         size = len(task_bytes) + (0 if stage_key in slot.seen
                                   else len(blob) + len(meta or b""))
         slot.waiting.append(_Waiting((tid, stage_key, blob, meta, task_bytes), size))
-        self._send_ahead(slot)
         if self._watch_idle:
             self._watch.notify()
         return True
@@ -274,6 +273,8 @@ class TaskProcessPool:
     def _send_ahead(self, slot: _Slot) -> None:
         """Under the lock: write waiting tasks to the busy process, in order, while they fit
         in SEND_AHEAD_BYTES (with what was handed back but is still in its socket)."""
+        if not slot.waiting or slot.waiting[-1].sent:
+            return      # the written ones are a prefix (written in order): none left
         budget = SEND_AHEAD_BYTES - sum(slot.abandoned.values())
         for w in slot.waiting:
             budget -= w.size
