@@ -195,7 +195,7 @@ def test_waiting_tasks_run_in_order_and_one_too_many_is_reported_lost_not_droppe
     assert pool.free_slots() == [0]
 
 
-def test_one_offer_rounds_launches_reach_the_process_in_one_write(pool, monkeypatch):
+def test_the_launches_of_one_offer_round_reach_the_process_in_one_write(pool, monkeypatch):
     """launch_all: the running task, the ones written ahead and a stage to forget go out
     together, in order; the one too many is still reported lost."""
     from ember.executor import process_pool

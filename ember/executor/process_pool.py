@@ -248,10 +248,11 @@ class TaskProcessPool:
         """Under launch_all: run the task in the slot's process, or after the ones it holds
         (up to MAX_WAITING may wait per slot: the driver queues short tasks so a slot's next
         task needs no round trip to it; they are written to the process with the round's
-        other writes while they fit in SEND_AHEAD_BYTES). One more is reported lost, so the driver runs it elsewhere. On a
-        slot given up (its process kept dying at start) the task fails at once: the driver
-        tracks slots itself and would otherwise wait for it for ever; a failure also keeps
-        that task off this executor while another can take it."""
+        other writes while they fit in SEND_AHEAD_BYTES). False for one more: the caller
+        reports it lost, so the driver runs it elsewhere. On a slot given up (its process
+        kept dying at start) the task fails at once: the driver tracks slots itself and
+        would otherwise wait for it for ever; a failure also keeps that task off this
+        executor while another can take it."""
         slot = self.slots[index]
         if slot.dead:
             self.loop.post(self._end_without_result, slot, tid, "FAILED", (
