@@ -195,9 +195,11 @@ def test_waiting_tasks_run_in_order_and_one_too_many_is_reported_lost_not_droppe
     assert pool.free_slots() == [0]
 
 
-def test_the_launches_of_one_offer_round_reach_the_process_in_one_write(pool, monkeypatch):
-    """launch_all: the running task, the ones written ahead and a stage to forget go out
-    together, in order; the one too many is still reported lost."""
+def test_the_tasks_one_offer_round_writes_ahead_reach_the_process_in_one_write(
+        pool, monkeypatch):
+    """launch_all: the task for the idle process goes at once (with the stage it is to
+    forget), the ones written ahead behind it together, in order; the one too many is
+    still reported lost."""
     from ember.executor import process_pool
     writes = []
     real = process_pool.send_msgs
@@ -212,8 +214,8 @@ def test_the_launches_of_one_offer_round_reach_the_process_in_one_write(pool, mo
     writes.clear()
     pool.launch_all([(0, tid, (1, 0), b"blob", b"meta", b"task %d" % tid)
                      for tid in range(1, MAX_WAITING + 3)])
-    assert writes == [[("forget_stage", 7)]
-                      + [("task", tid) for tid in range(1, MAX_WAITING + 2)]]
+    assert writes == [[("forget_stage", 7), ("task", 1)],
+                      [("task", tid) for tid in range(2, MAX_WAITING + 2)]]
     assert ended(pool)[:2] == (MAX_WAITING + 2, "LOST")
     for tid in range(1, MAX_WAITING + 2):
         assert pool.fake.started.get(timeout=5) == tid

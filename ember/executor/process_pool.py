@@ -126,8 +126,6 @@ class TaskProcessPool:
         self._watch = threading.Condition(self._lock)
         self._watch_idle = False
         self._stopped = False
-        # slot index -> messages for its process, while launch_all collects a round's writes
-        self._outbox: dict[int, list] | None = None
         self._forks = forks or ForkServerClient(task_process_env(self.extra_env))
         self._exported = threading.Condition()
         self._exports = 0
@@ -218,25 +216,17 @@ class TaskProcessPool:
 
     def launch_all(self, launches: list[tuple]) -> None:
         """Launches (slot, task id, stage key, closure, metadata, task bytes) of one offer
-        round: what each process is sent goes in one write, so a round that queues many
-        short tasks costs one system call and one wake-up per process, not per task."""
+        round. A task for an idle process is written at once (it waits for nothing else);
+        the tasks written ahead to a busy one go together at the end of the round, so a
+        round that queues many short tasks costs one system call and one wake-up per
+        process, not per task."""
         lost = []
         with self._lock:
-            self._outbox = {}
-            try:
-                for launch in launches:
-                    if not self._launch(*launch):
-                        lost.append(launch)
-                for slot in self.slots:     # once per slot, not once per queued task
-                    if slot.waiting:
-                        self._send_ahead(slot)
-            finally:
-                outbox, self._outbox = self._outbox, None
-                for index, msgs in outbox.items():
-                    try:
-                        send_msgs(self.slots[index].sock, msgs)
-                    except OSError:
-                        pass  # the reader thread sees the death and reports them lost
+            for launch in launches:
+                if not self._launch(*launch):
+                    lost.append(launch)
+            for slot in self.slots:     # once per slot, not once per queued task
+                self._send_ahead(slot)
         for index, tid, *_ in lost:
             slot = self.slots[index]
             self.loop.post(self._end_without_result, slot, tid, "LOST",
@@ -273,43 +263,51 @@ class TaskProcessPool:
 
     def _send_ahead(self, slot: _Slot) -> None:
         """Under the lock: write waiting tasks to the busy process, in order, while they fit
-        in SEND_AHEAD_BYTES (with what was handed back but is still in its socket)."""
+        in SEND_AHEAD_BYTES (with what was handed back but is still in its socket), all in
+        one write."""
         if not slot.waiting or slot.waiting[-1].sent:
             return      # the written ones are a prefix (written in order): none left
         budget = SEND_AHEAD_BYTES - sum(slot.abandoned.values())
+        msgs: list[tuple] = []
         for w in slot.waiting:
             budget -= w.size
             if budget < 0:
-                return
+                break
             if not w.sent:
                 w.sent = True
-                self._write_task(slot, *w.launch, queued=True)
+                msgs += self._task_msgs(slot, *w.launch, queued=True)
+        self._write(slot, msgs)
 
     def _send_task(self, slot: _Slot, tid: int, stage_key: Any, blob: bytes, meta: bytes,
                    task_bytes: bytes) -> None:
-        """Under the lock, the slot idle."""
+        """Under the lock, the slot idle: written at once."""
         slot.tid = tid
         slot.since = time.monotonic()
-        self._write_task(slot, tid, stage_key, blob, meta, task_bytes)
+        self._write(slot, self._task_msgs(slot, tid, stage_key, blob, meta, task_bytes))
 
-    def _write_task(self, slot: _Slot, tid: int, stage_key: Any, blob: bytes, meta: bytes,
-                    task_bytes: bytes, queued: bool = False) -> None:
-        """Queued (written ahead to a busy process): with the time it was sent, so the
-        process can tell a task held up by a long one (TaskEnv.hand_back_s)."""
+    @staticmethod
+    def _task_msgs(slot: _Slot, tid: int, stage_key: Any, blob: bytes, meta: bytes,
+                   task_bytes: bytes, queued: bool = False) -> list[tuple]:
+        """The task's message, after the stages the process is to forget. Queued (written
+        ahead to a busy process): with the time it was sent, so the process can tell a task
+        held up by a long one (TaskEnv.hand_back_s)."""
         first = stage_key not in slot.seen
         if first:
             slot.seen.add(stage_key)
-        msg = ("task", tid, stage_key, blob if first else None, meta if first else None,
-               task_bytes, time.monotonic() if queued else None)
-        msgs = [("forget_stage", s) for s in slot.forgotten] + [msg]
+        msgs = [("forget_stage", s) for s in slot.forgotten]
         slot.forgotten = []
-        if self._outbox is not None:            # sent when launch_all's round is done
-            self._outbox.setdefault(slot.index, []).extend(msgs)
-            return
-        try:
-            send_msgs(slot.sock, msgs)
-        except OSError:
-            pass  # the reader thread sees the death and reports the task lost
+        msgs.append(("task", tid, stage_key, blob if first else None,
+                     meta if first else None, task_bytes,
+                     time.monotonic() if queued else None))
+        return msgs
+
+    @staticmethod
+    def _write(slot: _Slot, msgs: list[tuple]) -> None:
+        if msgs:
+            try:
+                send_msgs(slot.sock, msgs)
+            except OSError:
+                pass  # the reader thread sees the death and reports the tasks lost
 
     def kill(self, index: int, tid: int) -> None:
         """Stop the task: listed in the kill file and SIGUSR1 now, SIGKILL of the process if
