@@ -224,6 +224,25 @@ def test_the_tasks_one_offer_round_writes_ahead_reach_the_process_in_one_write(
     assert pool.free_slots() == [0]
 
 
+def test_a_new_stages_closure_counts_once_against_the_send_ahead_budget(pool, monkeypatch):
+    """Three tasks of a stage the busy process has not seen, queued in one round: its
+    closure goes with the first only, so all three fit in SEND_AHEAD_BYTES and go ahead."""
+    from ember.executor import process_pool
+    writes = []
+    real = process_pool.send_msgs
+    monkeypatch.setattr(process_pool, "send_msgs",
+                        lambda sock, msgs: (writes.append([m[:2] for m in msgs]),
+                                            real(sock, msgs)))
+    launch(pool, 1)
+    assert pool.fake.started.get(timeout=5) == 1
+    closure = b"c" * (SEND_AHEAD_BYTES * 5 // 8)
+    pool.launch_all([(0, tid, (2, 0), closure, b"meta", b"task %d" % tid) for tid in (2, 3, 4)])
+    assert writes[-1] == [("task", 2), ("task", 3), ("task", 4)]
+    for tid in (1, 2, 3, 4):
+        pool.fake.finish(tid)
+        assert ended(pool)[:2] == (tid, "FINISHED")
+
+
 def test_waiting_tasks_past_the_send_ahead_budget_wait_in_the_pool(pool) -> None:
     """Two fit in the process's socket, the third waits in the pool: killing it ends it at
     once, killing the second (written ahead) ends it unstarted in its turn."""

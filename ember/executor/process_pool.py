@@ -64,9 +64,9 @@ class _Waiting:
     """A launch waiting behind its slot's running task."""
     __slots__ = ("launch", "size", "sent")
 
-    def __init__(self, launch: tuple, size: int) -> None:
+    def __init__(self, launch: tuple) -> None:
         self.launch = launch          # (tid, stage key, blob, meta, task bytes)
-        self.size = size              # bytes it takes in the process's socket
+        self.size = 0                 # bytes it takes in the process's socket, once sent
         self.sent = False             # already written to the process
 
     @property
@@ -254,9 +254,7 @@ class TaskProcessPool:
             return True
         if len(slot.waiting) >= MAX_WAITING:
             return False
-        size = len(task_bytes) + (0 if stage_key in slot.seen
-                                  else len(blob) + len(meta or b""))
-        slot.waiting.append(_Waiting((tid, stage_key, blob, meta, task_bytes), size))
+        slot.waiting.append(_Waiting((tid, stage_key, blob, meta, task_bytes)))
         if self._watch_idle:
             self._watch.notify()
         return True
@@ -270,6 +268,10 @@ class TaskProcessPool:
         budget = SEND_AHEAD_BYTES - sum(slot.abandoned.values())
         msgs: list[tuple] = []
         for w in slot.waiting:
+            if not w.sent:      # its closure goes along if the process lacks it so far
+                _tid, key, blob, meta, task_bytes = w.launch
+                w.size = len(task_bytes) + (0 if key in slot.seen
+                                            else len(blob) + len(meta or b""))
             budget -= w.size
             if budget < 0:
                 break
