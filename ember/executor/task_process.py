@@ -447,10 +447,15 @@ def run_in_process(sock: socket.socket) -> None:
         import cProfile
         profiler = cProfile.Profile()
         profiler.enable()
+        # a worker ends an application by SIGTERM to each executor's whole process tree,
+        # which can come before the executor's "stop": leave through the finally below,
+        # which writes the profile, rather than die at once
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         serve(sock, env)
     finally:
         if profiler is not None:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)   # the file is written whole
             profiler.disable()
             path = os.path.join(profile_dir, f"task-{os.getpid()}.prof")
             profiler.dump_stats(path + ".tmp")      # complete files only: the reader polls
