@@ -100,7 +100,7 @@ def pool(tmp_path, request):
 
 
 def launch(pool, tid: int, size: int = 0) -> None:
-    pool.launch(0, tid, (1, 0), b"blob", b"meta", b"task %d " % tid + b"x" * size)
+    pool.launch_all([(0, tid, (1, 0), b"blob", b"meta", b"task %d " % tid + b"x" * size)])
 
 
 def ended(pool) -> tuple:
@@ -206,7 +206,7 @@ def test_the_tasks_one_offer_round_writes_ahead_reach_the_process_in_one_write(
     monkeypatch.setattr(process_pool, "send_msgs",
                         lambda sock, msgs: (writes.append([m[:2] for m in msgs]),
                                             real(sock, msgs)))
-    pool.launch(0, 100, (7, 0), b"blob", b"meta", b"task 100")
+    pool.launch_all([(0, 100, (7, 0), b"blob", b"meta", b"task 100")])
     assert pool.fake.started.get(timeout=5) == 100
     pool.fake.finish(100)
     assert ended(pool)[:2] == (100, "FINISHED")

@@ -6,7 +6,7 @@ running task is reported lost and a fresh process takes the slot, so the schedul
 retry instead of hanging. Stage closures are sent to a slot only the first time it sees
 the stage.
 
-Short tasks queued behind a slot's running one (see launch) are written to the process at
+Short tasks queued behind a slot's running one (see launch_all) are written to the process at
 once, so each starts the moment the one before it ends, without a round trip through this
 loop. Several tasks can then be in one process, so a kill names its task: the pool writes
 the task id into the slot's kill file before it sends SIGUSR1, and the process stops (or
@@ -209,10 +209,6 @@ class TaskProcessPool:
     # tasks -------------------------------------------------------------------------------
     def free_slots(self) -> list[int]:
         return [s.index for s in self.slots if s.tid is None and not s.dead]
-
-    def launch(self, index: int, tid: int, stage_key: Any, blob: bytes, meta: bytes,
-               task_bytes: bytes) -> None:
-        self.launch_all([(index, tid, stage_key, blob, meta, task_bytes)])
 
     def launch_all(self, launches: list[tuple]) -> None:
         """Launches (slot, task id, stage key, closure, metadata, task bytes) of one offer
