@@ -23,6 +23,7 @@ import pickle
 import re
 from array import array
 from collections import defaultdict
+from itertools import accumulate, chain, islice
 from typing import Any, BinaryIO, Callable, Iterable
 
 from ember.partitioner import portable_hash
@@ -122,25 +123,40 @@ def write_map_output(records: Iterable, num_partitions: int,
                 chunks = defaultdict(list)
                 held = 0
     count += since_check
-    for p, b in buckets.items():
-        chunks[p].append(dumps(b, 5))
-    parts = set(chunks)
-    for _path, segs in spills:
-        parts.update(segs)
-    blocks = array("q")
-    if not spills and sum(len(d) for c in chunks.values() for d in c) <= INLINE_BYTES:
-        pieces: list[bytes] = []
-        pos = 0
-        for p in sorted(parts):
-            blocks.extend((p, pos, pos + sum(len(d) for d in chunks[p])))
-            pieces.extend(chunks[p])
-            pos = blocks[-1]
-        status = MapStatus(executor_id, host, "", pos, count, address, endpoint,
-                           blocks.tobytes(), b"".join(pieces))
-    else:
-        written = _append_output(output_base, sorted(parts), chunks, spills, blocks)
+    if spills:
+        for p, b in buckets.items():
+            chunks[p].append(dumps(b, 5))
+        parts = set(chunks)
+        for _path, segs in spills:
+            parts.update(segs)
+        blocks = array("q")
+        written = _append_spilled(output_base, sorted(parts), chunks, spills, blocks)
         status = MapStatus(executor_id, host, output_base, written, count, address, endpoint,
                            blocks.tobytes())
+    else:
+        # what a map output usually is with many reducers: a few records per partition, so
+        # everything per partition is a C-level call (the segments' bounds are running
+        # sums, the blocks array is built from them in one go)
+        if chunks:
+            parts = sorted(buckets.keys() | chunks.keys())
+            for p, b in buckets.items():
+                chunks[p].append(dumps(b, 5))
+            per_part = [chunks[p] for p in parts]
+            lengths = [sum(map(len, c)) for c in per_part]
+            pieces = list(chain.from_iterable(per_part))
+        else:
+            parts = sorted(buckets)
+            pieces = [dumps(buckets[p], 5) for p in parts]
+            lengths = list(map(len, pieces))
+        total = sum(lengths)
+        if total <= INLINE_BYTES:
+            path, first, data = "", 0, b"".join(pieces)
+        else:
+            path, first, data = output_base, _append_output(output_base, pieces), None
+        bounds = list(accumulate(lengths, initial=first))
+        blocks = array("q", chain.from_iterable(zip(parts, bounds, islice(bounds, 1, None))))
+        status = MapStatus(executor_id, host, path, total, count, address, endpoint,
+                           blocks.tobytes(), data)
     if metrics is not None:
         metrics["shuffleBytesWritten"] = (metrics.get("shuffleBytesWritten", 0)
                                           + status.bytes_written)
@@ -151,27 +167,23 @@ def write_map_output(records: Iterable, num_partitions: int,
     return status
 
 
-def _append_output(base_path: str, parts: list[int], chunks: dict[int, list[bytes]],
-                   spills: list[tuple[str, dict[int, tuple[int, int]]]], blocks: array) -> int:
-    """Append the output's segments to the process's file, recording each in `blocks`;
-    returns the bytes appended. Flushed before returning: the status may be read at once.
-    Without spills the offsets are counted and the pieces written in one writelines (with
-    thousands of reducers an output is thousands of tiny segments, where a tell() and a
-    write() call per segment cost more than the bytes)."""
+def _append_output(base_path: str, pieces: list[bytes]) -> int:
+    """Append an output's pieces to the process's file in one writelines; returns the
+    offset they start at. Flushed before returning: the status may be read at once."""
     out = _output_file(base_path)
     first = out.tell()
-    if not spills:
-        pieces: list[bytes] = []
-        pos = first
-        for p in parts:
-            start = pos
-            for data in chunks[p]:
-                pieces.append(data)
-                pos += len(data)
-            blocks.extend((p, start, pos))
-        out.writelines(pieces)
-        out.flush()
-        return pos - first
+    out.writelines(pieces)
+    out.flush()
+    return first
+
+
+def _append_spilled(base_path: str, parts: list[int], chunks: dict[int, list[bytes]],
+                    spills: list[tuple[str, dict[int, tuple[int, int]]]], blocks: array) -> int:
+    """Append an output that spilled, partition by partition (its spilled segments, then what
+    stayed in memory), recording each segment in `blocks`; returns the bytes appended. The
+    spill files are removed."""
+    out = _output_file(base_path)
+    first = out.tell()
     handles = [open(path, "rb") for path, _ in spills]
     try:
         for p in parts:
