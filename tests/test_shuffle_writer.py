@@ -14,6 +14,7 @@ from ember.partitioner import portable_hash
 from ember.scheduler.map_output_tracker import MapOutputTracker
 from ember.shuffle.base import FetchFailedError, MapStatus
 from ember.shuffle.crypto import Sealer
+from ember.shuffle import reader
 from ember.shuffle.reader import read_partition, read_segments, segment_files
 from ember.shuffle.writer import INLINE_BYTES, output_file_base, write_map_output
 
@@ -83,6 +84,58 @@ def test_map_outputs_of_a_process_share_one_appended_file(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == [os.path.basename(statuses[0].path) + ".data"]
     got = _read(statuses, 7)
     assert got == [(7, (m, i)) for m in range(3) for i in range(2_000) if i % 50 == 7]
+
+
+def test_a_partition_that_fills_batches_keeps_them_in_order_beside_single_batch_ones(tmp_path):
+    records = [(0, i) for i in range(2_500)] + [(1, "a"), (2, "b"), (0, "last")]
+    st = _write(tmp_path, records, 4)
+    assert [r for r, _s, _e in st.segments()] == [0, 1, 2]
+    assert st.bytes_written == sum(e - s for _r, s, e in st.segments())
+    assert st.records_written == len(records)
+    assert _read([st], 0) == [(0, i) for i in range(2_500)] + [(0, "last")]
+    assert _read([st], 1) == [(1, "a")] and _read([st], 3) == []
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_reducer_reads_many_maps_inline_and_filed_in_map_order(tmp_path, monkeypatch, streamed):
+    """A reducer's segments of many maps are read one by one and unpickled together: every
+    record comes back once, in map order, whatever mix of inline outputs, outputs in the
+    process's file and a segment of several batches it is, also when that segment is too
+    large to read whole and is streamed from the file."""
+    if streamed:
+        monkeypatch.setattr(reader, "_PREAD_BYTES", 5_000)
+    statuses = []
+    for m in range(40):
+        if m % 3 == 0:      # inline: a record or two per reducer
+            records = [(r, (m, r)) for r in range(8)]
+        elif m == 7:        # one reducer's segment spans several batches
+            records = [(i % 8, (m, i)) for i in range(8 * 1500)]
+        else:
+            records = [(r, (m, r, "v" * 300)) for r in range(8)]
+        statuses.append(_write(tmp_path, records, 8, m))
+    assert {st.data is None for st in statuses} == {True, False}
+    for r in range(8):
+        want = []
+        for m in range(40):
+            if m % 3 == 0:
+                want.append((r, (m, r)))
+            elif m == 7:
+                want += [(r, (m, i)) for i in range(r, 8 * 1500, 8)]
+            else:
+                want.append((r, (m, r, "v" * 300)))
+        assert _read(statuses, r) == want
+
+
+def test_a_map_output_file_cut_short_after_reducers_opened_it_is_a_fetch_failure(tmp_path):
+    statuses = [_write(tmp_path, [(r, "w" * 2000) for r in range(3)], 3, m) for m in range(2)]
+    assert len(_read(statuses, 0)) == 2          # the file is now open in the reader
+    (_r, start, _end), = [seg for seg in statuses[1].segments() if seg[0] == 2]
+    with open(statuses[1].path + ".data", "r+b") as f:
+        f.truncate(start + 10)      # the second map's segment for reducer 2 cut short
+    with pytest.raises(FetchFailedError) as e:
+        _read(statuses, 2)
+    assert (e.value.map_index, e.value.reduce_id) == (1, 2)
+    assert "ends before byte" in e.value.message
 
 
 def test_spilled_outputs_keep_only_their_non_empty_segments(tmp_path):

@@ -50,6 +50,10 @@ _MAX_INDEXES = 8
 # shuffle has a few files per executor); beyond, a segment read opens and closes its file
 _MAX_OPEN_FILES = 256
 _PREAD_BYTES = 4 << 20       # a segment up to this size is read whole, larger ones streamed
+# segments read whole are unpickled together once they reach this size (or the reducer's
+# local segments end): with thousands of maps a reducer's segments are mostly a record or
+# two each, and a buffer and a generator per segment cost more than the records
+_MERGE_BYTES = 1 << 20
 
 
 def _loader(serializer: Any) -> Callable[[Any], list]:
@@ -206,9 +210,6 @@ def read_partition(shuffle_id: int, reduce_id: int, ctx: Any,
     except FetchFailedError as e:
         raise FetchFailedError(shuffle_id, e.map_index, reduce_id, None,
                                f"{e.message} partition {reduce_id}") from None
-    segments: list[Segment] = [] if triples is None else [
-        (triples[k], statuses[triples[k]], triples[k + 1], triples[k + 2])
-        for k in range(0, len(triples), 3)]
     env = ctx.env
     metrics = ctx.metrics
     key = getattr(env, "io_key", None)
@@ -217,20 +218,53 @@ def read_partition(shuffle_id: int, reduce_id: int, ctx: Any,
         from ember.shuffle.crypto import Sealer
         sealer = Sealer(key)
     host_local = getattr(env, "read_host_local_disk", False)
+    my_id, my_host = env.executor_id, env.host
+    fds = _indexes[shuffle_id][2]
+    pread = os.pread
     remote: dict[tuple[str, str], list[Segment]] = {}
     local_bytes = remote_bytes = 0
+    merged: list[bytes] = []        # segments read and not yet unpickled
+    merged_bytes = 0
+    each = iter(triples if triples is not None else ())
     try:
-        for seg in segments:
-            map_index, st, start, end = seg
-            if st.data is not None:
-                local_bytes += end - start
-                yield from _records_from_bytes(st.data[start:end], serializer, sealer)
-            elif _is_local(st, env) or (host_local and st.host == env.host
-                                        and _readable(shuffle_id, st)):
-                local_bytes += end - start
-                yield from _local_records(shuffle_id, reduce_id, seg, serializer, sealer)
+        # per segment only what it needs: with thousands of maps a reducer has thousands
+        # of segments of a record or two, and each step here is paid for every one
+        for map_index, start, end in zip(each, each, each):
+            st = statuses[map_index]
+            data = st.data
+            if data is not None:
+                data = data[start:end]
+            elif (st.executor_id == my_id or (st.host == my_host and not st.address)
+                  or (host_local and st.host == my_host and _readable(shuffle_id, st))):
+                if end - start > _PREAD_BYTES:     # streamed, after what was read before it
+                    if merged:
+                        yield from _records_from_bytes(b"".join(merged), serializer, sealer)
+                        merged, merged_bytes = [], 0
+                    local_bytes += end - start
+                    yield from _streamed_records(shuffle_id, reduce_id,
+                                                 (map_index, st, start, end), serializer, sealer)
+                    continue
+                fd = fds.get(st.path + ".data")
+                data = b""
+                if fd is not None:
+                    try:
+                        data = pread(fd, end - start, start)
+                    except OSError:
+                        pass
+                if len(data) != end - start:    # opens the file, or raises naming it
+                    data = _local_bytes(shuffle_id, reduce_id, (map_index, st, start, end))
             else:
-                remote.setdefault((st.address, st.endpoint), []).append(seg)
+                remote.setdefault((st.address, st.endpoint), []).append(
+                    (map_index, st, start, end))
+                continue
+            local_bytes += end - start
+            merged.append(data)
+            merged_bytes += end - start
+            if merged_bytes >= _MERGE_BYTES:
+                yield from _records_from_bytes(b"".join(merged), serializer, sealer)
+                merged, merged_bytes = [], 0
+        if merged:
+            yield from _records_from_bytes(b"".join(merged), serializer, sealer)
         for data in _fetch_remote(env, shuffle_id, reduce_id, list(remote.values())):
             remote_bytes += len(data)
             yield from _records_from_bytes(data, serializer, sealer)
@@ -248,25 +282,32 @@ def _readable(shuffle_id: int, st: MapStatus) -> bool:
     return path in _indexes[shuffle_id][2] or os.access(path, os.R_OK)
 
 
-def _local_records(shuffle_id: int, reduce_id: int, seg: Segment, serializer: Any,
-                   sealer: Any) -> Iterator:
+def _local_bytes(shuffle_id: int, reduce_id: int, seg: Segment) -> bytes:
     map_index, st, start, end = seg
     try:
-        if end - start <= _PREAD_BYTES:
-            data = _read_segment(shuffle_id, st.path + ".data", start, end)
-            if len(data) != end - start:
-                raise OSError(f"it ends before byte {end}")
-        else:
-            data, f = None, open(st.path + ".data", "rb")
+        data = _read_segment(shuffle_id, st.path + ".data", start, end)
+        if len(data) != end - start:
+            raise OSError(f"it ends before byte {end}")
     except OSError as e:
-        raise FetchFailedError(shuffle_id, map_index, reduce_id, st,
-                               f"Failed to open shuffle file {st.path}.data: {e}") from None
-    return (_records_from_bytes(data, serializer, sealer) if data is not None
-            else _records_from_file(f, start, end, serializer, sealer))
+        raise _open_failed(shuffle_id, reduce_id, seg, e) from None
+    return data
 
 
-def _is_local(st: MapStatus, env: Any) -> bool:
-    return st.executor_id == env.executor_id or (st.host == env.host and not st.address)
+def _streamed_records(shuffle_id: int, reduce_id: int, seg: Segment, serializer: Any,
+                      sealer: Any) -> Iterator:
+    """A segment too large to read whole. Not a generator: a file that cannot be opened
+    fails here, before the caller yields anything more."""
+    try:
+        f = open(seg[1].path + ".data", "rb")
+    except OSError as e:
+        raise _open_failed(shuffle_id, reduce_id, seg, e) from None
+    return _records_from_file(f, seg[2], seg[3], serializer, sealer)
+
+
+def _open_failed(shuffle_id: int, reduce_id: int, seg: Segment, e: OSError
+                 ) -> FetchFailedError:
+    return FetchFailedError(shuffle_id, seg[0], reduce_id, seg[1],
+                            f"Failed to open shuffle file {seg[1].path}.data: {e}")
 
 
 def _requests(sources: list[list[Segment]], target: int) -> deque:
