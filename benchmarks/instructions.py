@@ -1,6 +1,7 @@
 """Instructions per warm job, counted by valgrind: the driver's, and its task processes'.
 
     python -m benchmarks.instructions [--jobs 200] [--tree PATH ...]
+    python -m benchmarks.instructions --shuffle 2000 --jobs 1   # a 2,000 x 2,000 shuffle
 
 Why: a warm job costs a few hundred microseconds, and on this shared 2-core VM the same
 tree's median latency moves by 20-30 % from one run to the next, so a change that saves 5 %
@@ -12,6 +13,9 @@ each process's count, divided by N, is what one job costs it. Kernel work (syste
 wake-ups) is not counted: it shows in the latency benchmarks, not here. Several --tree
 values (source checkouts) are measured in turn, so two versions compare in one run. Needs
 valgrind (`apt-get install valgrind`); prints one line per tree and a JSON line each.
+With --shuffle P the job is instead the partitions benchmark's P x P shuffle of 100,000
+small pairs (benchmarks/shuffle_partitions.py), whose 2P tasks are each a map task writing
+a few records into P partitions or a reduce task reading them from ~100,000 / P segments.
 """
 from __future__ import annotations
 
@@ -28,10 +32,15 @@ WARM_UP = 20
 
 _PROGRAM = """
 import os, sys
+sys.path.insert(0, {benchmarks!r})
+import shuffle_partitions
 from ember import SparkConf, SparkContext
 sc = SparkContext(conf=SparkConf().setMaster("local[2]").set("spark.ui.enabled", "false"))
-for _ in range({warm_up} + int(sys.argv[1])):
-    sc.parallelize(range(100), 2).count()
+for i in range({warm_up} + int(sys.argv[1])):
+    if {shuffle} and i >= {warm_up}:
+        shuffle_partitions.shuffle(sc, {shuffle})
+    else:
+        sc.parallelize(range(100), 2).count()
 sc.stop()
 print("driver pid", os.getpid(), flush=True)
 """
@@ -39,13 +48,14 @@ print("driver pid", os.getpid(), flush=True)
 _REFS = re.compile(r"^==(\d+)== I\s+refs:\s+([\d,]+)", re.M)
 
 
-def count(tree: str, jobs: int) -> dict[str, int]:
+def count(tree: str, jobs: int, shuffle: int = 0) -> dict[str, int]:
     """{'driver': Ir, 'others': Ir of its task processes and fork server summed,
     'processes': n} of one run."""
     with tempfile.TemporaryDirectory() as tmp:
         program = os.path.join(tmp, "warm_jobs.py")
         with open(program, "w") as f:
-            f.write(_PROGRAM.format(warm_up=WARM_UP))
+            f.write(_PROGRAM.format(warm_up=WARM_UP, shuffle=shuffle,
+                                    benchmarks=os.path.join(tree, "benchmarks")))
         env = dict(os.environ, PYTHONPATH=tree)
         run = subprocess.run(
             ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--trace-children=yes",
@@ -59,9 +69,9 @@ def count(tree: str, jobs: int) -> dict[str, int]:
     return {"driver": driver, "others": sum(refs.values()), "processes": len(refs) + 1}
 
 
-def per_job(tree: str, jobs: int) -> dict[str, object]:
-    base, more = count(tree, 0), count(tree, jobs)
-    return {"tree": tree, "jobs": jobs,
+def per_job(tree: str, jobs: int, shuffle: int = 0) -> dict[str, object]:
+    base, more = count(tree, 0, shuffle), count(tree, jobs, shuffle)
+    return {"tree": tree, "jobs": jobs, "shuffle": shuffle,
             "driver_per_job": round((more["driver"] - base["driver"]) / jobs),
             "task_processes_per_job": round((more["others"] - base["others"]) / jobs),
             "processes": more["processes"]}
@@ -70,6 +80,8 @@ def per_job(tree: str, jobs: int) -> dict[str, object]:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--jobs", type=int, default=200)
+    p.add_argument("--shuffle", type=int, default=0, metavar="P",
+                   help="count a P x P shuffle job instead of the warm job")
     p.add_argument("--tree", action="append", default=None,
                    help="an Ember source tree to measure (default: this one); repeatable")
     args = p.parse_args(argv)
@@ -77,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit("valgrind is not installed (apt-get install valgrind)")
     trees = args.tree or [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
     for tree in trees:
-        r = per_job(os.path.abspath(tree), args.jobs)
+        r = per_job(os.path.abspath(tree), args.jobs, args.shuffle)
         print(f"{r['tree']}: driver {r['driver_per_job']:,} instructions per job, task "
               f"processes {r['task_processes_per_job']:,} ({r['processes']} processes)")
         print(json.dumps({"workload": "warm_job_instructions", **r}))

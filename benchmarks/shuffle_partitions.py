@@ -45,20 +45,27 @@ def run(partitions: int, master: str, mb: int = 0) -> dict:
     sc = SparkContext(conf=SparkConf().setMaster(master).setAppName(f"partitions-{partitions}")
                       .set("spark.ui.enabled", "false"))
     try:
-        per = PAIRS // partitions
-        pad = (mb << 20) // (PAIRS * 8)         # 8-byte repeats per value
         sc.parallelize(range(4), 2).count()      # task processes started: time the shuffle
         t0 = time.perf_counter()
-        sums = (sc.parallelize(range(partitions), partitions)
-                .flatMap(lambda i: pairs_of(i, per, pad))
-                .partitionBy(partitions).mapPartitions(count_and_sum).collect())
+        n, pad = shuffle(sc, partitions, mb)
         seconds = time.perf_counter() - t0
     finally:
         sc.stop()
-    n = per * partitions
-    assert (sum(c for c, _ in sums), sum(t for _, t in sums)) == (n, n * (n - 1) // 2)
     return {"workload": "partitions", "partitions": partitions, "pairs": n,
             "mb": round(n * pad * 8 / (1 << 20), 1), "seconds": round(seconds, 3)}
+
+
+def shuffle(sc: object, partitions: int, mb: int = 0) -> tuple[int, int]:
+    """The job: PAIRS pairs through partitions x partitions, the answer checked; returns
+    (pairs, 8-byte repeats per value). Also what benchmarks.instructions --shuffle runs."""
+    per = PAIRS // partitions
+    pad = (mb << 20) // (PAIRS * 8)         # 8-byte repeats per value
+    sums = (sc.parallelize(range(partitions), partitions)
+            .flatMap(lambda i: pairs_of(i, per, pad))
+            .partitionBy(partitions).mapPartitions(count_and_sum).collect())
+    n = per * partitions
+    assert (sum(c for c, _ in sums), sum(t for _, t in sums)) == (n, n * (n - 1) // 2)
+    return n, pad
 
 
 def main() -> None:
