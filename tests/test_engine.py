@@ -200,19 +200,21 @@ def test_fair_scheduler_pools_share_slots(fresh_sc, tmp_path):
     sc = fresh_sc("local[2]", conf=conf)
     starts: dict[str, list[float]] = {}
 
-    def run(pool):
+    def run(pool, n):
         sc.setLocalProperty("spark.scheduler.pool", pool)
-        got = sc.parallelize(range(8), 8).map(
+        got = sc.parallelize(range(n), n).map(
             lambda x: (TaskContext.get().getLocalProperty("spark.scheduler.pool"),
                        time.time(), time.sleep(0.15))[:2]).collect()
         starts[pool] = sorted(t for p, t in got if p == pool)
-    threads = [threading.Thread(target=run, args=(p,)) for p in ("a", "b")]
+    # job a's 16 tasks take 8 waves of 0.15 s on the 2 slots: under FIFO job b (submitted
+    # 0.05 s after it) would start after a's last wave, ~1 s later, a margin a slow host keeps
+    threads = [threading.Thread(target=run, args=(p, n)) for p, n in (("a", 16), ("b", 8))]
     threads[0].start()
     time.sleep(0.05)
     threads[1].start()
     for t in threads:
         t.join(60)
-    assert len(starts["a"]) == 8 and len(starts["b"]) == 8
+    assert len(starts["a"]) == 16 and len(starts["b"]) == 8
     # under FAIR the second job starts before the first one has launched all its tasks
     assert starts["b"][0] < starts["a"][-1]
 
