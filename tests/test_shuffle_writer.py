@@ -6,6 +6,7 @@ migrated file's outputs."""
 from __future__ import annotations
 
 import os
+import pickle
 from types import SimpleNamespace
 
 import pytest
@@ -136,6 +137,13 @@ def test_a_map_output_file_cut_short_after_reducers_opened_it_is_a_fetch_failure
         _read(statuses, 2)
     assert (e.value.map_index, e.value.reduce_id) == (1, 2)
     assert "ends before byte" in e.value.message
+
+
+def test_a_map_status_pickles_every_field():
+    st = MapStatus("exec-9", "host-9", "/w/shuffle_1_2_3", 300, 12, "host-9:7337",
+                   "ExternalShuffleService", b"\x01" * 24, b"data")
+    back = pickle.loads(pickle.dumps(st, 5))
+    assert back == st and vars(back) == vars(st)
 
 
 def test_spilled_outputs_keep_only_their_non_empty_segments(tmp_path):
