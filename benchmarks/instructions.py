@@ -56,11 +56,14 @@ def count(tree: str, jobs: int, shuffle: int = 0) -> dict[str, int]:
         with open(program, "w") as f:
             f.write(_PROGRAM.format(warm_up=WARM_UP, shuffle=shuffle,
                                     benchmarks=os.path.join(tree, "benchmarks")))
+        # run from the temporary directory: the task processes start with `python -m`,
+        # which puts the working directory first on their path, so from inside another
+        # checkout they would import its ember whatever PYTHONPATH says
         env = dict(os.environ, PYTHONPATH=tree)
         run = subprocess.run(
             ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--trace-children=yes",
              "--cachegrind-out-file=/dev/null", sys.executable, program, str(jobs)],
-            env=env, capture_output=True, text=True, timeout=900)
+            env=env, cwd=tmp, capture_output=True, text=True, timeout=900)
     found = re.search(r"driver pid (\d+)", run.stdout)
     if run.returncode != 0 or found is None:
         raise RuntimeError(f"the program failed under valgrind:\n{run.stderr[-2000:]}")
