@@ -251,6 +251,30 @@ def test_a_removed_output_file_is_a_fetch_failure_naming_its_map(tmp_path):
     assert os.path.exists(again.path + ".data") and _read([small, again], 1)[1] == (1, "z" * 3000)
 
 
+def test_a_reducer_whose_index_was_evicted_meanwhile_still_reads_its_own_files(
+        tmp_path, monkeypatch):
+    """More shuffles read at once in one task than the reader keeps indexes of: the first
+    reducer's files are closed under it, and the descriptor numbers reused by the others'
+    files must not be read in their place."""
+    monkeypatch.setattr(reader, "_MERGE_BYTES", 1)      # a segment's records go out at once
+
+    def outputs(sid):
+        return [write_map_output([(0, (sid, m, "x" * 2000))], 1, portable_hash,
+                                 str(tmp_path / f"spill_{sid}_{m}"),
+                                 output_file_base(str(tmp_path), sid), 512, "exec-1", "host-1")
+                for m in range(3)]
+
+    def ctx(sid, statuses):
+        return SimpleNamespace(map_locations={sid: statuses}, metrics={},
+                               env=SimpleNamespace(executor_id="exec-1", host="host-1"))
+    first = reader.read_partition(7, 0, ctx(7, outputs(7)))
+    assert next(first)[1][:2] == (7, 0)
+    for sid in range(100, 100 + reader._MAX_INDEXES):
+        assert [r[1][:2] for r in reader.read_partition(sid, 0, ctx(sid, outputs(sid)))] == [
+            (sid, 0), (sid, 1), (sid, 2)]
+    assert [r[1][:2] for r in first] == [(7, 1), (7, 2)]
+
+
 def test_peers_are_served_only_map_output_files_and_ranges_inside_them(tmp_path):
     st = _write(tmp_path, [(1, "y" * 3000)], 4)
     (tmp_path / "secret.data").write_bytes(b"s" * 10)

@@ -178,19 +178,25 @@ def reduce_index(shuffle_id: int, statuses: list[MapStatus | None]) -> dict[int,
 
 
 def _forget(shuffle_id: int) -> None:
+    """Drop a shuffle's index and close its files. The dict of descriptors is emptied too: a
+    reducer still reading (several shuffles read at once in one task, more than
+    _MAX_INDEXES) holds it, and must not use a closed descriptor whose number the next open
+    may reuse."""
     entry = _indexes.pop(shuffle_id, None)
     if entry is not None:
         for fd in entry[2].values():
             os.close(fd)
+        entry[2].clear()
 
 
 def _read_segment(shuffle_id: int, path: str, start: int, end: int) -> bytes:
-    fds = _indexes[shuffle_id][2]
-    fd = fds.get(path)
+    entry = _indexes.get(shuffle_id)
+    fds = entry[2] if entry is not None else None
+    fd = fds.get(path) if fds is not None else None
     if fd is not None:
         return os.pread(fd, end - start, start)
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    if sum(len(entry[2]) for entry in _indexes.values()) < _MAX_OPEN_FILES:
+    if fds is not None and sum(len(e[2]) for e in _indexes.values()) < _MAX_OPEN_FILES:
         fds[path] = fd
         return os.pread(fd, end - start, start)
     try:
@@ -279,7 +285,8 @@ def _readable(shuffle_id: int, st: MapStatus) -> bool:
     work dir may be on a filesystem this process does not see, or the file gone: then the
     executor or shuffle service serving it is asked, and decides)."""
     path = st.path + ".data"
-    return path in _indexes[shuffle_id][2] or os.access(path, os.R_OK)
+    entry = _indexes.get(shuffle_id)
+    return (entry is not None and path in entry[2]) or os.access(path, os.R_OK)
 
 
 def _local_bytes(shuffle_id: int, reduce_id: int, seg: Segment) -> bytes:
