@@ -95,7 +95,8 @@ def main(argv: list[str] | None = None) -> None:
         r = per_job(os.path.abspath(tree), args.jobs, args.shuffle)
         print(f"{r['tree']}: driver {r['driver_per_job']:,} instructions per job, task "
               f"processes {r['task_processes_per_job']:,} ({r['processes']} processes)")
-        print(json.dumps({"workload": "warm_job_instructions", **r}))
+        workload = "shuffle_job_instructions" if args.shuffle else "warm_job_instructions"
+        print(json.dumps({"workload": workload, **r}))
 
 
 if __name__ == "__main__":
