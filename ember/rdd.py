@@ -40,8 +40,9 @@ from ember.serializers import dumps_closure
 from ember.statcounter import StatCounter
 from ember.storage.block_manager import read_batches
 from ember.storagelevel import StorageLevel
-from ember.util.user_code import (fail_on_stopiteration, filter_checked, flat_map_checked,
-                                  map_checked, reduce_checked, stop_iteration_error)
+from ember.util.user_code import (consume_whole, fail_on_stopiteration, filter_checked,
+                                  flat_map_checked, map_checked, reduce_checked,
+                                  stop_iteration_error)
 
 __all__ = ["RDD", "portable_hash", "Partitioner", "BoundedFloat"]
 
@@ -754,7 +755,7 @@ class RDD:
     # --- actions ------------------------------------------------------------------------
     def collect(self) -> list:
         out: list = []
-        for part in self.ctx.runtime.run_job(self, list):
+        for part in self.ctx.runtime.run_job(self, _collect_partition):
             out.extend(part)
         return out
 
@@ -826,7 +827,8 @@ class RDD:
             except StopIteration:
                 return []
             if adding and not isinstance(initial, (str, bytes, bytearray)):
-                return [sum(it, initial)]     # C loop, same left-to-right `+`
+                # C loop, same left-to-right `+`
+                return [consume_whole(lambda rest: sum(rest, initial), it)]
             return [reduce_checked(user_f, it, initial)]
         vals = [v for part in self.ctx.runtime.run_job(self, func) for v in part]
         if vals:
@@ -905,7 +907,7 @@ class RDD:
         return self.reduce(lambda a, b: min(a, b, key=key))
 
     def sum(self) -> Any:
-        return sum(self.ctx.runtime.run_job(self, sum), 0)
+        return sum(self.ctx.runtime.run_job(self, _sum_partition), 0)
 
     def stats(self) -> StatCounter:
         def redfunc(left: StatCounter, right: StatCounter) -> StatCounter:
@@ -1281,8 +1283,20 @@ def _count_iter(it: Iterable) -> int:
         return len(it)
     if type(it) in _EXACT_LENGTH_ITERATORS:       # a cached partition, a parallelized range
         return operator.length_hint(it)
+    return consume_whole(_count_all, it)
+
+
+def _count_all(it: Iterable) -> int:
     d = deque(enumerate(it, 1), maxlen=1)
     return d[0][0] if d else 0
+
+
+def _sum_partition(it: Iterable) -> Any:
+    return consume_whole(sum, it)
+
+
+def _collect_partition(it: Iterable) -> list:
+    return consume_whole(list, it)
 
 
 def _driver_hash_agrees(key: Any) -> bool:

@@ -120,7 +120,18 @@ def test_stop_iteration_is_caught_over_lists_and_cached_partitions(ctx):
                             src.map(stop_at(n)).map(lambda x: x)):
                     with pytest.raises(RuntimeError, match=STOP_MSG):
                         rdd.collect()
+            # actions that read a map's or filter's output past its chained check
+            # (consume_whole), the first and the last record failing
+            for n in (0, 9):
+                for rdd in (src.map(stop_at(n)), src.filter(stop_at(n)),
+                            src.map(stop_at(n)).map(lambda x: x)):
+                    for action in (rdd.sum, rdd.count, lambda r=rdd: r.reduce(operator.add)):
+                        with pytest.raises(RuntimeError, match=STOP_MSG):
+                            action()
             assert src.map(lambda x: x + 1).sum() == 55
+            assert src.map(lambda x: x + 1).reduce(operator.add) == 55
+            assert src.filter(lambda x: x % 2).map(lambda x: x * 2).count() == 5
+            assert src.flatMap(lambda x: [x, x]).reduce(operator.add) == 90
             assert src.filter(lambda x: x % 2).collect() == [1, 3, 5, 7, 9]
             assert src.flatMap(lambda x: [x] * (x % 3)).count() == 9
             assert src.map(stop_at(9)).take(3) == [0, 1, 2]
@@ -224,3 +235,26 @@ def test_plain_script_that_raises_still_fails(cluster, tmp_path):
                str(project), timeout=180)
     assert r.returncode != 0
     assert wait_driver(cluster, r.stdout.split()[0])["state"] == "FAILED"
+
+
+def test_consume_whole_reads_a_checked_map_without_its_chain_and_checks_its_end():
+    """consume_whole gives a whole-input consumer the map or filter itself, after any
+    records already read through the checked chain, and fails as the chain would have
+    when the user's function stopped the map early."""
+    from ember.util.user_code import consume_whole, filter_checked, map_checked
+
+    for source in (lambda: iter([1, 2, 3, 4]), lambda: (x for x in [1, 2, 3, 4])):
+        out = map_checked(lambda x: x * 10, source())
+        assert next(out) == 10
+        assert consume_whole(list, out) == [20, 30, 40]
+        assert consume_whole(sum, filter_checked(lambda x: x % 2, source())) == 4
+
+        def stop_at_3(x):
+            if x == 3:
+                raise StopIteration
+            return x
+        with pytest.raises(RuntimeError, match=STOP_MSG):
+            consume_whole(sum, map_checked(stop_at_3, source()))
+        with pytest.raises(RuntimeError, match=STOP_MSG):
+            consume_whole(list, filter_checked(stop_at_3, source()))
+    assert consume_whole(list, iter([5, 6])) == [5, 6]      # anything else: as it is

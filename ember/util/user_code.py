@@ -124,13 +124,13 @@ def map_checked(f: Callable[[Any], Any], iterator: Iterable) -> Iterator:
     All C iterators per record (a generator or a wrapper call per record costs 7-10x
     more); the price is that the StopIteration's own text is not in the message."""
     source, end = _watched(iterator)
-    return chain(map(f, source), _OutputMayEndOnlyAfterInput(end))
+    return _checked(map(f, source), end)
 
 
 def filter_checked(f: Callable[[Any], Any], iterator: Iterable) -> Iterator:
     """`filter(f, iterator)`, failing like map_checked."""
     source, end = _watched(iterator)
-    return chain(filter(f, source), _OutputMayEndOnlyAfterInput(end))
+    return _checked(filter(f, source), end)
 
 
 def flat_map_checked(f: Callable[[Any], Iterable], iterator: Iterable) -> Iterator:
@@ -139,6 +139,33 @@ def flat_map_checked(f: Callable[[Any], Iterable], iterator: Iterable) -> Iterat
     one C call less."""
     source, end = _watched(iterator)
     return chain.from_iterable(chain(map(f, source), (_OutputMayEndOnlyAfterInput(end),)))
+
+
+class _Checked(chain):
+    """What map_checked and filter_checked return: their output followed by the end check,
+    iterating as the plain chain it is. `unchecked` is the same map or filter without the
+    check, for consume_whole: a record read from the chain is gone from it too. (Not for
+    flatMap: its chain would keep the rest of a record's items to itself.)"""
+    __slots__ = ("unchecked", "end")
+
+
+def _checked(output: Iterator, end: Any) -> _Checked:
+    out = _Checked(output, _OutputMayEndOnlyAfterInput(end))
+    out.unchecked, out.end = output, end
+    return out
+
+
+def consume_whole(consume: Callable[[Iterator], Any], iterator: Iterator) -> Any:
+    """`consume(iterator)` for a consumer that reads its input to the end unless it raises
+    (sum, list, a count): a map's or filter's checked output is read without the
+    chain around it, whose step per record is 8 % of a cheap map's time (`x * 1.0001 + 1`
+    over a cached list), and its end is checked once after."""
+    if type(iterator) is not _Checked:
+        return consume(iterator)
+    out = consume(iterator.unchecked)
+    if not iterator.end.ran_out():
+        raise stop_iteration_error(StopIteration())
+    return out
 
 
 def escaped_stop_iteration(e: BaseException) -> StopIteration | None:
