@@ -829,7 +829,7 @@ class RDD:
             if adding and not isinstance(initial, (str, bytes, bytearray)):
                 # C loop, same left-to-right `+`
                 return [consume_whole(lambda rest: sum(rest, initial), it)]
-            return [reduce_checked(user_f, it, initial)]
+            return [consume_whole(lambda rest: reduce_checked(user_f, rest, initial), it)]
         vals = [v for part in self.ctx.runtime.run_job(self, func) for v in part]
         if vals:
             return _reduce(f, vals)
@@ -857,7 +857,8 @@ class RDD:
         op = fail_on_stopiteration(op)
 
         def func(iterator: Iterable) -> Any:
-            return reduce_checked(user_op, iterator, copy.deepcopy(zeroValue))
+            zero = copy.deepcopy(zeroValue)
+            return consume_whole(lambda rest: reduce_checked(user_op, rest, zero), iterator)
         vals = self.ctx.runtime.run_job(self, func)
         return _reduce(op, vals, zeroValue)
 
@@ -865,7 +866,8 @@ class RDD:
         comb_op = fail_on_stopiteration(combOp)
 
         def func(iterator: Iterable) -> Any:
-            return reduce_checked(seqOp, iterator, copy.deepcopy(zeroValue))
+            zero = copy.deepcopy(zeroValue)
+            return consume_whole(lambda rest: reduce_checked(seqOp, rest, zero), iterator)
         vals = self.ctx.runtime.run_job(self, func)
         return _reduce(comb_op, vals, zeroValue)
 

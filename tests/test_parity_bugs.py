@@ -125,13 +125,19 @@ def test_stop_iteration_is_caught_over_lists_and_cached_partitions(ctx):
             for n in (0, 9):
                 for rdd in (src.map(stop_at(n)), src.filter(stop_at(n)),
                             src.map(stop_at(n)).map(lambda x: x)):
-                    for action in (rdd.sum, rdd.count, lambda r=rdd: r.reduce(operator.add)):
+                    for action in (rdd.sum, rdd.count, rdd.max,
+                                   lambda r=rdd: r.reduce(operator.add),
+                                   lambda r=rdd: r.fold(0, operator.add),
+                                   lambda r=rdd: r.aggregate(0, operator.add, operator.add)):
                         with pytest.raises(RuntimeError, match=STOP_MSG):
                             action()
             assert src.map(lambda x: x + 1).sum() == 55
             assert src.map(lambda x: x + 1).reduce(operator.add) == 55
             assert src.filter(lambda x: x % 2).map(lambda x: x * 2).count() == 5
             assert src.flatMap(lambda x: [x, x]).reduce(operator.add) == 90
+            assert src.map(lambda x: -x).max() == 0 and src.map(lambda x: x).min() == 0
+            assert src.map(lambda x: x).fold(0, operator.add) == 45
+            assert src.filter(lambda x: x > 4).aggregate(0, operator.add, operator.add) == 35
             assert src.filter(lambda x: x % 2).collect() == [1, 3, 5, 7, 9]
             assert src.flatMap(lambda x: [x] * (x % 3)).count() == 9
             assert src.map(stop_at(9)).take(3) == [0, 1, 2]
