@@ -655,6 +655,11 @@ def _children(obj: Any) -> Iterator[Tuple[str, Any]]:
     if isinstance(state, dict):
         for name, value in itertools.islice(state.items(), _MAX_ITEMS):
             yield "attribute %r of %s" % (name, what), value
+    for klass in type(obj).__mro__:             # __slots__ attributes (e.g. map's function)
+        names = klass.__dict__.get("__slots__", ())
+        for name in (names,) if isinstance(names, str) else names:
+            if name not in ("__dict__", "__weakref__") and hasattr(obj, name):
+                yield "attribute %r of %s" % (name, what), getattr(obj, name)
 
 
 def _code_global_names(code: types.CodeType) -> Iterator[str]:
