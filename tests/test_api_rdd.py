@@ -1123,3 +1123,20 @@ def test_rdds_are_rdd_instances(sc):
     assert isinstance(sc.parallelize([1]).map(lambda x: x), pyspark.RDD)
     assert isinstance(sc.parallelize([(1, 1)]).reduceByKey(operator.add), pyspark.RDD)
     assert isinstance(sc.emptyRDD(), pyspark.RDD)
+
+
+def test_narrow_steps_pickle_by_reference_and_still_pipeline(sc):
+    """map, filter, flatMap and mapPartitions hand their RDD instances of module-level
+    classes: a stage of builtins-only steps pickles no code object (a nested function would
+    go by value every job), and the pipelined steps compute what they did."""
+    import pickle
+
+    from ember.rdd import serialize_stage
+    rdd = sc.parallelize(range(-5, 5), 2).map(abs).filter(bool).flatMap(range) \
+        .mapPartitions(sorted)
+    blob = serialize_stage("result", rdd, len)
+    assert b"CodeType" not in blob and b"_make_function" not in blob
+    _kind, shipped, _func = pickle.loads(blob)
+    assert type(shipped.func).__module__ == "ember.rdd"
+    assert rdd.collect() == sorted(x for n in range(-5, 0) for x in range(abs(n))) + \
+        sorted(x for n in range(0, 5) for x in range(n))
