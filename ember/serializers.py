@@ -29,6 +29,7 @@ from typing import IO, Any, Iterable, Iterator, List, Optional, Tuple
 
 import cloudpickle
 
+from ember.code_refs import reduce_nested
 from ember.errors import PicklingError
 
 __all__ = [
@@ -525,6 +526,11 @@ class _FilenamePreservingPickler(cloudpickle.Pickler):
         if known is not None and known[0] is obj and known[1].get(known[2]) is obj \
                 and not _pickle_by_value_modules:
             return NotImplemented          # pickle's save_global, as cloudpickle decides
+        if t is types.FunctionType and not _pickle_by_value_modules and \
+                "<" in obj.__qualname__:
+            nested = reduce_nested(obj)    # one of Ember's own nested functions
+            if nested is not None:
+                return nested
         reduced = super().reducer_override(obj)
         if reduced is NotImplemented and not _pickle_by_value_modules:
             _remember_by_reference(obj)
