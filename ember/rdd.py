@@ -67,45 +67,24 @@ def _identity(x: Any) -> Any:
 
 class _PartitionFunction:
     """The `(split, iterator)` function map, filter, flatMap and mapPartitions give their
-    RDD, as an instance of a module-level class: a stage pickles it as that class by
-    reference and the user's function, where a nested function went by value (code object,
+    RDD: `apply(f, iterator)` with the user's f, as an instance of a module-level class, so
+    a stage pickles it by reference where a nested function went by value (code object,
     globals, cells) every job. `cached.map(f)`'s stage: 106 -> 37 us to pickle, 35 -> 18 us
     to unpickle in each task process."""
-    __slots__ = ("f",)
+    __slots__ = ("apply", "f")
 
-    def __init__(self, f: Callable) -> None:
-        self.f = f
-
-    def __reduce__(self) -> tuple:
-        return type(self), (self.f,)
-
-
-class _Mapped(_PartitionFunction):
-    __slots__ = ()
-
-    def __call__(self, _split: int, iterator: Iterable) -> Iterator:
-        return map_checked(self.f, iterator)
-
-
-class _FlatMapped(_PartitionFunction):
-    __slots__ = ()
-
-    def __call__(self, _split: int, iterator: Iterable) -> Iterator:
-        return flat_map_checked(self.f, iterator)
-
-
-class _Filtered(_PartitionFunction):
-    __slots__ = ()
-
-    def __call__(self, _split: int, iterator: Iterable) -> Iterator:
-        return filter_checked(self.f, iterator)
-
-
-class _PartitionsMapped(_PartitionFunction):
-    __slots__ = ()
+    def __init__(self, apply: Callable[[Callable, Iterable], Iterable], f: Callable) -> None:
+        self.apply, self.f = apply, f
 
     def __call__(self, _split: int, iterator: Iterable) -> Iterable:
-        return self.f(iterator)
+        return self.apply(self.f, iterator)
+
+    def __reduce__(self) -> tuple:
+        return _PartitionFunction, (self.apply, self.f)
+
+
+def _whole_partition(f: Callable[[Iterable], Iterable], iterator: Iterable) -> Iterable:
+    return f(iterator)
 
 
 class _Pipelined:
@@ -383,7 +362,8 @@ class RDD:
 
     def mapPartitions(self, f: Callable[[Iterable], Iterable],
                       preservesPartitioning: bool = False) -> "RDD":
-        return self.mapPartitionsWithIndex(_PartitionsMapped(f), preservesPartitioning)
+        return self.mapPartitionsWithIndex(_PartitionFunction(_whole_partition, f),
+                                           preservesPartitioning)
 
     def mapPartitionsWithSplit(self, f: Callable[[int, Iterable], Iterable],
                                preservesPartitioning: bool = False) -> "RDD":
@@ -393,17 +373,19 @@ class RDD:
         return self.mapPartitionsWithIndex(f, preservesPartitioning)
 
     def map(self, f: Callable[[Any], Any], preservesPartitioning: bool = False) -> "RDD":
-        rdd = self.mapPartitionsWithIndex(_Mapped(f), preservesPartitioning)
+        rdd = self.mapPartitionsWithIndex(_PartitionFunction(map_checked, f),
+                                          preservesPartitioning)
         rdd._mapped_from = (self, f)       # lets combineByKey spot the counting idiom
         return rdd
 
     def flatMap(self, f: Callable[[Any], Iterable], preservesPartitioning: bool = False) -> "RDD":
-        rdd = self.mapPartitionsWithIndex(_FlatMapped(f), preservesPartitioning)
+        rdd = self.mapPartitionsWithIndex(_PartitionFunction(flat_map_checked, f),
+                                          preservesPartitioning)
         rdd._flat_mapped_from = (self, f)  # lets combineByKey count each item's keys at once
         return rdd
 
     def filter(self, f: Callable[[Any], bool]) -> "RDD":
-        return self.mapPartitionsWithIndex(_Filtered(f), True)
+        return self.mapPartitionsWithIndex(_PartitionFunction(filter_checked, f), True)
 
     def glom(self) -> "RDD":
         def func(_: int, iterator: Iterable) -> Iterable:
@@ -1508,8 +1490,8 @@ class RDDBarrier:
 
     def mapPartitions(self, f: Callable[[Iterable], Iterable],
                       preservesPartitioning: bool = False) -> RDD:
-        return MapPartitionsRDD(self.rdd, _PartitionsMapped(f), preservesPartitioning,
-                                isFromBarrier=True)
+        return MapPartitionsRDD(self.rdd, _PartitionFunction(_whole_partition, f),
+                                preservesPartitioning, isFromBarrier=True)
 
     def mapPartitionsWithIndex(self, f: Callable[[int, Iterable], Iterable],
                                preservesPartitioning: bool = False) -> RDD:

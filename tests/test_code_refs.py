@@ -85,7 +85,7 @@ def test_a_different_ember_on_the_receiving_side_is_named(ember_module):
         _skeleton(modname, qualname, path, name, line + 1, ncells)
 
 
-def test_ember_jobs_ship_no_nested_function_by_value(sc, monkeypatch):
+def test_ember_jobs_ship_no_nested_function_by_value(fresh_sc, monkeypatch):
     """Every nested function a shuffle, a join, take and mapValues build is Ember's: none
     goes through cloudpickle's by-value path, and the answers are unchanged."""
     by_value = []
@@ -95,6 +95,7 @@ def test_ember_jobs_ship_no_nested_function_by_value(sc, monkeypatch):
         by_value.append(func.__qualname__)
         return original(self, func)
     monkeypatch.setattr(cloudpickle.Pickler, "_dynamic_function_reduce", spy)
+    sc = fresh_sc("local[2]")
     pairs = sc.parallelize([(i % 3, i) for i in range(30)], 2)
     assert sorted(pairs.reduceByKey(operator.add).collect()) == [(0, 135), (1, 145), (2, 155)]
     assert sorted(pairs.groupByKey().mapValues(sorted).collect())[0] == (0, list(range(0, 30, 3)))
