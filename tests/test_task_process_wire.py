@@ -8,8 +8,9 @@ import pickle
 import random
 import socket
 import threading
+import time
 
-from ember.executor.task_process import result_frame
+from ember.executor.task_process import HOLD_RESULTS, HOLD_S, report_now, result_frame
 from ember.executor.wire import FrameBuffer, Inbox, send_msg, send_msgs
 
 
@@ -103,3 +104,13 @@ def test_an_inbox_says_without_blocking_whether_a_message_is_here() -> None:
     except EOFError:
         pass
     b.close()
+
+
+def test_held_results_go_before_the_tasks_in_hand_run_out() -> None:
+    """The pool writes more tasks only as it hears of ends: a process holding the results
+    of a queue of 15 reports once as many have ended as still wait, not when it runs dry."""
+    now = time.perf_counter()
+    assert [report_now(held, 15 - held, now) for held in range(1, 9)] == [False] * 7 + [True]
+    assert report_now(HOLD_RESULTS, 40, now)
+    assert report_now(1, 40, now - 2 * HOLD_S)
+    assert not report_now(1, 40, now)
