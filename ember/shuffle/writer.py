@@ -24,7 +24,7 @@ import re
 from array import array
 from collections import defaultdict
 from itertools import accumulate, chain, islice
-from typing import Any, BinaryIO, Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from ember.partitioner import portable_hash
 from ember.shuffle.base import MapStatus
@@ -34,9 +34,12 @@ _CHECK_EVERY = 16384
 # the driver ships every inline output to each reduce task process once per stage, so this
 # bounds that copy at 1 KB per map task
 INLINE_BYTES = 1024
-# per task process: the open output file of each recent shuffle (see the module docstring)
-_outputs: dict[str, BinaryIO] = {}
+# per task process: the descriptor of each recent shuffle's output file (see the module
+# docstring), written to with writev: a buffered file copied every piece once more and
+# cost a seek and two writes per map task
+_outputs: dict[str, int] = {}
 _MAX_OUTPUT_FILES = 8
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 # a map output file's name: shuffle id, writing process id and a per-process random number
 # (a migrated file keeps its name on the peer, whose own processes' ids may be the same)
 OUTPUT_FILE = re.compile(r"shuffle_(\d+)_(\d+)_(\d+)\.data")
@@ -63,17 +66,37 @@ def output_file_base(local_dir: str, shuffle_id: int) -> str:
     return os.path.join(local_dir, f"shuffle_{shuffle_id}_{os.getpid()}_{_PROCESS_TAG}")
 
 
-def _output_file(base_path: str) -> BinaryIO:
-    f = _outputs.get(base_path)
-    if f is not None and os.fstat(f.fileno()).st_nlink == 0:    # removed meanwhile
-        f.close()
+def _output_fd(base_path: str) -> tuple[int, int]:
+    """This process's output file of a shuffle, opened for appending, and its size: where
+    the next append starts, as no other process writes to it."""
+    fd = _outputs.get(base_path)
+    if fd is not None:
+        st = os.fstat(fd)
+        if st.st_nlink:
+            return fd, st.st_size
+        os.close(fd)                    # removed meanwhile
         del _outputs[base_path]
-        f = None
-    if f is None:
-        while len(_outputs) >= _MAX_OUTPUT_FILES:
-            _outputs.pop(next(iter(_outputs))).close()
-        f = _outputs[base_path] = open(f"{base_path}.data", "ab")
-    return f
+    while len(_outputs) >= _MAX_OUTPUT_FILES:
+        os.close(_outputs.pop(next(iter(_outputs))))
+    fd = os.open(f"{base_path}.data", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+                 0o666)
+    _outputs[base_path] = fd
+    return fd, os.fstat(fd).st_size
+
+
+def _write_all(fd: int, pieces: list[bytes]) -> int:
+    """Append the pieces in order, a writev per _IOV_MAX of them; returns the bytes written."""
+    total = 0
+    for i in range(0, len(pieces), _IOV_MAX):
+        group = pieces[i:i + _IOV_MAX] if len(pieces) > _IOV_MAX else pieces
+        want = sum(map(len, group))
+        done = os.writev(fd, group)
+        if done < want:             # cut short (by a signal): the rest from where it stopped
+            rest = memoryview(b"".join(group))[done:]
+            while rest:
+                rest = rest[os.write(fd, rest):]
+        total += want
+    return total
 
 
 def write_map_output(records: Iterable, num_partitions: int,
@@ -168,12 +191,10 @@ def write_map_output(records: Iterable, num_partitions: int,
 
 
 def _append_output(base_path: str, pieces: list[bytes]) -> int:
-    """Append an output's pieces to the process's file in one writelines; returns the
-    offset they start at. Flushed before returning: the status may be read at once."""
-    out = _output_file(base_path)
-    first = out.tell()
-    out.writelines(pieces)
-    out.flush()
+    """Append an output's pieces to the process's file; returns the offset they start at.
+    Unbuffered: the status may be read as soon as it is sent."""
+    fd, first = _output_fd(base_path)
+    _write_all(fd, pieces)
     return first
 
 
@@ -182,27 +203,27 @@ def _append_spilled(base_path: str, parts: list[int], chunks: dict[int, list[byt
     """Append an output that spilled, partition by partition (its spilled segments, then what
     stayed in memory), recording each segment in `blocks`; returns the bytes appended. The
     spill files are removed."""
-    out = _output_file(base_path)
-    first = out.tell()
+    fd, first = _output_fd(base_path)
+    pos = first
     handles = [open(path, "rb") for path, _ in spills]
     try:
         for p in parts:
-            start = out.tell()
+            pieces = []
             for h, (_path, segs) in zip(handles, spills):
                 off, length = segs.get(p, (0, 0))
                 if length:
                     h.seek(off)
-                    out.write(h.read(length))
-            for data in chunks.get(p, ()):
-                out.write(data)
-            blocks.extend((p, start, out.tell()))
-        out.flush()
+                    pieces.append(h.read(length))
+            pieces.extend(chunks.get(p, ()))
+            end = pos + _write_all(fd, pieces)
+            blocks.extend((p, pos, end))
+            pos = end
     finally:
         for h in handles:
             h.close()
         for path, _ in spills:
             os.unlink(path)
-    return out.tell() - first
+    return pos - first
 
 
 def batch_dumps(serializer: Any) -> Callable[[list, int], bytes]:
