@@ -167,6 +167,11 @@ class RDD:
     def preferred_locations(self, partition: int) -> list[str]:
         return []
 
+    def names_locations(self) -> bool:
+        """Whether preferred_locations can return anything but []: only where a subclass
+        overrides it. The DAG scheduler then skips asking for each of a stage's partitions."""
+        return type(self).preferred_locations is not RDD.preferred_locations
+
     def iterator(self, split: Partition, context: Any) -> Iterator:
         if self._checkpoint_dir is not None:
             return read_batches(fs.join(self._checkpoint_dir, f"part-{split.index:05d}"))

@@ -361,3 +361,20 @@ def test_job_and_stage_times_come_from_the_injected_clock() -> None:
                                               StageCompleted))]
     assert times == [("JobStart", 500.0), ("StageSubmitted", 500.0),
                      ("StageCompleted", 502.0), ("JobEnd", 502.0)]
+
+
+def test_tasks_ask_for_preferred_locations_only_where_their_stage_can_have_them() -> None:
+    """Per partition only when some RDD of the stage is persisted or names locations (or
+    does not say whether it does); never through a shuffle (the parent stage's RDDs)."""
+    class Plain(FakeRDD):
+        def names_locations(self) -> bool:
+            return False
+    base = Plain(4)
+    child = Plain(4, [OneToOneDependency(base)])
+    assert not DAGScheduler._may_prefer_locations(child)
+    base._storage_level = StorageLevel.MEMORY_ONLY
+    assert DAGScheduler._may_prefer_locations(child)
+    assert not DAGScheduler._may_prefer_locations(
+        Plain(4, [ShuffleDependency(child, 900, 4, hash)]))
+    base._storage_level = StorageLevel.NONE
+    assert DAGScheduler._may_prefer_locations(FakeRDD(4, [OneToOneDependency(base)]))
