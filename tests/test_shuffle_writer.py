@@ -87,6 +87,29 @@ def test_map_outputs_of_a_process_share_one_appended_file(tmp_path):
     assert got == [(7, (m, i)) for m in range(3) for i in range(2_000) if i % 50 == 7]
 
 
+def test_an_output_of_more_segments_than_one_writev_takes_lands_whole_and_in_order(
+        tmp_path, monkeypatch):
+    """Pieces go out in writev calls of at most _IOV_MAX, each appended where the last
+    ended, also after another map's output and for one that spilled."""
+    from ember.shuffle import writer
+    monkeypatch.setattr(writer, "_CHECK_EVERY", 1024)      # the 1 MB budget is checked
+    spills = []
+    real_spill = writer._spill
+    monkeypatch.setattr(writer, "_spill", lambda *a: spills.append(1) or real_spill(*a))
+    n = 3 * writer._IOV_MAX + 7
+    first = _write(tmp_path, [(k, "x" * 400) for k in range(5)], n, 0)
+    wide = _write(tmp_path, [(k, k) for k in range(n)] * 2, n, 1)
+    spilled = _write(tmp_path, [(k % 3, "y" * 600) for k in range(6_000)], n, 2, memory_mb=0)
+    statuses = [first, wide, spilled]
+    assert not [p for p in tmp_path.iterdir() if ".spill" in p.name]
+    assert spills and spilled.records_written == 6_000
+    assert {st.path for st in statuses} == {first.path} and first.data is None
+    assert os.path.getsize(first.path + ".data") == sum(st.bytes_written for st in statuses)
+    for r in (0, 2, 4, 5, writer._IOV_MAX, n - 1):
+        assert _read(statuses, r) == ([(r, "x" * 400)] if r < 5 else []) + [(r, r)] * 2 \
+            + ([(r, "y" * 600)] * 2_000 if r < 3 else [])
+
+
 def test_a_partition_that_fills_batches_keeps_them_in_order_beside_single_batch_ones(tmp_path):
     records = [(0, i) for i in range(2_500)] + [(1, "a"), (2, "b"), (0, "last")]
     st = _write(tmp_path, records, 4)

@@ -39,7 +39,7 @@ INLINE_BYTES = 1024
 # cost a seek and two writes per map task
 _outputs: dict[str, int] = {}
 _MAX_OUTPUT_FILES = 8
-_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+_IOV_MAX = 1024      # the most pieces one writev takes (Linux: UIO_MAXIOV)
 # a map output file's name: shuffle id, writing process id and a per-process random number
 # (a migrated file keeps its name on the peer, whose own processes' ids may be the same)
 OUTPUT_FILE = re.compile(r"shuffle_(\d+)_(\d+)_(\d+)\.data")
