@@ -65,8 +65,9 @@ def reduce_nested(func: types.FunctionType) -> Optional[tuple]:
     modname = func.__module__
     if not modname or not (modname == "ember" or modname.startswith("ember.")):
         return None
+    # the index holds its code objects alive, so an id found there is this very code
     found = _index(modname).get(id(func.__code__))
-    if found is None or found[0] is not func.__code__:
+    if found is None:
         return None
     code = func.__code__
     qualname, path = found[1]

@@ -43,6 +43,12 @@ def rdd_infos(rdd: Any) -> list[RDDInfo]:
             for r in rdds]
 
 
+def _persisted(rdd: Any) -> bool:
+    """Whether rdd's partitions are kept (in memory or on disk), so its tasks prefer where."""
+    level = getattr(rdd, "_storage_level", None)
+    return level is not None and (level.useMemory or level.useDisk)
+
+
 def _snapshot(info: StageInfo) -> StageInfo:
     """A shallow copy of a StageInfo (dataclasses.replace without its per-call field
     introspection: one per stage of every job)."""
@@ -353,8 +359,7 @@ class DAGScheduler:
             stack.extend(p for p in s.parents if job_id not in p.job_ids)
 
     def _rdd_fully_cached(self, rdd: Any) -> bool:
-        level = getattr(rdd, "_storage_level", None)
-        if level is None or not (level.useMemory or level.useDisk):
+        if not _persisted(rdd):
             return False
         n = len(rdd.partitions())
         return all(self.cache_locations(rdd.id(), p) for p in range(n))
@@ -460,8 +465,7 @@ class DAGScheduler:
 
     def _preferred_locations(self, rdd: Any, partition: int, visited: set | None = None
                              ) -> list[TaskLocation]:
-        level = getattr(rdd, "_storage_level", None)
-        if level is not None and (level.useMemory or level.useDisk):
+        if _persisted(rdd):
             locs = self.cache_locations(rdd.id(), partition)
             if locs:
                 return locs
@@ -486,8 +490,7 @@ class DAGScheduler:
         the stage is persisted (its cached blocks) or names locations itself. Most stages
         have none, and asking per partition cost ~4 us per task (40 ms for 10,000)."""
         for r in stage_rdds(rdd):
-            level = getattr(r, "_storage_level", None)
-            if level is not None and (level.useMemory or level.useDisk):
+            if _persisted(r):
                 return True
             names = getattr(r, "names_locations", None)
             if names is None or names():
