@@ -378,3 +378,39 @@ def test_tasks_ask_for_preferred_locations_only_where_their_stage_can_have_them(
         Plain(4, [ShuffleDependency(child, 900, 4, hash)]))
     base._storage_level = StorageLevel.NONE
     assert DAGScheduler._may_prefer_locations(FakeRDD(4, [OneToOneDependency(base)]))
+
+
+class TurnLoop:
+    """A scheduler loop in the middle of a turn: what is posted runs when the turn ends."""
+
+    def __init__(self) -> None:
+        self.posted: list = []
+
+    def in_loop(self) -> bool:
+        return True
+
+    def post(self, fn: Any, *args: Any) -> None:
+        self.posted.append((fn, args))
+
+
+def test_the_caller_is_woken_when_the_loop_s_turn_ends_and_never_lost() -> None:
+    """The job's end is known at once (completed), but the waiting caller is woken only
+    after the rest of the loop's turn, when the loop no longer holds the GIL; if that
+    wake-up is lost (the loop shut down first) wait() still returns."""
+    import time
+
+    h = Harness()
+    h.dag.loop = loop = TurnLoop()
+    waiter, results = h.run_job(FakeRDD(2))
+    for fn, args in loop.posted:             # the submission
+        fn(*args)
+    loop.posted.clear()
+    ts = h.ts.task_sets[0]
+    h.complete(ts)
+    assert waiter.completed and results == {0: "r0", 1: "r1"}
+    assert not waiter._done.is_set() and len(loop.posted) == 1
+    t0 = time.monotonic()
+    waiter.wait()                            # the posted wake-up never runs here
+    assert time.monotonic() - t0 < 2
+    loop.posted[0][0]()
+    assert waiter._done.is_set()

@@ -114,3 +114,46 @@ def test_held_results_go_before_the_tasks_in_hand_run_out() -> None:
     assert report_now(HOLD_RESULTS, 40, now)
     assert report_now(1, 40, now - 2 * HOLD_S)
     assert not report_now(1, 40, now)
+
+
+def _switches(tid: int) -> int:
+    with open(f"/proc/self/task/{tid}/status") as f:
+        return sum(int(line.split()[1]) for line in f if "ctxt_switches" in line)
+
+
+def _asleep(tid: int) -> bool:
+    with open(f"/proc/self/task/{tid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "S"
+
+
+def test_an_idle_inbox_is_not_woken_when_the_pool_reads_what_its_process_sent() -> None:
+    """A process waiting for its next task must sleep through the pool reading its results:
+    a blocking recv would be woken by the freed send buffer (no filter on that wait queue),
+    an extra wake-up per reported batch; a wait in poll(POLLIN) is not."""
+    pool_end, process_end = socket.socketpair()
+    inbox = Inbox(process_end)
+    got: list = []
+    tid: list = []
+
+    def process() -> None:
+        tid.append(threading.get_native_id())
+        send_msg(process_end, ("done", 1, "FINISHED", b"r" * 100_000))
+        got.append(inbox.read())
+    t = threading.Thread(target=process)
+    t.start()
+    deadline = time.monotonic() + 10
+    while not (tid and _asleep(tid[0])) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(0.05)
+    before = _switches(tid[0])
+    received = 0
+    while received < 100_000:                      # the pool reads the result, in pieces
+        received += len(pool_end.recv(4096))
+        time.sleep(0.002)
+    time.sleep(0.05)
+    assert _switches(tid[0]) == before, "woken without a message"
+    send_msg(pool_end, ("task", 2))
+    t.join(10)
+    assert got == [("task", 2)]
+    pool_end.close()
+    process_end.close()

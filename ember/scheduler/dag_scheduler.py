@@ -151,6 +151,7 @@ class JobWaiter:
         self.result_handler = result_handler
         self.finished = 0
         self.error: BaseException | None = None
+        self._over = total == 0           # the outcome is known (the caller may not know yet)
         self._done = threading.Event()
         if total == 0:
             self._done.set()
@@ -159,21 +160,33 @@ class JobWaiter:
         self.result_handler(index, result)
         self.finished += 1
         if self.finished == self.total:
-            self._done.set()
+            self._wake_caller()
 
     def job_failed(self, error: BaseException) -> None:
         self.error = error
-        self._done.set()
+        self._wake_caller()
+
+    def _wake_caller(self) -> None:
+        """Wake the caller once the scheduler loop has done the rest of its turn (the task's
+        end, the job's cleanup, the offer round): woken earlier, it would only wait for the
+        GIL the loop still holds and be woken a second time when the loop lets go of it.
+        A wake-up lost to a loop shutting down is caught by wait()'s timeout."""
+        self._over = True
+        loop = self.dag.loop
+        if loop is not None and loop.in_loop():
+            loop.post(self._done.set)
+        else:
+            self._done.set()
 
     @property
     def completed(self) -> bool:
-        return self._done.is_set()
+        return self._over
 
     def cancel(self) -> None:
         self.dag.cancel_job(self.job_id, "")
 
     def wait(self) -> None:
-        while not self._done.wait(0.5):
+        while not self._done.wait(0.5) and not self._over:
             pass
         if self.error is not None:
             raise self.error
