@@ -89,8 +89,11 @@ class LaunchTask:
 class LaunchTasks:
     """Driver -> executor (Ember): the LaunchTask data of every task one offer round gave
     this executor, as one pickled list (decoded only after auth). One message, one wake-up
-    and one read for several tasks, where a LaunchTask each cost those per task."""
+    and one read for several tasks, where a LaunchTask each cost those per task. Stages the
+    executor may forget (RemoveStage's) ride along: a message of their own would wake it
+    again right after the launch."""
     data: bytes
+    forgetStages: list[int] = field(default_factory=list)
 
 
 @message

@@ -127,15 +127,14 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
             self._launch([pickle.loads(msg.data)])
         elif isinstance(msg, LaunchTasks):
             self._launch(pickle.loads(msg.data))
+            for stage_id in msg.forgetStages:
+                self._forget_stage(stage_id)
         elif isinstance(msg, KillTask):
             slot = self.task_slots.get(msg.taskId)
             if slot is not None and self.pool is not None:
                 self.pool.kill(slot, msg.taskId)
         elif isinstance(msg, RemoveStage):
-            for key in [k for k in self.stage_blobs if k[0] == msg.stageId]:
-                del self.stage_blobs[key]
-            if self.pool is not None:
-                self.pool.forget_stage(msg.stageId)
+            self._forget_stage(msg.stageId)
         elif isinstance(msg, RemoveRdd):
             prefix = f"rdd_{msg.rddId}_"
             self._remove_blocks(lambda n: n.startswith(prefix), ("unpersist_rdd", msg.rddId))
@@ -331,6 +330,12 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
             self.task_slots[tid] = slot
             launches.append((slot, tid, stage_key, blob, meta, task_bytes))
         self.pool.launch_all(launches)
+
+    def _forget_stage(self, stage_id: int) -> None:
+        for key in [k for k in self.stage_blobs if k[0] == stage_id]:
+            del self.stage_blobs[key]
+        if self.pool is not None:
+            self.pool.forget_stage(stage_id)
 
     def _on_barrier(self, slot: int, tid: int, request: Any, respond: Any) -> None:
         """Forward a barrier task's RequestToSync to the driver's coordinator; it answers

@@ -568,11 +568,11 @@ class StandaloneSchedulerBackend(SchedulerBackend):
                     self._add_launches(sched.resource_offers(queued), launches, queued=True)
             for eid, tasks in launches.items():
                 data = self.executors[eid]
-                if len(tasks) == 1:
+                forget, data.forgotten = data.forgotten, []
+                if len(tasks) == 1 and not forget:
                     data.ref.send(LaunchTask(pickle.dumps(tasks[0], protocol=5)))
                 else:
-                    data.ref.send(LaunchTasks(pickle.dumps(tasks, protocol=5)))
-                self._send_forgotten(data)
+                    data.ref.send(LaunchTasks(pickle.dumps(tasks, protocol=5), forget))
 
     def _add_launches(self, launched: list, launches: dict[str, list[tuple]],
                       queued: bool = False) -> None:
@@ -634,9 +634,9 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             data.ref.send(RemoveBroadcast(bid))
 
     def forget_stage(self, stage_id: int) -> None:
-        """Each executor that has the stage's closure is told with its next launch (at the
-        latest FORGET_FLUSH_S later): a message now would wake every executor at a job's
-        end, between its last task and the caller getting the result."""
+        """Each executor that has the stage's closure is told in its next launch message (at
+        the latest FORGET_FLUSH_S later, in a RemoveStage): a message now would wake every
+        executor at a job's end, between its last task and the caller getting the result."""
         pending = False
         for data in self.executors.values():
             if any(k[0] == stage_id for k in data.seen_stages):
