@@ -137,6 +137,20 @@ def test_scheduler_offers_walk_the_levels_and_serialize_after_choosing():
         assert (td.blob, td.meta) == (b"blob", b"meta")
 
 
+def test_an_offer_round_stops_asking_a_task_set_once_its_tasks_are_all_placed(monkeypatch):
+    """Four free slots, two tasks: the set is asked twice (its two launches), not once per
+    slot and locality level; the slots it was not asked about still count as seen."""
+    sched, tsm = make([[], []])
+    asked = []
+    real = tsm.resource_offer
+    monkeypatch.setattr(tsm, "resource_offer",
+                        lambda e, *a, **k: asked.append(e) or real(e, *a, **k))
+    offers = [WorkerOffer(f"exec{e}", f"host{e}", s) for e in (1, 2) for s in (0, 1)]
+    launched = sched.resource_offers(offers)
+    assert len(launched) == 2 and len(asked) == 2
+    assert tsm.seen_executors == {"exec1", "exec2"}
+
+
 def test_resource_offer_only_chooses_the_task_serialization_is_the_callers():
     sched, tsm = make([[]], partitions=["p0"])
     td = tsm.resource_offer("exec1", "host1", 0, ANY, (1, {"gpu": ["0"]}))

@@ -288,19 +288,24 @@ class TaskSchedulerImpl:
                     continue
                 before = len(launched)
                 for level in list(tsm.levels):
-                    while free:
+                    while free and tsm.has_pending:
                         progress = False
                         rest = []
-                        for o in free:
+                        for i, o in enumerate(free):
                             td = self._offer(tsm, o, level, req)
                             if td is None:
                                 rest.append(o)
-                            else:
-                                self._launched(tsm, td, o, launched)
-                                progress = True
+                                continue
+                            self._launched(tsm, td, o, launched)
+                            progress = True
+                            if not tsm.has_pending:
+                                rest.extend(free[i + 1:])
+                                break
                         free = rest
                         if not progress:
                             break
+                if free and not tsm.has_pending:    # all placed: the rest would take nothing
+                    tsm.seen_executors.update(o.executor_id for o in free)
                 if ht is not None and len(launched) == before and not queued:
                     self._check_unschedulable(tsm)
             if launched and ht is not None:
