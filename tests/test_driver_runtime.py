@@ -54,6 +54,28 @@ def test_the_runtime_is_the_contexts_internals(fresh_sc):
         sc.parallelize([1])
 
 
+def test_a_task_s_end_makes_an_offer_round_only_when_something_waits(fresh_sc, monkeypatch):
+    """A 2-task job on local[2, 2]: its submission offers the two slots; neither task's end
+    does (nothing is left to place). A failed task's end does: its retry waits."""
+    sc = fresh_sc("local[2, 2]", conf=SparkConf().set("spark.ui.enabled", "false"))
+    backend = sc.runtime.scheduler_backend
+    rounds = []
+    real = backend.revive_offers
+    monkeypatch.setattr(backend, "revive_offers", lambda: (rounds.append(1), real())[1])
+    assert sc.parallelize(range(10), 2).count() == 10
+    assert len(rounds) == 1
+    marker = os.path.join(sc.runtime.local_dir, "failed-once")
+
+    def fail_once(x):
+        if x == 0 and not os.path.exists(marker):
+            open(marker, "w").close()
+            raise ValueError("first attempt")
+        return x
+    del rounds[:]
+    assert sc.parallelize(range(10), 2).map(fail_once).sum() == 45
+    assert len(rounds) == 2
+
+
 # --- Ctrl-C (PySpark's SIGINT handler) and the submission run on the caller's thread -----
 
 

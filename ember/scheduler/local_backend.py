@@ -81,7 +81,8 @@ class LocalSchedulerBackend(SchedulerBackend):
             _free, started = self.slots.ended(slot, tid)
             if started is not None:         # it started as this one ended
                 sched.promote_queued(started)
-            if not self._revive_pending:    # one offer round for the ends read together
+            # one offer round for the ends read together, if it could place anything
+            if not self._revive_pending and sched.wants_offers():
                 self._revive_pending = True
                 self.pool.loop.post(self.revive_offers)
 

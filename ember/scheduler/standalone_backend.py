@@ -489,7 +489,8 @@ class StandaloneSchedulerBackend(SchedulerBackend):
                 self.scheduler.promote_queued(started)
             if free and not data.slots.running:
                 data.idle_since = time.monotonic()
-        self.revive_offers()
+        if self.scheduler.wants_offers():
+            self.revive_offers()
 
     def _request_totals(self, totals: list[tuple[int, int]]) -> bool:
         return self.client is not None and self.client.request_total_executors(

@@ -247,6 +247,14 @@ class TaskSchedulerImpl:
             self.task_id_to_resources[td.task_id] = (o.executor_id, req, assigned)
         return td
 
+    def wants_offers(self) -> bool:
+        """Could an offer round place anything? Not while every task set has all its tasks
+        running or done (a job's last ends, a 2-task job's first): the round after a task's
+        end is then skipped."""
+        with self.lock:
+            return any(tsm.has_pending
+                       for attempts in self.stage_tsms.values() for tsm in attempts.values())
+
     def queueing(self) -> bool:
         """Does a task set take tasks on busy slots now (TaskSetManager.queueable)? Only
         then is a round of queued offers (one per place a task may wait) worth building."""
