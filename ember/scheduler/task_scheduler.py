@@ -252,8 +252,11 @@ class TaskSchedulerImpl:
         running or done (a job's last ends, a 2-task job's first): the round after a task's
         end is then skipped."""
         with self.lock:
-            return any(tsm.has_pending
-                       for attempts in self.stage_tsms.values() for tsm in attempts.values())
+            for attempts in self.stage_tsms.values():
+                for tsm in attempts.values():
+                    if tsm.has_pending:
+                        return True
+            return False
 
     def queueing(self) -> bool:
         """Does a task set take tasks on busy slots now (TaskSetManager.queueable)? Only
