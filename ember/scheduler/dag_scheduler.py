@@ -151,7 +151,6 @@ class JobWaiter:
         self.result_handler = result_handler
         self.finished = 0
         self.error: BaseException | None = None
-        self._over = total == 0           # the outcome is known (the caller may not know yet)
         self._done = threading.Event()
         if total == 0:
             self._done.set()
@@ -171,7 +170,6 @@ class JobWaiter:
         end, the job's cleanup, the offer round): woken earlier, it would only wait for the
         GIL the loop still holds and be woken a second time when the loop lets go of it.
         A wake-up lost to a loop shutting down is caught by wait()'s timeout."""
-        self._over = True
         loop = self.dag.loop
         if loop is not None and loop.in_loop():
             loop.post(self._done.set)
@@ -180,13 +178,14 @@ class JobWaiter:
 
     @property
     def completed(self) -> bool:
-        return self._over
+        """The outcome is known (the caller may not have been woken yet)."""
+        return self.error is not None or self.finished == self.total
 
     def cancel(self) -> None:
         self.dag.cancel_job(self.job_id, "")
 
     def wait(self) -> None:
-        while not self._done.wait(0.5) and not self._over:
+        while not self._done.wait(0.5) and not self.completed:
             pass
         if self.error is not None:
             raise self.error
