@@ -428,15 +428,24 @@ class DriverRuntime:
         on_caller = (threading.current_thread() is not threading.main_thread()
                      or (self.sigint_handler is not None
                          and _signal.getsignal(signal.SIGINT) is self.sigint_handler))
-        waiter = self.dag_scheduler.submit_job(rdd, task_func, partitions, call_site(),
-                                               handler, props, on_caller)
+        # ... and so are the results, by a thread that waits for them anyway
+        driving = on_caller and self.event_loop.claim()
         try:
-            if self._interrupted:           # Ctrl-C came during the submission
-                self.interrupt()
-            waiter.wait()
-        except KeyboardInterrupt:
-            waiter.cancel()
-            raise
+            waiter = self.dag_scheduler.submit_job(rdd, task_func, partitions, call_site(),
+                                                   handler, props, on_caller)
+            try:
+                if driving:
+                    self.event_loop.drive(lambda: waiter.completed or self._interrupted)
+                    self.event_loop.release()
+                if self._interrupted:       # Ctrl-C came while this thread ran handlers
+                    self.interrupt()
+                waiter.wait()
+            except KeyboardInterrupt:
+                waiter.cancel()
+                raise
+        finally:
+            if driving:
+                self.event_loop.release()   # (a no-op once released)
         if any(r._checkpoint_requested and r._checkpoint_dir is None or
                (r._local_checkpointed and not r._truncated) for r in lineage):
             rdd._do_checkpoint()
@@ -445,9 +454,10 @@ class DriverRuntime:
     def interrupt(self) -> None:
         """Ctrl-C in the main thread (PySpark's SIGINT handler): cancel every job, then
         raise KeyboardInterrupt. While that thread is itself running a scheduler handler
-        (a job's submission, see EventLoop.run_here) only once the handler is done
-        (run_job checks), so the scheduler is never left halfway through one."""
-        if self.event_loop is not None and self.event_loop.in_loop():
+        (a job's submission, see EventLoop.run_here) or handles its job's results
+        (EventLoop.drive) only once the handler is done (run_job checks), so the scheduler
+        is never left halfway through one."""
+        if self.event_loop is not None and self.event_loop.holds_interrupts():
             self._interrupted = True
             return
         self._interrupted = False

@@ -124,6 +124,71 @@ def test_ctrl_c_while_the_main_thread_runs_a_submission_waits_for_its_end(fresh_
     assert sc.parallelize([1, 2, 3]).count() == 3
 
 
+def _completion_threads(sc, monkeypatch) -> list[int]:
+    """Record which thread handles each task's end."""
+    dag = sc.runtime.dag_scheduler
+    original = dag.handle_task_completion
+    threads: list[int] = []
+
+    def completed(*args):
+        threads.append(threading.get_ident())
+        original(*args)
+    monkeypatch.setattr(dag, "handle_task_completion", completed)
+    return threads
+
+
+def test_a_caller_handles_its_jobs_results_itself_and_the_loop_thread_sleeps(fresh_sc,
+                                                                             monkeypatch):
+    """The thread that waits for a job reads its results and ends it (EventLoop.drive): the
+    loop thread, which would handle them and then wake the caller, is not woken at all."""
+    sc = fresh_sc("local[2]", conf=SparkConf().set("spark.ui.enabled", "false"))
+    sc.parallelize([1]).count()
+    threads = _completion_threads(sc, monkeypatch)
+    loop_tid = sc.runtime.event_loop._thread.native_id
+
+    def switches() -> int:
+        with open(f"/proc/self/task/{loop_tid}/status") as f:
+            return sum(int(line.split()[1]) for line in f if "ctxt_switches" in line)
+    before = switches()
+    for _ in range(50):
+        assert sc.parallelize(range(10), 2).count() == 10
+    assert set(threads) == {threading.get_ident()} and len(threads) == 100
+    assert switches() - before < 10           # (a stray timer may post; not one per job)
+    done = {}
+    t = threading.Thread(target=lambda: done.update(n=sc.parallelize([1, 2], 2).count(),
+                                                    me=threading.get_ident()))
+    t.start()
+    t.join(10)
+    assert done["n"] == 2 and threads[-2:] == [done["me"]] * 2
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_while_the_main_thread_handles_a_result_waits_for_the_handler(fresh_sc,
+                                                                           monkeypatch):
+    import signal
+    import time
+    sc = fresh_sc("local[2]")
+    sc.parallelize([1]).count()
+    dag = sc.runtime.dag_scheduler
+    original = dag.handle_task_completion
+    seen: list = []
+
+    def completed(*args):
+        if not seen:
+            os.kill(os.getpid(), signal.SIGINT)     # handled in this thread, in the next lines
+            time.sleep(0.05)
+        seen.append(threading.get_ident())
+        original(*args)
+    monkeypatch.setattr(dag, "handle_task_completion", completed)
+    with pytest.raises(KeyboardInterrupt):
+        sc.parallelize(range(2), 2).map(lambda x: time.sleep(30 * x)).collect()
+    assert seen[0] == threading.get_ident()       # the handler ran to its end first
+    monkeypatch.undo()
+    t0 = time.monotonic()
+    assert sc.parallelize([1, 2, 3]).count() == 3   # the sleeping task was killed
+    assert time.monotonic() - t0 < 20
+
+
 def test_a_submission_runs_on_the_caller_only_under_the_contexts_sigint_handler(
         fresh_sc, monkeypatch):
     import signal

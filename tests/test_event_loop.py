@@ -1,9 +1,11 @@
 """The driver's scheduler loop: handlers run one at a time, on the loop thread or, for a
-job's submission while the loop is idle, on the submitting thread (run_here)."""
+job's submission while the loop is idle, on the submitting thread (run_here), and for the
+results a caller waits for, on that caller's thread (claim, drive)."""
 from __future__ import annotations
 
 import socket
 import threading
+import time
 
 import pytest
 
@@ -123,3 +125,113 @@ def test_stop_runs_what_is_queued_and_run_here_after_stop_runs_nothing():
     assert ran == [1]
     lp.run_here(ran.append, 2)
     assert ran == [1]
+
+
+def _switches(tid: int) -> int:
+    with open(f"/proc/self/task/{tid}/status") as f:
+        return sum(int(line.split()[1]) for line in f if "ctxt_switches" in line)
+
+
+def test_a_driving_caller_handles_socket_work_and_the_loop_thread_sleeps_through_it(loop):
+    """What arrives on the sockets while a caller drives is handled on the caller's thread,
+    without a single wake-up of the loop thread; given back, the loop thread handles it."""
+    r, w = socket.socketpair()
+    r.setblocking(False)
+    seen: list[int] = []
+
+    def on_readable() -> None:
+        r.recv(4096)
+        seen.append(threading.get_ident())
+    loop.register(r, on_readable)
+    _settled(loop)
+    assert loop.claim()
+    before = _switches(loop._thread.native_id)
+    n = 20
+    writer = threading.Thread(target=lambda: [(w.send(b"x"), time.sleep(0.005))
+                                              for _ in range(n)])
+    writer.start()
+    loop.drive(lambda: len(seen) >= n)
+    loop.release()
+    writer.join(5)
+    assert set(seen) == {threading.get_ident()} and len(seen) == n
+    assert _switches(loop._thread.native_id) - before <= 1       # not one per write
+    del seen[:]
+    w.send(b"y")                              # given back: the loop thread's again
+    deadline = time.monotonic() + 5
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert seen == [loop._thread.ident]
+    loop.unregister(r)
+    r.close()
+    w.close()
+
+
+def test_while_a_caller_drives_posts_still_wake_the_loop_thread_and_nothing_overlaps(loop):
+    """Posts from other threads wake the loop thread as ever (the driver may also run them,
+    at the end of its own turns); handlers never overlap."""
+    handler = OneAtATime()
+    r, w = socket.socketpair()
+    r.setblocking(False)
+    loop.register(r, lambda: (r.recv(4096), handler()))
+    _settled(loop)
+    assert loop.claim()
+    ran_on: set[int] = set()
+    before = _switches(loop._thread.native_id)
+    n = 200
+
+    def poster() -> None:
+        for _ in range(n):
+            loop.post(lambda: (ran_on.add(threading.get_ident()), handler()))
+            w.send(b"x")
+    t = threading.Thread(target=poster)
+    t.start()
+    loop.drive(lambda: not t.is_alive() and handler.count >= n + 1)
+    loop.release()
+    t.join(5)
+    _settled(loop)
+    assert handler.overlaps == [] and handler.count >= n + 1   # reads coalesce writes
+    assert loop._thread.ident in ran_on and _switches(loop._thread.native_id) > before
+    loop.unregister(r)
+    r.close()
+    w.close()
+
+
+def test_one_driver_at_a_time_and_wake_driver_ends_a_wait_made_true_elsewhere(loop):
+    _settled(loop)
+    assert not loop.holds_interrupts()
+    assert loop.claim()
+    assert loop.holds_interrupts()            # a Ctrl-C waits until release
+    other: list[bool] = []
+    t = threading.Thread(target=lambda: other.append(loop.claim()))
+    t.start()
+    t.join(5)
+    assert other == [False]
+    flag = threading.Event()
+
+    def from_the_loop() -> None:
+        flag.set()
+        loop.wake_driver()
+    threading.Timer(0.05, loop.post, (from_the_loop,)).start()
+    t0 = time.monotonic()
+    loop.drive(flag.is_set)
+    assert time.monotonic() - t0 < 0.4        # woken, not the select's 0.5 s timeout
+    loop.release()
+    assert not loop.holds_interrupts()
+    assert loop.claim()
+    loop.release()
+    loop.release()                            # a second release changes nothing
+    assert loop.claim()
+    loop.release()
+
+
+def test_stop_ends_a_drive_and_a_claim_after_stop_fails():
+    lp = EventLoop("test-loop")
+    lp.start()
+    _settled(lp)
+    assert lp.claim()
+    threading.Timer(0.05, lp.stop).start()
+    t0 = time.monotonic()
+    lp.drive(lambda: False)
+    lp.release()
+    assert time.monotonic() - t0 < 5
+    assert not lp.claim()

@@ -175,6 +175,8 @@ class JobWaiter:
             loop.post(self._done.set)
         else:
             self._done.set()
+        if loop is not None:
+            loop.wake_driver()
 
     @property
     def completed(self) -> bool:
