@@ -79,16 +79,17 @@ def test_a_task_s_end_makes_an_offer_round_only_when_something_waits(fresh_sc, m
 # --- Ctrl-C (PySpark's SIGINT handler) and the submission run on the caller's thread -----
 
 
-def _submission_threads(sc, monkeypatch) -> list[int]:
-    """Record which thread runs each job's submission handler."""
+def _handler_threads(sc, monkeypatch, name: str = "handle_job_submitted") -> list[int]:
+    """Record which thread runs each call of a DAG scheduler handler (by default each
+    job's submission)."""
     dag = sc.runtime.dag_scheduler
-    original = dag.handle_job_submitted
+    original = getattr(dag, name)
     threads: list[int] = []
 
-    def submitted(*args):
+    def recorded(*args):
         threads.append(threading.get_ident())
         original(*args)
-    monkeypatch.setattr(dag, "handle_job_submitted", submitted)
+    monkeypatch.setattr(dag, name, recorded)
     return threads
 
 
@@ -124,26 +125,13 @@ def test_ctrl_c_while_the_main_thread_runs_a_submission_waits_for_its_end(fresh_
     assert sc.parallelize([1, 2, 3]).count() == 3
 
 
-def _completion_threads(sc, monkeypatch) -> list[int]:
-    """Record which thread handles each task's end."""
-    dag = sc.runtime.dag_scheduler
-    original = dag.handle_task_completion
-    threads: list[int] = []
-
-    def completed(*args):
-        threads.append(threading.get_ident())
-        original(*args)
-    monkeypatch.setattr(dag, "handle_task_completion", completed)
-    return threads
-
-
 def test_a_caller_handles_its_jobs_results_itself_and_the_loop_thread_sleeps(fresh_sc,
                                                                              monkeypatch):
     """The thread that waits for a job reads its results and ends it (EventLoop.drive): the
     loop thread, which would handle them and then wake the caller, is not woken at all."""
     sc = fresh_sc("local[2]", conf=SparkConf().set("spark.ui.enabled", "false"))
     sc.parallelize([1]).count()
-    threads = _completion_threads(sc, monkeypatch)
+    threads = _handler_threads(sc, monkeypatch, "handle_task_completion")
     loop_tid = sc.runtime.event_loop._thread.native_id
 
     def switches() -> int:
@@ -194,7 +182,7 @@ def test_a_submission_runs_on_the_caller_only_under_the_contexts_sigint_handler(
     import signal
     sc = fresh_sc("local[2]")
     sc.parallelize([1]).count()
-    threads = _submission_threads(sc, monkeypatch)
+    threads = _handler_threads(sc, monkeypatch)
     sc.parallelize([1, 2]).count()
     assert threads == [threading.get_ident()]
     previous = signal.signal(signal.SIGINT, lambda *a: None)       # the user's own handler
