@@ -11,6 +11,7 @@ from ember import SparkConf, SparkContext
 from ember.driver_runtime import DriverRuntime, parse_local_cluster_master, parse_local_master
 from ember.errors import PySparkRuntimeError, SparkException
 from tests.helpers.ctrl_c import interrupt_a_sleeping_job
+from tests.helpers.switches import context_switches
 
 
 def test_master_urls_parse_as_sparks_regexes():
@@ -133,15 +134,11 @@ def test_a_caller_handles_its_jobs_results_itself_and_the_loop_thread_sleeps(fre
     sc.parallelize([1]).count()
     threads = _handler_threads(sc, monkeypatch, "handle_task_completion")
     loop_tid = sc.runtime.event_loop._thread.native_id
-
-    def switches() -> int:
-        with open(f"/proc/self/task/{loop_tid}/status") as f:
-            return sum(int(line.split()[1]) for line in f if "ctxt_switches" in line)
-    before = switches()
+    before = context_switches(loop_tid)
     for _ in range(50):
         assert sc.parallelize(range(10), 2).count() == 10
     assert set(threads) == {threading.get_ident()} and len(threads) == 100
-    assert switches() - before < 10           # (a stray timer may post; not one per job)
+    assert context_switches(loop_tid) - before < 10           # (a stray timer may post; not one per job)
     done = {}
     t = threading.Thread(target=lambda: done.update(n=sc.parallelize([1, 2], 2).count(),
                                                     me=threading.get_ident()))

@@ -11,6 +11,7 @@ import pytest
 
 from ember.util.event_loop import EventLoop
 from tests.helpers.one_at_a_time import OneAtATime
+from tests.helpers.switches import context_switches
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -127,11 +128,6 @@ def test_stop_runs_what_is_queued_and_run_here_after_stop_runs_nothing():
     assert ran == [1]
 
 
-def _switches(tid: int) -> int:
-    with open(f"/proc/self/task/{tid}/status") as f:
-        return sum(int(line.split()[1]) for line in f if "ctxt_switches" in line)
-
-
 def test_a_driving_caller_handles_socket_work_and_the_loop_thread_sleeps_through_it(loop):
     """What arrives on the sockets while a caller drives is handled on the caller's thread,
     without a single wake-up of the loop thread; given back, the loop thread handles it."""
@@ -145,7 +141,7 @@ def test_a_driving_caller_handles_socket_work_and_the_loop_thread_sleeps_through
     loop.register(r, on_readable)
     _settled(loop)
     assert loop.claim()
-    before = _switches(loop._thread.native_id)
+    before = context_switches(loop._thread.native_id)
     n = 20
     writer = threading.Thread(target=lambda: [(w.send(b"x"), time.sleep(0.005))
                                               for _ in range(n)])
@@ -154,7 +150,7 @@ def test_a_driving_caller_handles_socket_work_and_the_loop_thread_sleeps_through
     loop.release()
     writer.join(5)
     assert set(seen) == {threading.get_ident()} and len(seen) == n
-    assert _switches(loop._thread.native_id) - before <= 1       # not one per write
+    assert context_switches(loop._thread.native_id) - before <= 1       # not one per write
     del seen[:]
     w.send(b"y")                              # given back: the loop thread's again
     deadline = time.monotonic() + 5
@@ -176,7 +172,7 @@ def test_while_a_caller_drives_posts_still_wake_the_loop_thread_and_nothing_over
     _settled(loop)
     assert loop.claim()
     ran_on: set[int] = set()
-    before = _switches(loop._thread.native_id)
+    before = context_switches(loop._thread.native_id)
     n = 200
 
     def poster() -> None:
@@ -190,7 +186,7 @@ def test_while_a_caller_drives_posts_still_wake_the_loop_thread_and_nothing_over
     t.join(5)
     _settled(loop)
     assert handler.overlaps == [] and handler.count >= n + 1   # reads coalesce writes
-    assert loop._thread.ident in ran_on and _switches(loop._thread.native_id) > before
+    assert loop._thread.ident in ran_on and context_switches(loop._thread.native_id) > before
     loop.unregister(r)
     r.close()
     w.close()

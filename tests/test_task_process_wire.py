@@ -12,6 +12,7 @@ import time
 
 from ember.executor.task_process import HOLD_RESULTS, HOLD_S, report_now, result_frame
 from ember.executor.wire import FrameBuffer, Inbox, send_msg, send_msgs
+from tests.helpers.switches import context_switches
 
 
 def _stream(messages: list) -> bytes:
@@ -116,11 +117,6 @@ def test_held_results_go_before_the_tasks_in_hand_run_out() -> None:
     assert not report_now(1, 40, now)
 
 
-def _switches(tid: int) -> int:
-    with open(f"/proc/self/task/{tid}/status") as f:
-        return sum(int(line.split()[1]) for line in f if "ctxt_switches" in line)
-
-
 def _asleep(tid: int) -> bool:
     with open(f"/proc/self/task/{tid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()[0] == "S"
@@ -145,13 +141,13 @@ def test_an_idle_inbox_is_not_woken_when_the_pool_reads_what_its_process_sent() 
     while not (tid and _asleep(tid[0])) and time.monotonic() < deadline:
         time.sleep(0.005)
     time.sleep(0.05)
-    before = _switches(tid[0])
+    before = context_switches(tid[0])
     received = 0
     while received < 100_000:                      # the pool reads the result, in pieces
         received += len(pool_end.recv(4096))
         time.sleep(0.002)
     time.sleep(0.05)
-    assert _switches(tid[0]) == before, "woken without a message"
+    assert context_switches(tid[0]) == before, "woken without a message"
     send_msg(pool_end, ("task", 2))
     t.join(10)
     assert got == [("task", 2)]

@@ -12,6 +12,7 @@ executor's task-process pool registers its sockets with it (in local mode the sa
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import selectors
 import socket
@@ -30,6 +31,15 @@ def _poke(sock: socket.socket) -> None:
         pass
 
 
+def _swallow(sock: socket.socket) -> None:
+    """Read what wake-up bytes are there (one read: leftovers only make the next select
+    return)."""
+    try:
+        sock.recv(4096)
+    except (BlockingIOError, OSError):
+        pass
+
+
 class EventLoop:
     def __init__(self, name: str) -> None:
         self.name = name
@@ -44,7 +54,8 @@ class EventLoop:
             s.setblocking(False)
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         self._sel.register(self._socks, selectors.EVENT_READ, self._socks)
-        self._socks.register(self._driver_wake_r, selectors.EVENT_READ, self._drain_driver_wake)
+        self._socks.register(self._driver_wake_r, selectors.EVENT_READ,
+                             functools.partial(_swallow, self._driver_wake_r))
         self._driver: int | None = None     # the thread in `drive`, if any
         self._queue: collections.deque = collections.deque()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -163,12 +174,6 @@ class EventLoop:
         if self._driver is not None and self._driver != threading.get_ident():
             _poke(self._driver_wake_w)
 
-    def _drain_driver_wake(self) -> None:
-        try:
-            self._driver_wake_r.recv(4096)
-        except (BlockingIOError, OSError):
-            pass
-
     def _handle(self, events: list) -> None:
         for key, _ in events:
             try:
@@ -195,10 +200,7 @@ class EventLoop:
                 self._owner = me
                 for key, _ in events:
                     if key.data is None:
-                        try:   # one read: leftover wake-up bytes only make the next select return
-                            self._wake_r.recv(4096)
-                        except (BlockingIOError, OSError):
-                            pass
+                        _swallow(self._wake_r)
                     elif self._driver is None:      # else the driver has them now
                         self._handle(self._socks.select(0))
                 self._drain()
