@@ -148,6 +148,8 @@ def test_a_reducer_reads_many_maps_inline_and_filed_in_map_order(tmp_path, monke
             else:
                 want.append((r, (m, r, "v" * 300)))
         assert _read(statuses, r) == want
+    # the maps' one file was opened once for the shuffle, not per map or reducer
+    assert list(reader._indexes[7][2]) == [statuses[1].path + ".data"]
 
 
 def test_a_map_output_file_cut_short_after_reducers_opened_it_is_a_fetch_failure(tmp_path):

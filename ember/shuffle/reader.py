@@ -43,8 +43,9 @@ Segment = tuple[int, MapStatus, int, int]      # map index, status, start, end
 # The index maps a reduce id to (map index, start, end) triples in an int64 array: arrays
 # are not tracked by the garbage collector, so the hundreds of thousands of segments of a big
 # shuffle are neither slow to build (no collections while they are made) nor traversed by
-# every full collection while the index stays cached.
-_indexes: dict[int, tuple[list, dict[int, array], dict[str, int]]] = {}
+# every full collection while the index stays cached. The last element is the shuffle's read
+# plan (see _plan), made by the first reducer that reads.
+_indexes: dict[int, tuple[list, dict[int, array], dict[str, int], list]] = {}
 _MAX_INDEXES = 8
 # over all cached shuffles (map outputs go to one file per writing task process, so a
 # shuffle has a few files per executor); beyond, a segment read opens and closes its file
@@ -173,7 +174,7 @@ def reduce_index(shuffle_id: int, statuses: list[MapStatus | None]) -> dict[int,
             segs.extend((map_index, start, end))
     while len(_indexes) >= _MAX_INDEXES:
         _forget(next(iter(_indexes)))
-    _indexes[shuffle_id] = (statuses, index, {})
+    _indexes[shuffle_id] = (statuses, index, {}, [])
     return index
 
 
@@ -187,6 +188,46 @@ def _forget(shuffle_id: int) -> None:
         for fd in entry[2].values():
             os.close(fd)
         entry[2].clear()
+        plan = entry[3]
+        plan[:] = [None] * len(plan)      # such a reader takes the checked path from here
+
+
+def _plan(entry: tuple, env: Any) -> list:
+    """Per map of a cached index, where this process reads its segments: the output itself
+    (inline in its status), the open descriptor of its file (written on this executor, or
+    on this host in local mode), or None for the per-segment checks (another executor's
+    output, or no descriptor to cache). Made once per shuffle and process: with thousands of
+    maps a reducer's segments are mostly a record each, and the checks, repeated per segment,
+    cost as much as the read."""
+    plan = entry[3]
+    if plan or not entry[0]:
+        return plan
+    my_id, my_host = env.executor_id, env.host
+    fds = entry[2]
+    opened: dict[str, int | None] = {}
+    for st in entry[0]:
+        src = st.data
+        if src is None and (st.executor_id == my_id or (st.host == my_host
+                                                        and not st.address)):
+            path = st.path + ".data"
+            if path not in opened:
+                opened[path] = _cached_fd(fds, path)
+            src = opened[path]
+        plan.append(src)
+    return plan
+
+
+def _cached_fd(fds: dict[str, int], path: str) -> int | None:
+    """The descriptor of a map output file, opened and kept in `fds` while the open files of
+    all cached shuffles stay within _MAX_OPEN_FILES; None when it cannot be (the checked path
+    then opens it per read, or names it in the fetch failure)."""
+    fd = fds.get(path)
+    if fd is None and sum(len(e[2]) for e in _indexes.values()) < _MAX_OPEN_FILES:
+        try:
+            fd = fds[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+    return fd
 
 
 def _read_segment(shuffle_id: int, path: str, start: int, end: int) -> bytes:
@@ -225,7 +266,9 @@ def read_partition(shuffle_id: int, reduce_id: int, ctx: Any,
         sealer = Sealer(key)
     host_local = getattr(env, "read_host_local_disk", False)
     my_id, my_host = env.executor_id, env.host
-    fds = _indexes[shuffle_id][2]
+    entry = _indexes[shuffle_id]
+    fds = entry[2]
+    plan = _plan(entry, env)
     pread = os.pread
     remote: dict[tuple[str, str], list[Segment]] = {}
     local_bytes = remote_bytes = 0
@@ -236,10 +279,19 @@ def read_partition(shuffle_id: int, reduce_id: int, ctx: Any,
         # per segment only what it needs: with thousands of maps a reducer has thousands
         # of segments of a record or two, and each step here is paid for every one
         for map_index, start, end in zip(each, each, each):
-            st = statuses[map_index]
-            data = st.data
-            if data is not None:
-                data = data[start:end]
+            src = plan[map_index]
+            if src.__class__ is int and end - start <= _PREAD_BYTES:
+                try:
+                    data = pread(src, end - start, start)
+                except OSError:
+                    data = b""
+                if len(data) != end - start:    # raises naming the file
+                    data = _local_bytes(shuffle_id, reduce_id,
+                                        (map_index, statuses[map_index], start, end))
+            elif src.__class__ is bytes:
+                data = src[start:end]
+            elif (st := statuses[map_index]).data is not None:
+                data = st.data[start:end]
             elif (st.executor_id == my_id or (st.host == my_host and not st.address)
                   or (host_local and st.host == my_host and _readable(shuffle_id, st))):
                 if end - start > _PREAD_BYTES:     # streamed, after what was read before it

@@ -56,9 +56,9 @@ def used_memory_mb() -> int:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
 
 
-def shuffle_file_base(local_dir: str, shuffle_id: int, map_index: int, attempt_id: int) -> str:
-    """Prefix of a map attempt's spill files."""
-    return os.path.join(local_dir, f"shuffle_{shuffle_id}_{map_index}_{attempt_id}")
+def spill_prefix(local_dir: str, shuffle_id: int) -> str:
+    """Where a shuffle's spill files go: a map attempt's are this + f"_{map}_{attempt}"."""
+    return os.path.join(local_dir, f"shuffle_{shuffle_id}")
 
 
 def output_file_base(local_dir: str, shuffle_id: int) -> str:
@@ -256,6 +256,9 @@ class ShuffleWriteFunc:
         self.num_partitions = num_partitions
         self.partition_func = partition_func
         self.serializer = serializer
+        # per task process (the function arrives once per stage): the local dir, and the
+        # spill prefix and output base in it, joined once rather than per map task
+        self._paths: tuple[str, str, str] = ("", "", "")
 
     @classmethod
     def for_dependency(cls, dep: Any) -> "ShuffleWriteFunc":
@@ -263,10 +266,14 @@ class ShuffleWriteFunc:
 
     def __call__(self, ctx: Any, records: Iterable, task_attempt_id: int) -> MapStatus:
         env = ctx.env
-        spill_base = shuffle_file_base(env.local_dir, self.shuffle_id, ctx.partitionId(),
-                                       task_attempt_id)
-        return write_map_output(records, self.num_partitions, self.partition_func, spill_base,
-                                output_file_base(env.local_dir, self.shuffle_id),
-                                env.memory_limit_mb, env.executor_id, env.host,
+        local_dir, spills, output_base = self._paths
+        if local_dir != env.local_dir:
+            local_dir = env.local_dir
+            spills = spill_prefix(local_dir, self.shuffle_id)
+            output_base = output_file_base(local_dir, self.shuffle_id)
+            self._paths = (local_dir, spills, output_base)
+        return write_map_output(records, self.num_partitions, self.partition_func,
+                                f"{spills}_{ctx.partitionId()}_{task_attempt_id}",
+                                output_base, env.memory_limit_mb, env.executor_id, env.host,
                                 env.shuffle_address, ctx.metrics, self.serializer,
                                 env.shuffle_endpoint, getattr(env, "io_key", None))
