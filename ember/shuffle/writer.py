@@ -256,9 +256,11 @@ class ShuffleWriteFunc:
         self.num_partitions = num_partitions
         self.partition_func = partition_func
         self.serializer = serializer
-        # per task process (the function arrives once per stage): the local dir, and the
-        # spill prefix and output base in it, joined once rather than per map task
-        self._paths: tuple[str, str, str] = ("", "", "")
+        # per task process (the function arrives once per stage): the local dir and process
+        # they were joined for, the spill prefix and the output base, joined once rather
+        # than per map task (the process too: a copy pickled after a call must not write to
+        # the file of the process that made the call)
+        self._paths: tuple[str, int, str, str] = ("", 0, "", "")
 
     @classmethod
     def for_dependency(cls, dep: Any) -> "ShuffleWriteFunc":
@@ -266,12 +268,12 @@ class ShuffleWriteFunc:
 
     def __call__(self, ctx: Any, records: Iterable, task_attempt_id: int) -> MapStatus:
         env = ctx.env
-        local_dir, spills, output_base = self._paths
-        if local_dir != env.local_dir:
-            local_dir = env.local_dir
+        local_dir, pid, spills, output_base = self._paths
+        if local_dir != env.local_dir or pid != os.getpid():
+            local_dir, pid = env.local_dir, os.getpid()
             spills = spill_prefix(local_dir, self.shuffle_id)
             output_base = output_file_base(local_dir, self.shuffle_id)
-            self._paths = (local_dir, spills, output_base)
+            self._paths = (local_dir, pid, spills, output_base)
         return write_map_output(records, self.num_partitions, self.partition_func,
                                 f"{spills}_{ctx.partitionId()}_{task_attempt_id}",
                                 output_base, env.memory_limit_mb, env.executor_id, env.host,
