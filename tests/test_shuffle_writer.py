@@ -13,7 +13,7 @@ import pytest
 
 from ember.partitioner import portable_hash
 from ember.scheduler.map_output_tracker import MapOutputTracker
-from ember.shuffle.base import FetchFailedError, MapStatus
+from ember.shuffle.base import FetchFailedError, MapStatus, StageStatuses
 from ember.shuffle.crypto import Sealer
 from ember.shuffle import reader
 from ember.shuffle.reader import read_partition, read_segments, segment_files
@@ -169,6 +169,15 @@ def test_a_map_status_pickles_every_field():
                    "ExternalShuffleService", b"\x01" * 24, b"data")
     back = pickle.loads(pickle.dumps(st, 5))
     assert back == st and vars(back) == vars(st)
+    other = MapStatus("exec-9", "host-9", "/w/shuffle_1_2_3", 10, 1, data=b"x")
+    # a stage's statuses travel as rows of fields; a missing output stays None in its place
+    statuses = pickle.loads(pickle.dumps({1: StageStatuses([st, None, other])}, 5))[1]
+    assert statuses == [st, None, other] and type(statuses) is list
+    assert vars(statuses[0]) == vars(st) and vars(statuses[2]) == vars(other)
+
+    def received():
+        return pickle.loads(pickle.dumps(MapStatus("e", "h", "/w/".join("ab"), 1, 1)))
+    assert received().path is received().path   # interned: a stage's statuses share it
 
 
 def test_spilled_outputs_keep_only_their_non_empty_segments(tmp_path):

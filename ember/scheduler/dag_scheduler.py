@@ -23,7 +23,7 @@ from ember.scheduler.listener import (JobEnd, JobStart, ListenerBus, RDDInfo, St
 from ember.scheduler.map_output_tracker import MapOutputTracker
 from ember.scheduler.task import (ExceptionFailure, FetchFailed, Success, Task, TaskLocation,
                                   TaskSet)
-from ember.shuffle.base import MapStatus
+from ember.shuffle.base import MapStatus, StageStatuses
 
 log = logging.getLogger(__name__)
 
@@ -523,7 +523,7 @@ class DAGScheduler:
             visited.add(r.id())
             for dep in r.dependencies():
                 if isinstance(dep, ShuffleDependency):
-                    meta[dep.shuffle_id] = self.tracker.statuses(dep.shuffle_id)
+                    meta[dep.shuffle_id] = StageStatuses(self.tracker.statuses(dep.shuffle_id))
                 else:
                     stack.append(dep.rdd)
         return meta
