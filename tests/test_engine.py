@@ -424,3 +424,25 @@ def test_an_uneven_cache_evens_out_by_copies_from_the_holding_process(fresh_sc):
     # each copy was read once and deleted
     assert not glob.glob(os.path.join(sc.runtime.local_dir, "blocks", "*.for*"))
     data.unpersist()
+
+
+def test_an_ember_directory_in_the_working_directory_does_not_shadow_ember(tmp_path):
+    """Processes the driver starts (task processes' fork server, the UI process) run in the
+    user's working directory; one holding a directory named `ember` must not replace the
+    driver's Ember in them (it used to leave local jobs waiting for a fork server gone)."""
+    import subprocess
+    import sys
+    (tmp_path / "ember").mkdir()
+    (tmp_path / "ember" / "__init__.py").write_text('raise ImportError("shadowed")\n')
+    script = tmp_path / "job" / "job.py"
+    script.parent.mkdir()
+    script.write_text("from ember import SparkContext\n"
+                      "sc = SparkContext('local[2]', 'shadow')\n"
+                      "print(sc.parallelize(range(10), 2).sum())\n"
+                      "sc.stop()\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root)
+    out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, timeout=30,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["45"] and "UI process failed" not in out.stderr

@@ -199,7 +199,7 @@ def start_daemon(command: str, instance: int, argv: Sequence[str], *,
         return 1
     print(f"starting {command}, logging to {log_path}")
     sys.stdout.flush()
-    cmd = [sys.executable, "-m", module, *argv]
+    cmd = [sys.executable, "-P", "-m", module, *argv]
     niceness = os.environ.get("SPARK_NICENESS", "").strip()
     if niceness and niceness != "0":
         cmd = ["nice", "-n", niceness, *cmd]

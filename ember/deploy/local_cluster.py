@@ -94,7 +94,7 @@ class LocalCluster:
 
     def _spawn(self, args: list[str], log: str) -> subprocess.Popen:
         out = open(os.path.join(self.workdir, log), "ab")
-        return subprocess.Popen([sys.executable, "-m", "ember.cli", *args], stdout=out,
+        return subprocess.Popen([sys.executable, "-P", "-m", "ember.cli", *args], stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=_env(self.env), start_new_session=True,
                                 preexec_fn=_parent_death_signal() if self.die_with_parent

@@ -49,7 +49,10 @@ class ForkServerClient:
         self.started = True
         parent, child = socket.socketpair()
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "ember.executor.forkserver", str(child.fileno())],
+            # -P (as for every process Ember starts from the user's working directory): that
+            # directory does not go first on sys.path, where an "ember" directory in it would
+            # shadow the driver's Ember (PYTHONPATH names that one)
+            [sys.executable, "-P", "-m", "ember.executor.forkserver", str(child.fileno())],
             pass_fds=[child.fileno()], env=self.env, stdin=subprocess.DEVNULL, close_fds=True)
         child.close()
         self._ctrl = parent

@@ -91,7 +91,7 @@ class UiProcess:
         fds = tuple(s.fileno() for s in (ui_sock, redirect_sock) if s is not None)
         self._lock = threading.Lock()
         self._event_log = event_log
-        self.proc = subprocess.Popen([sys.executable, "-m", "ember.ui.ui_process_main"],
+        self.proc = subprocess.Popen([sys.executable, "-P", "-m", "ember.ui.ui_process_main"],
                                      stdin=subprocess.PIPE, env=env, bufsize=0,
                                      stdout=subprocess.PIPE, pass_fds=fds)
         items = conf.getAll() if hasattr(conf, "getAll") else list(dict(conf).items())
