@@ -56,29 +56,49 @@ class ForkServerClient:
             pass_fds=[child.fileno()], env=self.env, stdin=subprocess.DEVNULL, close_fds=True)
         child.close()
         self._ctrl = parent
-        self._thread = threading.Thread(target=self._read_loop, name="fork-server-reader",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._read_loop, args=(parent,),
+                                        name="fork-server-reader", daemon=True)
         self._thread.start()
 
     def fork(self, child: socket.socket, slot: Any) -> None:
+        """Ask for a process on `child`. A fork server found gone (killed, or dead at start)
+        is started again first; a request it cannot take closes `child`, so the slot sees
+        its process end at once (and the pool's bound on quick deaths applies) instead of
+        waiting for one that never comes."""
         with self._cond:
+            if not self._stopped and self._proc is not None and self._proc.poll() is not None:
+                log.warning("fork server exited (code %s); starting it again",
+                            self._proc.returncode)
+                self._abandon_pending()
+                self._ctrl.close()
+                self.start()
             self._pending.append((child, slot))
             try:
                 socket.send_fds(self._ctrl, [b"f"], [child.fileno()])
             except OSError:
                 log.error("fork server is gone; cannot start a task process")
+                self._pending.remove((child, slot))
+                child.close()
 
-    def _read_loop(self) -> None:
+    def _abandon_pending(self) -> None:
+        """Under the lock: requests the gone server will never answer end their sockets."""
+        for child, _slot in self._pending:
+            child.close()
+        self._pending.clear()
+
+    def _read_loop(self, ctrl: socket.socket) -> None:
         buf = FrameBuffer()
         while True:
             try:
-                data = self._ctrl.recv(65536)
+                data = ctrl.recv(65536)
             except OSError:
                 data = b""
             if not data:
-                if not self._stopped:
-                    log.error("fork server exited (code %s)",
-                              self._proc.poll() if self._proc else None)
+                with self._cond:
+                    if ctrl is self._ctrl and not self._stopped:
+                        log.error("fork server exited (code %s)",
+                                  self._proc.poll() if self._proc else None)
+                        self._abandon_pending()
                 return
             for msg in buf.feed(data):
                 with self._cond:

@@ -1,0 +1,43 @@
+"""Local mode's fork server going away: it is started again for the next task process, and
+a request it cannot answer ends that process's socket, so no job waits for ever."""
+from __future__ import annotations
+
+import os
+import socket
+
+import psutil
+import pytest
+
+from ember.executor.fork_client import ForkServerClient, task_process_env
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_a_killed_fork_server_is_started_again_and_jobs_still_run(fresh_sc):
+    sc = fresh_sc("local[2]")
+    assert sc.parallelize(range(10), 2).sum() == 45
+    me = psutil.Process()
+    fork_servers = [p for p in me.children() if "ember.executor.forkserver" in p.cmdline()]
+    assert len(fork_servers) == 1
+    for p in fork_servers[0].children():      # the task processes, then their fork server
+        p.kill()
+    fork_servers[0].kill()
+    fork_servers[0].wait(10)
+    assert sc.parallelize(range(10), 2).sum() == 45
+    again = [p for p in me.children() if "ember.executor.forkserver" in p.cmdline()]
+    assert len(again) == 1 and again[0].pid != fork_servers[0].pid
+
+
+def test_a_fork_server_that_cannot_start_ends_each_request_at_once():
+    env = dict(task_process_env(), PYTHONHOME=os.path.join(os.sep, "nonexistent"))
+    client = ForkServerClient(env)      # its Python dies before it runs a line
+    client.start()
+    try:
+        for _ in range(3):              # the first request, and each after a restart
+            parent, child = socket.socketpair()
+            parent.settimeout(10)
+            client.fork(child, object())
+            assert parent.recv(1) == b""     # no process will come: the slot sees an end
+            parent.close()
+    finally:
+        client.stop()
