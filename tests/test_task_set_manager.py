@@ -411,25 +411,30 @@ def test_a_slow_task_stops_the_queueing_until_short_ones_are_seen_again():
 
 def test_how_deep_tasks_queue_follows_their_run_time():
     """Tasks are queued on a slot while those ahead of the queued one are expected to
-    take under 5 ms in all: deep for sub-millisecond tasks, one for 4 ms ones."""
-    sched, tsm = make([[]] * 40)
+    take under 5 ms in all: deep for sub-millisecond tasks (counted at least 0.1 ms, and at
+    their CPU time when executorRunTime's whole milliseconds say 0), one for 4 ms ones."""
+    sched, tsm = make([[]] * 80)
     sched.register_executor_resources("exec1", 1, {})
 
-    def finish(run_ms: int) -> None:
+    def finish(run_ms: int, cpu_ns: int = 0) -> None:
         td = sched.resource_offers(_slots(0, [0]))[0]
         sched.clock.advance(0.001)
-        sched.status_update(td.task_id, "FINISHED", None, {}, {"executorRunTime": run_ms}, [])
+        sched.status_update(td.task_id, "FINISHED", None, {},
+                            {"executorRunTime": run_ms, "executorCpuTime": cpu_ns}, [])
     for _ in range(3):
         finish(0)
-    assert tsm.queueable_at(15) and not tsm.queueable_at(17)
+    assert tsm.queueable_at(50) and not tsm.queueable_at(51)
     launched = sched.resource_offers(_slots(0, [0]))
     launched += sched.resource_offers([WorkerOffer("exec1", "host1", 0, None, n)
-                                       for n in (1, 2, 15, 17)])
+                                       for n in (1, 2, 50, 51)])
     assert len(launched) == 4
     for td in launched:
         sched.status_update(td.task_id, "FINISHED", None, {}, {}, [])
-    for _ in range(12):             # the average follows 4 ms tasks
-        finish(4)
+    for _ in range(30):             # the average follows 0.3 ms of CPU per task
+        finish(0, 300_000)
+    assert tsm.queueable_at(16) and not tsm.queueable_at(17)
+    for _ in range(12):             # and then 4 ms tasks
+        finish(4, 300_000)
     assert tsm.queueable_at(1) and not tsm.queueable_at(2)
 
 

@@ -36,7 +36,7 @@ RESULT, MAP = "result", "map"
 # results of tasks of one stage are held while the next task of the stage is already here
 # (queued short tasks), and sent together: one write, one wake-up of the pool, and on a
 # cluster one StatusUpdates to the driver for several tasks; bounded in count and age
-HOLD_RESULTS, HOLD_S = 16, 0.002
+HOLD_RESULTS, HOLD_S = 32, 0.002
 
 
 class TaskEnv:

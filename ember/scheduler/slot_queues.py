@@ -15,7 +15,7 @@ from typing import Callable
 from ember import config
 
 # the most tasks that may wait per slot: the task process pool's bound (MAX_WAITING)
-MAX_DEPTH = 15
+MAX_DEPTH = 31
 # nothing more is queued behind a task running longer than this (a short task takes less,
 # see task_set_manager.QUEUEABLE_TASK_S): what waits behind a long one waits for an unknown
 # time, until the task process pool hands it back

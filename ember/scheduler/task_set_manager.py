@@ -32,8 +32,9 @@ _LEVEL_ORDER = {level: n for n, level in enumerate(LEVELS)}
 # duration, when its slot's task before it ends), as many per slot as its tasks' run time
 # says fit in it (queueable_at)
 QUEUEABLE_TASK_S = 0.005
-# the run time a task is counted at for that: executorRunTime is whole milliseconds
-MIN_RUN_S = 0.0003
+# the least run time a task is counted at for that (its run time is the larger of
+# executorRunTime, whole milliseconds, and executorCpuTime)
+MIN_RUN_S = 0.0001
 
 
 class TaskSetManager:
@@ -401,7 +402,8 @@ class TaskSetManager:
         self.running.discard(tid)
         self.copies_running[index] -= 1
         self.quick_streak = self.quick_streak + 1 if info.duration < QUEUEABLE_TASK_S else 0
-        run_s = metrics.get("executorRunTime", 0) / 1000
+        run_s = max(metrics.get("executorRunTime", 0) / 1000,
+                    metrics.get("executorCpuTime", 0) / 1e9)
         self.run_s = run_s if self.tasks_successful == 0 else 0.75 * self.run_s + 0.25 * run_s
         if self.speculation is not None and not self.successful[index]:
             bisect.insort(self.successful_durations, info.duration)
