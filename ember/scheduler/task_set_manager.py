@@ -107,8 +107,12 @@ class TaskSetManager:
         self.no_prefs: list[int] = []
         self.all_pending: list[int] = []
         self.taken_from_sibling: set[int] = set()   # launch with BLOCK_IN_SIBLING set
-        for i in reversed(range(self.num_tasks)):
-            self._add_pending(i)
+        if any(t.locations for t in self.tasks):
+            for i in reversed(range(self.num_tasks)):
+                self._add_pending(i)
+        else:       # what _add_pending makes of tasks without preferences, in one go
+            self.no_prefs = list(range(self.num_tasks - 1, -1, -1))
+            self.all_pending = self.no_prefs.copy()
         self.locality_wait = locality_wait
         self.levels = self._valid_levels()
         self.current_level_index = 0
