@@ -70,7 +70,7 @@ class ForkServerClient:
                 log.warning("fork server exited (code %s); starting it again",
                             self._proc.returncode)
                 self._abandon_pending()
-                self._ctrl.close()
+                self._close_ctrl()
                 self.start()
             self._pending.append((child, slot))
             try:
@@ -115,14 +115,18 @@ class ForkServerClient:
             self._cond.wait_for(lambda: pid in self._exit_codes, timeout)
             return self._exit_codes.pop(pid, None)
 
+    def _close_ctrl(self) -> None:
+        """Shut down first: that also ends a recv its reader thread may be blocked in."""
+        try:
+            self._ctrl.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._ctrl.close()
+
     def stop(self) -> None:
         self._stopped = True
         if self._ctrl is not None:
-            try:
-                self._ctrl.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            self._ctrl.close()
+            self._close_ctrl()
         if self._proc is not None and wait_exit(self._proc, 2) is None:
             self._proc.kill()
             self._proc.wait()
