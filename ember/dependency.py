@@ -1,7 +1,7 @@
 """How an RDD depends on its parents: narrow (pipelined in one stage) or shuffle (a cut)."""
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 
 class Dependency:
@@ -55,16 +55,23 @@ class ShuffleDependency(Dependency):
         self.serializer = serializer       # SparkContext(serializer=...), None for pickle
 
 
-def stage_rdds(rdd: Any) -> Iterator[Any]:
+def stage_rdds(rdd: Any) -> list[Any]:
     """`rdd` and its ancestors within its stage (through narrow dependencies only), each
     once, depth first: the one walk behind every per-stage question (its shuffle parents,
-    its RDD infos, its barrier and resource-profile checks)."""
-    seen: set[int] = set()
-    stack = [rdd]
+    its RDD infos, its barrier and resource-profile checks). A list, built at once: a warm
+    job asks about a stage a dozen times, most often of one RDD without narrow parents."""
+    narrow = [d.rdd for d in rdd.dependencies() if not isinstance(d, ShuffleDependency)]
+    out = [rdd]
+    if not narrow:
+        return out
+    seen = {rdd.id()}
+    stack = narrow
     while stack:
         r = stack.pop()
-        if r.id() in seen:
+        rid = r.id()
+        if rid in seen:
             continue
-        seen.add(r.id())
-        yield r
+        seen.add(rid)
+        out.append(r)
         stack.extend(d.rdd for d in r.dependencies() if not isinstance(d, ShuffleDependency))
+    return out

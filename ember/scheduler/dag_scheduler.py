@@ -35,12 +35,11 @@ def rdd_infos(rdd: Any) -> list[RDDInfo]:
     the UI learns cached RDDs' names, sizes and storage levels from these. Each one's
     barrier flag is a walk of its own ancestors, taken only when the stage's RDD (whose
     walk covers them all) is a barrier one."""
-    rdds = list(stage_rdds(rdd))
     barrier = rdd._is_barrier()
     return [RDDInfo(r.id(), r.name() or type(r).__name__, len(r.partitions()),
                       r._storage_level, r._call_site, [d.rdd.id() for d in r.dependencies()],
                       barrier and r._is_barrier())
-            for r in rdds]
+            for r in stage_rdds(rdd)]
 
 
 def _persisted(rdd: Any) -> bool:
