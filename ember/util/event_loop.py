@@ -237,8 +237,13 @@ class RpcLoop:
     without any hand-off between threads — the same one-thread design as local mode.
     """
 
+    # posts one drain runs before it leaves the rest to the loop's other callbacks (I/O)
+    DRAIN_MAX = 1024
+
     def __init__(self, env: Any) -> None:
         self.env = env
+        self._posted: collections.deque = collections.deque()
+        self._drain_scheduled = False
 
     def start(self) -> None:
         pass
@@ -247,7 +252,35 @@ class RpcLoop:
         return self.env.in_loop()
 
     def post(self, fn: Callable[..., Any], *args: Any) -> None:
-        self.env.call_soon(fn, *args)
+        """From the loop thread, posts gather in a deque that one loop callback drains, as
+        EventLoop's do: each task's end posts its completion to the DAG scheduler, and an
+        asyncio callback apiece (a handle made, scheduled, run, guarded) cost the driver
+        ~4 us of its ~38 per tiny task. Posts keep their order, and each runs no later than
+        it would have as its own callback (short of a flood past DRAIN_MAX, whose rest
+        waits its turn behind the loop's I/O)."""
+        if not self.env.in_loop():
+            self.env.call_soon(fn, *args)
+            return
+        self._posted.append((fn, args))
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            self.env.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        posted = self._posted
+        for _ in range(self.DRAIN_MAX):
+            if not posted:
+                break
+            fn, args = posted.popleft()
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("%s: event handler %s failed", self.env.name,
+                              getattr(fn, "__qualname__", fn))
+        if posted:
+            self.env.call_soon(self._drain)
+        else:
+            self._drain_scheduled = False
 
     def run_here(self, fn: Callable[..., Any], *args: Any) -> None:
         self.env.run_here(fn, *args)
