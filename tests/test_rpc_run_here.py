@@ -243,3 +243,39 @@ def test_the_loop_still_stops_and_closes_its_selector():
     e.shutdown()
     e.await_termination(5)
     assert e.loop.is_closed()
+
+
+def test_rpc_loop_posts_from_the_loop_thread_run_in_order_in_one_callback(env, caplog):
+    """RpcLoop.post on the loop thread: FIFO, what a post posts runs in the same drain, a
+    failing handler is logged and the rest still run, and the loop's other callbacks go on;
+    posts from another thread still arrive."""
+    from ember.util.event_loop import RpcLoop
+    loop = RpcLoop(env)
+    ran: list = []
+    handles_before = []
+
+    def boom() -> None:
+        raise ValueError("handler failed")
+
+    def first() -> None:
+        ran.append(("first", env.in_loop()))
+        loop.post(ran.append, "posted by first")
+
+    def on_loop() -> None:
+        handles_before.append(len(env.loop._ready))
+        loop.post(first)
+        env.call_soon(ran.append, "a callback scheduled between posts")
+        loop.post(boom)
+        loop.post(ran.append, "after the failure")
+        handles_before.append(len(env.loop._ready))
+
+    env.call_soon(on_loop)
+    _settled(env)
+    _settled(env)
+    assert ran == [("first", True), "after the failure", "posted by first",
+                   "a callback scheduled between posts"]
+    assert handles_before[1] - handles_before[0] == 2, "one drain for three posts"
+    assert "handler failed" in caplog.text
+    done = threading.Event()
+    loop.post(done.set)             # from this thread: through the env, as before
+    assert done.wait(5)
