@@ -392,6 +392,8 @@ class TurnLoop:
     def post(self, fn: Any, *args: Any) -> None:
         self.posted.append((fn, args))
 
+    post_after_turn = post
+
     def wake_driver(self) -> None:
         pass
 

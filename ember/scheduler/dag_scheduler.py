@@ -171,7 +171,7 @@ class JobWaiter:
         A wake-up lost to a loop shutting down is caught by wait()'s timeout."""
         loop = self.dag.loop
         if loop is not None and loop.in_loop():
-            loop.post(self._done.set)
+            loop.post_after_turn(self._done.set)
         else:
             self._done.set()
         if loop is not None:

@@ -96,6 +96,11 @@ class EventLoop:
         if not self.in_loop():
             self._wake()
 
+    def post_after_turn(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run fn after what the loop has to do in this turn (here: what is posted so far,
+        which _drain runs first)."""
+        self.post(fn, *args)
+
     def _wake(self) -> None:
         _poke(self._wake_w)
 
@@ -265,6 +270,11 @@ class RpcLoop:
         if not self._drain_scheduled:
             self._drain_scheduled = True
             self.env.call_soon(self._drain)
+
+    def post_after_turn(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run fn after what the loop has to do in this turn: after the posts and the
+        callbacks scheduled so far (the offer round among them), not inside the drain."""
+        self.env.call_soon(fn, *args)
 
     def _drain(self) -> None:
         posted = self._posted
