@@ -6,7 +6,8 @@ on that thread, one at a time, so endpoint state needs no locks (Spark's
 ThreadSafeRpcEndpoint). Endpoints are plain objects with plain (non-async) methods: they
 must not block - blocking work goes to ``run_in_executor`` and comes back with ``call_soon``.
 While the loop waits in select, another thread may take its turn and act as that thread
-(``run_here``: a driver's job submission); callbacks still run one at a time.
+(``run_here``: a driver's job submission), or take its sockets and handle them itself while
+it waits for its job (``claim``, ``drive``, ``release``); callbacks still run one at a time.
 
 The pieces, one module each: the endpoint API (`ember.rpc.endpoint`), delivery to
 endpoints (`ember.rpc.dispatcher`), outbound connections and asks in flight
@@ -43,7 +44,9 @@ import concurrent.futures
 import functools
 import itertools
 import logging
+import math
 import selectors
+import socket
 import threading
 import time
 import uuid
@@ -67,6 +70,7 @@ from ember.rpc.messages import encode
 from ember.rpc.outbox import Outbox, PendingAsk
 from ember.rpc.timers import Cancellable, LoopTimers
 from ember.rpc.transport import Channel, Transport
+from ember.util.event_loop import poke, swallow
 
 log = logging.getLogger("ember.rpc")
 
@@ -109,19 +113,77 @@ def _as_address(address: RpcAddress | str | tuple) -> RpcAddress:
 BORROWED_READY_MAX = 64
 
 
+def _fd(fileobj: Any) -> int:
+    return fileobj if isinstance(fileobj, int) else fileobj.fileno()
+
+
 class _TurnSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
-    """The loop's selector: the loop thread gives up the turn while it waits in select."""
+    """The loop's selector: the loop thread gives up the turn while it waits in select.
+
+    Sockets are registered in a selector of their own (`sockets`) nested in this one (an
+    epoll is itself pollable), so that a caller waiting for its job can take them out of the
+    loop thread's select and handle them itself (`RpcEnv.drive`) without waking that thread.
+    The loop's self-pipe stays here (`keep_here`): other threads' calls still wake it."""
 
     def __init__(self, turn: threading.Lock) -> None:
         super().__init__()
         self._turn = turn
+        self.sockets = selectors.DefaultSelector()
+        self._here: set[int] = set()
+        self.lent = False
+        super().register(self.sockets, selectors.EVENT_READ)
+
+    def keep_here(self, fd: int) -> None:
+        key = self.sockets.unregister(fd)
+        self._here.add(fd)
+        super().register(fd, key.events, key.data)
+
+    def lend(self) -> None:
+        """Stop watching the sockets (a driver watches them now)."""
+        super().unregister(self.sockets)
+        self.lent = True
+
+    def take_back(self) -> None:
+        super().register(self.sockets, selectors.EVENT_READ)
+        self.lent = False
+
+    def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        if _fd(fileobj) in self._here:
+            return super().register(fileobj, events, data)
+        return self.sockets.register(fileobj, events, data)
+
+    def unregister(self, fileobj: Any) -> selectors.SelectorKey:
+        if _fd(fileobj) in self._here:
+            return super().unregister(fileobj)
+        return self.sockets.unregister(fileobj)
+
+    def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        if _fd(fileobj) in self._here:
+            return super().modify(fileobj, events, data)
+        return self.sockets.modify(fileobj, events, data)
+
+    def get_key(self, fileobj: Any) -> selectors.SelectorKey:
+        if _fd(fileobj) in self._here:
+            return super().get_key(fileobj)
+        return self.sockets.get_key(fileobj)
 
     def select(self, timeout: float | None = None) -> list:
         self._turn.release()
         try:
-            return super().select(timeout)
+            events = super().select(timeout)
         finally:
             self._turn.acquire()
+        for i, (key, _) in enumerate(events):
+            if key.fileobj is self.sockets:     # what is ready in there, now (none if lent)
+                del events[i]
+                if not self.lent:
+                    events.extend(self.sockets.select(0))
+                break
+        return events
+
+    def close(self) -> None:
+        super().close()
+        self.sockets.close()
 
 
 class RpcEnv:
@@ -143,8 +205,12 @@ class RpcEnv:
         # the loop runs): whoever holds it may act as the loop thread (`run_here`)
         self._turn = threading.Lock()
         self._turn.acquire()
-        self.loop = asyncio.SelectorEventLoop(_TurnSelector(self._turn))
+        self._selector = _TurnSelector(self._turn)
+        self.loop = asyncio.SelectorEventLoop(self._selector)
+        self._selector.keep_here(self.loop._ssock.fileno())     # type: ignore[attr-defined]
         self._loop_tid: int | None = None
+        self._driver: int | None = None         # the thread in `drive`, if any
+        self._driver_wake: tuple[socket.socket, socket.socket] | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._dispatcher = Dispatcher(name, self.loop, self._schedule_effect)
@@ -259,6 +325,8 @@ class RpcEnv:
                 log.debug("Error while closing the loop of RpcEnv %s", self.name, exc_info=True)
             finally:
                 loop.close()
+                for sock in self._driver_wake or ():
+                    sock.close()
                 self._drain_after_close()
                 self._terminated.set()
 
@@ -296,7 +364,7 @@ class RpcEnv:
         its thread, so a driver's job submission costs no wake-up of the loop thread and no
         hand-over of the GIL. What fn queued for the end of the turn (an offer round, the
         batched writes of a connection) runs here too, as the loop would run it next;
-        anything still queued, or newly scheduled, wakes the loop."""
+        anything still queued, or a timer due earlier than the loop's wait, wakes the loop."""
         loop = self.loop
         if not self._turn.acquire(blocking=False):
             self.call_soon(fn, *args)
@@ -305,28 +373,125 @@ class RpcEnv:
             if self._stopping or self._inbox or loop._ready or loop.get_debug():
                 self.call_soon(fn, *args)
                 return
-            loop_tid, self._loop_tid = self._loop_tid, threading.get_ident()
-            outer_env, loop_thread_state.env = getattr(loop_thread_state, "env", None), self
-            outer_loop = asyncio.events._get_running_loop()
-            asyncio.events._set_running_loop(loop)
-            timers = len(loop._scheduled)
+            saved = self._borrow()
             try:
                 self._safe_call(fn, args)
-                ready = loop._ready
-                for _ in range(BORROWED_READY_MAX):
-                    if not ready:
-                        break
-                    handle = ready.popleft()
-                    if not handle._cancelled:
-                        handle._run()
+                self._run_ready()
             finally:
-                asyncio.events._set_running_loop(outer_loop)
-                self._loop_tid = loop_tid
-                loop_thread_state.env = outer_env
-                if loop._ready or len(loop._scheduled) != timers:
-                    loop._write_to_self()
+                self._give_back(saved)
         finally:
             self._turn.release()
+
+    def _borrow(self) -> tuple:
+        """Make the calling thread (which holds the turn) act as the loop thread."""
+        loop = self.loop
+        saved = (self._loop_tid, getattr(loop_thread_state, "env", None),
+                 asyncio.events._get_running_loop(), self._next_timer())
+        self._loop_tid = threading.get_ident()
+        loop_thread_state.env = self
+        asyncio.events._set_running_loop(loop)
+        return saved
+
+    def _give_back(self, saved: tuple) -> None:
+        """Undo _borrow; wake the loop thread if it has callbacks to run, or a timer due
+        before the one its select waits for (the earliest when it went to sleep)."""
+        self._loop_tid, loop_thread_state.env, running, next_timer = saved
+        asyncio.events._set_running_loop(running)
+        if self.loop._ready or self._next_timer() < next_timer:
+            self.loop._write_to_self()
+
+    def _next_timer(self) -> float:
+        scheduled = self.loop._scheduled
+        return scheduled[0]._when if scheduled else math.inf
+
+    def _run_ready(self) -> None:
+        ready = self.loop._ready
+        for _ in range(BORROWED_READY_MAX):
+            if not ready:
+                break
+            handle = ready.popleft()
+            if not handle._cancelled:
+                handle._run()
+
+    # -- a caller that waits for its job handles the loop's sockets itself ------------------
+
+    def claim(self) -> bool:
+        """Take the sockets' work over for drive(): False if another thread has it, the loop
+        is busy, shutting down, in debug mode or has no sockets (in-process transport).
+        Taken before the job's tasks go out, so that their results find no select of the
+        loop thread to wake."""
+        if self.rpc_conf.inprocess or not self._turn.acquire(blocking=False):
+            return False
+        try:
+            if self._driver is not None or self._stopping or self.loop.get_debug():
+                return False
+            if self._driver_wake is None:
+                r, w = socket.socketpair()
+                r.setblocking(False)
+                w.setblocking(False)
+                self.loop.add_reader(r.fileno(), swallow, r)
+                self._driver_wake = (r, w)
+            self._driver = threading.get_ident()
+            self._selector.lend()
+            return True
+        finally:
+            self._turn.release()
+
+    def drive(self, done: Callable[[], bool]) -> None:
+        """After claim(), until release(): wait until done() by doing the loop's socket
+        work on the calling thread, as EventLoop.drive does in local mode. A caller waiting
+        for its job handles the StatusUpdates itself, where the loop thread would read them
+        and then wake it (a futex wake-up and a hand-over of the GIL); the loop thread is
+        not woken either, the sockets having left its select. Other threads' calls and
+        timers still wake the loop thread, callbacks never run two at a time (the turn),
+        and whatever makes done() true from another thread calls wake_driver()."""
+        me = threading.get_ident()
+        sockets = self._selector.sockets
+        keys = sockets.get_map()
+        loop = self.loop
+        while not done():
+            try:
+                events = sockets.select(0.5)
+            except (OSError, ValueError):       # closed: the env has stopped
+                return
+            with self._turn:
+                if self._stopping or self._driver != me:
+                    return
+                saved = self._borrow()
+                try:
+                    # a key unregistered since (its fd maybe reused) is not this event's
+                    loop._process_events([e for e in events if keys.get(e[0].fd) is e[0]])
+                    self._run_ready()
+                finally:
+                    self._give_back(saved)
+
+    def release(self) -> None:
+        """Give the sockets' work back to the loop thread, if this thread claimed it."""
+        with self._turn:
+            if self._driver == threading.get_ident():
+                if not self._stopping:
+                    self._selector.take_back()
+                self._driver = None
+
+    def holds_interrupts(self) -> bool:
+        """Whether a Ctrl-C in the calling thread must wait: it runs callbacks now, or it
+        drives (claim to release), which is then made to look at its done() again."""
+        me = threading.get_ident()
+        if me == self._loop_tid:
+            return True
+        if me == self._driver:
+            self._poke_driver()
+            return True
+        return False
+
+    def wake_driver(self) -> None:
+        """Make a thread waiting in drive() check done() again."""
+        if self._driver is not None and self._driver != threading.get_ident():
+            self._poke_driver()
+
+    def _poke_driver(self) -> None:
+        if self._driver_wake is not None:
+            poke(self._driver_wake[1])
 
     @property
     def stopping(self) -> bool:
@@ -939,6 +1104,7 @@ class RpcEnv:
             first = not self._stopping
             self._stopping = True
         if first:
+            self.wake_driver()
             try:
                 self.loop.call_soon_threadsafe(self._shutdown_on_loop)
             except RuntimeError:

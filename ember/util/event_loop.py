@@ -22,7 +22,7 @@ from typing import Any, Callable
 log = logging.getLogger(__name__)
 
 
-def _poke(sock: socket.socket) -> None:
+def poke(sock: socket.socket) -> None:
     """A byte that makes the select watching the other end return (one is enough: a full
     buffer or a closed socket means it will return anyway, or never needs to)."""
     try:
@@ -31,7 +31,7 @@ def _poke(sock: socket.socket) -> None:
         pass
 
 
-def _swallow(sock: socket.socket) -> None:
+def swallow(sock: socket.socket) -> None:
     """Read what wake-up bytes are there (one read: leftovers only make the next select
     return)."""
     try:
@@ -55,7 +55,7 @@ class EventLoop:
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         self._sel.register(self._socks, selectors.EVENT_READ, self._socks)
         self._socks.register(self._driver_wake_r, selectors.EVENT_READ,
-                             functools.partial(_swallow, self._driver_wake_r))
+                             functools.partial(swallow, self._driver_wake_r))
         self._driver: int | None = None     # the thread in `drive`, if any
         self._queue: collections.deque = collections.deque()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -102,7 +102,7 @@ class EventLoop:
         self.post(fn, *args)
 
     def _wake(self) -> None:
-        _poke(self._wake_w)
+        poke(self._wake_w)
 
     def register(self, sock: socket.socket, callback: Callable[[], None]) -> None:
         self._socks.register(sock, selectors.EVENT_READ, callback)
@@ -170,14 +170,14 @@ class EventLoop:
         if me == self._owner:
             return True
         if me == self._driver:
-            _poke(self._driver_wake_w)
+            poke(self._driver_wake_w)
             return True
         return False
 
     def wake_driver(self) -> None:
         """Make a thread waiting in drive() check done() again."""
         if self._driver is not None and self._driver != threading.get_ident():
-            _poke(self._driver_wake_w)
+            poke(self._driver_wake_w)
 
     def _handle(self, events: list) -> None:
         for key, _ in events:
@@ -205,7 +205,7 @@ class EventLoop:
                 self._owner = me
                 for key, _ in events:
                     if key.data is None:
-                        _swallow(self._wake_r)
+                        swallow(self._wake_r)
                     elif self._driver is None:      # else the driver has them now
                         self._handle(self._socks.select(0))
                 self._drain()
@@ -296,14 +296,19 @@ class RpcLoop:
         self.env.run_here(fn, *args)
 
     def claim(self) -> bool:
-        """Never on the RPC loop: its network reads belong to its asyncio loop."""
-        return False
+        return self.env.claim()
+
+    def drive(self, done: Callable[[], bool]) -> None:
+        self.env.drive(done)
+
+    def release(self) -> None:
+        self.env.release()
 
     def holds_interrupts(self) -> bool:
-        return self.env.in_loop()
+        return self.env.holds_interrupts()
 
     def wake_driver(self) -> None:
-        pass
+        self.env.wake_driver()
 
     def register(self, sock: socket.socket, callback: Callable[[], None]) -> None:
         self.env.add_reader(sock, callback)
