@@ -120,23 +120,32 @@ def _fd(fileobj: Any) -> int:
 class _TurnSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
     """The loop's selector: the loop thread gives up the turn while it waits in select.
 
-    Sockets are registered in a selector of their own (`sockets`) nested in this one (an
-    epoll is itself pollable), so that a caller waiting for its job can take them out of the
-    loop thread's select and handle them itself (`RpcEnv.drive`) without waking that thread.
-    The loop's self-pipe stays here (`keep_here`): other threads' calls still wake it."""
+    Once `nest()`ed (a driver's env, at its first claim), sockets are registered in a
+    selector of their own (`sockets`) nested in this one (an epoll is itself pollable), so
+    that a caller waiting for its job can take them out of the loop thread's select and
+    handle them itself (`RpcEnv.drive`) without waking that thread. The loop's self-pipe
+    stays here (`keep_here`): other threads' calls still wake the loop thread. Other envs
+    (executors, daemons) never nest and pay nothing for it."""
 
     def __init__(self, turn: threading.Lock) -> None:
         super().__init__()
         self._turn = turn
         self.sockets = selectors.DefaultSelector()
         self._here: set[int] = set()
+        self.nested = False
         self.lent = False
-        super().register(self.sockets, selectors.EVENT_READ)
 
     def keep_here(self, fd: int) -> None:
-        key = self.sockets.unregister(fd)
         self._here.add(fd)
-        super().register(fd, key.events, key.data)
+
+    def nest(self) -> None:
+        """Move every socket into `sockets` (under the turn)."""
+        for key in list(self.get_map().values()):
+            if key.fd not in self._here:
+                super().unregister(key.fd)
+                self.sockets.register(key.fd, key.events, key.data)
+        super().register(self.sockets, selectors.EVENT_READ)
+        self.nested = True
 
     def lend(self) -> None:
         """Stop watching the sockets (a driver watches them now)."""
@@ -147,23 +156,26 @@ class _TurnSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
         super().register(self.sockets, selectors.EVENT_READ)
         self.lent = False
 
+    def _outer(self, fileobj: Any) -> bool:
+        return not self.nested or _fd(fileobj) in self._here
+
     def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
-        if _fd(fileobj) in self._here:
+        if self._outer(fileobj):
             return super().register(fileobj, events, data)
         return self.sockets.register(fileobj, events, data)
 
     def unregister(self, fileobj: Any) -> selectors.SelectorKey:
-        if _fd(fileobj) in self._here:
+        if self._outer(fileobj):
             return super().unregister(fileobj)
         return self.sockets.unregister(fileobj)
 
     def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
-        if _fd(fileobj) in self._here:
+        if self._outer(fileobj):
             return super().modify(fileobj, events, data)
         return self.sockets.modify(fileobj, events, data)
 
     def get_key(self, fileobj: Any) -> selectors.SelectorKey:
-        if _fd(fileobj) in self._here:
+        if self._outer(fileobj):
             return super().get_key(fileobj)
         return self.sockets.get_key(fileobj)
 
@@ -173,12 +185,13 @@ class _TurnSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
             events = super().select(timeout)
         finally:
             self._turn.acquire()
-        for i, (key, _) in enumerate(events):
-            if key.fileobj is self.sockets:     # what is ready in there, now (none if lent)
-                del events[i]
-                if not self.lent:
-                    events.extend(self.sockets.select(0))
-                break
+        if self.nested:
+            for i, (key, _) in enumerate(events):
+                if key.fileobj is self.sockets:     # what is ready in there now (if not lent)
+                    del events[i]
+                    if not self.lent:
+                        events.extend(self.sockets.select(0))
+                    break
         return events
 
     def close(self) -> None:
@@ -397,12 +410,13 @@ class RpcEnv:
         before the one its select waits for (the earliest when it went to sleep)."""
         self._loop_tid, loop_thread_state.env, running, next_timer = saved
         asyncio.events._set_running_loop(running)
-        if self.loop._ready or self._next_timer() < next_timer:
-            self.loop._write_to_self()
+        loop = self.loop
+        if loop._ready or loop._stopping or self._next_timer() < next_timer:
+            loop._write_to_self()
 
     def _next_timer(self) -> float:
         scheduled = self.loop._scheduled
-        return scheduled[0]._when if scheduled else math.inf
+        return scheduled[0].when() if scheduled else math.inf
 
     def _run_ready(self) -> None:
         ready = self.loop._ready
@@ -431,6 +445,8 @@ class RpcEnv:
                 w.setblocking(False)
                 self.loop.add_reader(r.fileno(), swallow, r)
                 self._driver_wake = (r, w)
+            if not self._selector.nested:
+                self._selector.nest()
             self._driver = threading.get_ident()
             self._selector.lend()
             return True
