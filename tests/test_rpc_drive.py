@@ -118,12 +118,16 @@ def test_calls_from_other_threads_and_timers_still_run_on_the_loop_thread(envs):
     loop_ident = a._thread.ident
     ran: dict = {}
     fired = threading.Event()
+    a.setup_endpoint("timer", _TimerOnReceive(a, ran, fired))
+    arm = b.endpoint_ref(a.address, "timer")
+
+    def posted() -> None:           # from another thread while the caller drives
+        ran["posted"] = threading.get_ident()
+        arm.send("arm")             # then a message for the driving caller
     _idle(a)
     assert a.claim()
     try:
-        a.call_soon(lambda: ran.update(posted=threading.get_ident()))
-        a.setup_endpoint("timer", _TimerOnReceive(a, ran, fired))
-        b.endpoint_ref(a.address, "timer").send("arm")
+        threading.Timer(0.05, a.call_soon, (posted,)).start()
         a.drive(lambda: fired.is_set())
     finally:
         a.release()
@@ -219,3 +223,36 @@ def test_a_cluster_jobs_task_ends_run_on_the_calling_thread():
             assert set(threads) == {threading.get_ident()} and len(threads) == 100
         finally:
             sc.stop()
+
+
+def test_a_turns_one_frame_costs_the_loop_no_extra_turn_and_frames_keep_their_order(envs):
+    """The first frame of a loop turn is written at once; only a second one in the same
+    turn schedules the flush that writes the rest together."""
+    a, b = envs
+    rec = _Recorder(b)
+    b.setup_endpoint("rec", rec)
+    ref = a.endpoint_ref(b.address, "rec")
+    ref.send(-1)                                   # the connection opens
+    deadline = time.monotonic() + 5
+    while not rec.got:
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    queued: list = []
+
+    def turn(first: int, n: int) -> None:
+        for i in range(first, first + n):
+            before = len(a.loop._ready)
+            ref.send(i)
+            queued.append(len(a.loop._ready) - before)
+    for k in range(10):                            # one loop turn each
+        done = threading.Event()
+        a.call_soon(lambda k=k, done=done: (turn(3 * k, 1 + k % 3), done.set()))
+        assert done.wait(5)
+    deadline = time.monotonic() + 5
+    want = [i for k in range(10) for i in range(3 * k, 3 * k + 1 + k % 3)]
+    while len(rec.got) < 1 + len(want):
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    assert [m for m, _, _ in rec.got[1:]] == want
+    # per turn: the first frame schedules nothing, the second the flush, a third nothing
+    assert queued == [x for k in range(10) for x in [0, 1, 0][:1 + k % 3]]

@@ -134,6 +134,7 @@ class _TurnSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
         self._here: set[int] = set()
         self.nested = False
         self.lent = False
+        self.turns = 0          # turns of the loop so far (a borrowed turn counts as one)
 
     def keep_here(self, fd: int) -> None:
         self._here.add(fd)
@@ -185,6 +186,7 @@ class _TurnSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
             events = super().select(timeout)
         finally:
             self._turn.acquire()
+            self.turns += 1
         if self.nested:
             for i, (key, _) in enumerate(events):
                 if key.fileobj is self.sockets:     # what is ready in there now (if not lent)
@@ -403,6 +405,7 @@ class RpcEnv:
         self._loop_tid = threading.get_ident()
         loop_thread_state.env = self
         asyncio.events._set_running_loop(loop)
+        self._selector.turns += 1
         return saved
 
     def _give_back(self, saved: tuple) -> None:
@@ -513,6 +516,11 @@ class RpcEnv:
     def stopping(self) -> bool:
         """True once ``shutdown`` began."""
         return self._stopping
+
+    @property
+    def loop_turn(self) -> int:
+        """Which turn of the loop runs now (it changes between any two turns)."""
+        return self._selector.turns
 
     def run_on_loop(self, fn: Callable, *args: Any) -> None:
         """Run fn(*args) on the loop soon (always deferred, FIFO per calling thread).

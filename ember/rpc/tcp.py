@@ -247,6 +247,7 @@ class TcpConnection(asyncio.BufferedProtocol, Channel):
         self._timer: asyncio.TimerHandle | None = None
         self._out: list[Any] = []
         self._flush_scheduled = False
+        self._written_in = -1           # the loop turn that wrote a frame at once
         self._opened = False
         self._remote = "?"
         self._peername: tuple[str, int] = ("?", 0)
@@ -689,18 +690,23 @@ class TcpConnection(asyncio.BufferedProtocol, Channel):
 
     def _queue(self, header: bytes, body: Any) -> None:
         """Write the first frame of a loop turn at once (latency), batch the rest of the
-        turn into one write at its end (throughput under a flood of small messages)."""
+        turn into one write at its end (throughput under a flood of small messages). Only
+        a second frame schedules that end: a turn's one message (a task's status) costs the
+        loop no extra turn for an empty flush."""
         if self.closed:
             return
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._handler.loop.call_soon(self._flush)
+        turn = self._handler.loop_turn
+        if turn != self._written_in and not self._out:
+            self._written_in = turn
             parts = [header, body]
             self._transport.writelines(  # type: ignore[union-attr]
                 parts if self._sealer is None else self._sealer.seal(parts))
             return
         self._out.append(header)
         self._out.append(body)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._handler.loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_scheduled = False

@@ -34,6 +34,10 @@ class TransportHandler(Protocol):
     def stopping(self) -> bool:
         """True once the env began to shut down (it takes no new channel)."""
 
+    @property
+    def loop_turn(self) -> int:
+        """Which turn of the loop runs now (it changes between any two turns)."""
+
     def run_on_loop(self, fn: Callable, *args: Any) -> None:
         """Run fn(*args) on the env's loop soon; any thread. RuntimeError if it is closed."""
 
