@@ -14,6 +14,7 @@ import pytest
 import ember
 from ember.deploy.local_cluster import LocalCluster
 from ember.rpc import RpcEndpoint, RpcEnv
+from tests.helpers.rpc_idle import idle
 from tests.helpers.switches import context_switches
 
 pytestmark = pytest.mark.timeout(60)
@@ -42,17 +43,6 @@ def envs():
         e.await_termination(5)
 
 
-def _idle(env: RpcEnv) -> None:
-    """Everything posted so far has run, and the loop thread is back in select."""
-    done = threading.Event()
-    env.call_soon(done.set)
-    assert done.wait(5)
-    deadline = time.monotonic() + 5
-    while env._turn.locked():
-        assert time.monotonic() < deadline, "the loop never went idle"
-        time.sleep(0.001)
-
-
 def _connected(a: RpcEnv, b: RpcEnv) -> tuple[_Recorder, object]:
     """An endpoint on a, a ref to it from b, and their connection open."""
     rec = _Recorder(a)
@@ -73,7 +63,7 @@ def test_a_driving_caller_handles_the_sockets_and_the_loop_thread_sleeps(envs):
     loop_ident = a._thread.ident
     me = threading.get_ident()
     for rnd in range(20):
-        _idle(a)
+        idle(a)
         assert a.claim()
         before = context_switches(loop_tid)
         for i in range(5):
@@ -95,7 +85,7 @@ def test_a_driving_caller_handles_the_sockets_and_the_loop_thread_sleeps(envs):
 
 def test_one_driver_at_a_time_and_not_while_the_loop_is_busy(envs):
     a, _ = envs
-    _idle(a)
+    idle(a)
     assert a.claim()
     other: list = []
     t = threading.Thread(target=lambda: other.append(a.claim()))
@@ -124,7 +114,7 @@ def test_calls_from_other_threads_and_timers_still_run_on_the_loop_thread(envs):
     def posted() -> None:           # from another thread while the caller drives
         ran["posted"] = threading.get_ident()
         arm.send("arm")             # then a message for the driving caller
-    _idle(a)
+    idle(a)
     assert a.claim()
     try:
         threading.Timer(0.05, a.call_soon, (posted,)).start()
@@ -151,7 +141,7 @@ class _TimerOnReceive(RpcEndpoint):
 def test_wake_driver_shutdown_and_ctrl_c_end_a_drive(envs):
     a, _ = envs
     flag = threading.Event()
-    _idle(a)
+    idle(a)
     assert a.claim()
     threading.Timer(0.05, lambda: (flag.set(), a.wake_driver())).start()
     t0 = time.monotonic()
@@ -167,7 +157,7 @@ def test_wake_driver_shutdown_and_ctrl_c_end_a_drive(envs):
         interrupted.append(a.holds_interrupts())
     previous = signal.signal(signal.SIGALRM, on_alarm)
     try:
-        _idle(a)
+        idle(a)
         assert a.claim()
         signal.setitimer(signal.ITIMER_REAL, 0.05)
         t0 = time.monotonic()
@@ -179,7 +169,7 @@ def test_wake_driver_shutdown_and_ctrl_c_end_a_drive(envs):
         signal.signal(signal.SIGALRM, previous)
     assert not a.holds_interrupts()
 
-    _idle(a)
+    idle(a)
     assert a.claim()
     threading.Timer(0.05, a.shutdown).start()
     t0 = time.monotonic()

@@ -12,6 +12,7 @@ import pytest
 from ember.rpc import RpcEndpoint, RpcEnv
 from ember.rpc.endpoint import loop_thread_state
 from tests.helpers.one_at_a_time import OneAtATime
+from tests.helpers.rpc_idle import idle, settled
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -26,26 +27,10 @@ def env():
     e.await_termination(5)
 
 
-def _settled(env: RpcEnv) -> None:
-    """Wait until the loop thread has run everything posted so far."""
-    done = threading.Event()
-    env.call_soon(done.set)
-    assert done.wait(5)
-
-
-def _idle(env: RpcEnv) -> None:
-    """Settled, and the loop thread back in select (where it lets go of the turn)."""
-    _settled(env)
-    deadline = time.monotonic() + 5
-    while env._turn.locked():
-        assert time.monotonic() < deadline, "the loop never went idle"
-        time.sleep(0.001)
-
-
 def _loop_thread(env: RpcEnv) -> int:
     got = []
     env.call_soon(lambda: got.append(threading.get_ident()))
-    _settled(env)
+    settled(env)
     return got[0]
 
 
@@ -58,7 +43,7 @@ def test_run_here_runs_on_the_calling_thread_as_the_loop(env):
                      getattr(loop_thread_state, "env", None) is env))
         with pytest.raises(RuntimeError, match="event-loop thread"):
             env.setup_endpoint("x", RpcEndpoint()).ask_sync("anything", 1)
-    _idle(env)
+    idle(env)
     env.run_here(fn)
     assert seen == [(threading.get_ident(), True, True)]
     assert not env.in_loop() and getattr(loop_thread_state, "env", None) is None
@@ -84,7 +69,7 @@ def test_what_it_queues_runs_before_it_returns_and_timers_wake_the_loop(env):
         env.schedule(0.02, lambda: (order.append(("timer", threading.get_ident())),
                                     fired.set()))
         env.loop.create_task(step())
-    _idle(env)
+    idle(env)
     env.run_here(fn)
     # the task's first step was queued by fn: it ran in the borrowed turn, as on the loop
     assert order == ["first", "queued", ("task", me, True)]
@@ -98,7 +83,7 @@ def test_a_caller_inside_its_own_asyncio_loop_keeps_it(env):
 
     async def main() -> None:
         mine = asyncio.get_running_loop()
-        _idle(env)
+        idle(env)
         env.run_here(lambda: seen.append(asyncio.get_running_loop() is env.loop))
         seen.append(asyncio.get_running_loop() is mine)
     asyncio.run(main())
@@ -114,7 +99,7 @@ def test_run_here_is_posted_while_the_loop_runs_a_callback(env):
     env.run_here(lambda: ran.append(threading.get_ident()))
     assert ran == []
     release.set()
-    _settled(env)
+    settled(env)
     assert ran == [loop_tid]
 
 
@@ -125,12 +110,12 @@ def test_run_here_keeps_the_order_of_what_was_posted_before(env):
     env.call_soon(order.append, 1)
     env.run_here(order.append, 2)
     gate.set()
-    _settled(env)
+    settled(env)
     assert order == [1, 2]
     for i in range(200):                 # nothing overtakes a call posted just before it
         env.call_soon(order.append, ("posted", i))
         env.run_here(order.append, ("here", i))
-    _settled(env)
+    settled(env)
     assert order[2:] == [x for i in range(200) for x in (("posted", i), ("here", i))]
 
 
@@ -209,7 +194,7 @@ def test_callbacks_never_overlap_between_borrowers_sockets_and_the_loop(env):
             handler()
         for i in range(n):
             if i % 10 == 0:              # back-to-back calls can post behind each other's
-                _idle(env)               # posts for ever: let the loop go idle now and then
+                idle(env)               # posts for ever: let the loop go idle now and then
             env.run_here(mine)
     for feeder in (poster, writer):
         threads = [threading.Thread(target=feeder), threading.Thread(target=caller),
@@ -218,9 +203,9 @@ def test_callbacks_never_overlap_between_borrowers_sockets_and_the_loop(env):
             t.start()
         for t in threads:
             t.join(30)
-    _settled(env)
+    settled(env)
     env.remove_reader(r)
-    _settled(env)
+    settled(env)
     r.close()
     w.close()
     assert handler.overlaps == []
@@ -270,8 +255,8 @@ def test_rpc_loop_posts_from_the_loop_thread_run_in_order_in_one_callback(env, c
         handles_before.append(len(env.loop._ready))
 
     env.call_soon(on_loop)
-    _settled(env)
-    _settled(env)
+    settled(env)
+    settled(env)
     assert ran == [("first", True), "after the failure", "posted by first",
                    "a callback scheduled between posts"]
     assert handles_before[1] - handles_before[0] == 2, "one drain for three posts"

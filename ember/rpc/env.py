@@ -157,28 +157,23 @@ class _TurnSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
         super().register(self.sockets, selectors.EVENT_READ)
         self.lent = False
 
-    def _outer(self, fileobj: Any) -> bool:
-        return not self.nested or _fd(fileobj) in self._here
+    def _owner(self, fileobj: Any) -> Any:
+        """The selector that watches fileobj: this one, or the nested one."""
+        if not self.nested or _fd(fileobj) in self._here:
+            return super()
+        return self.sockets
 
     def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
-        if self._outer(fileobj):
-            return super().register(fileobj, events, data)
-        return self.sockets.register(fileobj, events, data)
+        return self._owner(fileobj).register(fileobj, events, data)
 
     def unregister(self, fileobj: Any) -> selectors.SelectorKey:
-        if self._outer(fileobj):
-            return super().unregister(fileobj)
-        return self.sockets.unregister(fileobj)
+        return self._owner(fileobj).unregister(fileobj)
 
     def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
-        if self._outer(fileobj):
-            return super().modify(fileobj, events, data)
-        return self.sockets.modify(fileobj, events, data)
+        return self._owner(fileobj).modify(fileobj, events, data)
 
     def get_key(self, fileobj: Any) -> selectors.SelectorKey:
-        if self._outer(fileobj):
-            return super().get_key(fileobj)
-        return self.sockets.get_key(fileobj)
+        return self._owner(fileobj).get_key(fileobj)
 
     def select(self, timeout: float | None = None) -> list:
         self._turn.release()
@@ -409,8 +404,9 @@ class RpcEnv:
         return saved
 
     def _give_back(self, saved: tuple) -> None:
-        """Undo _borrow; wake the loop thread if it has callbacks to run, or a timer due
-        before the one its select waits for (the earliest when it went to sleep)."""
+        """Undo _borrow; wake the loop thread if it has callbacks to run, is to stop, or
+        has a timer due before the earliest one when this turn began (which its select
+        waits for at the latest)."""
         self._loop_tid, loop_thread_state.env, running, next_timer = saved
         asyncio.events._set_running_loop(running)
         loop = self.loop
