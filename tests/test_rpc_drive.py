@@ -104,7 +104,7 @@ def test_calls_from_other_threads_and_timers_still_run_on_the_loop_thread(envs):
     """A drive does not take the loop's self-pipe: posts from elsewhere wake the loop
     thread, and a timer scheduled in a driven turn, earlier than the loop's wait, too."""
     a, b = envs
-    rec, ref = _connected(a, b)
+    _connected(a, b)                # the connection b -> a is open before the claim
     loop_ident = a._thread.ident
     ran: dict = {}
     fired = threading.Event()
