@@ -59,13 +59,10 @@ def stage_rdds(rdd: Any) -> list[Any]:
     """`rdd` and its ancestors within its stage (through narrow dependencies only), each
     once, depth first: the one walk behind every per-stage question (its shuffle parents,
     its RDD infos, its barrier and resource-profile checks). A list, built at once: a warm
-    job asks about a stage a dozen times, most often of one RDD without narrow parents."""
-    narrow = [d.rdd for d in rdd.dependencies() if not isinstance(d, ShuffleDependency)]
-    out = [rdd]
-    if not narrow:
-        return out
-    seen = {rdd.id()}
-    stack = narrow
+    job asks about a stage a dozen times."""
+    seen: set[int] = set()
+    out: list[Any] = []
+    stack = [rdd]
     while stack:
         r = stack.pop()
         rid = r.id()
