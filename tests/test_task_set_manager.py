@@ -12,7 +12,7 @@ from ember.scheduler.backend import WorkerOffer
 from ember.scheduler.speculation import SpeculationSettings
 from ember.scheduler.task import (ExceptionFailure, FetchFailed, Task, TaskKilled,
                                   TaskLocation, TaskSet)
-from ember.scheduler.task_scheduler import TASK_SIZE_TO_WARN_KIB, TaskSchedulerImpl
+from ember.scheduler.task_scheduler import TASK_SIZE_TO_WARN_KIB, TaskSchedulerImpl, spread
 from ember.scheduler.task_set_manager import (ANY, NO_PREF, NODE_LOCAL, PROCESS_LOCAL,
                                               TaskSetManager)
 from ember.storage.block_manager import BLOCK_IN_SIBLING
@@ -149,6 +149,20 @@ def test_an_offer_round_stops_asking_a_task_set_once_its_tasks_are_all_placed(mo
     launched = sched.resource_offers(offers)
     assert len(launched) == 2 and len(asked) == 2
     assert tsm.seen_executors == {"exec1", "exec2"}
+
+
+def test_tasks_fewer_than_slots_go_one_per_executor_on_its_lowest_slot():
+    """Spark's round-robin over shuffled executors: two tasks on two executors of two slots
+    each land one per executor, whatever the shuffle, and each on slot 0 (the process
+    that ran the last small job), never on a random slot."""
+    for _ in range(20):
+        sched, _tsm = make([[], []])
+        offers = [WorkerOffer(f"exec{e}", f"host{e}", s) for e in (1, 2) for s in (0, 1)]
+        launched = sched.resource_offers(offers)
+        assert sorted((td.executor_id, td.slot) for td in launched) == [("exec1", 0),
+                                                                         ("exec2", 0)]
+    assert [(o.executor_id, o.slot) for o in spread(offers)][2:] in (
+        [("exec1", 1), ("exec2", 1)], [("exec2", 1), ("exec1", 1)])
 
 
 def test_resource_offer_only_chooses_the_task_serialization_is_the_callers():

@@ -29,6 +29,20 @@ log = logging.getLogger(__name__)
 TASK_SIZE_TO_WARN_KIB = 1000    # Spark's TaskSetManager.TASK_SIZE_TO_WARN_KIB
 
 
+def spread(offers: list[WorkerOffer]) -> list[WorkerOffer]:
+    """Spark's shuffleOffers and round-robin: executors in random order, and each pass over
+    the list reaches every executor before any executor's next slot. Within an executor the
+    slots keep the caller's (ascending) order, so a job smaller than the cluster runs on
+    each executor's lowest free slots: the same few task processes, still warm in the
+    CPU's caches, rather than a random one of them."""
+    by_executor: dict[str, list[WorkerOffer]] = {}
+    for o in offers:
+        by_executor.setdefault(o.executor_id, []).append(o)
+    groups = list(by_executor.values())
+    random.shuffle(groups)
+    return [o for rank in itertools.zip_longest(*groups) for o in rank if o is not None]
+
+
 class TaskSchedulerImpl:
     def __init__(self, max_task_failures: int, scheduling_mode: str = "FIFO",
                  allocation_file: str | None = None, bus: Any = None,
@@ -279,8 +293,7 @@ class TaskSchedulerImpl:
                 offers = [o for o in offers if not ht.is_node_excluded(o.host)
                           and not ht.is_executor_excluded(o.executor_id)]
             if len(offers) > 1:
-                offers = list(offers)       # the caller's list stays as it was
-                random.shuffle(offers)
+                offers = spread(offers)
             launched: list[TaskDescription] = []
             free = list(offers)
             queued = offers[0].queued if offers else False
