@@ -303,6 +303,11 @@ _entry("spark.ember.executor.driverLease", 120.0, SECONDS,
        "this long exits, so no executor of a vanished driver runs on (Spark: after "
        "spark.executor.heartbeat.maxFailures heartbeats, 10 min).",
        by=(EXECUTOR,))
+_entry("spark.ember.executor.batchScheduling", True, BOOL,
+       "Ember only: an executor's own threads run as SCHED_BATCH (Linux), so its wake-ups "
+       "(a LaunchTask, a task's result) never preempt the driver or a task on that CPU; "
+       "its task processes keep the executor's original policy. Only an executor started "
+       "as SCHED_OTHER switches.", by=(EXECUTOR,))
 _entry("spark.ember.appClient.reconnectTimeout", 120.0, SECONDS,
        "How long a driver that lost its master waits for a master (restarted, or a standby "
        "taking over) to take its application back before it ends the application.")

@@ -34,6 +34,7 @@ from ember.deploy.resource_messages import (DEFAULT_RESOURCE_PROFILE_ID, Resourc
                                             ResourceProfile)
 from ember.deploy.resources import (ResourceError, ResourceRequest, discover_resource,
                                     parse_allocated)
+from ember.executor.batch_scheduling import TASK_POLICY_ENV, batch_threads
 from ember.executor.decommission import (migrate_blocks, migrated_block_path,
                                          store_migrated_chunk)
 from ember.executor.process_pool import TaskProcessPool
@@ -68,8 +69,11 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
                  spark_conf: dict[str, str], work_dir: str,
                  resources: dict[str, ResourceInformation] | None = None,
                  rp_id: int = DEFAULT_RESOURCE_PROFILE_ID,
-                 shuffle_service: RpcAddress | None = None) -> None:
+                 shuffle_service: RpcAddress | None = None,
+                 task_sched_policy: int | None = None) -> None:
         self.executor_id = executor_id
+        # the scheduling policy for the task processes when this one left it (batch_threads)
+        self.task_sched_policy = task_sched_policy
         self.shuffle_service = shuffle_service   # where reducers fetch our map output
         self.resources = dict(resources or {})
         self.rp_id = rp_id
@@ -305,6 +309,8 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
                     "fs_conf": fs.hadoop_conf(conf)}
         extra = {k[len("spark.executorEnv."):]: v for k, v in conf.items()
                  if k.startswith("spark.executorEnv.")}
+        if self.task_sched_policy is not None:
+            extra[TASK_POLICY_ENV] = str(self.task_sched_policy)
         pool = TaskProcessPool(self.cores, env_conf, self._on_task_end, extra,
                                config.read(conf, "spark.python.task.killTimeout"),
                                loop=RpcLoop(self.rpc_env), on_barrier=self._on_barrier,
@@ -494,10 +500,12 @@ def main(argv: list[str] | None = None) -> int:
         if shuffle_service is None:
             env.shutdown()
             return 1
+    task_policy = (batch_threads() if config.read(conf, "spark.ember.executor.batchScheduling")
+                   else None)
     backend = CoarseGrainedExecutorBackend(args.executor_id, args.hostname, args.cores,
                                            args.app_id, driver_addr, worker_addr, conf,
                                            work_dir, resources, args.resourceProfileId,
-                                           shuffle_service)
+                                           shuffle_service, task_policy)
     env.setup_endpoint(ENDPOINT_NAME, backend)
     if worker_addr is not None:
         try:    # WorkerWatcher: a connection to the worker whose loss ends this executor
