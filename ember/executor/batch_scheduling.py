@@ -7,7 +7,8 @@ held ~130 us per write while the first executor ran, before it wrote to the next
 SCHED_BATCH thread gets the same share of the CPU, but its wake-ups never preempt: the
 driver writes every executor's tasks first. Measured on 2 workers x 2 cores (12 alternating
 blocks of 200 warm 2-task jobs in one driver): 0.89 -> 0.76 and 0.66 -> 0.62 ms. Task
-processes stay as they were: their wake-up starts the task (as batch they gained nothing).
+processes stay as they were: their wake-up is what starts the task (switched as well, they
+gained nothing more).
 Only a SCHED_OTHER executor switches; a policy chosen for it (chrt) is left alone.
 """
 from __future__ import annotations
