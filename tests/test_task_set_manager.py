@@ -165,6 +165,22 @@ def test_tasks_fewer_than_slots_go_one_per_executor_on_its_lowest_slot():
         [("exec1", 1), ("exec2", 1)], [("exec2", 1), ("exec1", 1)])
 
 
+def test_fair_pools_each_get_a_slot_of_a_round_whose_slots_freed_together():
+    """FAIR: two tasks of pool a end together and free both slots in one offer round; pool b
+    (submitted later, nothing running) gets one of them, as Spark's one offer per
+    StatusUpdate would give it, instead of pool a (sorted first on the tie) taking both."""
+    sched = TaskSchedulerImpl(4, "FAIR", clock=ManualClock(1000.0))
+    sched.initialize(RecordingBackend(), RecordingDag())
+    for stage, pool in ((0, "a"), (1, "b")):
+        tasks = [Task(stage, 0, None, i, True, i) for i in range(8)]
+        sched.submit_tasks(TaskSet(tasks, stage, 0, stage, {"spark.scheduler.pool": pool},
+                                   b"blob", b"meta"))
+    offers = [WorkerOffer("exec1", "host1", s) for s in (0, 1)]
+    assert sorted(td.stage_key[0] for td in sched.resource_offers(offers)) == [0, 1]
+    more = sched.resource_offers([WorkerOffer("exec1", "host1", s) for s in (2, 3)])
+    assert sorted(td.stage_key[0] for td in more) == [0, 1]
+
+
 def test_resource_offer_only_chooses_the_task_serialization_is_the_callers():
     sched, tsm = make([[]], partitions=["p0"])
     td = tsm.resource_offer("exec1", "host1", 0, ANY, (1, {"gpu": ["0"]}))

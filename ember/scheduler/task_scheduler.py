@@ -295,43 +295,11 @@ class TaskSchedulerImpl:
             if len(offers) > 1:
                 offers = spread(offers)
             launched: list[TaskDescription] = []
-            free = list(offers)
-            queued = offers[0].queued if offers else False
-            for tsm in self.root_pool.sorted_task_sets():
-                if not free:
-                    break
-                if queued and not tsm.queueable:
-                    continue
-                if not tsm.has_pending:     # nothing to place: only note who offered
-                    tsm.seen_executors.update(o.executor_id for o in free)
-                    continue
-                req = self._task_requirements(tsm)
-                if tsm.is_barrier:
-                    if tsm.can_launch_barrier(len(free)):
-                        free = self._launch_barrier(tsm, free, launched, req)
-                    continue
-                before = len(launched)
-                for level in list(tsm.levels):
-                    while free and tsm.has_pending:
-                        progress = False
-                        rest = []
-                        for i, o in enumerate(free):
-                            td = self._offer(tsm, o, level, req)
-                            if td is None:
-                                rest.append(o)
-                                continue
-                            self._launched(tsm, td, o, launched)
-                            progress = True
-                            if not tsm.has_pending:
-                                rest.extend(free[i + 1:])
-                                break
-                        free = rest
-                        if not progress:
-                            break
-                if free and not tsm.has_pending:    # all placed: the rest would take nothing
-                    tsm.seen_executors.update(o.executor_id for o in free)
-                if ht is not None and len(launched) == before and not queued:
-                    self._check_unschedulable(tsm)
+            if self._pools_contend():
+                for o in offers:
+                    self._place([o], launched, ht)
+            else:
+                self._place(offers, launched, ht)
             if launched and ht is not None:
                 self.unschedulable_expiry.clear()
             if launched:
@@ -339,6 +307,60 @@ class TaskSchedulerImpl:
             for td in launched:
                 self._serialize_task(self.task_id_to_tsm[td.task_id], td)
             return launched
+
+    def _pools_contend(self) -> bool:
+        """FAIR scheduling with several task sets waiting to place tasks: each slot of a round
+        then goes to the one neediest at that moment, as in Spark, where every StatusUpdate
+        offers the core it freed (in one pass over several slots, the set sorted first takes
+        them all: tasks that ended together would starve the other pools). Not with a
+        barrier set waiting, which needs its slots in one pass."""
+        if self.root_pool.scheduling_mode != "FAIR":
+            return False
+        waiting = [tsm for attempts in self.stage_tsms.values() for tsm in attempts.values()
+                   if tsm.has_pending and not tsm.is_zombie]
+        return len(waiting) > 1 and not any(tsm.is_barrier for tsm in waiting)
+
+    def _place(self, offers: list[WorkerOffer], launched: list[TaskDescription],
+               ht: HealthTracker | None) -> None:
+        """One pass of the task sets in scheduling order over the offers (locality level by
+        level, round-robin over the offers); what launches is added to `launched`."""
+        free = list(offers)
+        queued = offers[0].queued if offers else False
+        for tsm in self.root_pool.sorted_task_sets():
+            if not free:
+                break
+            if queued and not tsm.queueable:
+                continue
+            if not tsm.has_pending:     # nothing to place: only note who offered
+                tsm.seen_executors.update(o.executor_id for o in free)
+                continue
+            req = self._task_requirements(tsm)
+            if tsm.is_barrier:
+                if tsm.can_launch_barrier(len(free)):
+                    free = self._launch_barrier(tsm, free, launched, req)
+                continue
+            before = len(launched)
+            for level in list(tsm.levels):
+                while free and tsm.has_pending:
+                    progress = False
+                    rest = []
+                    for i, o in enumerate(free):
+                        td = self._offer(tsm, o, level, req)
+                        if td is None:
+                            rest.append(o)
+                            continue
+                        self._launched(tsm, td, o, launched)
+                        progress = True
+                        if not tsm.has_pending:
+                            rest.extend(free[i + 1:])
+                            break
+                    free = rest
+                    if not progress:
+                        break
+            if free and not tsm.has_pending:    # all placed: the rest would take nothing
+                tsm.seen_executors.update(o.executor_id for o in free)
+            if ht is not None and len(launched) == before and not queued:
+                self._check_unschedulable(tsm)
 
     @staticmethod
     def _serialize_task(tsm: TaskSetManager, td: TaskDescription) -> None:
