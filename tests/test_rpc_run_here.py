@@ -194,7 +194,7 @@ def test_callbacks_never_overlap_between_borrowers_sockets_and_the_loop(env):
             handler()
         for i in range(n):
             if i % 10 == 0:              # back-to-back calls can post behind each other's
-                idle(env)               # posts for ever: let the loop go idle now and then
+                idle(env)                # posts for ever: let the loop go idle now and then
             env.run_here(mine)
     for feeder in (poster, writer):
         threads = [threading.Thread(target=feeder), threading.Thread(target=caller),
