@@ -200,6 +200,13 @@ _entry("spark.memory.fraction", 0.6, FLOAT, "Fraction of (heap - 300MB) for exec
 _entry("spark.ember.storage.memory", None, SIZE_MB,
        "Storage memory per task process for cached blocks; default from spark.memory.fraction.",
        by=(DRIVER, EXECUTOR))
+_entry("spark.cleaner.referenceTracking", True, BOOL,
+       "Clean up a shuffle's outputs, and a persisted RDD's cached blocks, once the driver "
+       "no longer references its ShuffleDependency or RDD (Spark's ContextCleaner).",
+       by=(DRIVER,))
+_entry("spark.cleaner.periodicGC.interval", 1800.0, SECONDS,
+       "How often the context cleaner runs a full garbage collection, so objects held only "
+       "by reference cycles are found and cleaned.", by=(DRIVER,))
 _entry("spark.ui.showConsoleProgress", True, BOOL, "Console progress bar on stderr (tty only).")
 _entry("spark.ui.enabled", True, BOOL, "Run the application web UI on the driver.")
 _entry("spark.ui.port", 4040, INT, "Port of the application UI; busy ports retry upwards.")

@@ -105,6 +105,7 @@ class DriverRuntime:
         self.event_loop: Any = None
         self.local_cluster: Any = None
         self.progress_bar: Any = None
+        self.cleaner: Any = None
         self._stop_context: Callable[[], None] = lambda: None
         # the context's SIGINT handler while installed (see interrupt)
         self.sigint_handler: Callable[..., None] | None = None
@@ -146,6 +147,11 @@ class DriverRuntime:
         self.map_output_tracker = MapOutputTracker()
         self._setup_resources()
         self._create_scheduler(environment)
+        if config.read(self.conf, "spark.cleaner.referenceTracking"):
+            from ember.context_cleaner import ContextCleaner
+            self.cleaner = ContextCleaner(
+                self, config.read(self.conf, "spark.cleaner.periodicGC.interval"))
+            self.cleaner.start()
         self._post_application_start(system_properties)
         self.stopped = False
         if config.read(self.conf, "spark.ui.showConsoleProgress") and sys.stderr.isatty():
@@ -486,12 +492,20 @@ class DriverRuntime:
             self.scheduler_backend.unpersist_broadcast(bid)
 
     def remove_shuffle(self, shuffle_id: int) -> None:
+        """A shuffle nothing can read again (cleanShuffleDependencies, or the context
+        cleaner once its ShuffleDependency is unreachable): its MapStatuses, and its files
+        with the task processes' descriptors and indexes of them, wherever they are. The
+        files its statuses name are removed from here too: those of executors already gone,
+        whose worker's shuffle service served them."""
+        if self.stopped:
+            return
         for path in self.map_output_tracker.output_files(shuffle_id):
             try:
                 os.unlink(path)
             except OSError:
                 pass
         self.map_output_tracker.unregister_shuffle(shuffle_id)
+        self.scheduler_backend.remove_shuffle(shuffle_id)
 
     # --- shutdown -----------------------------------------------------------------------
     def stop_context(self) -> None:
@@ -511,6 +525,8 @@ class DriverRuntime:
         ends on the bus, schedulers and backend stop (executors before a local cluster's
         daemons), then the bus, the UI process, the event log and the directories."""
         self.stopped = True
+        if self.cleaner is not None:
+            self.cleaner.stop()
         ui_process = self.ui_process
         dag = self.dag_scheduler
         if dag is not None:

@@ -273,9 +273,18 @@ class RDD:
             raise SparkException(
                 "Cannot change storage level of an RDD after it was already assigned a level")
         self.id()              # a PipelinedRDD takes its id when persisted, as in PySpark
+        if self._storage_level == StorageLevel.NONE:
+            self._clean_when_unreachable()
         self.is_cached = True
         self._storage_level = storageLevel
         return self
+
+    def _clean_when_unreachable(self) -> None:
+        """Spark's persistRDD: once nothing references this RDD, the context cleaner drops
+        its cached blocks."""
+        cleaner = self.ctx.runtime.cleaner
+        if cleaner is not None:
+            cleaner.register_rdd_for_cleanup(self)
 
     def unpersist(self, blocking: bool = False) -> "RDD":
         self.is_cached = False
@@ -295,6 +304,7 @@ class RDD:
     def localCheckpoint(self) -> None:
         level = self._storage_level
         if level == StorageLevel.NONE:
+            self._clean_when_unreachable()
             self._storage_level = StorageLevel.MEMORY_AND_DISK
         elif not level.useDisk:
             self._storage_level = StorageLevel(True, level.useMemory, level.useOffHeap,
@@ -1523,6 +1533,9 @@ class ShuffledRDD(RDD):
         self._serializer = prev.ctx.runtime.data_serializer
         self._dep = ShuffleDependency(prev, self.shuffle_id, num_partitions, partition_func,
                                       self._serializer)
+        cleaner = prev.ctx.runtime.cleaner
+        if cleaner is not None:
+            cleaner.register_shuffle_for_cleanup(self._dep)
 
     def _get_partitions(self) -> list[Partition]:
         return [Partition(i) for i in range(self.num_partitions)]

@@ -21,7 +21,7 @@ __all__ = [
     "FetchShuffleBlocks", "RegisterExecutorShuffleInfo", "DecommissionExecutor",
     "ExecutorDecommissioning", "BlockManagerPeer", "GetPeers", "PutMigratedBlock",
     "UpdateBlockInfo", "FetchBroadcast", "FetchFile", "RemoveStage", "RemoveRdd",
-    "RemoveBroadcast",
+    "RemoveBroadcast", "RemoveShuffle",
 ]
 
 
@@ -274,6 +274,14 @@ class RemoveStage:
 class RemoveRdd:
     """Driver -> executor (Spark's BlockManager message): drop an RDD's cached blocks."""
     rddId: int
+
+
+@message
+@dataclass(frozen=True)
+class RemoveShuffle:
+    """Driver -> executor (Spark's BlockManager message): no RDD the driver can reach reads
+    this shuffle any more; delete its files."""
+    shuffleId: int
 
 
 @message

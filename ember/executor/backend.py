@@ -24,7 +24,8 @@ from ember.deploy.fencing import MasterLease
 from ember.deploy.executor_messages import (KillTask, LaunchTask, LaunchTasks,
                                             RegisteredExecutor, RegisterExecutor,
                                             ExecutorHeartbeat, RegisterExecutorFailed,
-                                            RemoveBroadcast, RemoveRdd, RemoveStage,
+                                            RemoveBroadcast, RemoveRdd, RemoveShuffle,
+                                            RemoveStage,
                                             RetrieveSparkAppConfig, FetchShuffleBlocks,
                                             RegisterExecutorShuffleInfo, DecommissionExecutor,
                                             PutMigratedBlock, ExecutorDecommissioning,
@@ -60,7 +61,7 @@ SHUFFLE_SERVICE_ENDPOINT = "ExternalShuffleService"   # the worker's service (de
 # Only the driver that registered this executor sends these (checked on the connection).
 DRIVER_ONLY_MESSAGES: tuple[type, ...] = (
     RegisteredExecutor, RegisterExecutorFailed, LaunchTask, LaunchTasks, KillTask, RemoveStage,
-    RemoveRdd, RemoveBroadcast, StopExecutor)
+    RemoveRdd, RemoveBroadcast, RemoveShuffle, StopExecutor)
 
 
 class CoarseGrainedExecutorBackend(RpcEndpoint):
@@ -145,6 +146,11 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
         elif isinstance(msg, RemoveBroadcast):
             name = f"broadcast_{msg.broadcastId}"
             self._remove_blocks(lambda n: n == name, ("unpersist_broadcast", msg.broadcastId))
+        elif isinstance(msg, RemoveShuffle):
+            from ember.shuffle.writer import remove_shuffle_files
+            if self.pool is not None:
+                self.pool.broadcast(("remove_shuffle", msg.shuffleId))
+            remove_shuffle_files(self.work_dir, msg.shuffleId)
         elif isinstance(msg, DecommissionExecutor):
             if not self.decommissioning:
                 self.decommissioning = True

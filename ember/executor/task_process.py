@@ -352,6 +352,10 @@ def serve(sock: socket.socket, env: TaskEnv) -> None:
             send_msg(sock, ("exported",))
         elif op == "unpersist_broadcast":
             broadcast._broadcast_registry.pop(msg[1], None)
+        elif op == "remove_shuffle":
+            from ember.shuffle import reader, writer
+            writer.close_outputs(msg[1])
+            reader.forget_shuffle(msg[1])
         elif op == "forget_stage":
             for k in [k for k in stages if k[0] == msg[1]]:
                 del stages[k]

@@ -45,6 +45,9 @@ class SchedulerBackend(ABC):
     def unpersist_broadcast(self, bid: int) -> None:
         """Drop loaded copies of a broadcast everywhere."""
 
+    def remove_shuffle(self, shuffle_id: int) -> None:
+        """Delete a shuffle's files everywhere, and what task processes keep open of them."""
+
     def forget_stage(self, stage_id: int) -> None:
         """A stage is done for good: its cached closures may be dropped."""
 

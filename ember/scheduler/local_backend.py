@@ -14,6 +14,7 @@ from typing import Any
 from ember.executor.process_pool import TaskProcessPool
 from ember.scheduler.backend import SchedulerBackend, WorkerOffer
 from ember.scheduler.slot_queues import SlotQueues
+from ember.shuffle.writer import remove_shuffle_files
 
 EXECUTOR_ID = "driver"
 HOST = "localhost"
@@ -32,6 +33,7 @@ class LocalSchedulerBackend(SchedulerBackend):
         self._revive_pending = False
         self.num_slots = num_slots
         self._default_parallelism = default_parallelism or num_slots
+        self.local_dir = local_dir
         block_dir = os.path.join(local_dir, "blocks")
         os.makedirs(block_dir, exist_ok=True)
         env_conf = {"executor_id": EXECUTOR_ID, "host": HOST, "local_dir": local_dir,
@@ -107,6 +109,10 @@ class LocalSchedulerBackend(SchedulerBackend):
 
     def unpersist_broadcast(self, bid: int) -> None:
         self.pool.broadcast(("unpersist_broadcast", bid))
+
+    def remove_shuffle(self, shuffle_id: int) -> None:
+        self.pool.broadcast(("remove_shuffle", shuffle_id))
+        remove_shuffle_files(self.local_dir, shuffle_id)
 
     def forget_stage(self, stage_id: int) -> None:
         self.pool.forget_stage(stage_id)

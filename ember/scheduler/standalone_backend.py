@@ -25,7 +25,8 @@ from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, ApplicationDescr
                                    FetchBroadcast, FetchFile, GetPeers, UpdateBlockInfo,
                                    KillTask, LaunchTask, LaunchTasks, RegisteredExecutor,
                                    ExecutorHeartbeat, RegisterExecutor, RegisterExecutorFailed,
-                                   RemoveBroadcast, RemoveExecutor, RemoveRdd, RemoveStage,
+                                   RemoveBroadcast, RemoveExecutor, RemoveRdd, RemoveShuffle,
+                                   RemoveStage,
                                    RequestToSync,
                                    ResourceProfile, RetrieveSparkAppConfig, SparkAppConfig,
                                    StatusUpdate, StatusUpdates, StopExecutor)
@@ -633,6 +634,10 @@ class StandaloneSchedulerBackend(SchedulerBackend):
     def unpersist_broadcast(self, bid: int) -> None:
         for data in list(self.executors.values()):
             data.ref.send(RemoveBroadcast(bid))
+
+    def remove_shuffle(self, shuffle_id: int) -> None:
+        for data in list(self.executors.values()):
+            data.ref.send(RemoveShuffle(shuffle_id))
 
     def forget_stage(self, stage_id: int) -> None:
         """Each executor that has the stage's closure is told in its next launch message (at

@@ -178,6 +178,11 @@ def reduce_index(shuffle_id: int, statuses: list[MapStatus | None]) -> dict[int,
     return index
 
 
+def forget_shuffle(shuffle_id: int) -> None:
+    """A removed shuffle: its index and open files go (the context cleaner's RemoveShuffle)."""
+    _forget(shuffle_id)
+
+
 def _forget(shuffle_id: int) -> None:
     """Drop a shuffle's index and close its files. The dict of descriptors is emptied too: a
     reducer still reading (several shuffles read at once in one task, more than

@@ -66,6 +66,30 @@ def output_file_base(local_dir: str, shuffle_id: int) -> str:
     return os.path.join(local_dir, f"shuffle_{shuffle_id}_{os.getpid()}_{_PROCESS_TAG}")
 
 
+def remove_shuffle_files(local_dir: str, shuffle_id: int) -> None:
+    """Delete a shuffle's output and spill files in `local_dir` (every process's, every
+    attempt's: all are named shuffle_<id>_...)."""
+    prefix = f"shuffle_{shuffle_id}_"
+    try:
+        names = os.listdir(local_dir)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith(prefix):
+            try:
+                os.unlink(os.path.join(local_dir, name))
+            except OSError:
+                pass
+
+
+def close_outputs(shuffle_id: int) -> None:
+    """Close this process's output file of a removed shuffle (an open descriptor would keep
+    the deleted file's space)."""
+    prefix = f"shuffle_{shuffle_id}_"
+    for base in [b for b in _outputs if os.path.basename(b).startswith(prefix)]:
+        os.close(_outputs.pop(base))
+
+
 def _output_fd(base_path: str) -> tuple[int, int]:
     """This process's output file of a shuffle, opened for appending, and its size: where
     the next append starts, as no other process writes to it."""

@@ -1,0 +1,149 @@
+"""The context cleaner (Spark's ContextCleaner): once the driver can no longer reach a
+shuffle's ShuffleDependency, its MapStatuses, files and the task processes' descriptors of
+them go, locally and on a cluster's executors; a persisted RDD's cached blocks go with the
+RDD; nothing still referenced is touched, and spark.cleaner.referenceTracking=false keeps
+everything."""
+from __future__ import annotations
+
+import gc
+import os
+import tempfile
+import time
+
+import psutil
+
+import ember
+from ember.context_cleaner import ContextCleaner
+from ember.deploy.local_cluster import LocalCluster
+
+
+def _shuffled(sc: ember.SparkContext):
+    """A shuffle whose map outputs are too big to travel inline: they are files."""
+    return sc.parallelize(range(2000), 4).map(lambda i: (i % 8, b"x" * 200)) \
+        .partitionBy(4)
+
+
+def _files(root: str, shuffle_id: int) -> list[str]:
+    prefix = f"shuffle_{shuffle_id}_"
+    return [n for _d, _s, names in os.walk(root) for n in names if n.startswith(prefix)]
+
+
+def _deleted_shuffle_fds() -> list[str]:
+    """Descriptors this process's children hold on deleted shuffle files."""
+    found = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            found += [f.path for f in p.open_files()
+                      if "shuffle_" in f.path and not os.path.exists(f.path)]
+        except psutil.Error:
+            pass
+    return found
+
+
+def _until(predicate, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        gc.collect()
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def _conf(tracking: bool = True) -> ember.SparkConf:
+    return ember.SparkConf().set("spark.ui.enabled", "false") \
+        .set("spark.cleaner.referenceTracking", str(tracking).lower())
+
+
+def test_an_unreachable_shuffle_is_removed_and_a_reachable_one_kept(fresh_sc):
+    sc = fresh_sc("local[2]", conf=_conf())
+    rt = sc.runtime
+    gone, kept = _shuffled(sc), _shuffled(sc)
+    assert gone.count() == kept.count() == 2000
+    gone_id, kept_id = gone.shuffle_id, kept.shuffle_id
+    assert _files(rt.local_dir, gone_id) and _files(rt.local_dir, kept_id)
+    del gone
+    assert _until(lambda: not _files(rt.local_dir, gone_id)
+                  and not rt.map_output_tracker.contains(gone_id))
+    assert _until(lambda: not _deleted_shuffle_fds())
+    assert rt.map_output_tracker.contains(kept_id) and _files(rt.local_dir, kept_id)
+    assert kept.mapValues(len).values().sum() == 2000 * 200
+    # later shuffles run as before in the same task processes
+    assert sorted(_shuffled(sc).keys().distinct().collect()) == list(range(8))
+
+
+def test_reference_tracking_off_keeps_every_shuffle(fresh_sc):
+    sc = fresh_sc("local[2]", conf=_conf(tracking=False))
+    rt = sc.runtime
+    assert rt.cleaner is None
+    r = _shuffled(sc)
+    r.count()
+    shuffle_id = r.shuffle_id
+    del r
+    gc.collect()
+    time.sleep(0.3)
+    assert rt.map_output_tracker.contains(shuffle_id) and _files(rt.local_dir, shuffle_id)
+
+
+def test_an_unreachable_cached_rdd_loses_its_blocks(fresh_sc):
+    sc = fresh_sc("local[2]", conf=_conf())
+    master = sc.runtime.block_manager_master
+    cached = sc.parallelize(range(100), 4).map(lambda x: x * 2).cache()
+    kept = sc.parallelize(range(10), 2).map(lambda x: x).persist()
+    assert cached.sum() == 9900 and kept.count() == 10
+    cached_id, kept_id = cached.id(), kept.id()
+
+    def blocks(rdd_id: int) -> list[str]:
+        with master._lock:
+            return [n for n in master._blocks if n.startswith(f"rdd_{rdd_id}_")]
+    assert len(blocks(cached_id)) == 4 and len(blocks(kept_id)) == 2
+    del cached
+    assert _until(lambda: not blocks(cached_id))
+    assert len(blocks(kept_id)) == 2
+
+
+def test_a_cluster_executor_deletes_the_files_of_an_unreachable_shuffle():
+    with tempfile.TemporaryDirectory() as tmp, \
+            LocalCluster(tmp, workers=1, cores=2, memory="1g",
+                         conf={"spark.local.dir": tmp}) as cluster:
+        sc = ember.SparkContext(cluster.url, "cleaner", conf=_conf())
+        try:
+            r = _shuffled(sc)
+            assert r.count() == 2000
+            shuffle_id = r.shuffle_id
+            assert _files(tmp, shuffle_id)
+            del r
+            assert _until(lambda: not _files(tmp, shuffle_id))
+            assert _until(lambda: not _deleted_shuffle_fds())
+            assert _shuffled(sc).count() == 2000
+        finally:
+            sc.stop()
+
+
+class _Runtime:
+    stopped = False
+
+    def __init__(self) -> None:
+        self.removed: list[int] = []
+
+    def remove_shuffle(self, shuffle_id: int) -> None:
+        if shuffle_id == 1:
+            raise OSError("disk gone")
+        self.removed.append(shuffle_id)
+
+
+class _Dep:
+    def __init__(self, shuffle_id: int) -> None:
+        self.shuffle_id = shuffle_id
+
+
+def test_a_failed_clean_up_does_not_stop_the_cleaner_and_stop_ends_it():
+    runtime = _Runtime()
+    cleaner = ContextCleaner(runtime, periodic_gc_s=0.05)
+    cleaner.start()
+    for i in (1, 2):
+        cleaner.register_shuffle_for_cleanup(_Dep(i))    # unreachable at once
+    assert _until(lambda: runtime.removed == [2], timeout=5)
+    thread = cleaner._thread
+    cleaner.stop()
+    assert not thread.is_alive()
