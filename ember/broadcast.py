@@ -66,7 +66,7 @@ class Broadcast(Generic[T]):
             return
         self._pickle_registry = pickle_registry
         bid = sc.runtime.new_broadcast_id()
-        self._path = os.path.join(sc.runtime.broadcast_dir, f"broadcast_{bid}")
+        self._path = sc.runtime.broadcast_path(bid)
         tmp = self._path + ".tmp"
         try:
             self.dump(value, open(tmp, "wb"))
@@ -76,6 +76,9 @@ class Broadcast(Generic[T]):
         os.replace(tmp, self._path)
         self._bid = bid
         self._value = value
+        cleaner = sc.runtime.cleaner
+        if cleaner is not None:
+            cleaner.register_broadcast_for_cleanup(self)
 
     def dump(self, value: T, f: Any) -> None:
         """Pickle `value` to the open binary file `f` and close it; a value that cannot be

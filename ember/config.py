@@ -201,8 +201,9 @@ _entry("spark.ember.storage.memory", None, SIZE_MB,
        "Storage memory per task process for cached blocks; default from spark.memory.fraction.",
        by=(DRIVER, EXECUTOR))
 _entry("spark.cleaner.referenceTracking", True, BOOL,
-       "Clean up a shuffle's outputs, and a persisted RDD's cached blocks, once the driver "
-       "no longer references its ShuffleDependency or RDD (Spark's ContextCleaner).",
+       "Clean up a shuffle's outputs, a persisted RDD's cached blocks and a broadcast once "
+       "the driver no longer references the ShuffleDependency, RDD or Broadcast (Spark's "
+       "ContextCleaner).",
        by=(DRIVER,))
 _entry("spark.cleaner.periodicGC.interval", 1800.0, SECONDS,
        "How often the context cleaner runs a full garbage collection, so objects held only "

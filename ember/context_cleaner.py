@@ -1,11 +1,12 @@
-"""ContextCleaner: a shuffle's outputs and a persisted RDD's cached blocks live only as long
-as the driver can still reach the ShuffleDependency or the RDD (Spark's ContextCleaner,
+"""ContextCleaner: a shuffle's outputs, a persisted RDD's cached blocks and a broadcast's
+file and loaded copies live only as long as the driver can still reach the
+ShuffleDependency, the RDD or the Broadcast (Spark's ContextCleaner,
 spark.cleaner.referenceTracking).
 
 Why: without it every shuffle a long-lived context ran kept its map output files on disk and
 its MapStatuses in the driver (one per map task, so the driver's heap, and with it each full
-garbage collection, grew with every job), and every cached RDD the program dropped kept its
-blocks in the task processes for the application's life.
+garbage collection, grew with every job), and every cached RDD and broadcast the program
+dropped kept its blocks or value in the task processes for the application's life.
 
 A weakref finalizer only puts the id on a queue: it runs wherever the collector happened to
 run, possibly inside a lock of the scheduler, so it must neither block nor take a lock
@@ -24,7 +25,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-SHUFFLE, RDD = "shuffle", "rdd"
+SHUFFLE, RDD, BROADCAST = "shuffle", "rdd", "broadcast"
 _STOP = ("stop", -1)
 
 
@@ -40,6 +41,9 @@ class ContextCleaner:
 
     def register_rdd_for_cleanup(self, rdd: Any) -> None:
         self._watch(rdd, RDD, rdd.id())
+
+    def register_broadcast_for_cleanup(self, broadcast: Any) -> None:
+        self._watch(broadcast, BROADCAST, broadcast._bid)
 
     def _watch(self, obj: Any, kind: str, ident: int) -> None:
         # the callback must not hold `obj` (it would never be collected)
@@ -75,11 +79,11 @@ class ContextCleaner:
         runtime = self.runtime
         if runtime.stopped:
             return
+        log.debug("Cleaning %s %d", kind, ident)
         if kind == SHUFFLE:
-            log.debug("Cleaning shuffle %d", ident)
             runtime.remove_shuffle(ident)
-            log.debug("Cleaned shuffle %d", ident)
-        else:
-            log.debug("Cleaning RDD %d", ident)
+        elif kind == RDD:
             runtime.unpersist_rdd(ident)
-            log.debug("Cleaned RDD %d", ident)
+        else:
+            runtime.remove_broadcast(ident)
+        log.debug("Cleaned %s %d", kind, ident)

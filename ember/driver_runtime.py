@@ -491,6 +491,21 @@ class DriverRuntime:
         if not self.stopped:
             self.scheduler_backend.unpersist_broadcast(bid)
 
+    def broadcast_path(self, bid: int) -> str:
+        """The driver's file of a broadcast's pickled value."""
+        return os.path.join(self.broadcast_dir, f"broadcast_{bid}")
+
+    def remove_broadcast(self, bid: int) -> None:
+        """Spark's removeBroadcast(removeFromDriver = true), for a broadcast nothing
+        references: the loaded copies everywhere and the driver's file."""
+        if self.stopped:
+            return
+        self.scheduler_backend.unpersist_broadcast(bid)
+        try:
+            os.unlink(self.broadcast_path(bid))
+        except OSError:
+            pass
+
     def remove_shuffle(self, shuffle_id: int) -> None:
         """A shuffle nothing can read again (cleanShuffleDependencies, or the context
         cleaner once its ShuffleDependency is unreachable): its MapStatuses, and its files

@@ -1,8 +1,8 @@
 """The context cleaner (Spark's ContextCleaner): once the driver can no longer reach a
 shuffle's ShuffleDependency, its MapStatuses, files and the task processes' descriptors of
 them go, locally and on a cluster's executors; a persisted RDD's cached blocks go with the
-RDD; nothing still referenced is touched, and spark.cleaner.referenceTracking=false keeps
-everything."""
+RDD, a broadcast's file and loaded copies with the Broadcast; nothing still referenced is
+touched, and spark.cleaner.referenceTracking=false keeps everything."""
 from __future__ import annotations
 
 import gc
@@ -147,3 +147,24 @@ def test_a_failed_clean_up_does_not_stop_the_cleaner_and_stop_ends_it():
     thread = cleaner._thread
     cleaner.stop()
     assert not thread.is_alive()
+
+
+def test_an_unreachable_broadcast_loses_its_file_and_loaded_copies(fresh_sc):
+    sc = fresh_sc("local[2]", conf=_conf())
+    gone, kept = sc.broadcast(list(range(1000))), sc.broadcast([1])
+    assert _sizes(sc, gone, kept) == [1001] * 4
+    gone_id, gone_path, kept_path = gone._bid, gone._path, kept._path
+    assert os.path.exists(gone_path) and os.path.exists(kept_path)
+
+    def loaded(_):
+        from ember import broadcast
+        yield gone_id in broadcast._broadcast_registry
+    del gone
+    assert _until(lambda: not os.path.exists(gone_path))
+    assert _until(lambda: not any(sc.parallelize(range(8), 8).mapPartitions(loaded).collect()))
+    assert os.path.exists(kept_path) and _sizes(sc, kept) == [1] * 4
+
+
+def _sizes(sc: ember.SparkContext, *broadcasts) -> list[int]:
+    return sc.parallelize(range(4), 2).map(lambda i: sum(len(b.value) for b in broadcasts)) \
+        .collect()
