@@ -366,8 +366,10 @@ def test_io_encryption_seals_shuffle_files(tmp_path):
                               .set("spark.io.encryption.enabled", enabled))
             try:
                 # distinct values: each map output is over INLINE_BYTES, so it goes to a file
-                pairs = sc.parallelize([(i % 5, f"{mark}{i}") for i in range(500)], 4)
-                counts = dict(pairs.groupByKey().mapValues(len).collect())
+                # `grouped` held: the context cleaner deletes an unreachable shuffle's files
+                grouped = sc.parallelize([(i % 5, f"{mark}{i}") for i in range(500)], 4) \
+                    .groupByKey()
+                counts = dict(grouped.mapValues(len).collect())
                 assert counts == {k: 100 for k in range(5)}
                 roots = {d for p in cluster.all_processes()
                          for d in _environ(p).get("SPARK_EXECUTOR_DIRS", "").split(os.pathsep)
@@ -407,8 +409,8 @@ def test_io_encryption_in_local_mode(tmp_path):
                       .set("spark.io.encryption.enabled", "true")
                       .set("spark.local.dir", str(tmp_path)))
     try:
-        counts = dict(sc.parallelize([(i % 3, f"{mark}{i}") for i in range(300)], 3)
-                      .groupByKey().mapValues(len).collect())
+        grouped = sc.parallelize([(i % 3, f"{mark}{i}") for i in range(300)], 3).groupByKey()
+        counts = dict(grouped.mapValues(len).collect())    # `grouped` keeps the shuffle files
         assert counts == {0: 100, 1: 100, 2: 100}
         files = [os.path.join(d, f) for d, _, fs in os.walk(sc.runtime.local_dir) for f in fs
                  if f.startswith("shuffle_") and f.endswith(".data")]
@@ -431,8 +433,8 @@ def test_io_encryption_with_the_applications_serializer(tmp_path):
                       .set("spark.local.dir", str(tmp_path)),
                       serializer=MarshalSerializer(), batchSize=5)
     try:
-        counts = dict(sc.parallelize([(i % 3, f"{mark}{i}") for i in range(300)], 3)
-                      .groupByKey().mapValues(len).collect())
+        grouped = sc.parallelize([(i % 3, f"{mark}{i}") for i in range(300)], 3).groupByKey()
+        counts = dict(grouped.mapValues(len).collect())    # `grouped` keeps the shuffle files
         assert counts == {0: 100, 1: 100, 2: 100}
         files = [os.path.join(d, f) for d, _, fs in os.walk(sc.runtime.local_dir) for f in fs
                  if f.startswith("shuffle_") and f.endswith(".data")]
