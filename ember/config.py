@@ -205,6 +205,9 @@ _entry("spark.cleaner.referenceTracking", True, BOOL,
        "the driver no longer references the ShuffleDependency, RDD or Broadcast (Spark's "
        "ContextCleaner).",
        by=(DRIVER,))
+_entry("spark.cleaner.referenceTracking.cleanCheckpoints", False, BOOL,
+       "Also delete a reliably checkpointed RDD's files once the driver no longer "
+       "references the RDD.", by=(DRIVER,))
 _entry("spark.cleaner.periodicGC.interval", 1800.0, SECONDS,
        "How often the context cleaner runs a full garbage collection, so objects held only "
        "by reference cycles are found and cleaned.", by=(DRIVER,))

@@ -23,16 +23,20 @@ import threading
 import weakref
 from typing import Any
 
+from ember import fs
+
 log = logging.getLogger(__name__)
 
-SHUFFLE, RDD, BROADCAST = "shuffle", "rdd", "broadcast"
+SHUFFLE, RDD, BROADCAST, CHECKPOINT = "shuffle", "rdd", "broadcast", "checkpoint"
 _STOP = ("stop", -1)
 
 
 class ContextCleaner:
-    def __init__(self, runtime: Any, periodic_gc_s: float) -> None:
+    def __init__(self, runtime: Any, periodic_gc_s: float, clean_checkpoints: bool = False
+                 ) -> None:
         self.runtime = runtime
         self.periodic_gc_s = periodic_gc_s
+        self.clean_checkpoints = clean_checkpoints    # ...referenceTracking.cleanCheckpoints
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
@@ -45,7 +49,12 @@ class ContextCleaner:
     def register_broadcast_for_cleanup(self, broadcast: Any) -> None:
         self._watch(broadcast, BROADCAST, broadcast._bid)
 
-    def _watch(self, obj: Any, kind: str, ident: int) -> None:
+    def register_checkpoint_for_cleanup(self, rdd: Any, path: str) -> None:
+        """A reliably checkpointed RDD's files, when cleanCheckpoints is on."""
+        if self.clean_checkpoints:
+            self._watch(rdd, CHECKPOINT, path)
+
+    def _watch(self, obj: Any, kind: str, ident: Any) -> None:
         # the callback must not hold `obj` (it would never be collected)
         weakref.finalize(obj, self._queue.put, (kind, ident)).atexit = False
 
@@ -73,17 +82,20 @@ class ContextCleaner:
             try:
                 self.do_clean(kind, ident)
             except Exception:      # a failed clean-up must not end the cleaning
-                log.exception("Error cleaning %s %d", kind, ident)
+                log.exception("Error cleaning %s %s", kind, ident)
 
-    def do_clean(self, kind: str, ident: int) -> None:
+    def do_clean(self, kind: str, ident: Any) -> None:
+        """`ident`: the shuffle, RDD or broadcast id, or a checkpoint's directory."""
         runtime = self.runtime
         if runtime.stopped:
             return
-        log.debug("Cleaning %s %d", kind, ident)
+        log.debug("Cleaning %s %s", kind, ident)
         if kind == SHUFFLE:
             runtime.remove_shuffle(ident)
         elif kind == RDD:
             runtime.unpersist_rdd(ident)
-        else:
+        elif kind == BROADCAST:
             runtime.remove_broadcast(ident)
-        log.debug("Cleaned %s %d", kind, ident)
+        else:
+            fs.remove_tree(ident)
+        log.debug("Cleaned %s %s", kind, ident)

@@ -150,7 +150,8 @@ class DriverRuntime:
         if config.read(self.conf, "spark.cleaner.referenceTracking"):
             from ember.context_cleaner import ContextCleaner
             self.cleaner = ContextCleaner(
-                self, config.read(self.conf, "spark.cleaner.periodicGC.interval"))
+                self, config.read(self.conf, "spark.cleaner.periodicGC.interval"),
+                config.read(self.conf, "spark.cleaner.referenceTracking.cleanCheckpoints"))
             self.cleaner.start()
         self._post_application_start(system_properties)
         self.stopped = False

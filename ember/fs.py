@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from typing import Any, Mapping, NamedTuple
 from urllib.parse import urlparse
 
@@ -139,6 +140,18 @@ def makedirs(path: str) -> None:
     else:
         filesystem_, p = filesystem(path)
         filesystem_.makedirs(p, exist_ok=True)
+
+
+def remove_tree(path: str) -> None:
+    """Delete a directory and everything in it (local path or URL); gone already is fine."""
+    if is_local(path):
+        shutil.rmtree(local_path(path), ignore_errors=True)
+        return
+    filesystem_, p = filesystem(path)
+    try:
+        filesystem_.rm(p, recursive=True)
+    except FileNotFoundError:
+        pass
 
 
 def listdir(path: str) -> list[str]:

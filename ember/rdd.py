@@ -368,6 +368,9 @@ class RDD:
             self._checkpoint_requested = True
         self._checkpoint_dir = path
         self._partitions_cache = None
+        cleaner = self.ctx.runtime.cleaner
+        if cleaner is not None:
+            cleaner.register_checkpoint_for_cleanup(self, path)
         self.is_checkpointed = True
 
     # --- narrow transformations ---------------------------------------------------------

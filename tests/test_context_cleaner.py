@@ -168,3 +168,24 @@ def test_an_unreachable_broadcast_loses_its_file_and_loaded_copies(fresh_sc):
 def _sizes(sc: ember.SparkContext, *broadcasts) -> list[int]:
     return sc.parallelize(range(4), 2).map(lambda i: sum(len(b.value) for b in broadcasts)) \
         .collect()
+
+
+def test_clean_checkpoints_deletes_an_unreachable_rdds_checkpoint_only_when_asked(
+        fresh_sc, tmp_path):
+    for clean in (True, False):
+        sc = fresh_sc("local[2]", conf=_conf().set(
+            "spark.cleaner.referenceTracking.cleanCheckpoints", str(clean).lower()))
+        sc.setCheckpointDir(str(tmp_path / str(clean)))
+        rdd = sc.parallelize(range(10), 2).map(lambda x: x + 1)
+        rdd.checkpoint()
+        assert rdd.sum() == 55 and rdd.isCheckpointed()
+        path = rdd.getCheckpointFile()[len("file:"):]
+        assert os.listdir(path)
+        del rdd
+        if clean:
+            assert _until(lambda: not os.path.exists(path))
+        else:
+            gc.collect()
+            time.sleep(0.3)
+            assert os.listdir(path)
+        sc.stop()
