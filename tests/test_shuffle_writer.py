@@ -343,6 +343,9 @@ def test_tracker_moves_every_output_of_a_migrated_file_and_keeps_inline_ones(tmp
     assert t.remove_outputs_on_executor("1") == 0       # only the inline output was there
     assert t.remove_outputs_on_executor("2") == 2 and t.missing(7) == [0, 1]
     assert t.executors_with_outputs() == set()
+    t.unregister_shuffle(7)                 # removed while a late map task still reports
+    t.register_map_output(7, 0, a)
+    assert not t.contains(7) and t.output_files(7) == set()
 
 
 def test_migration_takes_only_map_output_files_and_never_overwrites(tmp_path):

@@ -27,8 +27,12 @@ class MapOutputTracker:
         return shuffle_id in self._outputs
 
     def register_map_output(self, shuffle_id: int, map_index: int, status: MapStatus) -> None:
+        """An output of a shuffle removed meanwhile (cleanShuffleDependencies during its
+        stage) is dropped: nothing can read it."""
         with self._lock:
-            self._outputs[shuffle_id][map_index] = status
+            outs = self._outputs.get(shuffle_id)
+            if outs is not None:
+                outs[map_index] = status
 
     def unregister_map_output(self, shuffle_id: int, map_index: int) -> None:
         with self._lock:
