@@ -159,7 +159,7 @@ def reduce_index(shuffle_id: int, statuses: list[MapStatus | None]) -> dict[int,
     cached = _indexes.get(shuffle_id)
     if cached is not None and cached[0] is statuses:
         return cached[1]
-    _forget(shuffle_id)
+    forget_shuffle(shuffle_id)
     index: dict[int, array] = {}
     get = index.get
     for map_index, st in enumerate(statuses):
@@ -173,21 +173,16 @@ def reduce_index(shuffle_id: int, statuses: list[MapStatus | None]) -> dict[int,
                 segs = index[reduce_id] = array("q")
             segs.extend((map_index, start, end))
     while len(_indexes) >= _MAX_INDEXES:
-        _forget(next(iter(_indexes)))
+        forget_shuffle(next(iter(_indexes)))
     _indexes[shuffle_id] = (statuses, index, {}, [])
     return index
 
 
 def forget_shuffle(shuffle_id: int) -> None:
-    """A removed shuffle: its index and open files go (the context cleaner's RemoveShuffle)."""
-    _forget(shuffle_id)
-
-
-def _forget(shuffle_id: int) -> None:
-    """Drop a shuffle's index and close its files. The dict of descriptors is emptied too: a
-    reducer still reading (several shuffles read at once in one task, more than
-    _MAX_INDEXES) holds it, and must not use a closed descriptor whose number the next open
-    may reuse."""
+    """Drop a shuffle's index and close its files (a stale index, one making room, or the
+    context cleaner's RemoveShuffle). The dict of descriptors is emptied too: a reducer
+    still reading (several shuffles read at once in one task, more than _MAX_INDEXES) holds
+    it, and must not use a closed descriptor whose number the next open may reuse."""
     entry = _indexes.pop(shuffle_id, None)
     if entry is not None:
         for fd in entry[2].values():
