@@ -338,7 +338,7 @@ class DriverRuntime:
                 for s in (sock, redirect):
                     if s is not None:
                         s.close()
-            self.bus.add(self.ui_process)
+            self.bus.add_sync(self.ui_process)
 
     def _post_application_start(self, system_properties: dict[str, str]) -> None:
         from ember.scheduler.listener import ApplicationStart, EnvironmentUpdate

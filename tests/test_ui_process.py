@@ -49,3 +49,84 @@ def test_without_an_event_log_the_ui_loads_when_first_needed(fresh_sc) -> None:
     assert [(j["status"], j["numTasks"]) for j in jobs] == [("SUCCEEDED", 2)]
     assert proc.num_threads() > 1
     assert sc.runtime.ui_process.sync()
+
+
+def test_a_stalled_ui_process_never_blocks_the_driver(fresh_sc, tmp_path) -> None:
+    """ember.ui.ui_process: the posting thread only packs; frames the process has not read
+    wait in the driver (here more than its 1 MiB pipe), and nothing is lost."""
+    import glob
+    import json
+    import signal
+    import time
+
+    conf = (SparkConf().set("spark.eventLog.enabled", "true")
+            .set("spark.eventLog.dir", str(tmp_path)))
+    sc = fresh_sc("local[2]", "ui-stalled", conf)
+    ui = sc.runtime.ui_process
+    os.kill(ui.proc.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        assert sc.parallelize(range(30000), 30000).count() == 30000
+        assert time.monotonic() - started < 60
+        assert not sc.runtime.bus.wait_until_empty(0.5)     # queued behind the full pipe
+        assert ui._queued_bytes > (1 << 20)
+    finally:
+        os.kill(ui.proc.pid, signal.SIGCONT)
+    assert sc.runtime.bus.wait_until_empty(60)
+    assert ui.sync(60)
+    sc.stop()
+    [log] = glob.glob(str(tmp_path / "*"))
+    kinds = [json.loads(line)["Event"] for line in open(log, encoding="utf-8")]
+    assert kinds.count("SparkListenerTaskStart") == kinds.count("SparkListenerTaskEnd") == 30000
+    assert ui.dropped == 0
+
+
+def _frame(items: list) -> bytes:
+    import marshal
+
+    from ember.ui.ui_frames import HEADER
+    data = marshal.dumps(items)
+    return HEADER.pack(len(data)) + data
+
+
+def test_the_ui_process_applies_when_the_driver_pauses(monkeypatch) -> None:
+    """ember.ui.ui_process_main: frames are held while more keep coming and applied when
+    none came for QUIET seconds, at HOLD_ITEMS items, at a SYNC, at a page's request and at
+    the end of input."""
+    import threading
+    import time
+
+    from ember.ui import ui_process_main as m
+    from ember.ui.ui_frames import SYNC
+    monkeypatch.setattr(m, "QUIET", 0.5)
+    monkeypatch.setattr(m, "HOLD_ITEMS", 7)
+    r, w = os.pipe()
+    catch_up = m._CatchUp()
+    batches = m._coalesced(m._frames(r), r, catch_up)
+    try:
+        for i in range(3):                                   # busy: held together
+            os.write(w, _frame([f"a{i}", f"b{i}"]))
+        started = time.monotonic()
+        assert next(batches) == ["a0", "b0", "a1", "b1", "a2", "b2"]
+        assert time.monotonic() - started >= 0.4             # after a quiet QUIET
+        os.write(w, _frame(["c"]) + _frame([(SYNC,)]))       # a SYNC: at once
+        started = time.monotonic()
+        assert next(batches) == ["c", (SYNC,)]
+        assert time.monotonic() - started < 0.4
+        os.write(w, _frame(list("defg")) + _frame(list("hijk")))
+        assert next(batches) == list("defghijk")             # HOLD_ITEMS reached
+        os.write(w, _frame(["l"]))
+        asker = threading.Thread(target=catch_up.request)
+        asker.start()
+        assert next(batches) == ["l"]                        # a page asks: at once
+        catch_up.answered()
+        asker.join(5)
+        assert not asker.is_alive()
+        os.write(w, _frame(["m"]))
+        os.close(w)
+        w = -1
+        assert list(batches) == [["m"]]                      # end of input: the rest
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)

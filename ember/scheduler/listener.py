@@ -322,13 +322,21 @@ class ListenerBus:
                     log.exception("listener %r failed on a batch of events", l)
 
     def wait_until_empty(self, timeout: float = 10.0) -> bool:
-        """True once every event posted before this call reached the async listeners."""
-        if self._thread is None:
-            return True
-        marker = threading.Event()
-        self._q.append(marker)
-        self._wakeup.set()
-        return marker.wait(timeout)
+        """True once every event posted before this call reached the async listeners, and
+        the sync listeners that hold events to pass on (a `flush(timeout)`, the driver's UI
+        process) have passed them on."""
+        deadline = time.monotonic() + timeout
+        done = True
+        if self._thread is not None:
+            marker = threading.Event()
+            self._q.append(marker)
+            self._wakeup.set()
+            done = marker.wait(timeout)
+        for l in self.sync_listeners:
+            flush = getattr(l, "flush", None)
+            if flush is not None:
+                done = flush(max(0.0, deadline - time.monotonic())) and done
+        return done
 
     def stop(self) -> None:
         """Deliver what was posted, then end the bus thread; later events are dropped."""

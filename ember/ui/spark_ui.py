@@ -18,7 +18,7 @@ import ssl
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 from urllib.parse import parse_qsl, urlsplit
 
 from ember import config
@@ -50,9 +50,11 @@ class SparkUI:
 
     def __init__(self, store: AppStatusStore, sock: socket.socket,
                  conf: Optional[Mapping[str, str]] = None,
-                 redirect: Optional[socket.socket] = None) -> None:
+                 redirect: Optional[socket.socket] = None,
+                 catch_up: Optional[Callable[[], None]] = None) -> None:
         conf = dict(conf or {})
         self.store = store
+        self._catch_up = catch_up       # the UI process: apply held events before a page
         self._provider = LiveStoreProvider(store)
         self._sock = sock
         self._redirect = redirect
@@ -132,6 +134,8 @@ class SparkUI:
                     self._deny(denied)
                     return
                 try:
+                    if ui._catch_up is not None:
+                        ui._catch_up()
                     status, headers, data = ui.respond(self.path)
                 except Exception:
                     log.exception("Error serving GET %s", self.path)

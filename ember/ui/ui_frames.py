@@ -7,3 +7,6 @@ import struct
 
 HEADER = struct.Struct("<I")
 OPEN_LOG, SYNC = 2, 3
+# (START_BY_END, task id): a task start whose fields are the first ones of its successful
+# end, which comes later in the same frame (packed task events are kinds 0 and 1)
+START_BY_END = 4

@@ -4,8 +4,8 @@ the event log's writer, in a process of their own beside the driver.
 Why a process: a job of tiny tasks keeps the driver's one GIL busy, so whatever a listener
 computes is taken from the scheduler. Applying a task's two events to the status store costs
 about 5 us and formatting its two JSON lines about 7 us; packing the same events into tuples
-of plain values for `marshal` costs under 1 us. So the driver's part is `UiProcess`, an
-asynchronous bus listener that packs each batch and writes it to the UI process's stdin; there
+of plain values for `marshal` costs under 1 us. So the driver's part is `UiProcess`, a bus
+listener that packs the events into frames a writer thread sends to the UI process's stdin; there
 (ember.ui.ui_process_main), on another core, the very same AppStatusStore, SparkUI and `_TaskLines` code runs. A side
 effect that matters as much: rendering a big stage page no longer holds the scheduler's GIL.
 The thread that applies events runs at idle priority, so it takes the cores' idle time
@@ -21,15 +21,18 @@ event as its event-log line, which this process parses back (the history server'
 Frames on stdin: a 4-byte little-endian length, then `marshal.dumps(value)`. The first frame
 is the settings dict (conf, UI socket fd and, with TLS, its HTTP redirect socket's fd,
 whether to log); then lists of items: a line (str),
-a packed task event (tuple starting 0 or 1), `(OPEN_LOG, EventLog.start's answer)` or
+a packed task event (tuple starting 0 or 1, or `(START_BY_END, task id)`: `pack_frame`),
+`(OPEN_LOG, EventLog.start's answer)` or
 `(SYNC,)` (answered with
 a byte on stdout once the frame is applied). Lines written before the log is open are
-held. The log is flushed after each frame (the bus sends one every 50 ms at most), so a
-driver killed outright loses at most the frame in flight; end of input (the driver closed the
-pipe, or died) ends the process and with it the UI's port.
+held. The process applies (and logs) what it holds when the driver pauses (ui_process_main);
+end of input (the driver closed the pipe, or died) applies the rest, then ends the process and
+with it the UI's port.
 """
 from __future__ import annotations
 
+import collections
+import fcntl
 import logging
 import marshal
 import os
@@ -42,7 +45,7 @@ from typing import Any, Callable, Iterable
 
 from ember.scheduler import listener as sl
 from ember.scheduler.task import SUCCESS, Success, TaskInfo
-from ember.ui.ui_frames import HEADER, OPEN_LOG, SYNC
+from ember.ui.ui_frames import HEADER, OPEN_LOG, START_BY_END, SYNC
 from ember.util.processes import wait_exit
 
 log = logging.getLogger("ember.ui.UiProcess")
@@ -65,6 +68,25 @@ def pack(e: Any, encode_line: Callable[[Any], str]) -> Any:
     return encode_line(e)
 
 
+def pack_frame(events: Iterable[Any], encode_line: Callable[[Any], str]) -> list:
+    """`pack` of each task event (anything else came packed), except that a task start whose
+    successful end is in the same frame is (START_BY_END, task id): the UI process takes its
+    fields from that end, so a short task's start is neither built nor marshalled in full."""
+    events = list(events)
+    ended = {e.task_info.task_id for e in events
+             if type(e) is sl.TaskEnd and type(e.reason) is Success}
+    out = []
+    for e in events:
+        t = type(e)
+        if t is str:
+            out.append(e)
+        elif t is sl.TaskStart and e.task_info.task_id in ended:
+            out.append((START_BY_END, e.task_info.task_id))
+        else:
+            out.append(pack(e, encode_line))
+    return out
+
+
 def unpack(item: tuple) -> Any:
     """The listener event `pack` was given (as far as its JSON line goes)."""
     info = TaskInfo(*item[3:12])
@@ -74,11 +96,28 @@ def unpack(item: tuple) -> Any:
     return sl.TaskEnd(item[1], item[2], item[12], SUCCESS, info, item[14])
 
 
+_TASK_START, _TASK_END = sl.TaskStart, sl.TaskEnd
+
+
 class UiProcess:
-    """The driver's end, an async listener on the bus. Starts `python -m ember.ui.ui_process_main`
-    serving the UI on `ui_sock` if given (the caller then closes its copy); with `event_log`,
-    `open_log(path)` once the event log's file exists. Raises OSError if the process cannot
-    start."""
+    """The driver's end, a sync listener on the bus (`on_event` packs on the posting thread,
+    under 1 us). Starts `python -m ember.ui.ui_process_main` serving the UI on `ui_sock` if
+    given (the caller then closes its copy); with `event_log`, `open_log(path)` once the event
+    log's file exists. Raises OSError if the process cannot start.
+
+    Why not an async listener on the bus thread: that thread took the scheduler's GIL for
+    every event it handed over (a 10,000-task job ran ~10 % slower with a listener that did
+    nothing). Here the posting thread packs, every FRAME_ITEMS items it marshals a frame, and
+    a writer thread that needs the GIL only between its blocking writes sends the frames in
+    order (and, BATCH_DELAY after the last frame, what is left). The pipe is widened to
+    PIPE_BYTES: the UI process reads at idle priority, and each refill of a 64 KiB pipe cost
+    the driver a wake-up of a writer blocked on it. Frames the process has not read wait in
+    the driver, up to MAX_QUEUED_BYTES; past that events are dropped with Spark's error."""
+
+    FRAME_ITEMS = 2048
+    BATCH_DELAY = 0.05
+    PIPE_BYTES = 1 << 20
+    MAX_QUEUED_BYTES = 64 << 20
 
     def __init__(self, conf: Any, ui_sock: socket.socket | None, event_log: bool,
                  redirect_sock: socket.socket | None = None) -> None:
@@ -89,42 +128,150 @@ class UiProcess:
         env["PYTHONPATH"] = os.pathsep.join(
             [root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         fds = tuple(s.fileno() for s in (ui_sock, redirect_sock) if s is not None)
-        self._lock = threading.Lock()
         self._event_log = event_log
+        self._pending: collections.deque = collections.deque()   # packed, not yet framed
+        self._frames: collections.deque = collections.deque()    # framed; None: end of input
+        self._queued_bytes = 0
+        self._writing = False
+        self._idle = False
+        self._failed = False
+        self._closing = False
+        self.dropped = 0
+        self._cv = threading.Condition()     # frames queued in the order their items came
         self.proc = subprocess.Popen([sys.executable, "-P", "-m", "ember.ui.ui_process_main"],
                                      stdin=subprocess.PIPE, env=env, bufsize=0,
                                      stdout=subprocess.PIPE, pass_fds=fds)
+        try:
+            fcntl.fcntl(self.proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, self.PIPE_BYTES)
+        except OSError:             # above /proc/sys/fs/pipe-max-size: the default size
+            pass
         items = conf.getAll() if hasattr(conf, "getAll") else list(dict(conf).items())
-        self._send({"conf": {str(k): str(v) for k, v in items},
-                    "ui_fd": fds[0] if fds else None, "event_log": event_log,
-                    "redirect_fd": fds[1] if len(fds) > 1 else None})
+        self._enqueue({"conf": {str(k): str(v) for k, v in items},
+                       "ui_fd": fds[0] if fds else None, "event_log": event_log,
+                       "redirect_fd": fds[1] if len(fds) > 1 else None})
+        self._writer = threading.Thread(target=self._write_frames, name="ui-process-writer",
+                                        daemon=True)
+        self._writer.start()
 
-    def _send(self, value: Any) -> None:
+    def on_event(self, e: Any) -> None:
+        if self._failed:
+            return
+        pending = self._pending
+        t = type(e)     # task events are packed with their frame: their fields are final
+        pending.append(e if t is _TASK_START or t is _TASK_END else pack(e, self._dumps))
+        if len(pending) >= self.FRAME_ITEMS:
+            with self._cv:
+                self._frame_pending()
+                self._cv.notify()
+        elif self._idle:        # the GIL orders this check after the writer's own
+            with self._cv:
+                self._cv.notify()
+
+    def on_events(self, events: Iterable[Any]) -> None:
+        for e in events:
+            self.on_event(e)
+
+    def _frame_pending(self) -> None:
+        """Under the condition's lock: what is pending becomes the next frame."""
+        pending = self._pending
+        pop = pending.popleft
+        items = [pop() for _ in range(len(pending))]
+        if not items or self._failed:
+            return
+        if self._queued_bytes > self.MAX_QUEUED_BYTES:
+            self._drop(len(items))
+            return
+        self._enqueue(pack_frame(items, self._dumps))
+
+    def _enqueue(self, value: Any) -> None:
         data = marshal.dumps(value)
-        with self._lock:
-            if self.proc.stdin.closed:
+        frame = HEADER.pack(len(data)) + data
+        self._frames.append(frame)
+        self._queued_bytes += len(frame)
+
+    def _drop(self, n: int) -> None:
+        self.dropped += n
+        if self.dropped == n:
+            log.error("Dropping event from queue appStatus. This likely means one of the "
+                      "listeners is too slow and cannot keep up with the rate at which tasks "
+                      "are being started by the scheduler.")
+
+    def _write_frames(self) -> None:
+        cv, frames = self._cv, self._frames
+        out = self.proc.stdin
+        while True:
+            with cv:
+                while not frames:
+                    if self._pending:       # let events gather, then send what came
+                        cv.wait(self.BATCH_DELAY)
+                        self._frame_pending()
+                    else:
+                        self._idle = True
+                        if not self._pending:
+                            cv.wait()
+                        self._idle = False
+                frame = frames.popleft()
+                self._writing = frame is not None
+            if frame is None:
+                try:
+                    out.close()
+                except OSError:
+                    pass
                 return
             try:
-                self.proc.stdin.write(HEADER.pack(len(data)) + data)
+                view = memoryview(frame)
+                while view:
+                    view = view[out.write(view):]
             except (OSError, ValueError) as e:      # the process died or was closed
-                log.error("The UI process failed (%s); the UI and the event log stop "
-                          "here", e)
-                self.proc.stdin.close()
+                with cv:
+                    if not self._closing:
+                        log.error("The UI process failed (%s); the UI and the event log stop "
+                                  "here", e)
+                    self._failed = True
+                    self._pending.clear()
+                    frames.clear()
+                    self._writing = False
+                    cv.notify_all()
+                try:
+                    out.close()
+                except OSError:
+                    pass
+                return
+            with cv:
+                self._queued_bytes -= len(frame)
+                self._writing = False
+                cv.notify_all()
+
+    def _send(self, value: Any) -> None:
+        """A control frame, after every event posted before it."""
+        with self._cv:
+            if self._failed or self._closing:
+                return
+            self._frame_pending()
+            self._enqueue(value)
+            self._cv.notify_all()
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until every event posted before is written to the process, or dropped with
+        it if it failed (the bus's wait_until_empty); False if that took longer than
+        `timeout`."""
+        with self._cv:
+            self._frame_pending()
+            self._cv.notify_all()
+            return self._cv.wait_for(lambda: self._failed or not (self._frames or
+                                                                  self._writing), timeout)
 
     def open_log(self, spec: dict[str, Any]) -> None:
         """Write the event log `EventLog.start` created from now on (with the lines held
         so far)."""
         self._send([(OPEN_LOG, spec)])
 
-    def on_events(self, events: Iterable[Any]) -> None:
-        dumps = self._dumps
-        self._send([pack(e, dumps) for e in events])
-
     def sync(self, timeout: float = 10.0) -> bool:
-        """Wait until the process has applied and written everything sent before; False if
-        it is gone or slower than `timeout`. (After the bus's wait_until_empty: the UI then
-        shows every event posted.)"""
+        """Wait until the process has applied and written everything posted before; False if
+        it is gone or slower than `timeout`. (The UI then shows every event posted.)"""
         self._send([(SYNC,)])
+        if self._failed:
+            return False
         fd = self.proc.stdout.fileno()
         ready, _, _ = select.select([fd], [], [], timeout)
         return bool(ready) and os.read(fd, 1) == b"."
@@ -132,13 +279,15 @@ class UiProcess:
     def close(self, timeout: float = 10.0) -> None:
         """End of input; wait for the process to write everything and exit, or - with no
         event log to finish - end it at once (it may still be starting). Idempotent."""
-        with self._lock:
-            try:
-                self.proc.stdin.close()
-            except OSError:
-                pass
+        with self._cv:
+            if not self._closing:
+                self._frame_pending()
+                self._closing = True
+                self._frames.append(None)
+                self._cv.notify_all()
         if not self._event_log:
             self.proc.kill()
+        self._writer.join(timeout)
         if wait_exit(self.proc, timeout) is None:
             self.proc.kill()
             self.proc.wait()
