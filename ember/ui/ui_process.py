@@ -68,11 +68,10 @@ def pack(e: Any, encode_line: Callable[[Any], str]) -> Any:
     return encode_line(e)
 
 
-def pack_frame(events: Iterable[Any], encode_line: Callable[[Any], str]) -> list:
+def pack_frame(events: list, encode_line: Callable[[Any], str]) -> list:
     """`pack` of each task event (anything else came packed), except that a task start whose
     successful end is in the same frame is (START_BY_END, task id): the UI process takes its
     fields from that end, so a short task's start is neither built nor marshalled in full."""
-    events = list(events)
     ended = {e.task_info.task_id for e in events
              if type(e) is sl.TaskEnd and type(e.reason) is Success}
     out = []
@@ -100,19 +99,20 @@ _TASK_START, _TASK_END = sl.TaskStart, sl.TaskEnd
 
 
 class UiProcess:
-    """The driver's end, a sync listener on the bus (`on_event` packs on the posting thread,
-    under 1 us). Starts `python -m ember.ui.ui_process_main` serving the UI on `ui_sock` if
+    """The driver's end, a sync listener on the bus (`on_event` appends on the posting
+    thread). Starts `python -m ember.ui.ui_process_main` serving the UI on `ui_sock` if
     given (the caller then closes its copy); with `event_log`, `open_log(path)` once the event
     log's file exists. Raises OSError if the process cannot start.
 
     Why not an async listener on the bus thread: that thread took the scheduler's GIL for
     every event it handed over (a 10,000-task job ran ~10 % slower with a listener that did
-    nothing). Here the posting thread packs, every FRAME_ITEMS items it marshals a frame, and
-    a writer thread that needs the GIL only between its blocking writes sends the frames in
-    order (and, BATCH_DELAY after the last frame, what is left). The pipe is widened to
-    PIPE_BYTES: the UI process reads at idle priority, and each refill of a 64 KiB pipe cost
-    the driver a wake-up of a writer blocked on it. Frames the process has not read wait in
-    the driver, up to MAX_QUEUED_BYTES; past that events are dropped with Spark's error."""
+    nothing). Here the posting thread appends, every FRAME_ITEMS events it packs and marshals
+    a frame, and a writer thread that needs the GIL only between its blocking writes sends
+    the frames in order (and, BATCH_DELAY after the last frame, what is left). The pipe is
+    widened to PIPE_BYTES: the UI process reads at idle priority, and each refill of a 64 KiB
+    pipe cost the driver a wake-up of a writer blocked on it. Frames the process has not read
+    wait in the driver, up to MAX_QUEUED_BYTES; past that events are dropped with Spark's
+    error."""
 
     FRAME_ITEMS = 2048
     BATCH_DELAY = 0.05
@@ -129,7 +129,7 @@ class UiProcess:
             [root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         fds = tuple(s.fileno() for s in (ui_sock, redirect_sock) if s is not None)
         self._event_log = event_log
-        self._pending: collections.deque = collections.deque()   # packed, not yet framed
+        self._pending: collections.deque = collections.deque()   # posted, not yet framed
         self._frames: collections.deque = collections.deque()    # framed; None: end of input
         self._queued_bytes = 0
         self._writing = False
