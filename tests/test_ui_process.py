@@ -54,6 +54,7 @@ def test_without_an_event_log_the_ui_loads_when_first_needed(fresh_sc) -> None:
 def test_a_stalled_ui_process_never_blocks_the_driver(fresh_sc, tmp_path) -> None:
     """ember.ui.ui_process: the posting thread only packs; frames the process has not read
     wait in the driver (here more than its 1 MiB pipe), and nothing is lost."""
+    import collections
     import glob
     import json
     import signal
@@ -76,8 +77,12 @@ def test_a_stalled_ui_process_never_blocks_the_driver(fresh_sc, tmp_path) -> Non
     assert ui.sync(60)
     sc.stop()
     [log] = glob.glob(str(tmp_path / "*"))
-    kinds = [json.loads(line)["Event"] for line in open(log, encoding="utf-8")]
-    assert kinds.count("SparkListenerTaskStart") == kinds.count("SparkListenerTaskEnd") == 30000
+    events = [json.loads(line) for line in open(log, encoding="utf-8")]
+    starts = [e for e in events if e["Event"] == "SparkListenerTaskStart"]
+    ends = [e for e in events if e["Event"] == "SparkListenerTaskEnd"]
+    assert len(starts) == len(ends) >= 30000      # a loaded host may relaunch a queued task
+    reasons = collections.Counter(e["Task End Reason"]["Reason"] for e in ends)
+    assert reasons["Success"] == 30000, reasons
     assert ui.dropped == 0
 
 

@@ -154,7 +154,7 @@ class UiProcess:
         self._writer.start()
 
     def on_event(self, e: Any) -> None:
-        if self._failed:
+        if self._failed or self._closing:
             return
         pending = self._pending
         t = type(e)     # task events are packed with their frame: their fields are final
