@@ -135,3 +135,36 @@ def test_the_ui_process_applies_when_the_driver_pauses(monkeypatch) -> None:
         os.close(r)
         if w >= 0:
             os.close(w)
+
+
+def test_the_ui_process_holds_nothing_longer_than_hold_seconds(monkeypatch) -> None:
+    """However steadily frames keep coming, the first one held is applied (and logged)
+    HOLD_SECONDS after it came."""
+    import threading
+    import time
+
+    from ember.ui import ui_process_main as m
+    monkeypatch.setattr(m, "QUIET", 5.0)
+    monkeypatch.setattr(m, "HOLD_SECONDS", 0.5)
+    r, w = os.pipe()
+    stop = threading.Event()
+
+    def feed() -> None:
+        i = 0
+        while not stop.is_set() and i < 100:
+            os.write(w, _frame([f"x{i}"]))
+            i += 1
+            time.sleep(0.05)
+    feeder = threading.Thread(target=feed)
+    batches = m._coalesced(m._frames(r), r, None)
+    try:
+        started = time.monotonic()
+        feeder.start()
+        first = next(batches)
+        assert 0.4 <= time.monotonic() - started < 4.0
+        assert first[0] == "x0" and len(first) < 100
+    finally:
+        stop.set()
+        feeder.join(10)
+        os.close(w)
+        os.close(r)
