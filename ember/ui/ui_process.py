@@ -197,6 +197,17 @@ class UiProcess:
                       "are being started by the scheduler.")
 
     def _write_frames(self) -> None:
+        """The writer thread: frames in order until end of input or a failed write; then
+        the process's stdin is closed."""
+        try:
+            self._write_until_done()
+        finally:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+
+    def _write_until_done(self) -> None:
         cv, frames = self._cv, self._frames
         out = self.proc.stdin
         while True:
@@ -213,10 +224,6 @@ class UiProcess:
                 frame = frames.popleft()
                 self._writing = frame is not None
             if frame is None:
-                try:
-                    out.close()
-                except OSError:
-                    pass
                 return
             try:
                 view = memoryview(frame)
@@ -232,10 +239,6 @@ class UiProcess:
                     frames.clear()
                     self._writing = False
                     cv.notify_all()
-                try:
-                    out.close()
-                except OSError:
-                    pass
                 return
             with cv:
                 self._queued_bytes -= len(frame)
