@@ -235,7 +235,9 @@ _entry("spark.eventLog.rolling.maxFileSize", 128 << 20, SIZE_BYTES,
        "Size (bytes, or with a unit: 64m) at which a rolling event log starts a new file; "
        "at least 10 MiB.")
 _entry("spark.scheduler.listenerbus.eventqueue.capacity", 10000, INT,
-       "Events that may wait for the UI and event log; more are dropped, with an error.")
+       "Events that may wait for an asynchronous bus listener; more are dropped, with an "
+       "error. (The UI and event log's feed is synchronous: it keeps up to 64 MiB of packed "
+       "events for its process.)")
 _entry("spark.redaction.regex", "(?i)secret|password|token|access[.]?key", STRING,
        "Configuration keys (and values) matching this are redacted in the UI and event log.",
        by=(DRIVER, MASTER, WORKER, HISTORY, SUBMIT))
