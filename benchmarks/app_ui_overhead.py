@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 
+from benchmarks.bytecode import use_installed_bytecode
 from ember import SparkConf, SparkContext
 
 TARGET = 0.10
@@ -40,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--tasks", type=int, default=10_000)
     args = p.parse_args(argv)
+    print(use_installed_bytecode())
     times: dict[bool, list[float]] = {False: [], True: []}
     with tempfile.TemporaryDirectory() as log_dir:
         for _ in range(args.runs):

@@ -41,13 +41,13 @@ def test_without_an_event_log_the_ui_loads_when_first_needed(fresh_sc) -> None:
     assert sc.runtime.bus.wait_until_empty(10)
     proc = psutil.Process(sc.runtime.ui_process.proc.pid)
     if time.monotonic() - started < FIRST_USE_WAIT - 1.0:   # else it may have loaded by now
-        assert proc.num_threads() == 1           # reading and holding frames, no server yet
+        assert proc.num_threads() == 2     # main and ui-starter: no server yet
     port = sc.uiWebUrl.rsplit(":", 1)[1]
     url = f"http://127.0.0.1:{port}/api/v1/applications/{sc.applicationId}/jobs"
     with urllib.request.urlopen(url, timeout=60) as r:
         jobs = json.load(r)
     assert [(j["status"], j["numTasks"]) for j in jobs] == [("SUCCEEDED", 2)]
-    assert proc.num_threads() > 1
+    assert proc.num_threads() > 2
     assert sc.runtime.ui_process.sync()
 
 
@@ -168,3 +168,33 @@ def test_the_ui_process_holds_nothing_longer_than_hold_seconds(monkeypatch) -> N
         feeder.join(10)
         os.close(w)
         os.close(r)
+
+
+def test_with_an_event_log_the_ui_process_loads_in_the_drivers_first_pause(
+        monkeypatch) -> None:
+    """ember.ui.ui_process_main: with an event log the process holds the driver's frames
+    (without importing the UI) until the log is due: QUIET after the last frame, HOLD_SECONDS
+    after the start, or the end of input, which is not the end of the log."""
+    import time
+
+    from ember.ui import ui_process_main as m
+    monkeypatch.setattr(m, "QUIET", 0.3)
+    monkeypatch.setattr(m, "HOLD_SECONDS", 3.0)
+    r, w = os.pipe()
+    try:
+        os.write(w, _frame(["a"]) + _frame(["b"]))
+        started = time.monotonic()
+        held, ended = m._wait_for_first_use(m._frames(r), r, [], True)
+        assert (held, ended) == ([["a"], ["b"]], False)
+        assert 0.25 <= time.monotonic() - started < 2.5         # the driver paused
+        started = time.monotonic()
+        assert m._wait_for_first_use(m._frames(r), r, [], True) == ([], False)
+        assert 2.5 <= time.monotonic() - started < 10           # nothing came: HOLD_SECONDS
+        os.write(w, _frame(["c"]))
+        os.close(w)
+        w = -1
+        assert m._wait_for_first_use(m._frames(r), r, [], True) == ([["c"]], True)
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)

@@ -11,7 +11,11 @@ longer application's store is built while it runs and what is held stays small; 
 is longer than a short application's whole life on a busy 2-core machine). Then it imports the UI, applies
 the held frames in order and goes on as if it had started at once: a page request waits
 for that, and sees every event sent before it. An application that ends sooner never
-pays for the UI's imports. With an event log the process starts at once.
+pays for the UI's imports. With an event log to write it waits the same way, but only
+until the log is due (the rules below: the driver pauses, HOLD_SECONDS, HOLD_ITEMS, a SYNC,
+a connection, the end of input), so the log on disk is as fresh as before and the imports
+run in the driver's first pause rather than beside its first jobs. All of this process's own
+work runs at idle priority (`_idle_priority`).
 
 Once started it still applies events only when the driver pauses: frames are read as they
 come and held while more keep coming (a busy driver sends one every 50 ms), and applied
@@ -31,7 +35,7 @@ import os
 import select
 import sys
 import time
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterator
 
 from ember.ui.ui_frames import HEADER, OPEN_LOG, START_BY_END, SYNC
 
@@ -69,17 +73,18 @@ def _frames(fd: int) -> Iterator[Any]:
 
 
 def _wait_for_first_use(frames: Iterator[Any], fd: int, listening: list[int],
-                        seconds: float) -> tuple[list[Any], bool]:
-    """The frames read until the UI is needed (see the module's doc), and whether the
-    input ended meanwhile."""
+                        logging_on: bool) -> tuple[list[Any], bool]:
+    """The frames read until the UI or the log is needed (see the module's doc), and
+    whether the input ended meanwhile."""
     held: list[Any] = []
     count = 0
-    deadline = time.monotonic() + seconds
-    while count < HELD_ITEMS:
+    deadline = time.monotonic() + (HOLD_SECONDS if logging_on else FIRST_USE_WAIT)
+    while count < (HOLD_ITEMS if logging_on else HELD_ITEMS):
         left = deadline - time.monotonic()
         if left <= 0:
             return held, False
-        ready, _, _ = select.select([fd, *listening], [], [], left)
+        quiet = logging_on and bool(held)
+        ready, _, _ = select.select([fd, *listening], [], [], min(QUIET, left) if quiet else left)
         if any(s in ready for s in listening):
             return held, False
         if fd in ready:
@@ -90,6 +95,8 @@ def _wait_for_first_use(frames: Iterator[Any], fd: int, listening: list[int],
             count += len(items)
             if any(type(i) is not str and i[0] == SYNC for i in items):
                 return held, False
+        elif quiet:
+            return held, False
     return held, False
 
 
@@ -158,13 +165,41 @@ def _coalesced(frames: Iterator[Any], fd: int, catch_up: _CatchUp | None) -> Ite
 def _idle_priority() -> None:
     """Make the calling thread take only CPU time nobody else wants (SCHED_IDLE). Why not
     `nice`: a nice process still delays the driver and task processes when they wake up,
-    and a job of tiny tasks is a chain of such wake-ups; SCHED_IDLE yields at once. Only
-    the thread that applies events gets it: threads serving pages keep normal priority."""
+    and a job of tiny tasks is a chain of such wake-ups; SCHED_IDLE yields at once. The
+    main thread gets it before anything else: reading the driver's frames, importing the
+    UI (~0.1 s of CPU, while the application's first jobs run) and applying events all
+    wait for idle time. Threads serving pages keep normal priority (`_normal_priority`)."""
     import threading
     try:
         os.sched_setscheduler(threading.get_native_id(), os.SCHED_IDLE, os.sched_param(0))
     except (AttributeError, OSError):
         pass
+
+
+def _normal_priority() -> Callable[[Callable[[], None]], None]:
+    """Call before `_idle_priority`: a function that runs a call on a thread at the current
+    (normal) priority and waits for it. Why: a thread keeps the policy of the thread that
+    started it, and the UI's server threads must answer a page while the driver keeps the
+    cores busy."""
+    import queue
+    import threading
+    calls: queue.SimpleQueue = queue.SimpleQueue()
+
+    def serve() -> None:
+        while True:
+            call, done = calls.get()
+            try:
+                call()
+            finally:
+                done.set()
+
+    threading.Thread(target=serve, name="ui-starter", daemon=True).start()
+
+    def run(call: Callable[[], None]) -> None:
+        done = threading.Event()
+        calls.put((call, done))
+        done.wait()
+    return run
 
 
 def main() -> int:
@@ -175,12 +210,12 @@ def main() -> int:
         return 0
     conf, ui_fd, logging_on = settings["conf"], settings["ui_fd"], settings["event_log"]
     redirect_fd = settings.get("redirect_fd")
-    held: Iterable[Any] = ()
-    if ui_fd is not None and not logging_on:
-        held, ended = _wait_for_first_use(
-            frames, fd, [f for f in (ui_fd, redirect_fd) if f is not None], FIRST_USE_WAIT)
-        if ended:
-            return 0            # the application ended before anyone needed its UI
+    start_ui_thread = _normal_priority() if ui_fd is not None else None
+    _idle_priority()
+    held, ended = _wait_for_first_use(
+        frames, fd, [f for f in (ui_fd, redirect_fd) if f is not None], logging_on)
+    if ended and not logging_on:
+        return 0                # the application ended before anyone needed its UI
     import itertools
     import json
     import logging
@@ -193,15 +228,15 @@ def main() -> int:
     log = logging.getLogger("ember.ui.UiProcess")
     store = None
     catch_up = None
-    if ui_fd is not None:
+    if start_ui_thread is not None:
         from ember.ui.spark_ui import SparkUI
         from ember.ui.status_store import AppStatusStore
         store = AppStatusStore(conf)
         catch_up = _CatchUp()
-        SparkUI(store, socket.socket(fileno=ui_fd), conf,
-                socket.socket(fileno=redirect_fd) if redirect_fd is not None else None,
-                catch_up=catch_up.request).start()
-    _idle_priority()
+        start_ui_thread(SparkUI(store, socket.socket(fileno=ui_fd), conf,
+                                socket.socket(fileno=redirect_fd)
+                                if redirect_fd is not None else None,
+                                catch_up=catch_up.request).start)
     lines = _TaskLines()
     writer: Any = None
     pending: list[str] = []
