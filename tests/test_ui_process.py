@@ -90,7 +90,7 @@ def _frame(items: list) -> bytes:
     import marshal
 
     from ember.ui.ui_frames import HEADER
-    data = marshal.dumps(items)
+    data = marshal.dumps([marshal.dumps(i) for i in items])
     return HEADER.pack(len(data)) + data
 
 

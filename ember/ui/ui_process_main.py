@@ -37,7 +37,7 @@ import sys
 import time
 from typing import Any, Callable, Iterator
 
-from ember.ui.ui_frames import HEADER, OPEN_LOG, START_BY_END, SYNC
+from ember.ui.ui_frames import HEADER, OPEN_LOG, SYNC
 
 FIRST_USE_WAIT = 3.0
 HELD_ITEMS = 20000
@@ -69,7 +69,7 @@ def _frames(fd: int) -> Iterator[Any]:
         data = _read_exact(fd, n)
         if len(data) < n:
             return
-        yield marshal.loads(data)
+        yield [marshal.loads(b) for b in marshal.loads(data)]
 
 
 def _wait_for_first_use(frames: Iterator[Any], fd: int, listening: list[int],
@@ -205,9 +205,10 @@ def _normal_priority() -> Callable[[Callable[[], None]], None]:
 def main() -> int:
     fd = sys.stdin.fileno()
     frames = _frames(fd)
-    settings = next(frames, None)
-    if settings is None:
+    first = next(frames, None)
+    if not first:
         return 0
+    settings = first[0]
     conf, ui_fd, logging_on = settings["conf"], settings["ui_fd"], settings["event_log"]
     redirect_fd = settings.get("redirect_fd")
     start_ui_thread = _normal_priority() if ui_fd is not None else None
@@ -244,7 +245,6 @@ def main() -> int:
     for items in itertools.chain(held, _coalesced(frames, fd, catch_up)):
         text: list[str] = []
         events: list[Any] = []
-        ends: dict[int, tuple] | None = None
         for item in items:
             if type(item) is str:
                 if logging_on:
@@ -264,10 +264,6 @@ def main() -> int:
                     log.error("Cannot open the event log %s: %s", item[1].get("path"), e)
                     logging_on = False
             else:
-                if item[0] == START_BY_END:
-                    if ends is None:
-                        ends = {i[3]: i for i in items if type(i) is tuple and i[0] == 1}
-                    item = (0,) + ends[item[1]][1:12]
                 e = unpack(item)
                 events.append(e)
                 if logging_on:
