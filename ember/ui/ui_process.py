@@ -123,8 +123,10 @@ class UiProcess:
         self.proc = subprocess.Popen([sys.executable, "-P", "-m", "ember.ui.ui_process_main"],
                                      stdin=subprocess.PIPE, env=env, bufsize=0,
                                      stdout=subprocess.PIPE, pass_fds=fds)
+        self._fd = self.proc.stdin.fileno()
+        os.set_blocking(self._fd, False)
         try:
-            fcntl.fcntl(self.proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, self.PIPE_BYTES)
+            fcntl.fcntl(self._fd, fcntl.F_SETPIPE_SZ, self.PIPE_BYTES)
         except OSError:             # above /proc/sys/fs/pipe-max-size: the default size
             pass
         items = conf.getAll() if hasattr(conf, "getAll") else list(dict(conf).items())
@@ -143,7 +145,7 @@ class UiProcess:
         if len(pending) >= self.FRAME_ITEMS:
             with self._cv:
                 self._frame_pending()
-                self._cv.notify()
+                self._write_ready()
         elif self._idle:        # the GIL orders this check after the writer's own
             with self._cv:
                 self._cv.notify()
@@ -180,6 +182,34 @@ class UiProcess:
                       "listeners is too slow and cannot keep up with the rate at which tasks "
                       "are being started by the scheduler.")
 
+    def _write_ready(self) -> None:
+        """Under the lock, on any thread: write queued frames while the pipe takes them
+        without blocking; wake the writer thread for what is left (the process is behind,
+        or the input ends)."""
+        if self._writing:           # the writer thread waits for room; it writes these
+            return
+        frames = self._frames
+        try:
+            while frames and frames[0] is not None:
+                frame = frames[0]
+                n = os.write(self._fd, frame)
+                self._queued_bytes -= n
+                if n < len(frame):
+                    frames[0] = frame[n:]
+                    break
+                frames.popleft()
+        except BlockingIOError:
+            pass
+        except OSError as e:        # the process died or was closed
+            if not self._closing:
+                log.error("The UI process failed (%s); the UI and the event log stop here",
+                          e)
+            self._failed = True
+            self._pending.clear()
+            frames.clear()
+        if frames or self._failed:
+            self._cv.notify_all()
+
     def _write_frames(self) -> None:
         """The writer thread: frames in order until end of input or a failed write; then
         the process's stdin is closed."""
@@ -193,10 +223,20 @@ class UiProcess:
 
     def _write_until_done(self) -> None:
         cv, frames = self._cv, self._frames
-        out = self.proc.stdin
         while True:
             with cv:
-                while not frames:
+                self._writing = False
+                while True:
+                    if frames:
+                        self._write_ready()
+                        if not frames:
+                            cv.notify_all()         # flush() waits for this
+                            continue
+                        if frames[0] is None:
+                            return
+                        break                       # the pipe is full
+                    if self._failed:
+                        return
                     if self._pending:       # let events gather, then send what came
                         cv.wait(self.BATCH_DELAY)
                         self._frame_pending()
@@ -205,29 +245,8 @@ class UiProcess:
                         if not self._pending:
                             cv.wait()
                         self._idle = False
-                frame = frames.popleft()
-                self._writing = frame is not None
-            if frame is None:
-                return
-            try:
-                view = memoryview(frame)
-                while view:
-                    view = view[out.write(view):]
-            except (OSError, ValueError) as e:      # the process died or was closed
-                with cv:
-                    if not self._closing:
-                        log.error("The UI process failed (%s); the UI and the event log stop "
-                                  "here", e)
-                    self._failed = True
-                    self._pending.clear()
-                    frames.clear()
-                    self._writing = False
-                    cv.notify_all()
-                return
-            with cv:
-                self._queued_bytes -= len(frame)
-                self._writing = False
-                cv.notify_all()
+                self._writing = True
+            select.select([], [self._fd], [])
 
     def _send(self, value: Any) -> None:
         """A control frame, after every event posted before it."""
@@ -236,7 +255,7 @@ class UiProcess:
                 return
             self._frame_pending()
             self._enqueue(value)
-            self._cv.notify_all()
+            self._write_ready()
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every event posted before is written to the process, or dropped with
@@ -244,7 +263,7 @@ class UiProcess:
         `timeout`."""
         with self._cv:
             self._frame_pending()
-            self._cv.notify_all()
+            self._write_ready()
             return self._cv.wait_for(lambda: self._failed or not (self._frames or
                                                                   self._writing), timeout)
 
