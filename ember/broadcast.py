@@ -16,6 +16,7 @@ import traceback
 from typing import Any, Callable, Generic, TypeVar
 
 from ember.errors import PySparkRuntimeError
+from ember.util.files import unlink_quietly
 
 T = TypeVar("T")
 
@@ -24,13 +25,6 @@ _broadcast_registry: dict[int, Any] = {}
 # Set by an executor on another host: (bid, driver_path) -> local path to read.
 _fetcher: list[Callable[[int, str], str] | None] = [None]
 _lock = threading.Lock()
-
-
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 def _from_id(bid: int, path: str) -> "Broadcast":
@@ -71,7 +65,7 @@ class Broadcast(Generic[T]):
         try:
             self.dump(value, open(tmp, "wb"))
         except BaseException:
-            _unlink_quietly(tmp)
+            unlink_quietly(tmp)
             raise
         os.replace(tmp, self._path)
         self._bid = bid
@@ -140,7 +134,7 @@ class Broadcast(Generic[T]):
                                       "Broadcast can only be destroyed in driver.")
         self.unpersist(blocking)
         self._destroyed = True
-        _unlink_quietly(self._path)
+        unlink_quietly(self._path)
 
     def __reduce__(self):
         if self._bid is None:

@@ -28,6 +28,7 @@ from ember.call_site import call_site
 from ember.conf import SparkConf
 from ember.errors import PySparkRuntimeError, SparkException
 from ember.scheduler.task_function import SerializedResult, WithoutContext
+from ember.util.files import unlink_quietly
 
 if TYPE_CHECKING:
     from ember.rdd import RDD
@@ -483,10 +484,7 @@ class DriverRuntime:
         if os.path.isdir(block_dir):
             for f in os.listdir(block_dir):
                 if f.startswith(f"rdd_{rdd_id}_"):
-                    try:
-                        os.unlink(os.path.join(block_dir, f))
-                    except OSError:
-                        pass
+                    unlink_quietly(os.path.join(block_dir, f))
 
     def unpersist_broadcast(self, bid: int) -> None:
         if not self.stopped:
@@ -502,10 +500,7 @@ class DriverRuntime:
         if self.stopped:
             return
         self.scheduler_backend.unpersist_broadcast(bid)
-        try:
-            os.unlink(self.broadcast_path(bid))
-        except OSError:
-            pass
+        unlink_quietly(self.broadcast_path(bid))
 
     def remove_shuffle(self, shuffle_id: int) -> None:
         """A shuffle nothing can read again (cleanShuffleDependencies, or the context
@@ -516,10 +511,7 @@ class DriverRuntime:
         if self.stopped:
             return
         for path in self.map_output_tracker.output_files(shuffle_id):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+            unlink_quietly(path)
         self.map_output_tracker.unregister_shuffle(shuffle_id)
         self.scheduler_backend.remove_shuffle(shuffle_id)
 

@@ -36,6 +36,8 @@ import sys
 import time
 from typing import Optional, Sequence
 
+from ember.util.files import unlink_quietly
+
 DEFAULT_MODULE = "ember.cli"
 DAEMON_LOG_FILE_ENV = "EMBER_DAEMON_LOG_FILE"
 START_WAIT_SECONDS = 3.0
@@ -273,7 +275,7 @@ def stop_daemon(command: str, instance: int, *, signature: Optional[str] = None,
     if pid is None or not _is_our_process(pid, signature):
         print(f"no {command} to stop")
         if pid is not None:
-            _unlink(pid_path)   # stale
+            unlink_quietly(pid_path)   # stale
         return 0
     print(f"stopping {command}")
     sys.stdout.flush()
@@ -285,7 +287,7 @@ def stop_daemon(command: str, instance: int, *, signature: Optional[str] = None,
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
-        _unlink(pid_path)
+        unlink_quietly(pid_path)
         return 0
     if not _wait_gone(pid, timeout):
         print(f"{command} did not stop within {timeout:g} s; killing it")
@@ -294,7 +296,7 @@ def stop_daemon(command: str, instance: int, *, signature: Optional[str] = None,
         except ProcessLookupError:
             pass
         _wait_gone(pid, 5.0)
-    _unlink(pid_path)
+    unlink_quietly(pid_path)
     return 0
 
 
@@ -356,13 +358,6 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except Exception:
         return True
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 __all__ = ["start_daemon", "stop_daemon", "decommission_daemon", "daemon_status", "daemon_signature",

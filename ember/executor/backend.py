@@ -42,6 +42,7 @@ from ember.executor.process_pool import TaskProcessPool
 from ember.executor.pyspark_memory import pyspark_worker_memory_mb
 from ember.util import thread_dump
 from ember.util.event_loop import RpcLoop
+from ember.util.files import unlink_quietly
 from ember.rpc import (RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv, RpcRemoteError,
                        UnsupportedMessageError)
 from ember.shuffle.crypto import key_from_conf
@@ -221,10 +222,7 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
                 continue
             for name in names:
                 if matches(name):
-                    try:
-                        os.unlink(os.path.join(d, name))
-                    except OSError:
-                        pass
+                    unlink_quietly(os.path.join(d, name))
 
     # --- graceful decommission ----------------------------------------------------------
     def _decommission(self) -> None:

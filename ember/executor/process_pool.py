@@ -33,6 +33,7 @@ from ember import config
 from ember.errors import TASK_HANDED_BACK
 from ember.executor.fork_client import ForkServerClient, task_process_env
 from ember.executor.wire import FrameBuffer, send_msg, send_msgs
+from ember.util.files import unlink_quietly
 from ember.util.processes import wait_gone
 from ember.util.event_loop import EventLoop
 
@@ -202,7 +203,7 @@ class TaskProcessPool:
                 slot.sock.close()
             if slot.kill_fd >= 0:
                 os.close(slot.kill_fd)
-                _unlink(self._kill_file(slot))
+                unlink_quietly(self._kill_file(slot))
         if self._own_loop:
             self.loop.stop()
 
@@ -474,7 +475,7 @@ class TaskProcessPool:
             pending = self._block_requests.get((requester, name))
             if pending is None:         # answered already: a late copy is not needed
                 if path is not None:
-                    _unlink(path)
+                    unlink_quietly(path)
                 return
             pending[1] -= 1
             if path is None and pending[1] > 0:
@@ -494,7 +495,7 @@ class TaskProcessPool:
             except OSError:
                 pass
         if path is not None:
-            _unlink(path)
+            unlink_quietly(path)
 
     def _on_barrier(self, slot: _Slot, tid: int, request: Any) -> None:
         sock = slot.sock
@@ -589,11 +590,3 @@ class TaskProcessPool:
                                          f"Task process slot {slot.index} was given up")
         if self.on_slot_restarted is not None:
             self.on_slot_restarted(slot.index)
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-

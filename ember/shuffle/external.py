@@ -42,6 +42,7 @@ from itertools import islice
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ember.util import pickling
+from ember.util.files import unlink_quietly
 from ember.util.user_code import flat_map_checked
 
 __all__ = [
@@ -340,13 +341,6 @@ def _next_limit(base: int) -> int:
     return max(base, int(_rss_bytes() * 1.05))
 
 
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
 # --------------------------------------------------------------------------
 # ExternalMerger
 # --------------------------------------------------------------------------
@@ -605,7 +599,7 @@ class ExternalMerger:
                 if files:
                     yield from self._merge_partition(files)
                     for p in files:
-                        _remove(p)
+                        unlink_quietly(p)
                     self._files[i] = []
         finally:
             self.cleanup()
@@ -644,7 +638,7 @@ class ExternalMerger:
             for path in rest:
                 with open(path, "rb") as f:
                     sub.mergeCombiners(load(f))
-                _remove(path)
+                unlink_quietly(path)
             yield from sub.items()
         finally:
             sub.cleanup()
@@ -878,7 +872,7 @@ class ExternalSorter:
                 merged = heapq.merge(*[self._read_run(p) for p in group], key=key, reverse=reverse)
                 runs.insert(0, self._write_run(merged))
                 for p in group:
-                    _remove(p)
+                    unlink_quietly(p)
             streams = [self._read_run(p) for p in runs]
             streams.append(iter(last))
             del last
@@ -886,7 +880,7 @@ class ExternalSorter:
         finally:
             # only this call's runs: another sorted() result may still be open
             for p in runs:
-                _remove(p)
+                unlink_quietly(p)
             self._remove_empty_roots()
 
     def _remove_empty_roots(self) -> None:

@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable
 
 from ember.partitioner import portable_hash
 from ember.shuffle.base import MapStatus
+from ember.util.files import unlink_quietly
 
 _BATCH = 1024
 _CHECK_EVERY = 16384
@@ -76,10 +77,7 @@ def remove_shuffle_files(local_dir: str, shuffle_id: int) -> None:
         return
     for name in names:
         if name.startswith(prefix):
-            try:
-                os.unlink(os.path.join(local_dir, name))
-            except OSError:
-                pass
+            unlink_quietly(os.path.join(local_dir, name))
 
 
 def close_outputs(shuffle_id: int) -> None:

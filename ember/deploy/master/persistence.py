@@ -35,6 +35,7 @@ from typing import Callable, Optional
 
 from ember.deploy.master.journal import JournalFull, RecordJournal, fsync_dir, sync_file_system
 from ember.rpc.messages import MessageDecodeError, decode, encode
+from ember.util.files import unlink_quietly
 
 log = logging.getLogger("ember.deploy.master.PersistenceEngine")
 
@@ -179,10 +180,7 @@ def write_atomically(path: str, data: bytes) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        unlink_quietly(tmp)
         raise
     fsync_dir(folder)
 
