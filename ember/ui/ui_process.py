@@ -75,7 +75,6 @@ def unpack(item: tuple) -> Any:
     return sl.TaskEnd(item[1], item[2], item[12], SUCCESS, info, item[14])
 
 
-
 class UiProcess:
     """The driver's end, a sync listener on the bus (`on_event` appends on the posting
     thread). Starts `python -m ember.ui.ui_process_main` serving the UI on `ui_sock` if
@@ -85,9 +84,11 @@ class UiProcess:
     Why not an async listener on the bus thread: that thread took the scheduler's GIL for
     every event it handed over (a 10,000-task job ran ~10 % slower with a listener that did
     nothing). Here the posting thread marshals each event as it comes and every FRAME_ITEMS
-    events makes a frame of them, and a writer thread that needs the GIL only between its
-    blocking writes sends the frames in order (and, BATCH_DELAY after the last frame, what
-    is left). Why marshal at once: bytes are not tracked by the garbage collector. Holding
+    events makes a frame of them, which it writes at once while the pipe has room (the
+    pipe's end is non-blocking); a writer thread waits for room when the UI process is
+    behind, without the GIL, and sends BATCH_DELAY after the last frame what is left. (A
+    writer thread woken for every frame took the GIL from the busy scheduler thread three
+    times a frame: 4-10 % of a 10,000-task job.) Why marshal at once: bytes are not tracked by the garbage collector. Holding
     the events themselves until their frame was cut kept ~3 tracked objects per task alive
     past their post: ~50 % more young collections, the survivors promoted and scanned again
     (a 10,000-task job spent ~10 ms more, 5 % of it, collecting). The pipe is
@@ -223,6 +224,8 @@ class UiProcess:
 
     def _write_until_done(self) -> None:
         cv, frames = self._cv, self._frames
+        room = select.poll()        # not select(): the pipe's fd may be above FD_SETSIZE
+        room.register(self._fd, select.POLLOUT)
         while True:
             with cv:
                 self._writing = False
@@ -246,7 +249,7 @@ class UiProcess:
                             cv.wait()
                         self._idle = False
                 self._writing = True
-            select.select([], [self._fd], [])
+            room.poll()
 
     def _send(self, value: Any) -> None:
         """A control frame, after every event posted before it."""
@@ -279,8 +282,9 @@ class UiProcess:
         if self._failed:
             return False
         fd = self.proc.stdout.fileno()
-        ready, _, _ = select.select([fd], [], [], timeout)
-        return bool(ready) and os.read(fd, 1) == b"."
+        answer = select.poll()
+        answer.register(fd, select.POLLIN)
+        return bool(answer.poll(timeout * 1000)) and os.read(fd, 1) == b"."
 
     def close(self, timeout: float = 10.0) -> None:
         """End of input; wait for the process to write everything and exit, or - with no
