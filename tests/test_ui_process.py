@@ -90,8 +90,14 @@ def _frame(items: list) -> bytes:
     import marshal
 
     from ember.ui.ui_frames import HEADER
-    data = marshal.dumps([marshal.dumps(i) for i in items])
+    data = marshal.dumps([marshal.dumps(i, 2) for i in items])
     return HEADER.pack(len(data)) + data
+
+
+def _items(batch: list) -> list:
+    """A batch of the UI process's held items (still marshalled), unmarshalled."""
+    import marshal
+    return [marshal.loads(b) for b in batch]
 
 
 def test_the_ui_process_applies_when_the_driver_pauses(monkeypatch) -> None:
@@ -112,25 +118,25 @@ def test_the_ui_process_applies_when_the_driver_pauses(monkeypatch) -> None:
         for i in range(3):                                   # busy: held together
             os.write(w, _frame([f"a{i}", f"b{i}"]))
         started = time.monotonic()
-        assert next(batches) == ["a0", "b0", "a1", "b1", "a2", "b2"]
+        assert _items(next(batches)) == ["a0", "b0", "a1", "b1", "a2", "b2"]
         assert time.monotonic() - started >= 0.4             # after a quiet QUIET
         os.write(w, _frame(["c"]) + _frame([(SYNC,)]))       # a SYNC: at once
         started = time.monotonic()
-        assert next(batches) == ["c", (SYNC,)]
+        assert _items(next(batches)) == ["c", (SYNC,)]
         assert time.monotonic() - started < 0.4
         os.write(w, _frame(list("defg")) + _frame(list("hijk")))
-        assert next(batches) == list("defghijk")             # HOLD_ITEMS reached
+        assert _items(next(batches)) == list("defghijk")             # HOLD_ITEMS reached
         os.write(w, _frame(["l"]))
         asker = threading.Thread(target=catch_up.request)
         asker.start()
-        assert next(batches) == ["l"]                        # a page asks: at once
+        assert _items(next(batches)) == ["l"]                        # a page asks: at once
         catch_up.answered()
         asker.join(5)
         assert not asker.is_alive()
         os.write(w, _frame(["m"]))
         os.close(w)
         w = -1
-        assert list(batches) == [["m"]]                      # end of input: the rest
+        assert [_items(b) for b in batches] == [["m"]]                      # end of input: the rest
     finally:
         os.close(r)
         if w >= 0:
@@ -160,7 +166,7 @@ def test_the_ui_process_holds_nothing_longer_than_hold_seconds(monkeypatch) -> N
     try:
         started = time.monotonic()
         feeder.start()
-        first = next(batches)
+        first = _items(next(batches))
         assert 0.4 <= time.monotonic() - started < 4.0
         assert first[0] == "x0" and len(first) < 100
     finally:
@@ -185,7 +191,7 @@ def test_with_an_event_log_the_ui_process_loads_in_the_drivers_first_pause(
         os.write(w, _frame(["a"]) + _frame(["b"]))
         started = time.monotonic()
         held, ended = m._wait_for_first_use(m._frames(r), r, [], True)
-        assert (held, ended) == ([["a"], ["b"]], False)
+        assert ([_items(f) for f in held], ended) == ([["a"], ["b"]], False)
         assert 0.25 <= time.monotonic() - started < 2.5         # the driver paused
         started = time.monotonic()
         assert m._wait_for_first_use(m._frames(r), r, [], True) == ([], False)
@@ -193,7 +199,8 @@ def test_with_an_event_log_the_ui_process_loads_in_the_drivers_first_pause(
         os.write(w, _frame(["c"]))
         os.close(w)
         w = -1
-        assert m._wait_for_first_use(m._frames(r), r, [], True) == ([["c"]], True)
+        held, ended = m._wait_for_first_use(m._frames(r), r, [], True)
+        assert ([_items(f) for f in held], ended) == ([["c"]], True)
     finally:
         os.close(r)
         if w >= 0:

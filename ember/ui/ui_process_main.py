@@ -37,7 +37,7 @@ import sys
 import time
 from typing import Any, Callable, Iterator
 
-from ember.ui.ui_frames import HEADER, OPEN_LOG, SYNC
+from ember.ui.ui_frames import HEADER, OPEN_LOG, SYNC, SYNC_ITEM
 
 FIRST_USE_WAIT = 3.0
 HELD_ITEMS = 20000
@@ -79,7 +79,7 @@ def _frames(fd: int) -> Iterator[Any]:
         data = _read_exact(fd, n)
         if len(data) < n:
             return
-        yield [marshal.loads(b) for b in marshal.loads(data)]
+        yield marshal.loads(data)     # the items stay marshalled until they are applied
 
 
 def _wait_for_first_use(frames: Iterator[Any], fd: int, listening: list[int],
@@ -103,7 +103,7 @@ def _wait_for_first_use(frames: Iterator[Any], fd: int, listening: list[int],
                 return held, True
             held.append(items)
             count += len(items)
-            if any(type(i) is not str and i[0] == SYNC for i in items):
+            if SYNC_ITEM in items:
                 return held, False
         elif quiet:
             return held, False
@@ -134,8 +134,8 @@ class _CatchUp:
 
 
 def _coalesced(frames: Iterator[Any], fd: int, catch_up: _CatchUp | None) -> Iterator[list]:
-    """The frames' items in order, joined into one list while the driver is busy (see the
-    module's doc); an empty list when a page asks and nothing is held."""
+    """The frames' items (still marshalled) in order, joined into one list while the driver
+    is busy (see the module's doc); an empty list when a page asks and nothing is held."""
     held: list[Any] = []
     waits = [fd] if catch_up is None else [fd, catch_up.fd]
     ended = False
@@ -162,8 +162,7 @@ def _coalesced(frames: Iterator[Any], fd: int, catch_up: _CatchUp | None) -> Ite
                 if not held:
                     since = time.monotonic()
                 held.extend(items)
-                last = items[-1] if items else ""
-                if type(last) is str or last[0] != SYNC:
+                if not items or items[-1] != SYNC_ITEM:
                     continue
         if held or asked:
             yield held
@@ -218,7 +217,7 @@ def main() -> int:
     first = next(frames, None)
     if not first:
         return 0
-    settings = first[0]
+    settings = marshal.loads(first[0])
     conf, ui_fd, logging_on = settings["conf"], settings["ui_fd"], settings["event_log"]
     redirect_fd = settings.get("redirect_fd")
     start_ui_thread = _normal_priority() if ui_fd is not None else None
@@ -255,7 +254,8 @@ def main() -> int:
     for items in itertools.chain(held, _coalesced(frames, fd, catch_up)):
         text: list[str] = []
         events: list[Any] = []
-        for item in items:
+        for raw in items:
+            item = marshal.loads(raw)
             if type(item) is str:
                 if logging_on:
                     text.append(item)
