@@ -116,6 +116,7 @@ class UiProcess:
         self._frames: collections.deque = collections.deque()    # framed; None: end of input
         self._queued_bytes = 0
         self._writing = False
+        self._flushing = 0
         self._idle = False
         self._failed = False
         self._closing = False
@@ -208,7 +209,7 @@ class UiProcess:
             self._failed = True
             self._pending.clear()
             frames.clear()
-        if frames or self._failed:
+        if frames or self._failed or self._flushing:
             self._cv.notify_all()
 
     def _write_frames(self) -> None:
@@ -233,7 +234,6 @@ class UiProcess:
                     if frames:
                         self._write_ready()
                         if not frames:
-                            cv.notify_all()         # flush() waits for this
                             continue
                         if frames[0] is None:
                             return
@@ -266,9 +266,13 @@ class UiProcess:
         `timeout`."""
         with self._cv:
             self._frame_pending()
-            self._write_ready()
-            return self._cv.wait_for(lambda: self._failed or not (self._frames or
-                                                                  self._writing), timeout)
+            self._flushing += 1         # whoever writes the last frame then wakes us
+            try:
+                self._write_ready()
+                return self._cv.wait_for(lambda: self._failed or not (self._frames or
+                                                                      self._writing), timeout)
+            finally:
+                self._flushing -= 1
 
     def open_log(self, spec: dict[str, Any]) -> None:
         """Write the event log `EventLog.start` created from now on (with the lines held
