@@ -205,3 +205,18 @@ def test_with_an_event_log_the_ui_process_loads_in_the_drivers_first_pause(
         os.close(r)
         if w >= 0:
             os.close(w)
+
+
+def test_flush_after_close_answers_at_once(fresh_sc, tmp_path) -> None:
+    """UiProcess.flush (the bus's wait_until_empty) after the UI process's input ended:
+    nothing is left to write, so it answers at once."""
+    import time
+    conf = (SparkConf().set("spark.eventLog.enabled", "true")
+            .set("spark.eventLog.dir", str(tmp_path)))
+    sc = fresh_sc("local[2]", "ui-flush-closed", conf)
+    assert sc.parallelize(range(100), 10).count() == 100
+    ui = sc.runtime.ui_process
+    sc.stop()
+    started = time.monotonic()
+    assert ui.flush(5.0)
+    assert time.monotonic() - started < 1.0

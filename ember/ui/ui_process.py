@@ -235,7 +235,9 @@ class UiProcess:
                         self._write_ready()
                         if not frames:
                             continue
-                        if frames[0] is None:
+                        if frames[0] is None:       # end of input: all before it written
+                            frames.popleft()
+                            cv.notify_all()
                             return
                         break                       # the pipe is full
                     if self._failed:
