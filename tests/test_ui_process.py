@@ -125,18 +125,18 @@ def test_the_ui_process_applies_when_the_driver_pauses(monkeypatch) -> None:
         assert _items(next(batches)) == ["c", (SYNC,)]
         assert time.monotonic() - started < 0.4
         os.write(w, _frame(list("defg")) + _frame(list("hijk")))
-        assert _items(next(batches)) == list("defghijk")             # HOLD_ITEMS reached
+        assert _items(next(batches)) == list("defghijk")     # HOLD_ITEMS reached
         os.write(w, _frame(["l"]))
         asker = threading.Thread(target=catch_up.request)
         asker.start()
-        assert _items(next(batches)) == ["l"]                        # a page asks: at once
+        assert _items(next(batches)) == ["l"]                # a page asks: at once
         catch_up.answered()
         asker.join(5)
         assert not asker.is_alive()
         os.write(w, _frame(["m"]))
         os.close(w)
         w = -1
-        assert [_items(b) for b in batches] == [["m"]]                      # end of input: the rest
+        assert [_items(b) for b in batches] == [["m"]]       # end of input: the rest
     finally:
         os.close(r)
         if w >= 0:
