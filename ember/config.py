@@ -319,8 +319,15 @@ _entry("spark.ember.executor.driverLease", 120.0, SECONDS,
 _entry("spark.ember.executor.batchScheduling", True, BOOL,
        "Ember only: an executor's own threads run as SCHED_BATCH (Linux), so its wake-ups "
        "(a LaunchTask, a task's result) never preempt the driver or a task on that CPU; "
-       "its task processes keep the executor's original policy. Only an executor started "
-       "as SCHED_OTHER switches.", by=(EXECUTOR,))
+       "its task processes follow spark.ember.task.batchScheduling. Only an executor "
+       "started as SCHED_OTHER switches.", by=(EXECUTOR,))
+_entry("spark.ember.task.batchScheduling", True, BOOL,
+       "Ember only: task processes (local mode's and executors') run as SCHED_BATCH "
+       "(Linux): the same share of the CPU, but a task process woken to start a task does "
+       "not preempt the driver or executor that sent it, which would otherwise wait "
+       "beside a long task while the other task processes' results wait for it. Only "
+       "where the driver or executor is SCHED_OTHER (or switched from it).",
+       by=(DRIVER, EXECUTOR))
 _entry("spark.ember.appClient.reconnectTimeout", 120.0, SECONDS,
        "How long a driver that lost its master waits for a master (restarted, or a standby "
        "taking over) to take its application back before it ends the application.")

@@ -120,8 +120,13 @@ class DriverRuntime:
     # --- start-up -----------------------------------------------------------------------
     def start_fork_server(self, environment: dict[str, str]) -> None:
         """Local mode's fork server, started first: it imports Ember while the driver does."""
+        from ember.executor.batch_scheduling import TASK_POLICY_ENV, task_policy
         from ember.executor.fork_client import ForkServerClient, task_process_env
-        self.fork_client = ForkServerClient(task_process_env(environment))
+        env = task_process_env(environment)
+        policy = task_policy(config.read(self.conf, "spark.ember.task.batchScheduling"))
+        if policy is not None:
+            env[TASK_POLICY_ENV] = str(policy)
+        self.fork_client = ForkServerClient(env)
         self.fork_client.start()
 
     def start(self, app_name: str, environment: dict[str, str],

@@ -35,7 +35,7 @@ from ember.deploy.resource_messages import (DEFAULT_RESOURCE_PROFILE_ID, Resourc
                                             ResourceProfile)
 from ember.deploy.resources import (ResourceError, ResourceRequest, discover_resource,
                                     parse_allocated)
-from ember.executor.batch_scheduling import TASK_POLICY_ENV, batch_threads
+from ember.executor.batch_scheduling import TASK_POLICY_ENV, batch_threads, task_policy
 from ember.executor.decommission import (migrate_blocks, migrated_block_path,
                                          store_migrated_chunk)
 from ember.executor.process_pool import TaskProcessPool
@@ -74,7 +74,7 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
                  shuffle_service: RpcAddress | None = None,
                  task_sched_policy: int | None = None) -> None:
         self.executor_id = executor_id
-        # the scheduling policy for the task processes when this one left it (batch_threads)
+        # the scheduling policy for the task processes (batch_scheduling.task_policy)
         self.task_sched_policy = task_sched_policy
         self.shuffle_service = shuffle_service   # where reducers fetch our map output
         self.resources = dict(resources or {})
@@ -504,12 +504,12 @@ def main(argv: list[str] | None = None) -> int:
         if shuffle_service is None:
             env.shutdown()
             return 1
-    task_policy = (batch_threads() if config.read(conf, "spark.ember.executor.batchScheduling")
-                   else None)
-    backend = CoarseGrainedExecutorBackend(args.executor_id, args.hostname, args.cores,
-                                           args.app_id, driver_addr, worker_addr, conf,
-                                           work_dir, resources, args.resourceProfileId,
-                                           shuffle_service, task_policy)
+    own_policy = (batch_threads() if config.read(conf, "spark.ember.executor.batchScheduling")
+                  else None)
+    backend = CoarseGrainedExecutorBackend(
+        args.executor_id, args.hostname, args.cores, args.app_id, driver_addr, worker_addr,
+        conf, work_dir, resources, args.resourceProfileId, shuffle_service,
+        task_policy(config.read(conf, "spark.ember.task.batchScheduling"), own_policy))
     env.setup_endpoint(ENDPOINT_NAME, backend)
     if worker_addr is not None:
         try:    # WorkerWatcher: a connection to the worker whose loss ends this executor

@@ -20,7 +20,7 @@ import ember.shuffle.external  # noqa: F401
 import ember.shuffle.reader  # noqa: F401
 import ember.shuffle.writer  # noqa: F401
 from ember.executor import task_process
-from ember.executor.batch_scheduling import restore_task_policy
+from ember.executor.batch_scheduling import apply_task_policy
 from ember.executor.wire import send_msg
 from ember.util.processes import child_exit_wakeups, wait_request
 
@@ -77,7 +77,7 @@ def serve(ctrl: socket.socket) -> None:
 
 
 def main() -> None:
-    restore_task_policy()
+    apply_task_policy()
     ctrl = socket.socket(fileno=int(sys.argv[1]))
     ctrl.setblocking(True)
     try:
