@@ -1,7 +1,8 @@
 """Cached RDD partitions inside one task process, with LRU eviction past a memory budget.
 
 Memory blocks live as Python lists in the process that computed them (so an iterative job
-re-reads them with no deserialization, and the scheduler sends the task to that process);
+re-reads them with no deserialization, and the scheduler sends the task to that process;
+plain numbers scattered in memory as an array, see scattered.py);
 disk blocks live in the executor's block dir, readable by every process of that executor.
 Every change is recorded as a block update that travels back with the task result, which is
 how the driver learns where blocks are (its BlockManagerMaster).
@@ -12,10 +13,12 @@ import logging
 import os
 import pickle
 import sys
+from array import array
 from collections import OrderedDict
 from typing import Any, Iterable, Iterator
 
 from ember import fs
+from ember.storage.scattered import packed
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +33,12 @@ def block_name(rdd_id: int, split: int) -> str:
     return f"rdd_{rdd_id}_{split}"
 
 
-def estimate_size(values: list) -> int:
-    """Rough deep size of a list of records, from a sample (Spark's SizeEstimator idea)."""
+def estimate_size(values: list | array) -> int:
+    """Rough deep size of a list of records, from a sample (Spark's SizeEstimator idea); an
+    array's own size."""
     n = len(values)
     size = sys.getsizeof(values)
-    if n == 0:
+    if n == 0 or isinstance(values, array):
         return size
     step = max(1, n // 64)
     sample = values[::step]
@@ -85,7 +89,7 @@ class BlockManager:
     def __init__(self, block_dir: str, memory_budget: int) -> None:
         self.block_dir = block_dir
         self.memory_budget = memory_budget
-        self.memory: OrderedDict[str, tuple[list, int, Any]] = OrderedDict()
+        self.memory: OrderedDict[str, tuple[list | array, int, Any]] = OrderedDict()
         self.memory_used = 0
         self.updates: list[tuple[str, str, int, int]] = []  # (block, where, mem, disk)
         # fetch_from_sibling(task id, block) -> path of a copy another task process of this
@@ -164,6 +168,7 @@ class BlockManager:
         return out
 
     def _put_memory(self, name: str, values: list, level: Any, disk_size: int = 0) -> bool:
+        values = packed(values)
         size = estimate_size(values)
         if size > self.memory_budget:
             log.warning("Not enough space to cache %s in memory! (computed %d bytes so far)",
