@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterable
 
 from ember.scheduler import listener as sl
 from ember.scheduler.task import SUCCESS, Success, TaskInfo
-from ember.ui.ui_frames import HEADER, OPEN_LOG, SYNC
+from ember.ui.ui_frames import HEADER, OPEN_LOG, SYNC, readable
 from ember.util.processes import wait_exit
 
 log = logging.getLogger("ember.ui.UiProcess")
@@ -88,14 +88,14 @@ class UiProcess:
     pipe's end is non-blocking); a writer thread waits for room when the UI process is
     behind, without the GIL, and sends BATCH_DELAY after the last frame what is left. (A
     writer thread woken for every frame took the GIL from the busy scheduler thread three
-    times a frame: 4-10 % of a 10,000-task job.) Why marshal at once: bytes are not tracked by the garbage collector. Holding
-    the events themselves until their frame was cut kept ~3 tracked objects per task alive
-    past their post: ~50 % more young collections, the survivors promoted and scanned again
-    (a 10,000-task job spent ~10 ms more, 5 % of it, collecting). The pipe is
-    widened to PIPE_BYTES: the UI process reads at idle priority, and each refill of a 64 KiB
-    pipe cost the driver a wake-up of a writer blocked on it. Frames the process has not read
-    wait in the driver, up to MAX_QUEUED_BYTES; past that events are dropped with Spark's
-    error."""
+    times a frame: 4-10 % of a 10,000-task job.) Why marshal at once: bytes are not tracked
+    by the garbage collector. Holding the events themselves until their frame was cut kept
+    ~3 tracked objects per task alive past their post: ~50 % more young collections, the
+    survivors promoted and scanned again (a 10,000-task job spent ~10 ms more, 5 % of it,
+    collecting). The pipe is widened to PIPE_BYTES: the UI process reads at idle priority,
+    and each refill of a 64 KiB pipe cost the driver a wake-up of a writer blocked on it.
+    Frames the process has not read wait in the driver, up to MAX_QUEUED_BYTES; past that
+    events are dropped with Spark's error."""
 
     FRAME_ITEMS = 2048
     BATCH_DELAY = 0.05
@@ -288,9 +288,7 @@ class UiProcess:
         if self._failed:
             return False
         fd = self.proc.stdout.fileno()
-        answer = select.poll()
-        answer.register(fd, select.POLLIN)
-        return bool(answer.poll(timeout * 1000)) and os.read(fd, 1) == b"."
+        return bool(readable([fd], timeout)) and os.read(fd, 1) == b"."
 
     def close(self, timeout: float = 10.0) -> None:
         """End of input; wait for the process to write everything and exit, or - with no

@@ -32,12 +32,11 @@ from __future__ import annotations
 
 import marshal
 import os
-import select
 import sys
 import time
 from typing import Any, Callable, Iterator
 
-from ember.ui.ui_frames import HEADER, OPEN_LOG, SYNC, SYNC_ITEM
+from ember.ui.ui_frames import HEADER, OPEN_LOG, SYNC, SYNC_ITEM, readable
 
 FIRST_USE_WAIT = 3.0
 HELD_ITEMS = 20000
@@ -58,16 +57,6 @@ def _read_exact(fd: int, n: int) -> bytes:
         chunks.append(data)
         left -= len(data)
     return b"".join(chunks)
-
-
-def _readable(fds: list[int], timeout: float | None) -> list[int]:
-    """Those of `fds` ready to read within `timeout` seconds (None: no limit). Why poll, not
-    select: the driver hands its UI sockets over with their numbers, which may be above
-    FD_SETSIZE."""
-    waiting = select.poll()
-    for f in fds:
-        waiting.register(f, select.POLLIN)
-    return [f for f, _ in waiting.poll(None if timeout is None else timeout * 1000)]
 
 
 def _frames(fd: int) -> Iterator[Any]:
@@ -94,7 +83,7 @@ def _wait_for_first_use(frames: Iterator[Any], fd: int, listening: list[int],
         if left <= 0:
             return held, False
         quiet = logging_on and bool(held)
-        ready = _readable([fd, *listening], min(QUIET, left) if quiet else left)
+        ready = readable([fd, *listening], min(QUIET, left) if quiet else left)
         if any(s in ready for s in listening):
             return held, False
         if fd in ready:
@@ -144,12 +133,12 @@ def _coalesced(frames: Iterator[Any], fd: int, catch_up: _CatchUp | None) -> Ite
         asked = False
         left = since + HOLD_SECONDS - time.monotonic()
         if len(held) < HOLD_ITEMS and (not held or left > 0):
-            ready = _readable(waits, min(QUIET, left) if held else None)
+            ready = readable(waits, min(QUIET, left) if held else None)
             if catch_up is not None and catch_up.fd in ready:
                 os.read(catch_up.fd, 4096)
                 asked = True
                 # the page sees what reached the pipe before it asked, too
-                while _readable([fd], 0):
+                while readable([fd], 0):
                     items = next(frames, None)
                     if items is None:
                         ended = True
