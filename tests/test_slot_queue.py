@@ -405,3 +405,45 @@ def test_a_task_sent_to_a_given_up_slot_fails_at_once_instead_of_waiting_for_eve
     exc_type, message, _tb, retryable = pickle.loads(data)[0]
     assert (tid, state, exc_type, retryable) == (7, "FAILED", "SparkException", True)
     assert "given up" in message
+
+
+def test_results_already_sent_are_taken_in_with_the_first_and_read_once(tmp_path) -> None:
+    """take_arrived (the executor, before it reports an end): a result another process has
+    already sent is read at once, inside the first one's report, and the loop's own
+    readiness event for it, now stale, neither blocks nor counts as the process's death."""
+    forks = FakeForks()
+    ends: list = []
+    nested: list = []
+    p = TaskProcessPool(2, {"local_dir": str(tmp_path)},
+                        lambda slot, tid, state, data: on_end(tid), forks=forks,
+                        raw_results=True)
+
+    def on_end(tid: int) -> None:
+        ends.append(tid)
+        if len(ends) == 1:
+            p.take_arrived()
+            nested.extend(ends[1:])
+    p.start()
+    try:
+        fakes = [forks.processes.get(timeout=5) for _ in range(2)]
+        p.launch_all([(0, 1, (1, 0), b"blob", b"meta", b"t1"),
+                      (1, 2, (1, 0), b"blob", b"meta", b"t2")])
+        tids = [fake.started.get(timeout=5) for fake in fakes]
+        hold = threading.Event()
+        p.loop.post(hold.wait, 5)           # both results wait in their sockets
+        for fake, tid in zip(fakes, tids):
+            fake.finish(tid)
+        time.sleep(0.2)
+        hold.set()
+        deadline = time.monotonic() + 5
+        while len(ends) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        assert sorted(ends) == [1, 2] and len(nested) == 1
+        assert forks.processes.empty()      # no slot was taken for dead and replaced
+        assert sorted(p.free_slots()) == [0, 1]
+        alive = threading.Event()
+        p.loop.post(alive.set)
+        assert alive.wait(2)                # the loop is not stuck in a read
+    finally:
+        p.stop()

@@ -375,7 +375,11 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
     def _send_status_updates(self) -> None:
         """At the end of the loop's turn (or at once when no other task runs here), the
         tasks that ended in it as one message: tasks that end together cost the driver one
-        wake-up and one read."""
+        wake-up and one read. Results already sent by other task processes are read first
+        and go along (when that ends the last running task, its _on_task_end sends them
+        all, and nothing is left here)."""
+        if self.task_slots and self.pool is not None:
+            self.pool.take_arrived()
         ended, self._ended = self._ended, []
         if len(ended) == 1:
             tid, state, data = ended[0]

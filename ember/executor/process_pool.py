@@ -20,6 +20,7 @@ import functools
 import logging
 import os
 import pickle
+import select
 import signal
 import socket
 import struct
@@ -134,6 +135,9 @@ class TaskProcessPool:
         # fresh 1 MB bytes per recv() is an mmap + munmap each time, which costs more
         # than the rest of a tiny task's handling in this process
         self._scratch = bytearray(1 << 20)
+        # every process's socket, for take_arrived: fd -> slot
+        self._arrivals = select.poll()
+        self._slot_of_fd: dict[int, _Slot] = {}
         # (requesting slot, block) -> [its task id, answers still to come]
         self._block_requests: dict[tuple[int, str], list[int]] = {}
 
@@ -175,7 +179,16 @@ class TaskProcessPool:
         slot.abandoned = {}
         slot.started_at = time.monotonic()
         self.loop.register(parent, functools.partial(self._on_readable, slot, parent))
+        self._arrivals.register(parent, select.POLLIN)
+        self._slot_of_fd[parent.fileno()] = slot
         self._forks.fork(child, slot)
+
+    def _unwatch(self, sock: socket.socket) -> None:
+        """Before the slot's socket is closed (its number may be reused); again on a
+        closed one does nothing more."""
+        self.loop.unregister(sock)
+        if self._slot_of_fd.pop(sock.fileno(), None) is not None:
+            self._arrivals.unregister(sock)
 
     def stop(self) -> None:
         with self._lock:
@@ -185,7 +198,7 @@ class TaskProcessPool:
             self._watch.notify()
             for slot in self.slots:
                 if slot.sock is not None:
-                    self.loop.unregister(slot.sock)
+                    self._unwatch(slot.sock)
                     try:
                         send_msg(slot.sock, ("stop",))
                     except OSError:
@@ -426,12 +439,24 @@ class TaskProcessPool:
                     slot.forgotten.append(stage_id)
 
     # reader (runs on the event loop) -----------------------------------------------------
+    def take_arrived(self) -> None:
+        """Read, without waiting, what any process has sent by now. For a caller about to
+        report task ends (the executor's StatusUpdates): a result that came in after the
+        loop's wait returned goes in the same message as the ones read in this turn, so
+        tasks that end together cost the driver one wake-up and one read, not one each."""
+        for fd, _events in self._arrivals.poll(0):
+            slot = self._slot_of_fd.get(fd)
+            if slot is not None:
+                self._on_readable(slot, slot.sock)
+
     def _on_readable(self, slot: _Slot, sock: socket.socket) -> None:
         if sock is not slot.sock:
             return
         scratch = self._scratch
-        try:
-            n = sock.recv_into(scratch)
+        try:    # not waiting: take_arrived may have read what made the loop call this
+            n = sock.recv_into(scratch, 0, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return
         except OSError:
             n = 0
         if not n:
@@ -549,7 +574,7 @@ class TaskProcessPool:
 
     def _on_death(self, slot: _Slot) -> None:
         with self._lock:
-            self.loop.unregister(slot.sock)
+            self._unwatch(slot.sock)
             slot.sock.close()
             if self._stopped:
                 return
