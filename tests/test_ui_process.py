@@ -220,3 +220,43 @@ def test_flush_after_close_answers_at_once(fresh_sc, tmp_path) -> None:
     started = time.monotonic()
     assert ui.flush(5.0)
     assert time.monotonic() - started < 1.0
+
+
+def test_event_dicts_sent_to_the_ui_process_are_json_native(fresh_sc, monkeypatch) -> None:
+    """Events other than task starts and ends reach the UI process as their event-log
+    dicts (marshalled), which it applies without parsing its own line back: so every dict
+    must be what the line parses to (lists, not tuples; str keys)."""
+    import json
+    import marshal
+
+    import pytest
+
+    from ember.errors import SparkException
+    from ember.scheduler.listener import ListenerBus
+    from ember.ui.event_log import event_to_json, json_line
+    events: list = []
+    post = ListenerBus.post
+
+    def record(bus, e) -> None:
+        events.append(e)
+        post(bus, e)
+    monkeypatch.setattr(ListenerBus, "post", record)
+    sc = fresh_sc("local[2]", "ui-dicts", SparkConf().set("spark.ui.port", "0"))
+    pairs = sc.parallelize([(i % 7, i) for i in range(100)], 4).cache()
+    assert pairs.reduceByKey(lambda a, b: a + b).count() == 7
+    pairs.unpersist()
+    sc.setJobGroup("g", "a group")
+    with pytest.raises(SparkException):
+        sc.parallelize(range(4), 2).map(lambda x: 1 // 0).count()
+    sc.stop()
+    kinds = set()
+    for e in events:
+        d = event_to_json(e)
+        if d is None:
+            continue
+        kinds.add(d["Event"])
+        assert marshal.loads(marshal.dumps(d, 2)) == json.loads(json_line(d)), d["Event"]
+    assert {"SparkListenerApplicationStart", "SparkListenerEnvironmentUpdate",
+            "SparkListenerJobStart", "SparkListenerStageSubmitted",
+            "SparkListenerStageCompleted", "SparkListenerJobEnd",
+            "SparkListenerApplicationEnd"} <= kinds

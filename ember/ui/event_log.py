@@ -289,10 +289,18 @@ _JACKSON_EVENTS = {
 _JACKSON_BY_NAME = {_SCHEDULER_PKG + n: t for t, n in _JACKSON_NAMES.items()}
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
+def json_line(d: dict) -> str:
+    """An event's JSON-protocol dict (event_to_json) as its log line."""
+    return _ENCODER.encode(d) + "\n"
+
+
 def _dumps(e: Any) -> str:
     """One event as a log line ('' for events not logged)."""
     d = event_to_json(e)
-    return "" if d is None else json.dumps(d, separators=(",", ":")) + "\n"
+    return "" if d is None else json_line(d)
 
 
 _js = json.encoder.encode_basestring_ascii     # type: ignore[attr-defined]

@@ -220,7 +220,7 @@ def main() -> int:
     import logging
     import socket
 
-    from ember.ui.event_log import EventLogWriter, _TaskLines, json_to_event
+    from ember.ui.event_log import EventLogWriter, _TaskLines, json_line, json_to_event
     from ember.ui.ui_process import unpack
     from ember.util.logs import configure_logging
     configure_logging(logging.WARNING)
@@ -245,7 +245,15 @@ def main() -> int:
         events: list[Any] = []
         for raw in items:
             item = marshal.loads(raw)
-            if type(item) is str:
+            if type(item) is dict:      # JSON-native (event_to_json): no parse needed
+                try:
+                    if logging_on:
+                        text.append(json_line(item))
+                    if store is not None:
+                        events.append(json_to_event(item))
+                except (ValueError, KeyError, TypeError) as e:
+                    log.error("Cannot apply %.200r to the UI: %s", item, e)
+            elif type(item) is str:
                 if logging_on:
                     text.append(item)
                 if store is not None and item:
