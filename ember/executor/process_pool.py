@@ -184,8 +184,8 @@ class TaskProcessPool:
         self._forks.fork(child, slot)
 
     def _unwatch(self, sock: socket.socket) -> None:
-        """Before the slot's socket is closed (its number may be reused); again on a
-        closed one does nothing more."""
+        """Stop watching a slot's socket, before it is closed (its number may be reused);
+        harmless on one already closed."""
         self.loop.unregister(sock)
         if self._slot_of_fd.pop(sock.fileno(), None) is not None:
             self._arrivals.unregister(sock)

@@ -16,8 +16,8 @@ application's start does not share its cores with it.
 Everything the UI and the log know comes from listener events, so nothing else is shared:
 the driver binds the UI's port (its URL goes into the app's registration) and hands the
 socket over; task starts and successful task ends travel as tuples (`pack`), every other
-event as its event-log dict, which this process encodes as the log's line and parses back
-(the history server's way).
+event as its event-log dict, which this process encodes as the log's line and applies as
+the history server applies a parsed line.
 
 Frames on stdin: a 4-byte little-endian length, then `marshal.dumps` of a list of items,
 each an item's own `marshal.dumps(item, 2)`. The first frame holds the settings dict (conf,
@@ -25,9 +25,9 @@ UI socket fd and, with TLS, its HTTP redirect socket's fd, whether to log); then
 an event's JSON-protocol dict, a line (str: the dict's own when marshal cannot take it), a
 packed task event (a tuple starting 0 or 1), `(OPEN_LOG, EventLog.start's answer)` or
 `(SYNC,)` (answered with a byte on stdout once the frame is applied). Lines written before
-the log is open are held. The process applies (and logs) what it holds when
-the driver pauses (ui_process_main); end of input (the driver closed the pipe, or died)
-applies the rest, then ends the process and with it the UI's port.
+the log is open are held. The process applies (and logs) what it holds when the driver
+pauses (ui_process_main); end of input (the driver closed the pipe, or died) applies the
+rest, then ends the process and with it the UI's port.
 """
 from __future__ import annotations
 
