@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import pickle
 import queue
+import select
 import signal
 import struct
 import threading
@@ -433,7 +434,12 @@ def test_results_already_sent_are_taken_in_with_the_first_and_read_once(tmp_path
         p.loop.post(hold.wait, 5)           # both results wait in their sockets
         for fake, tid in zip(fakes, tids):
             fake.finish(tid)
-        time.sleep(0.2)
+        sent = select.poll()
+        for slot in p.slots:
+            sent.register(slot.sock, select.POLLIN)
+        deadline = time.monotonic() + 5
+        while len(sent.poll(50)) < 2 and time.monotonic() < deadline:
+            pass
         hold.set()
         deadline = time.monotonic() + 5
         while len(ends) < 2 and time.monotonic() < deadline:
