@@ -509,10 +509,12 @@ _entry("spark.ember.scheduler.queueShortTasks", True, BOOL,
        "which its task process starts as soon as its current task ends (no round trip to the "
        "driver in between) and whose results it reports together. Never for barrier stages, "
        "tasks needing more than one core or custom resources, or with speculation.", by=(DRIVER,))
-_entry("spark.ember.scheduler.queueDepth", 31, INT,
+_entry("spark.ember.scheduler.queueDepth", None, INT,
        "Ember only: how many short tasks may wait behind each busy task slot when "
-       "spark.ember.scheduler.queueShortTasks is on (1 to 31); fewer for longer tasks, so "
-       "the tasks waiting on a slot are expected to take under 5 ms in all.", by=(DRIVER,))
+       "spark.ember.scheduler.queueShortTasks is on (1 to 63; unset: 31 in local mode, 63 on "
+       "a cluster, where a task process's results take longer to come back as new tasks); "
+       "fewer for longer tasks, so the tasks waiting on a slot are expected to take under "
+       "5 ms in all.", by=(DRIVER,))
 _entry("spark.ember.scheduler.handBackAfter", 0.05, MILLIS,
        "Ember only: a task waiting behind a busy slot (spark.ember.scheduler.queueShortTasks) "
        "is handed back unstarted once the slot's running task has run this long, or once it "

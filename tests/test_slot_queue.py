@@ -21,7 +21,8 @@ from ember.errors import TaskKilledException
 from ember.executor import task_process
 from ember.executor.process_pool import MAX_WAITING, SEND_AHEAD_BYTES, TaskProcessPool
 from ember.executor.wire import read_msg, send_msg
-from ember.scheduler.slot_queues import LONG_RUNNING_S, SlotQueues
+from ember.scheduler.slot_queues import (CLUSTER_DEPTH, LOCAL_DEPTH, LONG_RUNNING_S, MAX_DEPTH,
+                                         SlotQueues, queue_depth)
 from tests.helpers.slot_queue import (cancel_a_job_with_waiting_tasks,
                                       run_tiny_tasks_counting_promotions, wait_until_free)
 
@@ -180,6 +181,13 @@ def test_sigusr1_stops_only_a_task_the_kill_file_lists(tmp_path, monkeypatch) ->
     os.pwrite(fd, struct.pack("<q", 9), 8)
     os.close(fd)
     assert 9 in kills and 7 in kills and 5 not in kills
+    # an id whose bytes straddle two entries is not listed
+    pair = struct.pack("<2q", 2 ** 40 + 3, 2 ** 20 + 1)
+    straddling = struct.unpack("<q", pair[4:12])[0]
+    fd = os.open(path, os.O_WRONLY)
+    os.pwrite(fd, pair, 16)
+    os.close(fd)
+    assert straddling not in kills and 2 ** 40 + 3 in kills and 2 ** 20 + 1 in kills
     kills.close()
     assert 9 not in kills
 
@@ -343,6 +351,18 @@ def test_the_drivers_slot_queues_follow_the_order_the_process_runs_them() -> Non
     assert q.ended(0, 2) == (True, None)
     assert q.ended(1, 4) == (True, None)
     assert q.room() == [] and not q.running
+
+
+def test_queue_depth_by_deploy_mode_unless_set() -> None:
+    """Unset, a cluster's slots take more tasks ahead than local mode's (an executor's relay
+    takes longer to answer); a set value holds for both, within 1..MAX_DEPTH, which the
+    executor's pool takes (MAX_WAITING); off is 0."""
+    assert (queue_depth({}, cluster=False), queue_depth({}, cluster=True)) == (31, 63)
+    assert LOCAL_DEPTH < CLUSTER_DEPTH == MAX_DEPTH == MAX_WAITING
+    key = "spark.ember.scheduler.queueDepth"
+    for value, depth in (("8", 8), ("0", 1), ("1000", MAX_DEPTH)):
+        assert queue_depth({key: value}, cluster=False) == queue_depth({key: value}, cluster=True) == depth
+    assert queue_depth({"spark.ember.scheduler.queueShortTasks": "false"}, cluster=True) == 0
 
 
 def test_a_task_that_waited_too_long_behind_others_is_handed_back_unstarted() -> None:

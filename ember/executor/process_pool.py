@@ -54,7 +54,7 @@ BarrierCallback = Callable[[int, int, Any, Callable[[bool, Any], None]], None]
 SEND_AHEAD_BYTES = 64 << 10
 # tasks that may wait behind a slot's running one (the driver's
 # spark.ember.scheduler.queueDepth is at most this)
-MAX_WAITING = 31
+MAX_WAITING = 63
 # the kill file: the last KILL_SLOTS task ids killed in a slot; -1 is no task. A process
 # holds at most 1 + MAX_WAITING tasks, and for a moment as many handed-back ones it skips
 # (_hand_back), so older entries no longer matter

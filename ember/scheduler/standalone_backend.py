@@ -223,7 +223,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self._io_key: str | None = None
         self._revive_pending = False      # an offer round is queued on the loop
         self._forget_flush: Any = None    # the timer sending RemoveStage not sent yet
-        self._queue_depth = queue_depth(self.conf)
+        self._queue_depth = queue_depth(self.conf, cluster=True)
 
     # --- configuration shared with executors --------------------------------------------
     def app_conf(self) -> dict[str, str]:
