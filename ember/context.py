@@ -162,7 +162,7 @@ class SparkContext:
         runtime = self.runtime
 
         def on_sigint(signum: int, frame: Any) -> None:
-            runtime.interrupt()
+            runtime.interrupt(signum, frame)
         try:
             self._previous_sigint = signal.signal(signal.SIGINT, on_sigint)
         except ValueError:          # not the main interpreter

@@ -110,7 +110,10 @@ class DriverRuntime:
         self._stop_context: Callable[[], None] = lambda: None
         # the context's SIGINT handler while installed (see interrupt)
         self.sigint_handler: Callable[..., None] | None = None
-        self._interrupted = False
+        # the handler another library (or the user) put in its place, while a job runs on
+        # the main thread with the context's handler back in front of it (see run_job)
+        self._foreign_sigint: Callable[..., Any] | None = None
+        self._interrupted: tuple[int, Any] | None = None   # a Ctrl-C held back: signum, frame
         self._local = threading.local()
         self._next_rdd_id = 0
         self._next_shuffle_id = 0
@@ -438,12 +441,14 @@ class DriverRuntime:
                 for n in self.added_files)
         # the submission runs on this thread when nothing can interrupt it halfway: a thread
         # other than the main one, or the main one while Ctrl-C goes through interrupt()
-        on_caller = (threading.current_thread() is not threading.main_thread()
-                     or (self.sigint_handler is not None
-                         and _signal.getsignal(signal.SIGINT) is self.sigint_handler))
-        # ... and so are the results, by a thread that waits for them anyway
-        driving = on_caller and self.event_loop.claim()
+        on_caller, foreign = self._sigint_for_job()
+        driving = False
         try:
+            if foreign is not None:
+                self._foreign_sigint = foreign
+                _signal.signal(signal.SIGINT, self.sigint_handler)
+            # ... and so are the results, by a thread that waits for them anyway
+            driving = on_caller and self.event_loop.claim()
             waiter = self.dag_scheduler.submit_job(rdd, task_func, partitions, call_site(),
                                                    handler, props, on_caller)
             try:
@@ -451,7 +456,7 @@ class DriverRuntime:
                     self.event_loop.drive(lambda: waiter.completed or self._interrupted)
                     self.event_loop.release()
                 if self._interrupted:       # Ctrl-C came while this thread ran handlers
-                    self.interrupt()
+                    self.interrupt(*self._interrupted)
                 waiter.wait()
             except KeyboardInterrupt:
                 waiter.cancel()
@@ -459,21 +464,47 @@ class DriverRuntime:
         finally:
             if driving:
                 self.event_loop.release()   # (a no-op once released)
+            if foreign is not None:     # back first: a Ctrl-C from here on is all its own
+                _signal.signal(signal.SIGINT, foreign)
+                self._foreign_sigint = None
         if any(r._checkpoint_requested and r._checkpoint_dir is None or
                (r._local_checkpointed and not r._truncated) for r in lineage):
             rdd._do_checkpoint()
         return results
 
-    def interrupt(self) -> None:
+    def _sigint_for_job(self) -> tuple[bool, Callable[..., Any] | None]:
+        """(whether the job runs on the calling thread, the foreign SIGINT handler to put
+        the context's in front of for the job). Off the main thread no signal handler runs.
+        On it, a Ctrl-C must not raise inside a scheduler handler: under the context's own
+        handler it is held back (interrupt); SIG_IGN, SIG_DFL or a handler set from C run
+        no Python code. A Python handler installed after the context's (another library's
+        SparkContext, asyncio.run) would raise anywhere: for the job the context's handler
+        goes back in front of it and hands the Ctrl-C on once it is safe, so the foreign
+        handler keeps its effect and the job its fast path (the loop thread's hand-offs
+        cost a warm job ~0.1 ms)."""
+        if threading.current_thread() is not threading.main_thread():
+            return True, None
+        if self.sigint_handler is None:
+            return False, None
+        current = _signal.getsignal(signal.SIGINT)
+        if current is self.sigint_handler or not callable(current):
+            return True, None
+        return True, current
+
+    def interrupt(self, signum: int = signal.SIGINT, frame: Any = None) -> None:
         """Ctrl-C in the main thread (PySpark's SIGINT handler): cancel every job, then
-        raise KeyboardInterrupt. While that thread is itself running a scheduler handler
-        (a job's submission, see EventLoop.run_here) or handles its job's results
-        (EventLoop.drive) only once the handler is done (run_job checks), so the scheduler
-        is never left halfway through one."""
+        raise KeyboardInterrupt; in a job that put the context's handler in front of
+        another one (run_job), that handler's effect instead. While that thread is itself
+        running a scheduler handler (a job's submission, see EventLoop.run_here) or handles
+        its job's results (EventLoop.drive) only once the handler is done (run_job checks),
+        so the scheduler is never left halfway through one."""
         if self.event_loop is not None and self.event_loop.holds_interrupts():
-            self._interrupted = True
+            self._interrupted = (signum, frame)
             return
-        self._interrupted = False
+        self._interrupted = None
+        if self._foreign_sigint is not None:
+            self._foreign_sigint(signum, frame)
+            return
         if not self.stopped and self.dag_scheduler is not None:
             self.dag_scheduler.cancel_all_jobs()
         raise KeyboardInterrupt()

@@ -174,26 +174,100 @@ def test_ctrl_c_while_the_main_thread_handles_a_result_waits_for_the_handler(fre
     assert time.monotonic() - t0 < 20
 
 
-def test_a_submission_runs_on_the_caller_only_under_the_contexts_sigint_handler(
-        fresh_sc, monkeypatch):
+def test_a_submission_runs_on_the_caller_under_any_sigint_handler(fresh_sc, monkeypatch):
+    """A handler installed after the context's (the user's, another library's) has the
+    context's put in front of it for each job and back after it; SIG_IGN needs neither."""
     import signal
     sc = fresh_sc("local[2]")
     sc.parallelize([1]).count()
     threads = _handler_threads(sc, monkeypatch)
     sc.parallelize([1, 2]).count()
-    assert threads == [threading.get_ident()]
-    previous = signal.signal(signal.SIGINT, lambda *a: None)       # the user's own handler
+    mine = lambda *a: None      # noqa: E731 - the user's own handler
+    previous = signal.signal(signal.SIGINT, mine)
     try:
-        sc.parallelize([1, 2]).count()          # could raise anywhere: the loop runs it
+        assert sc.parallelize([1, 2]).count() == 2
+        assert signal.getsignal(signal.SIGINT) is mine
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        assert sc.parallelize([1, 2]).count() == 2
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, previous)
-    assert threads[1] != threading.get_ident()
+    assert threads == [threading.get_ident()] * 3
     done = {}
     t = threading.Thread(target=lambda: done.update(n=sc.parallelize([1, 2]).count(),
                                                     me=threading.get_ident()))
     t.start()
     t.join(10)
-    assert done["n"] == 2 and threads[2] == done["me"]   # no KeyboardInterrupt off main
+    assert done["n"] == 2 and threads[3] == done["me"]   # no KeyboardInterrupt off main
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_under_a_later_handler_has_that_handlers_effect(fresh_sc):
+    """PySpark's own context, created after ours, installs a handler that raises
+    KeyboardInterrupt: the job is cancelled, its tasks killed. A handler that only takes
+    note leaves the job running to its result."""
+    import signal
+    import time
+    sc = fresh_sc("local[2]")
+    calls = []
+
+    def raising(signum, frame):
+        calls.append(signum)
+        raise KeyboardInterrupt()
+    previous = signal.signal(signal.SIGINT, raising)
+    try:
+        timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            sc.parallelize(range(2), 2).map(lambda x: time.sleep(30)).collect()
+        timer.join()
+        assert calls == [signal.SIGINT]
+        assert sc.parallelize([1, 2, 3]).count() == 3       # the sleeping tasks were killed
+        assert time.monotonic() - t0 < 20
+        signal.signal(signal.SIGINT, lambda signum, frame: calls.append(signum))
+        timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        assert sc.parallelize(range(2), 2).map(lambda x: time.sleep(1.5) or x).sum() == 1
+        timer.join()
+        assert calls == [signal.SIGINT] * 2
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_under_a_later_handler_waits_for_the_submission_on_the_main_thread(
+        fresh_sc, monkeypatch):
+    import signal
+    import time
+    sc = fresh_sc("local[2]")
+    sc.parallelize([1]).count()                 # the loop idle: the next submission runs here
+    dag = sc.runtime.dag_scheduler
+    original = dag.handle_job_submitted
+    seen: dict = {}
+
+    def submitted(*args):
+        os.kill(os.getpid(), signal.SIGINT)     # handled in this thread, in the next lines
+        time.sleep(0.05)
+        seen["thread"] = threading.get_ident()
+        original(*args)
+        seen["finished"] = True
+
+    def raising(signum, frame):
+        seen["handler after submission"] = seen.get("finished", False)
+        raise KeyboardInterrupt()
+    monkeypatch.setattr(dag, "handle_job_submitted", submitted)
+    previous = signal.signal(signal.SIGINT, raising)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            sc.parallelize(range(2), 2).map(lambda x: time.sleep(30)).collect()
+        assert signal.getsignal(signal.SIGINT) is raising
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert seen == {"thread": threading.get_ident(), "finished": True,
+                    "handler after submission": True}
+    monkeypatch.undo()
+    assert sc.parallelize([1, 2, 3]).count() == 3
 
 
 def test_stop_puts_back_the_sigint_handler_the_context_replaced(fresh_sc):
