@@ -1,6 +1,7 @@
 """The far side of engines.ProcessEngine: one engine in a process of its own.
 
     python -m benchmarks.engine_process ember spark://host:port
+    python -m benchmarks.engine_process dask 2 [SCHEDULER]
 
 Reads pickled prepared workloads from stdin, runs each on the engine (started once, warm)
 and writes back `(True, Measurement)` or `(False, exception)`; a None request answers the
@@ -10,6 +11,7 @@ closes.
 """
 from __future__ import annotations
 
+import os
 import pickle
 import sys
 from typing import Any
@@ -29,11 +31,14 @@ def _run(engine: Any, workload: Any) -> Any:
 
 
 def main(argv: list[str]) -> int:
-    from benchmarks.engines import RddEngine
-    module, master = argv
-    engine = RddEngine(module, master)
-    inp, out = sys.stdin.buffer, sys.stdout.buffer
-    sys.stdout = sys.stderr          # the engine's own prints must not reach the pipe
+    from benchmarks.engines import engine_from_args
+    engine = engine_from_args(argv)
+    inp = sys.stdin.buffer
+    # the pipe to the runner is a descriptor of its own: what the engine, its JVM or its
+    # worker processes print to descriptor 1 goes to stderr instead of into the replies
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
     engine.start()
     try:
         while True:

@@ -228,28 +228,35 @@ class DaskEngine(Engine):
 
 
 class ProcessEngine(Engine):
-    """An engine in a process of its own (benchmarks/engine_process.py), for `ember-cluster`:
-    Ember, like PySpark, allows one SparkContext per process, and `ember` (local[2]) holds
-    this one's. Each run sends the prepared workload (pickled) there and gets its
-    Measurement back; the timing happens in that process, around the job only."""
+    """An engine in a process of its own (benchmarks/engine_process.py): every engine but
+    serial runs this way. Each run sends the prepared workload (pickled) there and gets its
+    Measurement back; the timing happens in that process, around the job only.
+
+    Why: engines in one interpreter share its GIL and its signal handlers. A Dask
+    LocalCluster's scheduler, in the process that made it, wakes its IO-loop thread ~150
+    times a second and took the GIL from Ember's driver: local tiny tasks ran 21,500/s
+    beside it against 39,000/s alone. PySpark's context installs its own SIGINT handler.
+    And Ember, like PySpark, allows one SparkContext per process, so `ember` (local[2])
+    and `ember-cluster` need a process each anyway."""
 
     kind = "process"
 
-    def __init__(self, name: str, module: str, master: str) -> None:
+    def __init__(self, name: str, args: list[str]) -> None:
         self.name = name
-        self.module = module
-        self.master = master
+        self.args = args
+        self._twin = engine_from_args(args)    # the same engine, for what needs no process
+        self.master = self._twin.master
         self._proc: Any = None
         self._version: Optional[str] = None
 
     def unavailable_reason(self) -> Optional[str]:
-        return RddEngine(self.module, self.master).unavailable_reason()
+        return self._twin.unavailable_reason()
 
     def start(self) -> None:
         import subprocess
         import sys
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.engine_process", self.module, self.master],
+            [sys.executable, "-m", "benchmarks.engine_process", *self.args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=child_env())
         self._version = self.call(None)
 
@@ -277,7 +284,18 @@ class ProcessEngine(Engine):
         return self._version
 
     def cold_start_code(self) -> str:
-        return RddEngine(self.module, self.master).cold_start_code()
+        return self._twin.cold_start_code()
+
+    def cold_start_arg(self) -> str:
+        return self._twin.cold_start_arg()
+
+
+def engine_from_args(args: list[str]) -> Engine:
+    """The in-process engine a ProcessEngine's process runs: `ember|pyspark MASTER` or
+    `dask WORKERS [SCHEDULER]`."""
+    if args[0] == "dask":
+        return DaskEngine(int(args[1]), args[2] if len(args) > 2 and args[2] else None)
+    return RddEngine(args[0], args[1])
 
 
 def make_engine(name: str, master: str, dask_workers: int = 2, dask_scheduler: Optional[str] = None,
@@ -288,13 +306,13 @@ def make_engine(name: str, master: str, dask_workers: int = 2, dask_scheduler: O
     if name == "serial":
         return SerialEngine()
     if name in ("ember", "pyspark"):
-        return RddEngine(name, master)
+        return ProcessEngine(name, [name, master])
     if name == "ember-cluster":
         if not cluster_url:
             raise ValueError("the ember-cluster engine needs a cluster: --cluster N")
-        return ProcessEngine(name, "ember", cluster_url)
+        return ProcessEngine(name, ["ember", cluster_url])
     if name == "dask":
-        return DaskEngine(dask_workers, dask_scheduler)
+        return ProcessEngine(name, ["dask", str(dask_workers), dask_scheduler or ""])
     raise ValueError(f"unknown engine {name!r}: choose from ember, ember-cluster, serial, pyspark, dask")
 
 
