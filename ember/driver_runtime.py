@@ -110,8 +110,8 @@ class DriverRuntime:
         self._stop_context: Callable[[], None] = lambda: None
         # the context's SIGINT handler while installed (see interrupt)
         self.sigint_handler: Callable[..., None] | None = None
-        # the handler another library (or the user) put in its place, while a job runs on
-        # the main thread with the context's handler back in front of it (see run_job)
+        # the handler another library (or the user) put in its place, while a job on the
+        # main thread has the context's handler back instead (see run_job)
         self._foreign_sigint: Callable[..., Any] | None = None
         self._interrupted: tuple[int, Any] | None = None   # a Ctrl-C held back: signum, frame
         self._local = threading.local()
@@ -478,8 +478,8 @@ class DriverRuntime:
         On it, a Ctrl-C must not raise inside a scheduler handler: under the context's own
         handler it is held back (interrupt); SIG_IGN, SIG_DFL or a handler set from C run
         no Python code. A Python handler installed after the context's (another library's
-        SparkContext, asyncio.run) would raise anywhere: for the job the context's handler
-        goes back in front of it and hands the Ctrl-C on once it is safe, so the foreign
+        SparkContext, asyncio.run) could raise anywhere: the context's handler takes its
+        place for the job and hands a Ctrl-C on to it once that is safe, so the foreign
         handler keeps its effect and the job its fast path (the loop thread's hand-offs
         cost a warm job ~0.1 ms)."""
         if threading.current_thread() is not threading.main_thread():
