@@ -473,8 +473,8 @@ class DriverRuntime:
         return results
 
     def _sigint_for_job(self) -> tuple[bool, Callable[..., Any] | None]:
-        """(whether the job runs on the calling thread, the foreign SIGINT handler to put
-        the context's in front of for the job). Off the main thread no signal handler runs.
+        """(whether the job runs on the calling thread, the foreign SIGINT handler whose
+        place the context's takes for the job). Off the main thread no signal handler runs.
         On it, a Ctrl-C must not raise inside a scheduler handler: under the context's own
         handler it is held back (interrupt); SIG_IGN, SIG_DFL or a handler set from C run
         no Python code. A Python handler installed after the context's (another library's
@@ -493,8 +493,8 @@ class DriverRuntime:
 
     def interrupt(self, signum: int = signal.SIGINT, frame: Any = None) -> None:
         """Ctrl-C in the main thread (PySpark's SIGINT handler): cancel every job, then
-        raise KeyboardInterrupt; in a job that put the context's handler in front of
-        another one (run_job), that handler's effect instead. While that thread is itself
+        raise KeyboardInterrupt; in a job where the context's handler took another one's
+        place (run_job), that one's effect instead. While that thread is itself
         running a scheduler handler (a job's submission, see EventLoop.run_here) or handles
         its job's results (EventLoop.drive) only once the handler is done (run_job checks),
         so the scheduler is never left halfway through one."""
