@@ -102,8 +102,12 @@ def test_ctrl_c_cancels_the_running_job_and_raises_keyboard_interrupt(fresh_sc):
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("later_handler", [False, True])
 def test_ctrl_c_while_the_main_thread_runs_a_submission_waits_for_its_end(fresh_sc,
-                                                                          monkeypatch):
+                                                                          monkeypatch,
+                                                                          later_handler):
+    """Under the context's handler, or under one installed after it (which then gets the
+    Ctrl-C once the submission is done)."""
     import signal
     import time
     sc = fresh_sc("local[2]")
@@ -118,10 +122,22 @@ def test_ctrl_c_while_the_main_thread_runs_a_submission_waits_for_its_end(fresh_
         seen["thread"] = threading.get_ident()
         original(*args)
         seen["finished"] = True
+
+    def raising(signum, frame):
+        seen["later handler after the submission"] = seen.get("finished", False)
+        raise KeyboardInterrupt()
     monkeypatch.setattr(dag, "handle_job_submitted", submitted)
-    with pytest.raises(KeyboardInterrupt):
-        sc.parallelize(range(2), 2).map(lambda x: time.sleep(30)).collect()
-    assert seen == {"thread": threading.get_ident(), "finished": True}
+    if later_handler:
+        signal.signal(signal.SIGINT, raising)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            sc.parallelize(range(2), 2).map(lambda x: time.sleep(30)).collect()
+    finally:
+        after = signal.getsignal(signal.SIGINT)
+        signal.signal(signal.SIGINT, sc.runtime.sigint_handler)
+    assert after is (raising if later_handler else sc.runtime.sigint_handler)
+    assert seen == {"thread": threading.get_ident(), "finished": True,
+                    **({"later handler after the submission": True} if later_handler else {})}
     monkeypatch.undo()
     assert sc.parallelize([1, 2, 3]).count() == 3
 
@@ -233,41 +249,6 @@ def test_ctrl_c_under_a_later_handler_has_that_handlers_effect(fresh_sc):
         assert calls == [signal.SIGINT] * 2
     finally:
         signal.signal(signal.SIGINT, previous)
-
-
-@pytest.mark.timeout(60)
-def test_ctrl_c_under_a_later_handler_waits_for_the_submission_on_the_main_thread(
-        fresh_sc, monkeypatch):
-    import signal
-    import time
-    sc = fresh_sc("local[2]")
-    sc.parallelize([1]).count()                 # the loop idle: the next submission runs here
-    dag = sc.runtime.dag_scheduler
-    original = dag.handle_job_submitted
-    seen: dict = {}
-
-    def submitted(*args):
-        os.kill(os.getpid(), signal.SIGINT)     # handled in this thread, in the next lines
-        time.sleep(0.05)
-        seen["thread"] = threading.get_ident()
-        original(*args)
-        seen["finished"] = True
-
-    def raising(signum, frame):
-        seen["handler after submission"] = seen.get("finished", False)
-        raise KeyboardInterrupt()
-    monkeypatch.setattr(dag, "handle_job_submitted", submitted)
-    previous = signal.signal(signal.SIGINT, raising)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            sc.parallelize(range(2), 2).map(lambda x: time.sleep(30)).collect()
-        assert signal.getsignal(signal.SIGINT) is raising
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    assert seen == {"thread": threading.get_ident(), "finished": True,
-                    "handler after submission": True}
-    monkeypatch.undo()
-    assert sc.parallelize([1, 2, 3]).count() == 3
 
 
 def test_stop_puts_back_the_sigint_handler_the_context_replaced(fresh_sc):
