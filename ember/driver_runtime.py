@@ -491,7 +491,7 @@ class DriverRuntime:
             return True, None
         return True, current
 
-    def interrupt(self, signum: int = signal.SIGINT, frame: Any = None) -> None:
+    def interrupt(self, signum: int, frame: Any) -> None:
         """Ctrl-C in the main thread (PySpark's SIGINT handler): cancel every job, then
         raise KeyboardInterrupt; in a job where the context's handler took another one's
         place (run_job), that one's effect instead. While that thread is itself

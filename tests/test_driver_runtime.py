@@ -191,8 +191,8 @@ def test_ctrl_c_while_the_main_thread_handles_a_result_waits_for_the_handler(fre
 
 
 def test_a_submission_runs_on_the_caller_under_any_sigint_handler(fresh_sc, monkeypatch):
-    """A handler installed after the context's (the user's, another library's) has the
-    context's put in front of it for each job and back after it; SIG_IGN needs neither."""
+    """A handler installed after the context's (the user's, another library's) gives its
+    place to the context's for each job and has it back after it; SIG_IGN needs neither."""
     import signal
     sc = fresh_sc("local[2]")
     sc.parallelize([1]).count()
