@@ -211,8 +211,7 @@ class TaskProcessPool:
                 pass
         self._forks.stop()
         for slot in self.slots:
-            if slot.sock is not None:
-                self.loop.unregister(slot.sock)
+            if slot.sock is not None:      # unwatched above, under the lock
                 slot.sock.close()
             if slot.kill_fd >= 0:
                 os.close(slot.kill_fd)
@@ -455,7 +454,7 @@ class TaskProcessPool:
         scratch = self._scratch
         try:    # not waiting: take_arrived may have read what made the loop call this
             n = sock.recv_into(scratch, 0, socket.MSG_DONTWAIT)
-        except (BlockingIOError, InterruptedError):
+        except BlockingIOError:
             return
         except OSError:
             n = 0
