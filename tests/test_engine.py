@@ -426,6 +426,43 @@ def test_an_uneven_cache_evens_out_by_copies_from_the_holding_process(fresh_sc):
     data.unpersist()
 
 
+def test_partitions_cached_in_a_killed_task_process_are_computed_again_the_rest_kept(fresh_sc):
+    """MEMORY_ONLY partitions live in the task process that computed them (or took a copy).
+    Killing that process between two actions loses exactly its blocks: the driver stops
+    listing them at once, and the next action computes again only the partitions left
+    with no copy, reading the others unchanged."""
+    sc = fresh_sc("local[2]")
+    computed = sc.accumulator(0)
+
+    def cache(i, it):
+        computed.add(1)
+        rnd = random.Random()                # unseeded: a recompute would differ
+        return [(x, rnd.random()) for x in it]
+    data = sc.parallelize(range(800), 8).mapPartitionsWithIndex(cache).cache()
+    first = data.glom().collect()
+    assert computed.value == 8
+
+    def held() -> set[tuple[int, int]]:
+        return {(int(name.rsplit("_", 1)[1]), b.slot) for name, bs in
+                sc.runtime.block_manager_master.rdd_blocks(data.id()).items() for b in bs}
+    before = held()
+    psutil.Process(data.mapPartitions(lambda it: [os.getpid()]).first()).kill()
+    deadline = time.monotonic() + 10
+    while held() == before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    after = held()                          # told while no job runs
+    dead = {slot for _, slot in before - after}
+    assert len(dead) == 1 and not {b for b in after if b[1] in dead}
+    gone = set(range(8)) - {i for i, _ in after}
+
+    again = data.glom().collect()
+    assert computed.value == 8 + len(gone)
+    for i in range(8):
+        assert (again[i] == first[i]) == (i not in gone), i
+    assert {i for i, _ in held()} == set(range(8))
+    data.unpersist()
+
+
 def test_an_ember_directory_in_the_working_directory_does_not_shadow_ember(tmp_path):
     """Processes the driver starts (task processes' fork server, the UI process) run in the
     user's working directory; one holding a directory named `ember` must not replace the

@@ -272,6 +272,32 @@ def test_daemon_cli_rejects_bad_input_with_one_line(tmp_path):
         assert "Traceback" not in out.stderr.decode()
 
 
+def test_an_idle_executor_task_process_death_drops_its_cached_blocks(cluster):
+    """A task process on an executor dies with no task running: its executor tells the
+    driver (TaskProcessLost), which stops listing the partitions it cached in memory there,
+    and only those; the next action caches them again."""
+    sc = _context(cluster, "task-process-lost")
+    try:
+        _wait(lambda: len(sc.runtime.scheduler_backend.executors) == 2)
+        rdd = sc.parallelize(range(8), 8).cache()
+        assert rdd.sum() == 28
+
+        def held() -> set[tuple[str, str, int]]:
+            return {(name, b.executor_id, b.slot) for name, bs in
+                    sc.runtime.block_manager_master.rdd_blocks(rdd.id()).items() for b in bs}
+        before = held()
+        assert {name for name, _, _ in before} == {f"rdd_{rdd.id()}_{i}" for i in range(8)}
+        psutil.Process(rdd.mapPartitions(lambda it: [os.getpid()]).first()).kill()
+        after = _wait(lambda: (lambda now: now if now < before else None)(held()), timeout=10)
+        dead = {(ex, slot) for _, ex, slot in before - after}
+        assert len(dead) == 1           # one process's blocks, all of them
+        assert not {b for b in after if b[1:] in dead}
+        assert rdd.sum() == 28
+        assert {name for name, _, _ in held()} == {name for name, _, _ in before}
+    finally:
+        sc.stop()
+
+
 def test_unpersist_and_broadcast_updates_reach_executors(cluster):
     sc = _context(cluster, "unpersist")
     try:

@@ -17,11 +17,11 @@ from ember.rpc.messages import message
 __all__ = [
     "RetrieveSparkAppConfig", "SparkAppConfig", "ExecutorHeartbeat", "RegisterExecutor",
     "RegisteredExecutor", "RegisterExecutorFailed", "LaunchTask", "LaunchTasks", "KillTask",
-    "StatusUpdate", "StatusUpdates", "RequestToSync", "StopExecutor", "RemoveExecutor",
-    "FetchShuffleBlocks", "RegisterExecutorShuffleInfo", "DecommissionExecutor",
-    "ExecutorDecommissioning", "BlockManagerPeer", "GetPeers", "PutMigratedBlock",
-    "UpdateBlockInfo", "FetchBroadcast", "FetchFile", "RemoveStage", "RemoveRdd",
-    "RemoveBroadcast", "RemoveShuffle",
+    "StatusUpdate", "StatusUpdates", "TaskProcessLost", "RequestToSync", "StopExecutor",
+    "RemoveExecutor", "FetchShuffleBlocks", "RegisterExecutorShuffleInfo",
+    "DecommissionExecutor", "ExecutorDecommissioning", "BlockManagerPeer", "GetPeers",
+    "PutMigratedBlock", "UpdateBlockInfo", "FetchBroadcast", "FetchFile", "RemoveStage",
+    "RemoveRdd", "RemoveBroadcast", "RemoveShuffle",
 ]
 
 
@@ -130,6 +130,17 @@ class StatusUpdates:
         if not len(self.taskIds) == len(self.states) == len(self.data):
             raise ValueError(f"{len(self.taskIds)} task ids, {len(self.states)} states and "
                              f"{len(self.data)} results: one of each per task")
+
+
+@message
+@dataclass(frozen=True)
+class TaskProcessLost:
+    """Executor -> driver (Ember): the task process of `slot` died, idle or not, after every
+    StatusUpdate it caused was sent. What it cached in memory died with it, so the driver
+    stops listing those blocks there (a death during a task also says so by the task's
+    LOST update; an idle one says it only by this)."""
+    executorId: str
+    slot: int
 
 
 @message

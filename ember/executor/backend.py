@@ -30,7 +30,7 @@ from ember.deploy.executor_messages import (KillTask, LaunchTask, LaunchTasks,
                                             RegisterExecutorShuffleInfo, DecommissionExecutor,
                                             PutMigratedBlock, ExecutorDecommissioning,
                                             RemoveExecutor, StatusUpdate, StatusUpdates,
-                                            StopExecutor)
+                                            StopExecutor, TaskProcessLost)
 from ember.deploy.resource_messages import (DEFAULT_RESOURCE_PROFILE_ID, ResourceInformation,
                                             ResourceProfile)
 from ember.deploy.resources import (ResourceError, ResourceRequest, discover_resource,
@@ -317,6 +317,7 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
             extra[TASK_POLICY_ENV] = str(self.task_sched_policy)
         pool = TaskProcessPool(self.cores, env_conf, self._on_task_end, extra,
                                config.read(conf, "spark.python.task.killTimeout"),
+                               on_slot_restarted=self._on_task_process_lost,
                                loop=RpcLoop(self.rpc_env), on_barrier=self._on_barrier,
                                raw_results=True, hand_back_s=config.read(
                                    conf, "spark.ember.scheduler.handBackAfter"))
@@ -371,6 +372,11 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
             self._send_status_updates()     # nothing else running: nothing to wait for
         elif len(self._ended) == 1:
             self.rpc_env.call_soon(self._send_status_updates)
+
+    def _on_task_process_lost(self, slot: int) -> None:
+        """After the updates of the tasks it ended (its cached blocks died with it)."""
+        self._send_status_updates()
+        self.driver.send(TaskProcessLost(self.executor_id, slot))
 
     def _send_status_updates(self) -> None:
         """At the end of the loop's turn (or at once when no other task runs here), the

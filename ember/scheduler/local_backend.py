@@ -93,6 +93,9 @@ class LocalSchedulerBackend(SchedulerBackend):
                                        lambda error: respond(False, error))
 
     def _on_slot_restarted(self, slot: int) -> None:
+        """Its process died, idle or not: what it cached in memory died with it."""
+        if self.scheduler.block_master is not None:
+            self.scheduler.block_master.remove_slot(EXECUTOR_ID, slot)
         self.revive_offers()
 
     def kill_task(self, task_id: int, executor_id: str, slot: int, reason: str) -> None:

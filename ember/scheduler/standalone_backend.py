@@ -29,7 +29,7 @@ from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, ApplicationDescr
                                    RemoveStage,
                                    RequestToSync,
                                    ResourceProfile, RetrieveSparkAppConfig, SparkAppConfig,
-                                   StatusUpdate, StatusUpdates, StopExecutor)
+                                   StatusUpdate, StatusUpdates, StopExecutor, TaskProcessLost)
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv, UnsupportedMessageError
 from ember.scheduler.backend import SchedulerBackend, WorkerOffer
 from ember.scheduler.slot_queues import SlotQueues, queue_depth
@@ -133,7 +133,7 @@ class DriverEndpoint(RpcEndpoint):
 
     def receive(self, msg: Any, sender: RpcAddress) -> None:
         b = self.backend
-        if isinstance(msg, (StatusUpdate, StatusUpdates, RemoveExecutor)):
+        if isinstance(msg, (StatusUpdate, StatusUpdates, TaskProcessLost, RemoveExecutor)):
             if not self.speaks_for(msg.executorId, self.rpc_env.current_sender()):
                 # trust by channel: only executor X's own connection speaks for X
                 log.warning("Refusing %s for executor %s from %s: not that registered "
@@ -144,6 +144,8 @@ class DriverEndpoint(RpcEndpoint):
         elif isinstance(msg, StatusUpdates):
             for tid, state, data in zip(msg.taskIds, msg.states, msg.data):
                 b.status_update(msg.executorId, tid, state, data)
+        elif isinstance(msg, TaskProcessLost):
+            b.runtime.block_manager_master.remove_slot(msg.executorId, msg.slot)
         elif isinstance(msg, RemoveExecutor):
             b.executor_exiting(msg.executorId, msg.reason)
         else:
