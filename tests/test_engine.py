@@ -337,6 +337,25 @@ def test_bad_inputs_leave_the_context_usable(sc, tmp_path):
     assert len(psutil.Process().children(recursive=True)) <= 4
 
 
+def test_jobs_the_scheduler_cannot_start_fail_at_once_and_the_context_goes_on(sc):
+    """Errors met while the scheduler builds a job's tasks end that job with Spark's message
+    instead of leaving its caller waiting: a task whose partition cannot be pickled (its
+    task set is aborted, its slot free again), a partition the RDD does not have, a failure
+    while the stage's tasks are created."""
+    lock = threading.Lock()
+    with pytest.raises(SparkException, match="Failed to serialize task .* not attempting to "
+                       "retry it. Exception during serialization: TypeError: .*lock"):
+        sc.parallelize([1, 2, lock, 4], 4).count()
+    with pytest.raises(ValueError, match="Attempting to access a non-existent partition: 5. "
+                       "Total number of partitions: 2"):
+        sc.runJob(sc.parallelize(range(4), 2), lambda it: [sum(it)], [0, 5])
+    odd = sc.parallelize(range(4), 2).cache()
+    odd.preferred_locations = lambda partition: 1 / 0
+    with pytest.raises(SparkException, match="Task creation failed: ZeroDivisionError"):
+        odd.count()
+    assert sc.parallelize(range(100), 10).map(lambda x: x * 2).sum() == 9900
+
+
 def test_progress_bar_renders_spark_style():
     s = SparkStageInfo(3, 0, "x", 40, 2, 12, 0)
     line = render([s], 80)

@@ -16,8 +16,9 @@ from ember.clock import Clock, SystemClock
 from ember.dependency import NarrowDependency, ShuffleDependency, stage_rdds
 from ember.errors import (BarrierJobRunWithDynamicAllocationException,
                           BarrierJobSlotsNumberCheckFailed,
-                          BarrierJobUnsupportedRDDChainException, JobCancelledException,
-                          PicklingError, SparkException, make_python_exception)
+                          BarrierJobUnsupportedRDDChainException, IllegalArgumentException,
+                          JobCancelledException, PicklingError, SparkException,
+                          make_python_exception)
 from ember.scheduler.listener import (JobEnd, JobStart, ListenerBus, RDDInfo, StageCompleted,
                                       StageInfo, StageSubmitted, TaskEnd)
 from ember.scheduler.map_output_tracker import MapOutputTracker
@@ -257,7 +258,15 @@ class DAGScheduler:
                    result_handler: Callable[[int, Any], None],
                    properties: dict[str, str], on_caller: bool = False) -> JobWaiter:
         """on_caller: the calling thread may run the submission itself while the loop is
-        idle (EventLoop.run_here); only for a caller no exception can interrupt halfway."""
+        idle (EventLoop.run_here); only for a caller no exception can interrupt halfway.
+        Raises IllegalArgumentException, as Spark, for a partition the RDD does not have."""
+        if partitions:
+            total = len(rdd.partitions())
+            if min(partitions) < 0 or max(partitions) >= total:
+                bad = next(p for p in partitions if p < 0 or p >= total)
+                raise IllegalArgumentException(
+                    f"Attempting to access a non-existent partition: {bad}. Total number of "
+                    f"partitions: {total}")
         job_id = self.new_job_id()
         waiter = JobWaiter(self, job_id, len(partitions), result_handler)
         if not partitions:
@@ -562,18 +571,23 @@ class DAGScheduler:
         attempt = stage.latest_info.attempt_id
         tasks = []
         rdd = stage.rdd
-        locate = self._preferred_locations if self._may_prefer_locations(rdd) else None
-        all_parts = rdd.partitions()
-        if isinstance(stage, ShuffleMapStage):
-            stage.pending_partitions = set(parts)
-            for p in parts:
-                tasks.append(Task(stage.id, attempt, all_parts[p], p, False, job_id=job_id,
-                                  locations=locate(rdd, p) if locate else []))
-        else:
-            for out_id in parts:
-                p = stage.partitions[out_id]
-                tasks.append(Task(stage.id, attempt, all_parts[p], p, True, out_id, job_id,
-                                  locate(rdd, p) if locate else []))
+        try:
+            locate = self._preferred_locations if self._may_prefer_locations(rdd) else None
+            all_parts = rdd.partitions()
+            if isinstance(stage, ShuffleMapStage):
+                stage.pending_partitions = set(parts)
+                for p in parts:
+                    tasks.append(Task(stage.id, attempt, all_parts[p], p, False, job_id=job_id,
+                                      locations=locate(rdd, p) if locate else []))
+            else:
+                for out_id in parts:
+                    p = stage.partitions[out_id]
+                    tasks.append(Task(stage.id, attempt, all_parts[p], p, True, out_id, job_id,
+                                      locate(rdd, p) if locate else []))
+        except Exception as e:      # Spark's "Task creation failed": the job fails, no hang
+            self.abort_stage(stage, f"Task creation failed: {type(e).__name__}: {e}", e)
+            self.running_stages.discard(stage)
+            return
         if tasks:
             self.task_scheduler.submit_tasks(TaskSet(tasks, stage.id, attempt, job_id,
                                                      properties, blob, meta, stage.is_barrier,

@@ -304,9 +304,7 @@ class TaskSchedulerImpl:
                 self.unschedulable_expiry.clear()
             if launched:
                 self.has_launched_task = True
-            for td in launched:
-                self._serialize_task(self.task_id_to_tsm[td.task_id], td)
-            return launched
+            return self._serialize_tasks(launched)
 
     def _pools_contend(self) -> bool:
         """FAIR scheduling with several task sets waiting to place tasks: each slot of a round
@@ -361,6 +359,33 @@ class TaskSchedulerImpl:
                 tsm.seen_executors.update(o.executor_id for o in free)
             if ht is not None and len(launched) == before and not queued:
                 self._check_unschedulable(tsm)
+
+    def _serialize_tasks(self, launched: list[TaskDescription]) -> list[TaskDescription]:
+        """The chosen tasks, encoded. One that cannot be (its partition holds a lock, say)
+        would fail on every attempt, so, as Spark, its task set is aborted, and its tasks
+        of this round end killed without being sent (their cores and slots are free
+        again)."""
+        aborted: set[TaskSetManager] = set()
+        unsent: set[int] = set()
+        for td in launched:
+            tsm = self.task_id_to_tsm[td.task_id]
+            if tsm not in aborted:
+                try:
+                    self._serialize_task(tsm, td)
+                    continue
+                except Exception as e:
+                    message = (f"Failed to serialize task {td.task_id}, not attempting to "
+                               "retry it.")
+                    log.error(message, exc_info=True)
+                    tsm.abort(f"{message} Exception during serialization: "
+                              f"{type(e).__name__}: {e}", None)
+                    aborted.add(tsm)
+            unsent.add(td.task_id)
+        if not unsent:
+            return launched
+        for tid in unsent:
+            self.status_update(tid, "KILLED", "Task not serializable", {}, {}, [])
+        return [td for td in launched if td.task_id not in unsent]
 
     @staticmethod
     def _serialize_task(tsm: TaskSetManager, td: TaskDescription) -> None:
