@@ -194,6 +194,16 @@ class SparkContext:
         except Exception:
             pass
 
+    def __reduce__(self) -> tuple:
+        """PySpark's refusal (SPARK-5063): a context only works in the driver's process, so a
+        closure or broadcast value that holds it cannot be shipped."""
+        raise PySparkRuntimeError(
+            "CONTEXT_ONLY_VALID_ON_DRIVER",
+            "It appears that you are attempting to reference SparkContext from a broadcast "
+            "variable, action, or transformation. SparkContext can only be used on the "
+            "driver, not in code that it run on workers. For more information, see "
+            "SPARK-5063.")
+
     def stop(self) -> None:
         runtime = getattr(self, "runtime", None)
         if runtime is None or not runtime.mark_stopped():

@@ -61,6 +61,33 @@ def serialize_stage(kind: str, rdd: "RDD", func: Any) -> bytes:
         _pickle_scope.ids = None
 
 
+def _rdd_off_driver() -> PySparkRuntimeError:
+    return PySparkRuntimeError(
+        "RDD_TRANSFORM_ONLY_VALID_ON_DRIVER",
+        "It appears that you are attempting to broadcast an RDD or reference an RDD from an "
+        "action or transformation. RDD transformations and actions can only be invoked by the "
+        "driver, not inside of other transformations; for example, rdd1.map(lambda x: "
+        "rdd2.values.count() * x) is invalid because the values transformation and count "
+        "action cannot be performed inside of the rdd1.map transformation. For more "
+        "information, see SPARK-5063.")
+
+
+class _OffDriver:
+    """An RDD's context in a task process. Why not None: a stage's own RDD can reach its
+    tasks inside the user's function too (rdd.map(lambda x: rdd.count())), which pickling
+    cannot tell from the lineage; an action there then fails with PySpark's message."""
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        raise _rdd_off_driver()
+
+    def __reduce__(self) -> str:
+        return "_OFF_DRIVER"
+
+
+_OFF_DRIVER = _OffDriver()
+
+
 def _identity(x: Any) -> Any:
     return x
 
@@ -183,16 +210,9 @@ class RDD:
     def __getstate__(self) -> dict:
         allowed = getattr(_pickle_scope, "ids", None)
         if allowed is None or self._id not in allowed:
-            raise PySparkRuntimeError(
-                "RDD_TRANSFORM_ONLY_VALID_ON_DRIVER",
-                "It appears that you are attempting to broadcast an RDD or reference an RDD "
-                "from an action or transformation. RDD transformations and actions can only "
-                "be invoked by the driver, not inside of other transformations; for example, "
-                "rdd1.map(lambda x: rdd2.values.count() * x) is invalid because the values "
-                "transformation and count action cannot be performed inside of the rdd1.map "
-                "transformation. For more information, see SPARK-5063.")
+            raise _rdd_off_driver()
         state = self.__dict__.copy()
-        state["ctx"] = None
+        state["ctx"] = _OFF_DRIVER
         state["_partitions_cache"] = None
         state.pop("_mapped_from", None)      # a driver-side optimizer hint
         state.pop("_flat_mapped_from", None)

@@ -12,6 +12,7 @@ import glob
 import gzip
 import operator
 import os
+import pickle
 import sys
 import threading
 from fileinput import hook_compressed, input as finput
@@ -21,6 +22,7 @@ import pytest
 
 import ember as pyspark
 from ember import StorageLevel
+from ember.errors import SparkException
 from ember.resultiterable import ResultIterable
 
 pytestmark = pytest.mark.timeout(60)
@@ -1116,6 +1118,17 @@ def test_rdd_inside_closure_is_spark_5063(sc):
         sc.parallelize([1, 2]).map(lambda x: rdd2.count() * x).collect()
     assert "SPARK-5063" in str(ei.value)
     assert sc.parallelize([1, 2, 3]).count() == 3
+
+
+def test_an_rdd_used_in_its_own_closure_or_the_context_in_any_is_spark_5063(sc):
+    """The stage's own RDD ships with its lineage, so the error comes from the task; the
+    context never ships (PySpark's CONTEXT_ONLY_VALID_ON_DRIVER, while pickling)."""
+    rdd = sc.parallelize([1, 2], 2)
+    with pytest.raises(SparkException, match="RDD_TRANSFORM_ONLY_VALID_ON_DRIVER.*SPARK-5063"):
+        rdd.map(lambda x: rdd.count()).collect()
+    with pytest.raises(pickle.PicklingError, match="CONTEXT_ONLY_VALID_ON_DRIVER.*SPARK-5063"):
+        rdd.map(lambda x: sc.defaultParallelism).collect()
+    assert rdd.count() == 2
 
 
 def test_rdds_are_rdd_instances(sc):
