@@ -229,7 +229,8 @@ class DriverRuntime:
             config.read(conf, "spark.ember.worker.maxCrashes"),
             config.read(conf, "spark.locality.wait"),
             config.read(conf, "spark.barrier.sync.timeout"),
-            clock, speculation, health_tracker)
+            clock, speculation, health_tracker,
+            config.read(conf, "spark.driver.maxResultSize"))
         sched.rp_manager = self.resource_profile_manager
         backend: Any
         if local is not None:

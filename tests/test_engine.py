@@ -337,6 +337,20 @@ def test_bad_inputs_leave_the_context_usable(sc, tmp_path):
     assert len(psutil.Process().children(recursive=True)) <= 4
 
 
+def test_results_past_max_result_size_abort_the_action_not_the_context(fresh_sc):
+    """spark.driver.maxResultSize, as Spark: an action whose tasks' serialized results
+    together pass it is aborted with Spark's message; smaller ones, and shuffles of any
+    size, run."""
+    sc = fresh_sc("local[2]", conf=SparkConf().set("spark.driver.maxResultSize", "1m"))
+    with pytest.raises(SparkException, match=r"Total size of serialized results of \d+ tasks "
+                       r"\(\d+\.\d KiB\) is bigger than spark.driver.maxResultSize "
+                       r"\(1024.0 KiB\)"):
+        sc.parallelize(range(4), 4).map(lambda x: b"x" * 600_000).collect()
+    big = sc.parallelize(range(4), 4).map(lambda x: (x, b"x" * 600_000))
+    assert big.groupByKey(2).mapValues(len).count() == 4
+    assert len(sc.parallelize(range(4), 4).map(lambda x: b"x" * 200_000).collect()) == 4
+
+
 def test_jobs_the_scheduler_cannot_start_fail_at_once_and_the_context_goes_on(sc):
     """Errors met while the scheduler builds a job's tasks end that job with Spark's message
     instead of leaving its caller waiting: a task whose partition cannot be pickled (its

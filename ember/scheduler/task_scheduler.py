@@ -49,8 +49,10 @@ class TaskSchedulerImpl:
                  block_master: Any = None, max_crashes: int = 4,
                  locality_wait: float = 3.0, barrier_sync_timeout: float = 31536000.0,
                  clock: Clock | None = None, speculation: SpeculationSettings | None = None,
-                 health_tracker: HealthTracker | None = None) -> None:
+                 health_tracker: HealthTracker | None = None,
+                 max_result_size: int = 0) -> None:
         self.lock = threading.RLock()
+        self.max_result_size = max_result_size      # spark.driver.maxResultSize, 0: none
         self.clock = clock or SystemClock()
         self.speculation = speculation
         self.health_tracker = health_tracker

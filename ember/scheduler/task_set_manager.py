@@ -17,6 +17,7 @@ from ember.errors import TASK_HANDED_BACK
 from ember.scheduler.health_tracker import HealthTracker, TaskSetExcludelist
 from ember.scheduler.speculation import SpeculationSettings, median
 from ember.storage.block_manager import BLOCK_IN_SIBLING
+from ember.util.units import bytes_to_string
 
 from ember.scheduler.task import (SUCCESS, ExceptionFailure, FetchFailed, TaskDescription,
                                   TaskInfo, TaskKilled, TaskLocation, TaskProcessCrashed,
@@ -68,6 +69,8 @@ class TaskSetManager:
         self.min_share = 0
         self.parent: Any = None
         self.is_zombie = False
+        self.total_result_size = 0      # Spark's, of a result stage's serialized results
+        self.calculated_tasks = 0
         self.successful = [False] * self.num_tasks
         self.num_failures = [0] * self.num_tasks
         self.num_crashes = [0] * self.num_tasks
@@ -402,6 +405,11 @@ class TaskSetManager:
     def handle_success(self, tid: int, result: Any, accum: dict, metrics: dict) -> None:
         info = self.task_infos[tid]
         index = info.index
+        if type(result) is bytes and self.sched.max_result_size and \
+                not self.can_fetch_more_results(len(result)):
+            self.handle_failure(tid, "KILLED", TaskKilled("Tasks result size has exceeded "
+                                                          "maxResultSize"), metrics)
+            return
         info.mark_finished("FINISHED", self.clock.time())
         self.running.discard(tid)
         self.copies_running[index] -= 1
@@ -430,6 +438,21 @@ class TaskSetManager:
             self.is_zombie = True
         self.sched.dag.task_ended(self.tasks[index], SUCCESS, result, accum, metrics, info)
         self._maybe_finish()
+
+    def can_fetch_more_results(self, size: int) -> bool:
+        """Spark's check of spark.driver.maxResultSize (result stages only, whose results
+        come as bytes): past it, the task set is aborted."""
+        self.total_result_size += size
+        self.calculated_tasks += 1
+        limit = self.sched.max_result_size
+        if self.total_result_size <= limit:
+            return True
+        message = (f"Total size of serialized results of {self.calculated_tasks} tasks "
+                   f"({bytes_to_string(self.total_result_size)}) is bigger than "
+                   f"spark.driver.maxResultSize ({bytes_to_string(limit)})")
+        log.error(message)
+        self.abort(message, None)
+        return False
 
     def handle_failure(self, tid: int, state: str, reason: Any, metrics: dict) -> None:
         info = self.task_infos.get(tid)
