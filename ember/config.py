@@ -191,6 +191,9 @@ _entry("spark.python.worker.memory", 512, SIZE_MB,
 _entry("spark.executor.memory", 1024, SIZE_MB, "Memory per executor (MB).",
        by=(DRIVER, SUBMIT, MASTER, REST))
 _entry("spark.driver.memory", 1024, SIZE_MB, "Driver memory (MB).", by=(SUBMIT, REST, WORKER))
+_entry("spark.executor.allowSparkContext", False, BOOL,
+       "Let code in a task create a SparkContext (PySpark refuses it otherwise).",
+       by=(DRIVER,))
 _entry("spark.driver.maxResultSize", 1 << 30, SIZE_BYTES,
        "Limit of the serialized results of one action's tasks together; an action past it is "
        "aborted. 0: no limit.", by=(DRIVER,))

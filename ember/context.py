@@ -51,6 +51,14 @@ def _setup_logging() -> None:
         own_logger("ember", logging.WARNING)
 
 
+def _context_off_driver() -> PySparkRuntimeError:
+    return PySparkRuntimeError(
+        "CONTEXT_ONLY_VALID_ON_DRIVER",
+        "It appears that you are attempting to reference SparkContext from a broadcast "
+        "variable, action, or transformation. SparkContext can only be used on the driver, "
+        "not in code that it run on workers. For more information, see SPARK-5063.")
+
+
 class SparkContext:
     """Main entry point for Ember functionality (PySpark's pyspark.SparkContext)."""
 
@@ -64,6 +72,10 @@ class SparkContext:
                  serializer: Any = None, conf: SparkConf | None = None, gateway: Any = None,
                  jsc: Any = None, profiler_cls: Any = None, udf_profiler_cls: Any = None,
                  memory_profiler_cls: Any = None) -> None:
+        if conf is None or not config.read(conf, "spark.executor.allowSparkContext"):
+            from ember.taskcontext import TaskContext
+            if TaskContext.get() is not None:     # PySpark's _assert_on_driver
+                raise _context_off_driver()
         _setup_logging()
         with SparkContext._lock:
             active = SparkContext._active_spark_context
@@ -197,12 +209,7 @@ class SparkContext:
     def __reduce__(self) -> tuple:
         """PySpark's refusal (SPARK-5063): a context only works in the driver's process, so a
         closure or broadcast value that holds it cannot be shipped."""
-        raise PySparkRuntimeError(
-            "CONTEXT_ONLY_VALID_ON_DRIVER",
-            "It appears that you are attempting to reference SparkContext from a broadcast "
-            "variable, action, or transformation. SparkContext can only be used on the "
-            "driver, not in code that it run on workers. For more information, see "
-            "SPARK-5063.")
+        raise _context_off_driver()
 
     def stop(self) -> None:
         runtime = getattr(self, "runtime", None)

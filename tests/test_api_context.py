@@ -128,6 +128,21 @@ def test_second_context_raises(fresh_sc):
     assert sc.parallelize([1, 2, 3]).sum() == 6
 
 
+def test_a_task_may_not_create_a_context_unless_the_conf_allows_it(fresh_sc):
+    """PySpark's _assert_on_driver: SparkContext() inside a task fails the task with
+    CONTEXT_ONLY_VALID_ON_DRIVER; spark.executor.allowSparkContext=true lets it."""
+    sc = fresh_sc("local[2]")
+    with pytest.raises(Exception, match="CONTEXT_ONLY_VALID_ON_DRIVER"):
+        sc.parallelize([0], 1).map(lambda _: pyspark.SparkContext("local[1]", "x")).collect()
+
+    def nested(_):
+        conf = (SparkConf().setMaster("local[1]").setAppName("in-task")
+                .set("spark.executor.allowSparkContext", "true").set("spark.ui.enabled", "false"))
+        with pyspark.SparkContext(conf=conf) as inner:
+            return inner.parallelize(range(3)).sum()
+    assert sc.parallelize([0], 1).map(nested).collect() == [3]
+
+
 def test_get_or_create(fresh_sc):
     conf = SparkConf().setMaster("local[2]").setAppName("goc")
     sc = SparkContext.getOrCreate(conf)

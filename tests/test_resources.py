@@ -129,6 +129,17 @@ def test_bad_discovery_scripts_give_one_line_naming_the_script(tmp_path, body, e
     assert "\n" not in str(e.value)
 
 
+def test_a_discovery_script_without_a_shebang_runs_in_the_shell(tmp_path):
+    """As Spark's, whose Java launcher hands a file the kernel will not execute (no "#!"
+    line: ENOEXEC) to /bin/sh; PySpark's own tests write their scripts that way."""
+    path = os.path.join(str(tmp_path), "plain.sh")
+    with open(path, "w") as f:
+        f.write('echo {\\"name\\": \\"gpu\\", \\"addresses\\": [\\"3\\"]}\n')
+    os.chmod(path, 0o755)
+    found = discover_resource(ResourceRequest("spark.driver", "gpu", 1, path))
+    assert found == ResourceInformation("gpu", ["3"])
+
+
 def test_missing_script_or_amount_or_addresses(tmp_path):
     with pytest.raises(ResourceError, match="Resource script: /nope/x.sh to discover gpu "
                                             "doesn't exist!"):

@@ -13,6 +13,7 @@ Formats (Spark's): a discovery script prints one ResourceInformation JSON object
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -113,8 +114,16 @@ def discover_resource(request: ResourceRequest) -> ResourceInformation:
     if not os.path.exists(script):
         raise ResourceError(f"Resource script: {script} to discover {name} doesn't exist!")
     try:
-        proc = subprocess.run([script], stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=DISCOVERY_TIMEOUT_S, cwd=os.getcwd())
+        try:
+            proc = subprocess.run([script], stdin=subprocess.DEVNULL, capture_output=True,
+                                  timeout=DISCOVERY_TIMEOUT_S, cwd=os.getcwd())
+        except OSError as e:
+            if e.errno != errno.ENOEXEC:
+                raise
+            # no "#!" line: run by the shell, as Java's process launcher (Spark's) does
+            proc = subprocess.run(["/bin/sh", script], stdin=subprocess.DEVNULL,
+                                  capture_output=True, timeout=DISCOVERY_TIMEOUT_S,
+                                  cwd=os.getcwd())
     except subprocess.TimeoutExpired:
         raise ResourceError(f"Error running the resource discovery script {script}: it did "
                             f"not finish within {DISCOVERY_TIMEOUT_S:.0f} seconds") from None
