@@ -195,6 +195,24 @@ def test_worker_with_bad_discovery_script_refuses_to_start(gpu_cluster, body, ex
     assert gpu_cluster.json()["aliveworkers"] == 2
 
 
+def test_a_local_cluster_whose_worker_cannot_start_says_why_at_once(tmp_path):
+    """local-cluster[...] with a worker that exits (its discovery script fails): the start
+    fails within seconds with the worker's own error, not a minute later with the
+    master's log."""
+    script = write_script(str(tmp_path), "fails.sh", "exit 3")
+    cluster = LocalCluster(str(tmp_path / "c"), workers=1, cores=1,
+                           conf={"spark.worker.resource.gpu.amount": "1",
+                                 "spark.worker.resource.gpu.discoveryScript": script})
+    started = time.monotonic()
+    try:
+        with pytest.raises(RuntimeError, match=r"worker 0 exited with 1:(.|\n)*Failed to "
+                                               r"setup worker resources(.|\n)*code 3"):
+            cluster.start(timeout=60)
+        assert time.monotonic() - started < 30
+    finally:
+        cluster.stop()
+
+
 def test_cluster_mode_driver_gets_its_gpu(gpu_cluster, tmp_path):
     """spark.driver.resource.gpu.amount=1 in cluster mode: the master places the driver
     where a GPU is free, the worker hands its address to the driver (Spark's

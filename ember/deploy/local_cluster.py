@@ -106,8 +106,18 @@ class LocalCluster:
         self.wait_for(lambda j: j.get("status") == "ALIVE", timeout)
         for i in range(self.n_workers):
             self.add_worker()
-        self.wait_for(lambda j: j.get("aliveworkers") == self.n_workers, timeout)
+        self.wait_for(self.workers_registered, timeout)
         return self
+
+    def workers_registered(self, master_json: dict) -> bool:
+        """Whether every worker started is alive in the master's /json; a worker that exited
+        meanwhile (a bad resource script, say) raises RuntimeError with its log at once,
+        rather than after the whole wait."""
+        for i, p in enumerate(self.workers):
+            if p.poll() is not None:
+                raise RuntimeError(f"worker {i} exited with {p.returncode}:\n"
+                                   + self.log(f"worker-{i}.log")[-3000:])
+        return master_json.get("aliveworkers") == len(self.workers)
 
     def start_master(self) -> subprocess.Popen:
         """Start the master on the cluster's ports (again, after `kill_master`)."""

@@ -63,7 +63,7 @@ class LocalHACluster(LocalCluster):
             self.wait_master_status(i, ("ALIVE", "STANDBY"), timeout)
         for _ in range(self.n_workers):
             self.add_worker()
-        self.wait_for(lambda j: j.get("aliveworkers") == self.n_workers, timeout)
+        self.wait_for(self.workers_registered, timeout)
         return self
 
     def master_json(self, i: int, path: str = "/json") -> Any:
