@@ -405,11 +405,15 @@ class TaskSetManager:
     def handle_success(self, tid: int, result: Any, accum: dict, metrics: dict) -> None:
         info = self.task_infos[tid]
         index = info.index
-        if type(result) is bytes and self.sched.max_result_size and \
-                not self.can_fetch_more_results(len(result)):
-            self.handle_failure(tid, "KILLED", TaskKilled("Tasks result size has exceeded "
-                                                          "maxResultSize"), metrics)
-            return
+        limit = self.sched.max_result_size
+        if limit and type(result) is bytes:     # Spark's canFetchMoreResults: result stages
+            self.total_result_size += len(result)
+            self.calculated_tasks += 1
+            if self.total_result_size > limit:
+                self._abort_for_result_size(limit)
+                self.handle_failure(tid, "KILLED", TaskKilled("Tasks result size has exceeded "
+                                                              "maxResultSize"), metrics)
+                return
         info.mark_finished("FINISHED", self.clock.time())
         self.running.discard(tid)
         self.copies_running[index] -= 1
@@ -439,20 +443,12 @@ class TaskSetManager:
         self.sched.dag.task_ended(self.tasks[index], SUCCESS, result, accum, metrics, info)
         self._maybe_finish()
 
-    def can_fetch_more_results(self, size: int) -> bool:
-        """Spark's check of spark.driver.maxResultSize (result stages only, whose results
-        come as bytes): past it, the task set is aborted."""
-        self.total_result_size += size
-        self.calculated_tasks += 1
-        limit = self.sched.max_result_size
-        if self.total_result_size <= limit:
-            return True
+    def _abort_for_result_size(self, limit: int) -> None:
         message = (f"Total size of serialized results of {self.calculated_tasks} tasks "
                    f"({bytes_to_string(self.total_result_size)}) is bigger than "
                    f"spark.driver.maxResultSize ({bytes_to_string(limit)})")
         log.error(message)
         self.abort(message, None)
-        return False
 
     def handle_failure(self, tid: int, state: str, reason: Any, metrics: dict) -> None:
         info = self.task_infos.get(tid)
