@@ -370,6 +370,23 @@ def test_jobs_the_scheduler_cannot_start_fail_at_once_and_the_context_goes_on(sc
     assert sc.parallelize(range(100), 10).map(lambda x: x * 2).sum() == 9900
 
 
+def test_a_fault_while_a_job_is_submitted_fails_that_job_not_the_context(sc, monkeypatch):
+    """Whatever goes wrong below the DAG scheduler while it submits a job's stages (here the
+    task scheduler refusing its task set) fails that job with the error instead of leaving
+    its caller waiting; the next job runs."""
+    scheduler = sc.runtime.dag_scheduler.task_scheduler
+    submit = scheduler.submit_tasks
+
+    def broken(task_set):
+        monkeypatch.setattr(scheduler, "submit_tasks", submit)
+        raise RuntimeError("task scheduler fault")
+    monkeypatch.setattr(scheduler, "submit_tasks", broken)
+    with pytest.raises(SparkException, match="could not be submitted: RuntimeError: task "
+                                             "scheduler fault"):
+        sc.parallelize(range(4), 2).count()
+    assert sc.parallelize(range(100), 10).map(lambda x: x * 2).sum() == 9900
+
+
 def test_progress_bar_renders_spark_style():
     s = SparkStageInfo(3, 0, "x", 40, 2, 12, 0)
     line = render([s], 80)

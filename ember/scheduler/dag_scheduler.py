@@ -463,6 +463,17 @@ class DAGScheduler:
             self.handle_job_submitted(job_id, *submission)
 
     def submit_stage(self, stage: Stage) -> None:
+        """Submit the stage, or its missing parents first. A fault below (the task scheduler
+        refusing a task set, say) fails the jobs that need the stage, as Spark fails what its
+        event loop cannot handle, instead of leaving their callers waiting."""
+        try:
+            self._submit_stage(stage)
+        except Exception as e:
+            log.exception("Submitting %s failed", stage)
+            self.abort_stage(stage, f"{stage} could not be submitted: {type(e).__name__}: {e}",
+                             e)
+
+    def _submit_stage(self, stage: Stage) -> None:
         job_id = self._active_job_for_stage(stage)
         if job_id is None:
             self.abort_stage(stage, f"No active job for stage {stage.id}", None)
