@@ -194,6 +194,9 @@ _entry("spark.driver.memory", 1024, SIZE_MB, "Driver memory (MB).", by=(SUBMIT, 
 _entry("spark.executor.allowSparkContext", False, BOOL,
        "Let code in a task create a SparkContext (PySpark refuses it otherwise).",
        by=(DRIVER,))
+_entry("spark.python.worker.faulthandler.enabled", False, BOOL,
+       "A task process that crashes (a segfault, say) has Python's faulthandler write where "
+       "it was, and the task's error carries it.", by=(DRIVER, EXECUTOR))
 _entry("spark.driver.maxResultSize", 1 << 30, SIZE_BYTES,
        "Limit of the serialized results of one action's tasks together; an action past it is "
        "aborted. 0: no limit.", by=(DRIVER,))

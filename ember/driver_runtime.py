@@ -256,6 +256,7 @@ class DriverRuntime:
                 io_key=(bytes.fromhex(new_key_hex()) if config.read(conf, IO_ENCRYPTION)
                         else None),
                 queue_depth=queue_depth(conf, cluster=False),
+                fault_handler=config.read(conf, "spark.python.worker.faulthandler.enabled"),
                 hand_back_s=config.read(conf, "spark.ember.scheduler.handBackAfter"))
             from ember.scheduler.local_backend import EXECUTOR_ID
             # Spark's local mode: tasks take their cores and the driver's resources

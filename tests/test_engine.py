@@ -103,6 +103,21 @@ def test_segfault_and_sigkill_are_retried(sc, tmp_path):
     assert sorted(sc.parallelize(range(4), 4).map(die_once).collect()) == [0, 1, 2, 3]
 
 
+def test_a_crash_carries_its_faulthandler_stack_when_enabled(fresh_sc):
+    """spark.python.worker.faulthandler.enabled, as PySpark: a task process that segfaults
+    has faulthandler write where it was, and the task's error carries it."""
+    conf = SparkConf().set("spark.python.worker.faulthandler.enabled", "true")
+    sc = fresh_sc("local[2]", conf=conf)
+
+    def segfault(x):
+        import ctypes
+        return ctypes.string_at(0)
+    with pytest.raises(SparkException, match=r"(?s)Python worker exited unexpectedly "
+                       r"\(crashed\): exit code -11.*Segmentation fault.*in segfault"):
+        sc.parallelize([1], 1).map(segfault).count()
+    assert sc.parallelize(range(4), 2).sum() == 6
+
+
 def test_task_that_always_kills_its_process_fails_the_job_without_hanging(sc):
     start = time.time()
     with pytest.raises(SparkException, match="Python worker exited unexpectedly"):

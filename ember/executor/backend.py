@@ -305,6 +305,8 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
                     "pyspark_memory_mb": pyspark_worker_memory_mb(conf),
                     "driver": [self.driver_address.host, self.driver_address.port],
                     "io_key": (lambda k: k.hex() if k else None)(key_from_conf(conf)),
+                    "fault_handler": config.read(
+                        conf, "spark.python.worker.faulthandler.enabled"),
                     "read_host_local_disk": config.read(conf, "spark.shuffle.readHostLocalDisk"),
                     "max_bytes_in_flight": config.read(conf, "spark.reducer.maxSizeInFlight") << 20,
                     "max_reqs_in_flight": config.read(conf, "spark.reducer.maxReqsInFlight"),

@@ -60,6 +60,8 @@ MAX_WAITING = 63
 # (_hand_back), so older entries no longer matter
 KILL_SLOTS = 2 * (1 + MAX_WAITING)
 _KILL_ID = struct.Struct("<q")
+# the most of a crashed process's faulthandler output that goes into its task's error
+FAULT_REPORT_CHARS = 64 << 10
 
 
 class _Waiting:
@@ -164,11 +166,31 @@ class TaskProcessPool:
     def _kill_file(self, slot: _Slot) -> str:
         return os.path.join(self.env_conf["local_dir"], f"task-slot-{slot.index}.kills")
 
+    def _fault_log(self, slot: _Slot) -> str | None:
+        """Where the slot's process has faulthandler write (its fresh process truncates it),
+        with spark.python.worker.faulthandler.enabled."""
+        if not self.env_conf.get("fault_handler"):
+            return None
+        return os.path.join(self.env_conf["local_dir"], f"task-slot-{slot.index}.fault")
+
+    def _crash_report(self, slot: _Slot) -> str:
+        """What the slot's dead process's faulthandler wrote (Spark puts it in the task's
+        error), or ''."""
+        path = self._fault_log(slot)
+        if path is None:
+            return ""
+        try:
+            with open(path, errors="replace") as f:
+                return f.read(FAULT_REPORT_CHARS).strip()
+        except OSError:
+            return ""
+
     def _spawn(self, slot: _Slot) -> None:
         """Give the slot a fresh process; the socket is usable at once (messages queue up)."""
         parent, child = socket.socketpair()
         conf = dict(self.env_conf, slot=slot.index, raw_results=self.raw_results,
-                    kill_file=self._kill_file(slot), hand_back_s=self.hand_back_s,
+                    kill_file=self._kill_file(slot), fault_log=self._fault_log(slot),
+                    hand_back_s=self.hand_back_s,
                     sys_path=[p for p in sys.path if p and os.path.isdir(p)])
         send_msg(parent, conf)
         slot.sock, slot.pid = parent, 0
@@ -583,6 +605,7 @@ class TaskProcessPool:
                 if requester != slot.index:
                     self._reply_block(requester, tid, name, None)
             code = self._forks.exit_code(slot.pid, timeout=0.2)
+            crash_report = self._crash_report(slot)     # before a fresh process truncates it
             tid = slot.tid
             slot.tid = None
             lived = time.monotonic() - slot.started_at
@@ -604,7 +627,8 @@ class TaskProcessPool:
                 self._end_without_result(slot, tid, "KILLED", "Task killed")
             else:
                 reason = (f"Python worker exited unexpectedly (crashed): exit code {code}"
-                          + (f" (signal {-code})" if code is not None and code < 0 else ""))
+                          + (f" (signal {-code})" if code is not None and code < 0 else "")
+                          + (f"\n{crash_report}" if crash_report else ""))
                 self._end_without_result(slot, tid, "LOST", reason)
         for launch in waiting:
             if launch[0] in slot.kills:

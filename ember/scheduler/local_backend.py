@@ -27,7 +27,8 @@ class LocalSchedulerBackend(SchedulerBackend):
                  loop: Any = None, forks: Any = None,
                  fs_conf: dict[str, str] | None = None,
                  pyspark_memory_mb: int | None = None, io_key: bytes | None = None,
-                 queue_depth: int = 0, hand_back_s: float | None = None) -> None:
+                 queue_depth: int = 0, hand_back_s: float | None = None,
+                 fault_handler: bool = False) -> None:
         self.scheduler = scheduler
         self.slots = SlotQueues(queue_depth)
         self._revive_pending = False
@@ -41,7 +42,7 @@ class LocalSchedulerBackend(SchedulerBackend):
                     "storage_budget": storage_budget, "files_dir": files_dir,
                     "cwd": os.getcwd(), "fs_conf": dict(fs_conf or {}),
                     "pyspark_memory_mb": pyspark_memory_mb,
-                    "io_key": io_key.hex() if io_key else None}
+                    "io_key": io_key.hex() if io_key else None, "fault_handler": fault_handler}
         self.pool = TaskProcessPool(num_slots, env_conf, self._on_task_end, extra_env,
                                     kill_timeout, on_slot_restarted=self._on_slot_restarted,
                                     loop=loop, forks=forks, on_barrier=self._on_barrier,
