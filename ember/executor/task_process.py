@@ -443,9 +443,6 @@ def _run(env: TaskEnv, msg: tuple, stages: dict, files: list) -> tuple:
     return result_frame(reply) if env.raw_results else reply
 
 
-_fault_log: list = []
-
-
 def run_in_process(sock: socket.socket) -> None:
     """Task process body: read the environment, say ready, serve tasks until told to stop."""
     signal.signal(signal.SIGUSR1, _on_kill)
@@ -456,8 +453,7 @@ def run_in_process(sock: socket.socket) -> None:
     _kills.open(conf["kill_file"])
     if conf.get("fault_log"):       # spark.python.worker.faulthandler.enabled
         import faulthandler
-        _fault_log.append(open(conf["fault_log"], "w"))     # open while the process lives
-        faulthandler.enable(file=_fault_log[0])
+        faulthandler.enable(file=open(conf["fault_log"], "w"))  # it keeps the file open
     env = TaskEnv(conf)
     if env.pyspark_memory_mb:
         limit_address_space(env.pyspark_memory_mb)
