@@ -22,6 +22,7 @@ _EXPORTS = {
     "BarrierTaskContext": "ember.taskcontext", "BarrierTaskInfo": "ember.taskcontext",
     "RDDBarrier": "ember.rdd", "Row": "ember.sql",
     "SparkSession": "ember.sql", "StatCounter": "ember.statcounter",
+    "Profiler": "ember.profiler", "BasicProfiler": "ember.profiler",
 }
 
 __all__ = list(_EXPORTS)

@@ -197,6 +197,15 @@ _entry("spark.executor.allowSparkContext", False, BOOL,
 _entry("spark.python.worker.faulthandler.enabled", False, BOOL,
        "A task process that crashes (a segfault, say) has Python's faulthandler write where "
        "it was, and the task's error carries it.", by=(DRIVER, EXECUTOR))
+_entry("spark.python.profile", False, BOOL,
+       "Profile the Python code of each stage's tasks with cProfile; sc.show_profiles() "
+       "prints the profiles (also at exit).", by=(DRIVER,))
+_entry("spark.python.profile.dump", None, STRING,
+       "With spark.python.profile: at exit, write the profiles to this directory "
+       "(rdd_<id>.pstats) instead of printing them.", by=(DRIVER,))
+_entry("spark.python.profile.memory", False, BOOL,
+       "PySpark's memory profiler of Python UDFs; Ember has no UDFs, so it only enables "
+       "sc.show_profiles().", by=(DRIVER,))
 _entry("spark.driver.maxResultSize", 1 << 30, SIZE_BYTES,
        "Limit of the serialized results of one action's tasks together; an action past it is "
        "aborted. 0: no limit.", by=(DRIVER,))

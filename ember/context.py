@@ -87,14 +87,16 @@ class SparkContext:
             SparkContext._active_spark_context = self
         try:
             self._do_init(master, appName, sparkHome, pyFiles, environment, batchSize,
-                          serializer, conf)
+                          serializer, conf, profiler_cls, udf_profiler_cls, memory_profiler_cls)
         except BaseException:
             self._teardown()
             raise
 
     def _do_init(self, master: str | None, app_name: str | None, spark_home: str | None,
                  py_files: list[str] | None, environment: dict[str, str] | None,
-                 batch_size: int, serializer: Any, conf: SparkConf | None) -> None:
+                 batch_size: int, serializer: Any, conf: SparkConf | None,
+                 profiler_cls: Any = None, udf_profiler_cls: Any = None,
+                 memory_profiler_cls: Any = None) -> None:
         self._conf = conf.copy() if conf is not None else SparkConf()
         if master:
             self._conf.setMaster(master)
@@ -154,6 +156,15 @@ class SparkContext:
                            dict(self._system_properties))
         SparkFiles._root_directory = self.runtime.files_dir
         self._install_interrupt_handler()
+        self.profiler_collector: Any = None
+        if config.read(self._conf, "spark.python.profile") or \
+                config.read(self._conf, "spark.python.profile.memory"):
+            from ember.profiler import BasicProfiler, ProfilerCollector, UDFBasicProfiler
+            self.profiler_collector = ProfilerCollector(
+                profiler_cls or BasicProfiler, udf_profiler_cls or UDFBasicProfiler,
+                memory_profiler_cls, self._conf.get("spark.python.profile.dump"))
+            if config.read(self._conf, "spark.python.profile"):
+                self.runtime.profiler_collector = self.profiler_collector
         for path in py_files or []:
             self.addPyFile(path)
         for path in (self._conf.get("spark.submit.pyFiles") or "").split(","):
@@ -517,9 +528,20 @@ class SparkContext:
         return [x for part in parts for x in part]
 
     def show_profiles(self) -> None:
-        raise NotImplementedError("Profilers are not supported by Ember")
+        """Print the profiles of spark.python.profile (ember.profiler)."""
+        self._profiles().show_profiles()
 
-    dump_profiles = show_profiles
+    def dump_profiles(self, path: str) -> None:
+        """Write each profile to `path`/rdd_<id>.pstats."""
+        self._profiles().dump_profiles(path)
+
+    def _profiles(self) -> Any:
+        if self.profiler_collector is None:
+            raise PySparkRuntimeError(
+                "INCORRECT_CONF_FOR_PROFILE",
+                "'spark.python.profile' or 'spark.python.profile.memory' configuration must be "
+                "set to 'true' to enable Python profile.")
+        return self.profiler_collector
 
 
 class InheritableThread(threading.Thread):

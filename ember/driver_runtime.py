@@ -90,6 +90,8 @@ class DriverRuntime:
         self.checkpoint_dir: str | None = None
         # set by SparkContext when its serializer is not the engine's own pickle
         self.data_serializer: Any = None
+        # set by SparkContext under spark.python.profile (ember.profiler.ProfilerCollector)
+        self.profiler_collector: Any = None
         self.python_worker_memory_mb: int = 0
         self.bus: Any = None
         self.status_store: Any = None
@@ -425,6 +427,8 @@ class DriverRuntime:
         lineage = rdd._lineage()
         for r in lineage:                  # surfaces input errors here, in the caller
             r.partitions()
+        if self.profiler_collector is not None:
+            self.profiler_collector._profile_job(rdd, lineage)
         if partitions is None:
             partitions = list(range(rdd.getNumPartitions()))
         results: list = [None] * len(partitions)

@@ -895,3 +895,101 @@ def test_persist_all_levels(ctx):
         assert rdd.sum() == 135
         rdd.unpersist()
         assert rdd.getStorageLevel() == StorageLevel.NONE
+
+
+# --------------------------------------------------------------------------- profiler
+
+
+def _heavy_foo(x):
+    for _ in range(1 << 12):
+        x = 1  # noqa: F841
+
+
+def test_profiler_collects_each_stages_cprofile_and_shows_and_dumps_it(fresh_sc, tmp_path,
+                                                                       capsys):
+    """PySpark's tests/test_profiler.py: spark.python.profile gives the RDD an action ran
+    on one profiler, whose stats hold the user's function; show_profiles prints them and
+    dump_profiles writes rdd_<id>.pstats. A shuffle's map side gets its own profile."""
+    import pstats
+    sc = fresh_sc("local[4]", conf=SparkConf().set("spark.python.profile", "true"))
+    rdd = sc.parallelize(range(100))
+    rdd.foreach(_heavy_foo)
+    profilers = sc.profiler_collector.profilers
+    assert len(profilers) == 1
+    rid, profiler, shown = profilers[0]
+    assert (rid, shown) == (rdd.id(), False)
+    _, stat_list = profiler.stats().get_print_list([])
+    heavy = [key for key in stat_list if key[2] == "_heavy_foo"]
+    assert heavy and profiler.stats().stats[heavy[0]][1] == 100     # called once a record
+    rdd.foreach(_heavy_foo)                           # the same RDD: the same profiler
+    assert len(profilers) == 1 and profiler.stats().stats[heavy[0]][1] == 200
+    capsys.readouterr()
+    sc.show_profiles()
+    out = capsys.readouterr().out
+    assert f"Profile of RDD<id={rid}>" in out and "_heavy_foo" in out
+    sc.show_profiles()                                # each profile is printed once
+    assert capsys.readouterr().out == ""
+    pairs = sc.parallelize(range(40), 4).map(lambda x: (x % 3, x))
+    assert sorted(pairs.reduceByKey(lambda a, b: a + b).collect()) == [
+        (k, sum(x for x in range(40) if x % 3 == k)) for k in range(3)]
+    assert len(sc.profiler_collector.profilers) == 3
+    sc.dump_profiles(str(tmp_path / "out"))
+    files = sorted(os.listdir(tmp_path / "out"))
+    assert f"rdd_{rid}.pstats" in files and len(files) == 3
+    assert pstats.Stats(str(tmp_path / "out" / f"rdd_{rid}.pstats")).total_calls > 0
+    assert sc.profiler_collector.profilers == []
+
+
+def test_custom_profiler_class_runs_in_the_tasks(fresh_sc):
+    """PySpark's test_custom_profiler: a profiler class the user defines (here a local one,
+    shipped by value) replaces BasicProfiler; its show is the one called."""
+    from ember import BasicProfiler
+
+    class TestCustomProfiler(BasicProfiler):
+        def show(self, id):
+            self.result = "Custom formatting"
+
+    sc = fresh_sc("local[2]", conf=SparkConf().set("spark.python.profile", "true"))
+    sc.profiler_collector.profiler_cls = TestCustomProfiler
+    sc.parallelize(range(10)).foreach(_heavy_foo)
+    (_, profiler, _), = sc.profiler_collector.profilers
+    assert isinstance(profiler, TestCustomProfiler)
+    sc.show_profiles()
+    assert profiler.result == "Custom formatting"
+
+
+def test_profiles_need_spark_python_profile(ctx):
+    with pytest.raises(RuntimeError, match="'spark.python.profile' or "
+                       "'spark.python.profile.memory' configuration must be set"):
+        ctx.show_profiles()
+    with pytest.raises(RuntimeError, match="INCORRECT_CONF_FOR_PROFILE"):
+        ctx.dump_profiles("/nonexistent/abc")
+    assert ctx.profiler_collector is None
+
+
+def test_profiles_are_dumped_or_printed_at_exit(tmp_path):
+    """As PySpark: the first profile registers an exit hook that writes the profiles to
+    spark.python.profile.dump, or prints them when it is not set."""
+    import subprocess
+    import sys
+    script = tmp_path / "app.py"
+    script.write_text(
+        "import sys\n"
+        "from ember import SparkConf, SparkContext\n"
+        "conf = SparkConf().set('spark.python.profile', 'true')\n"
+        "if len(sys.argv) > 1:\n"
+        "    conf.set('spark.python.profile.dump', sys.argv[1])\n"
+        "sc = SparkContext('local[2]', 'prof', conf=conf)\n"
+        "def busy(x):\n"
+        "    return sum(range(x))\n"
+        "print(sc.parallelize(range(50), 2).map(busy).count())\n")
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(pyspark.__file__)))
+    dump = tmp_path / "dump"
+    printed = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                             env=env, timeout=60, cwd=tmp_path)
+    dumped = subprocess.run([sys.executable, str(script), str(dump)], capture_output=True,
+                            text=True, env=env, timeout=60, cwd=tmp_path)
+    assert printed.returncode == 0 and dumped.returncode == 0, printed.stderr + dumped.stderr
+    assert "Profile of RDD<id=" in printed.stdout and "busy" in printed.stdout
+    assert "Profile of RDD" not in dumped.stdout
+    assert [f for f in os.listdir(dump) if f.startswith("rdd_")] != []

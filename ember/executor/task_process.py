@@ -131,7 +131,7 @@ def _on_kill(signum, frame):
 
 
 class _Stage:
-    __slots__ = ("kind", "rdd", "func", "accumulators", "map_locations")
+    __slots__ = ("kind", "rdd", "func", "accumulators", "map_locations", "profiler")
 
 
 def _load_stage(blob: bytes, meta: bytes) -> _Stage:
@@ -139,11 +139,18 @@ def _load_stage(blob: bytes, meta: bytes) -> _Stage:
     kind, rdd, func = pickle.loads(blob)
     st = _Stage()
     st.kind, st.rdd, st.func = kind, rdd, func
+    st.profiler = getattr(rdd, "_profiler", None)      # spark.python.profile (ember.profiler)
     # the copies this blob created (an accumulator reused across jobs gets a new copy)
     st.accumulators = [a for aid, a in accumulators._accumulator_registry.items()
                        if before.get(aid) is not a and a._deserialized]
     st.map_locations = pickle.loads(meta) if meta else {}
     return st
+
+
+def _compute(stage: _Stage, partition: Partition, ctx: TaskContext, tid: int) -> Any:
+    if stage.kind == RESULT:
+        return stage.func(ctx, stage.rdd.iterator(partition, ctx))
+    return stage.func(ctx, stage.rdd.iterator(partition, ctx), tid)
 
 
 def run_task(env: TaskEnv, stage: _Stage, task: tuple, tid: int) -> tuple:
@@ -174,10 +181,10 @@ def run_task(env: TaskEnv, stage: _Stage, task: tuple, tid: int) -> tuple:
     try:
         _running[0] = tid
         try:
-            if stage.kind == RESULT:
-                value = stage.func(ctx, stage.rdd.iterator(partition, ctx))
+            if stage.profiler is not None:
+                value = stage.profiler.profile(_compute, stage, partition, ctx, tid)
             else:
-                value = stage.func(ctx, stage.rdd.iterator(partition, ctx), tid)
+                value = _compute(stage, partition, ctx, tid)
         finally:
             _running[0] = None
         if stage.kind == RESULT:
