@@ -17,6 +17,7 @@ import itertools
 import math
 import operator
 import os
+import pickle
 import random
 import shlex
 import subprocess
@@ -53,10 +54,12 @@ _pickle_scope = threading.local()
 def serialize_stage(kind: str, rdd: "RDD", func: Any) -> bytes:
     """A stage's (kind, RDD, task function) as its tasks unpickle it: cloudpickled with
     only the RDDs of this stage allowed in (an RDD reached any other way is a user error,
-    SPARK-5063; a parent stage's RDD is read through its shuffle, not shipped)."""
+    SPARK-5063; a parent stage's RDD is read through its shuffle, not shipped). A pickle of
+    the driver's Python version (sc.pythonVer) goes first, so that a task process checks it,
+    as PySpark's worker does, before it unpickles code of another Python."""
     _pickle_scope.ids = {r.id() for r in stage_rdds(rdd)}
     try:
-        return dumps_closure((kind, rdd, func))
+        return pickle.dumps(rdd.ctx.pythonVer) + dumps_closure((kind, rdd, func))
     finally:
         _pickle_scope.ids = None
 

@@ -993,3 +993,19 @@ def test_profiles_are_dumped_or_printed_at_exit(tmp_path):
     assert "Profile of RDD<id=" in printed.stdout and "busy" in printed.stdout
     assert "Profile of RDD" not in dumped.stdout
     assert [f for f in os.listdir(dump) if f.startswith("rdd_")] != []
+
+
+def test_a_driver_python_the_task_processes_do_not_run_fails_the_job(fresh_sc):
+    """PySpark's test_with_different_versions_of_python: the task process checks the
+    driver's sc.pythonVer against its own before it unpickles the stage."""
+    sc = fresh_sc("local[2]")
+    rdd = sc.parallelize(range(10))
+    assert rdd.count() == 10
+    version, sc.pythonVer = sc.pythonVer, "2.0"
+    try:
+        with pytest.raises(Exception, match=r"PYTHON_VERSION_MISMATCH.*Python in worker has "
+                           r"different version: 3\.\d+ than that in driver: 2\.0"):
+            rdd.count()
+    finally:
+        sc.pythonVer = version
+    assert rdd.count() == 10

@@ -8,6 +8,7 @@ if the slot's kill file lists that task.
 """
 from __future__ import annotations
 
+import io
 import mmap
 import os
 import pickle
@@ -22,7 +23,7 @@ from typing import Any
 
 from ember import accumulators, broadcast, fs
 from ember.deploy.resource_messages import ResourceInformation
-from ember.errors import TASK_HANDED_BACK, TaskKilledException
+from ember.errors import TASK_HANDED_BACK, PySparkRuntimeError, TaskKilledException
 from ember.executor.wire import Inbox, read_msg, send_msg, send_msgs
 from ember.files import SparkFiles
 from ember.rdd_sources import Partition
@@ -33,6 +34,7 @@ from ember.util import pickling
 from ember.util.user_code import escaped_stop_iteration, stop_iteration_error
 
 RESULT, MAP = "result", "map"
+_PYTHON_VERSION = "%d.%d" % sys.version_info[:2]
 # results of tasks of one stage are held while the next task of the stage is already here
 # (queued short tasks), and sent together: one write, one wake-up of the pool, and on a
 # cluster one StatusUpdates to the driver for several tasks; bounded in count and age
@@ -135,8 +137,18 @@ class _Stage:
 
 
 def _load_stage(blob: bytes, meta: bytes) -> _Stage:
+    """ember.rdd.serialize_stage's blob: the driver's Python version, then the stage."""
+    data = io.BytesIO(blob)
+    driver_version = pickle.load(data)
+    if driver_version != _PYTHON_VERSION:
+        raise PySparkRuntimeError(
+            "PYTHON_VERSION_MISMATCH",
+            f"Python in worker has different version: {_PYTHON_VERSION} than that in driver: "
+            f"{driver_version}, PySpark cannot run with different minor versions.\nPlease "
+            "check environment variables PYSPARK_PYTHON and PYSPARK_DRIVER_PYTHON are "
+            "correctly set.")
     before = dict(accumulators._accumulator_registry)
-    kind, rdd, func = pickle.loads(blob)
+    kind, rdd, func = pickle.load(data)
     st = _Stage()
     st.kind, st.rdd, st.func = kind, rdd, func
     st.profiler = getattr(rdd, "_profiler", None)      # spark.python.profile (ember.profiler)
