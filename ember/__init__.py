@@ -29,7 +29,7 @@ __all__ = list(_EXPORTS)
 
 
 # subpackages PySpark programs reach as attributes (`pyspark.resource.ResourceProfileBuilder`)
-_SUBMODULES = frozenset({"resource"})
+_SUBMODULES = frozenset({"resource", "shuffle"})
 
 
 def __getattr__(name: str) -> Any:

@@ -603,7 +603,8 @@ class RDD:
         agg = Aggregator(createCombiner, mergeValue, mergeCombiners)
 
         def combine_locally(iterator: Iterable) -> Iterator:
-            merger = ExternalMerger(agg, int(memory * 0.9), local_dirs=local_dirs)
+            merger = ExternalMerger(agg, int(memory * 0.9), local_dirs=local_dirs,
+                                    over_current_rss=True)
             merger.mergeValues(iterator)
             return merger.items()
 
@@ -615,14 +616,16 @@ class RDD:
             items, flat_func = flat
 
             def count_flat_locally(it: Iterable) -> Iterator:
-                merger = ExternalMerger(agg, int(memory * 0.9), local_dirs=local_dirs)
+                merger = ExternalMerger(agg, int(memory * 0.9), local_dirs=local_dirs,
+                                        over_current_rss=True)
                 merger.mergeKeyCountsOf(flat_func, it)
                 return merger.items()
             locally = items.mapPartitions(count_flat_locally)
             locally.partitioner = self.partitioner
         elif counted is not None:
             def count_locally(keys: Iterable) -> Iterator:
-                merger = ExternalMerger(agg, int(memory * 0.9), local_dirs=local_dirs)
+                merger = ExternalMerger(agg, int(memory * 0.9), local_dirs=local_dirs,
+                                        over_current_rss=True)
                 merger.mergeKeyCounts(keys)
                 return merger.items()
             locally = counted.mapPartitions(count_locally)
@@ -632,7 +635,7 @@ class RDD:
         shuffled = locally.partitionBy(num_partitions, partitionFunc)
 
         def merge_combiners(iterator: Iterable) -> Iterator:
-            merger = ExternalMerger(agg, memory, local_dirs=local_dirs)
+            merger = ExternalMerger(agg, memory, local_dirs=local_dirs, over_current_rss=True)
             merger.mergeCombiners(iterator)
             return merger.items()
 
@@ -680,7 +683,8 @@ class RDD:
         agg = Aggregator(create_combiner, merge_value, merge_combiners)
 
         def combine(iterator: Iterable) -> Iterator:
-            merger = ExternalGroupBy(agg, int(memory * 0.9), local_dirs=local_dirs)
+            merger = ExternalGroupBy(agg, int(memory * 0.9), local_dirs=local_dirs,
+                                     over_current_rss=True)
             merger.mergeValues(iterator)
             return merger.items()
 
@@ -688,7 +692,7 @@ class RDD:
             .partitionBy(num_partitions, partitionFunc)
 
         def group_by_key(it: Iterable) -> Iterator:
-            merger = ExternalGroupBy(agg, memory, local_dirs=local_dirs)
+            merger = ExternalGroupBy(agg, memory, local_dirs=local_dirs, over_current_rss=True)
             merger.mergeCombiners(it)
             return merger.items()
 

@@ -560,3 +560,80 @@ def test_user_key_error_is_not_taken_for_a_missing_key(tmp_path):
     with pytest.raises(KeyError, match="from user code"):
         m.mergeValues(pairs)
     assert m._use_try  # the try/except loop was the one running
+
+
+# --------------------------------------------------------------------------
+# PySpark's pyspark.shuffle
+# --------------------------------------------------------------------------
+
+
+def test_the_package_names_pysparks_shuffle_api_and_a_users_merger_spills_over_budget(
+        tmp_path, monkeypatch):
+    """`import ember as pyspark; pyspark.shuffle.X` as PySpark's tests use it: a merger
+    the user builds spills as soon as the process is over its budget (the engine's own
+    start above the RSS they find), in SPARK_LOCAL_DIRS, and the spilled bytes count in
+    DiskBytesSpilled; SimpleAggregator, Merger and GroupByKey are PySpark's."""
+    import pickle
+
+    import ember
+    from ember import shuffle
+    assert ember.shuffle is shuffle and shuffle.ExternalMerger is ExternalMerger
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", ",".join(dirs))
+    before = shuffle.DiskBytesSpilled
+    over = max(1, get_used_memory() // 2)            # the process is over this budget
+    data = [(i, i) for i in range(4096)]
+    m = ExternalMerger(shuffle.SimpleAggregator(operator.add), over)
+    assert sorted(m.localdirs) == dirs
+    m.mergeValues(data)
+    assert m.spills >= 1 and shuffle.DiskBytesSpilled > before
+    assert sorted(m.items()) == data
+    engine = ExternalMerger(shuffle.SimpleAggregator(operator.add), over,
+                            over_current_rss=True)
+    engine.mergeValues(data)
+    assert engine.spills == 0
+
+    with pytest.raises(NotImplementedError):
+        shuffle.Merger(shuffle.SimpleAggregator(operator.add)).items()
+    groups = list(shuffle.GroupByKey(iter([(1, [0]), (2, [0]), (2, [1]), (3, [0, 1, 2])])))
+    assert [(k, list(vs), len(vs)) for k, vs in groups] == [
+        (1, [0], 1), (2, [0, 1], 2), (3, [0, 1, 2], 3)]
+    assert [list(vs) for _, vs in pickle.loads(pickle.dumps(groups))] == [[0], [0, 1],
+                                                                           [0, 1, 2]]
+
+
+def test_a_sorter_asks_its_next_limit_in_mb_as_pysparks_does():
+    class EverySpill(ExternalSorter):
+        def _next_limit(self):
+            return self.memory_limit
+
+    from ember import shuffle
+    lst = list(range(3000))
+    random.Random(3).shuffle(lst)
+    before = shuffle.DiskBytesSpilled
+    sorter = EverySpill(1, batch=100)
+    assert list(sorter.sorted(lst, reverse=True)) == sorted(lst, reverse=True)
+    assert sorter.spills >= 2 and shuffle.DiskBytesSpilled > before
+
+
+def test_a_tasks_merger_spills_are_its_metrics(fresh_sc):
+    """As PySpark's worker: the bytes the task's mergers spilled (ember.shuffle's counters,
+    reset for each task) are its memoryBytesSpilled and diskBytesSpilled."""
+    from ember import SparkConf
+    from ember.scheduler import listener as sl
+    sc = fresh_sc("local[2]", conf=SparkConf().set("spark.python.worker.memory", "1m"))
+    spilled = []
+
+    class Rec:
+        def on_event(self, e):
+            if isinstance(e, sl.TaskEnd):
+                spilled.append(e.metrics.get("diskBytesSpilled", 0))
+
+    sc.runtime.bus.add_sync(Rec())
+    pairs = sc.parallelize(range(200_000), 2).map(lambda x: (x % 50_000, x))
+    assert pairs.groupByKey(2).mapValues(len).values().sum() == 200_000
+    assert len(spilled) == 4 and all(n > 0 for n in spilled)
+    spilled.clear()
+    assert sc.parallelize(range(10), 2).map(lambda x: (x, x)).reduceByKey(operator.add) \
+        .count() == 10
+    assert spilled == [0, 0, 0, 0]

@@ -22,6 +22,7 @@ from collections import deque
 from typing import Any
 
 from ember import accumulators, broadcast, fs
+from ember import shuffle as spilled
 from ember.deploy.resource_messages import ResourceInformation
 from ember.errors import TASK_HANDED_BACK, PySparkRuntimeError, TaskKilledException
 from ember.executor.wire import Inbox, read_msg, send_msg, send_msgs
@@ -187,6 +188,7 @@ def run_task(env: TaskEnv, stage: _Stage, task: tuple, tid: int) -> tuple:
     TaskContext._setTaskContext(ctx)
     for acc in stage.accumulators:
         acc._value = acc.accum_param.zero(acc._value)
+    spilled.MemoryBytesSpilled = spilled.DiskBytesSpilled = 0
     start = time.perf_counter()
     cpu_start = time.process_time()
     state = "FINISHED"
@@ -230,6 +232,11 @@ def run_task(env: TaskEnv, stage: _Stage, task: tuple, tid: int) -> tuple:
     metrics = ctx.metrics
     metrics["executorRunTime"] = int((time.perf_counter() - start) * 1000)
     metrics["executorCpuTime"] = int((time.process_time() - cpu_start) * 1e9)
+    if spilled.MemoryBytesSpilled or spilled.DiskBytesSpilled:   # the mergers' and sorters'
+        metrics["memoryBytesSpilled"] = (metrics.get("memoryBytesSpilled", 0)
+                                         + spilled.MemoryBytesSpilled)
+        metrics["diskBytesSpilled"] = (metrics.get("diskBytesSpilled", 0)
+                                       + spilled.DiskBytesSpilled)
     updates = {a.aid: a._value for a in stage.accumulators} if state == "FINISHED" else {}
     return ("done", tid, state, payload, updates, metrics, env.block_manager.take_updates())
 

@@ -35,12 +35,15 @@ import heapq
 import operator
 import os
 import pickle
+import random
 import shutil
 import tempfile
 import types
 from itertools import islice
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
+from ember import shuffle as _spilled
+from ember.resultiterable import ResultIterable
 from ember.util import pickling
 from ember.util.files import unlink_quietly
 from ember.util.user_code import flat_map_checked
@@ -48,10 +51,13 @@ from ember.util.user_code import flat_map_checked
 __all__ = [
     "get_used_memory",
     "Aggregator",
+    "SimpleAggregator",
     "BatchedPickleSerializer",
+    "Merger",
     "ExternalMerger",
     "ExternalGroupBy",
     "ExternalSorter",
+    "GroupByKey",
 ]
 
 # --------------------------------------------------------------------------
@@ -149,6 +155,61 @@ class Aggregator:
 
     def __repr__(self) -> str:
         return "Aggregator(%r, %r, %r)" % (self.createCombiner, self.mergeValue, self.mergeCombiners)
+
+
+def _identity(x: Any) -> Any:
+    return x
+
+
+class SimpleAggregator(Aggregator):
+    """PySpark's: a combiner that is a value of the same kind, one function merging both."""
+
+    def __init__(self, combiner: Callable[[Any, Any], Any]) -> None:
+        super().__init__(_identity, combiner, combiner)
+
+
+class Merger:
+    """PySpark's base of the mergers: merge values or combiners, then read the items."""
+
+    def __init__(self, aggregator: Aggregator) -> None:
+        self.agg = aggregator
+
+    def mergeValues(self, iterator: Iterable[tuple]) -> None:
+        raise NotImplementedError
+
+    def mergeCombiners(self, iterator: Iterable[tuple]) -> None:
+        raise NotImplementedError
+
+    def items(self) -> Iterator[tuple]:
+        raise NotImplementedError
+
+
+class GroupByKey:
+    """PySpark's: (k, values) pairs sorted by key, grouped into (k, ResultIterable)."""
+
+    def __init__(self, iterator: Iterable[tuple]) -> None:
+        self.iterator = iterator
+
+    def __iter__(self) -> Iterator[tuple]:
+        key: Any = None
+        values: list | None = None
+        for k, v in self.iterator:
+            if values is not None and k == key:
+                values.extend(v)
+            else:
+                if values is not None:
+                    yield key, ResultIterable(values)
+                key, values = k, list(v)
+        if values is not None:
+            yield key, ResultIterable(values)
+
+
+def _default_local_dirs() -> list[str]:
+    """PySpark's: the directories of SPARK_LOCAL_DIRS, in an order of this instance's own
+    (so that mergers spread their first spills), else the temporary directory."""
+    dirs = [d for d in os.environ.get("SPARK_LOCAL_DIRS", "").split(",") if d]
+    random.shuffle(dirs)
+    return dirs or [tempfile.gettempdir()]
 
 
 class BatchedPickleSerializer:
@@ -346,7 +407,7 @@ def _next_limit(base: int) -> int:
 # --------------------------------------------------------------------------
 
 
-class ExternalMerger:
+class ExternalMerger(Merger):
     """Hash aggregation of (k, v) pairs that spills to disk over a budget.
 
     Why: ``combineByKey`` must keep one combiner per distinct key; with more
@@ -358,6 +419,13 @@ class ExternalMerger:
     between spills) and ``disk_bytes_spilled`` are reported as task metrics.
     Set ``spill_every`` (records) to force spilling in tests: it then also
     acts as a record budget when spilled sub-partitions are merged back.
+
+    As PySpark's, a merger spills once the process is over ``memory_limit``.
+    The engine's own mergers pass ``over_current_rss``: they start with the
+    limit a spill leaves, max(budget, 1.05 x RSS now), because they run in
+    long-lived task processes whose RSS stays above what they use (allocator
+    arenas, cached partitions) and would otherwise spill a handful of records
+    at every task's first check.
     """
 
     #: maximum depth of recursive re-partitioning (59**3 sub-partitions)
@@ -374,11 +442,13 @@ class ExternalMerger:
         scale: int = 1,
         partitions: int = 59,
         batch: int = 1000,
+        *,
+        over_current_rss: bool = False,
     ) -> None:
         self.agg = aggregator
         self.memory_limit = memory_limit
         self.serializer = serializer if serializer is not None else BatchedPickleSerializer()
-        self.local_dirs = list(local_dirs) if local_dirs else [tempfile.gettempdir()]
+        self.local_dirs = list(local_dirs) if local_dirs else _default_local_dirs()
         self.scale = scale
         self.partitions = max(1, int(partitions))
         self.batch = max(1, int(batch))
@@ -398,7 +468,8 @@ class ExternalMerger:
         self._roots: list[str] = []  # unique spill directories, created lazily
         self._files: list[list[str]] = [[] for _ in range(self.partitions)]
         self._base_limit = int(memory_limit * (1 << 20))
-        self._limit = _next_limit(self._base_limit)
+        self.over_current_rss = over_current_rss
+        self._limit = _next_limit(self._base_limit) if over_current_rss else self._base_limit
         self._last_rss = self._rss_floor = _rss_bytes()
         self._chunk = self.batch
         self._since_spill = 0
@@ -531,7 +602,9 @@ class ExternalMerger:
         path = os.path.join(root, "%d.%d" % (index, self.spills))
         with open(path, "wb") as f:
             self.serializer.dump_stream(self._spill_items(items), f)
-            self.disk_bytes_spilled += f.tell()
+            written = f.tell()
+        self.disk_bytes_spilled += written
+        _spilled.DiskBytesSpilled += written
         self._files[index].append(path)
 
     def _spill(self, rss_before: int | None = None) -> None:
@@ -569,7 +642,9 @@ class ExternalMerger:
         self.spills += 1
         gc.collect()
         rss = _rss_bytes()
-        self.memory_bytes_spilled += max(rss_before - self._rss_floor, 0)
+        freed = max(rss_before - self._rss_floor, 0)
+        self.memory_bytes_spilled += freed
+        _spilled.MemoryBytesSpilled += freed
         self._rss_floor = self._last_rss = rss
         self._limit = max(self._base_limit, int(rss * 1.05))
         self._chunk = min(self.batch, self.spill_every) if self.spill_every else self.batch
@@ -668,10 +743,15 @@ class ExternalMerger:
             self.scale * self.partitions,
             self.partitions,
             self.batch,
+            over_current_rss=self.over_current_rss,
         )
         sub._depth = self._depth + 1
         sub.spill_every = self.spill_every
         return sub
+
+    @property
+    def localdirs(self) -> list[str]:     # PySpark's name
+        return self.local_dirs
 
     # -- cleanup --------------------------------------------------------------
     def cleanup(self) -> None:
@@ -682,6 +762,8 @@ class ExternalMerger:
         for r in roots:
             shutil.rmtree(r, ignore_errors=True)
         self._files = [[] for _ in range(self.partitions)]
+
+    _cleanup = cleanup      # PySpark's name
 
     def __del__(self) -> None:
         try:
@@ -737,10 +819,13 @@ class ExternalGroupBy(ExternalMerger):
         scale: int = 1,
         partitions: int = 59,
         batch: int = 1000,
+        *,
+        over_current_rss: bool = False,
     ) -> None:
         if aggregator is None:
             aggregator = Aggregator(_new_list, _append, _extend)
-        super().__init__(aggregator, memory_limit, serializer, local_dirs, scale, partitions, batch)
+        super().__init__(aggregator, memory_limit, serializer, local_dirs, scale, partitions, batch,
+                         over_current_rss=over_current_rss)
 
     def _setup_loops(self) -> None:
         self._value_loops = _loops(_CREATE_LIST, _MERGE_APPEND)
@@ -782,7 +867,7 @@ class ExternalSorter:
                  batch: int = 1000) -> None:
         self.memory_limit = memory_limit
         self.serializer = serializer if serializer is not None else BatchedPickleSerializer()
-        self.local_dirs = list(local_dirs) if local_dirs else [tempfile.gettempdir()]
+        self.local_dirs = list(local_dirs) if local_dirs else _default_local_dirs()
         self.batch = max(1, int(batch))
         self.spills = 0
         self.memory_bytes_spilled = 0
@@ -799,6 +884,10 @@ class ExternalSorter:
                 os.makedirs(d, exist_ok=True)
                 self._roots.append(tempfile.mkdtemp(prefix=tag, dir=d))
 
+    def _next_limit(self) -> float:
+        """The soft limit in MB (PySpark's hook): the budget, or 5% above the current RSS."""
+        return max(self.memory_limit, _rss_bytes() * 1.05 / (1 << 20))
+
     def _write_run(self, records: Iterable[Any]) -> str:
         self._ensure_roots()
         n = self._nfiles
@@ -806,7 +895,9 @@ class ExternalSorter:
         path = os.path.join(self._roots[n % len(self._roots)], "run.%d" % n)
         with open(path, "wb") as f:
             self.serializer.dump_stream(records, f)
-            self.disk_bytes_spilled += f.tell()
+            written = f.tell()
+        self.disk_bytes_spilled += written
+        _spilled.DiskBytesSpilled += written
         return path
 
     def _read_run(self, path: str) -> Iterator[Any]:
@@ -822,8 +913,7 @@ class ExternalSorter:
         closed (or by ``cleanup()``).
         """
         it = iter(iterator)
-        base = int(self.memory_limit * (1 << 20))
-        limit = _next_limit(base)
+        limit = int(self._next_limit() * (1 << 20))
         floor = last = _rss_bytes()
         every = self.spill_every
         batch = min(self.batch, every) if every else self.batch
@@ -846,10 +936,11 @@ class ExternalSorter:
                 extend = chunk.extend
                 self.spills += 1
                 gc.collect()
-                rss_after = _rss_bytes()
-                self.memory_bytes_spilled += max(rss - floor, 0)
-                floor = last = rss_after
-                limit = max(base, int(rss_after * 1.05))
+                freed = max(rss - floor, 0)
+                self.memory_bytes_spilled += freed
+                _spilled.MemoryBytesSpilled += freed
+                floor = last = _rss_bytes()
+                limit = int(self._next_limit() * (1 << 20))
                 n = batch
                 since = 0
                 continue
