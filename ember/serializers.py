@@ -49,6 +49,7 @@ __all__ = [
     "AutoSerializer",
     "PairDeserializer",
     "CartesianDeserializer",
+    "ChunkedStream",
     "read_int",
     "write_int",
     "read_frames",
@@ -481,6 +482,37 @@ class PairDeserializer(Serializer):
 
     def __repr__(self) -> str:
         return "PairDeserializer(%s, %s)" % (str(self.key_ser), str(self.val_ser))
+
+
+class ChunkedStream:
+    """PySpark's write side of a stream of unknown length: the bytes written go out in
+    frames of `buffer_size` (a length, then the bytes) as each fills, and close() sends the
+    rest as a last, shorter frame, then the length -1, and closes `wrapped`. The reader can
+    start before the writer ends and knows where the stream stops."""
+
+    def __init__(self, wrapped: IO[bytes], buffer_size: int) -> None:
+        self.wrapped = wrapped
+        self.buffer_size = buffer_size
+        self.buffer = bytearray()
+
+    def write(self, data: bytes) -> None:
+        self.buffer += data
+        size = self.buffer_size
+        full = len(self.buffer) - len(self.buffer) % size
+        for start in range(0, full, size):
+            write_frame(self.wrapped, self.buffer[start:start + size])
+        del self.buffer[:full]
+
+    def close(self) -> None:
+        if self.buffer:
+            write_frame(self.wrapped, self.buffer)
+            self.buffer = bytearray()
+        write_int(-1, self.wrapped)
+        self.wrapped.close()
+
+    @property
+    def closed(self) -> bool:
+        return self.wrapped.closed
 
 
 # --------------------------------------------------------------------------- closures

@@ -463,6 +463,31 @@ def test_frames_over_bytesio():
     assert read_int(io.BytesIO(struct.pack("!i", -4))) == SpecialLengths.END_OF_STREAM
 
 
+def test_chunked_stream_frames_what_it_is_given_in_fixed_sizes():
+    """PySpark's serializers.ChunkedStream: full frames as the buffer fills, the rest at
+    close, then the length -1 (what its JVM reader, DechunkedInputStream, expects)."""
+    from ember.serializers import ChunkedStream
+
+    class Sink(io.BytesIO):
+        def close(self):
+            self.final = self.getvalue()
+            super().close()
+    for data_length in (1, 10, 100, 10000):
+        for size in (1, 2, 5, 8192):
+            data = bytes(random.Random(data_length).getrandbits(8) for _ in range(data_length))
+            sink = Sink()
+            out = ChunkedStream(sink, size)
+            out.write(data[:3])
+            out.write(data[3:])
+            out.close()
+            assert out.closed
+            stream, frames = io.BytesIO(sink.final), []
+            while (n := read_int(stream)) != -1:
+                frames.append(stream.read(n))
+            assert b"".join(frames) == data and stream.read() == b""
+            assert all(len(f) == size for f in frames[:-1]) and 0 < len(frames[-1]) <= size
+
+
 def test_truncated_frames_raise():
     with pytest.raises(TruncatedFrameError):
         list(read_frames(io.BytesIO(struct.pack("!i", 10) + b"abc")))
