@@ -145,8 +145,9 @@ class SparkContext:
         # A serializer the engine's own pickling does not already match carries the data:
         # parallelized collections, shuffle blocks and the results tasks return (PySpark
         # ships every record through it; Ember keeps its pickle fast path for pickle).
-        self.runtime.data_serializer = None if type(self._unbatched_serializer) in (
-            PickleSerializer, CloudPickleSerializer) else self._unbatched_serializer
+        plain = type(self._unbatched_serializer) in (PickleSerializer, CloudPickleSerializer)
+        self.runtime.data_serializer = None if plain and \
+            self._unbatched_serializer.allowed_names is None else self._unbatched_serializer
         self.batchSize = batch_size
         self.pythonExec = sys.executable
         self.pythonVer = "%d.%d" % sys.version_info[:2]

@@ -46,6 +46,7 @@ __all__ = [
     "CompressedSerializer",
     "BatchedSerializer",
     "AutoBatchedSerializer",
+    "FlattenedValuesSerializer",
     "AutoSerializer",
     "PairDeserializer",
     "CartesianDeserializer",
@@ -230,14 +231,34 @@ class FramedSerializer(Serializer):
             yield None if frame is None else loads(frame)
 
 
+class _RestrictedUnpickler(pickle.Unpickler):
+    def __init__(self, data: bytes, allowed: frozenset, encoding: str) -> None:
+        super().__init__(io.BytesIO(data), encoding=encoding)
+        self.allowed = allowed
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in self.allowed:
+            raise pickle.UnpicklingError(
+                f"global '{module}.{name}' is forbidden: it is not in allowed_names")
+        return super().find_class(module, name)
+
+
 class PickleSerializer(FramedSerializer):
-    """Standard ``pickle`` (protocol 5)."""
+    """Standard ``pickle`` (protocol 5). With `allowed_names` ((module, name) pairs), as
+    PySpark's: loading refuses every class or function not named there (UnpicklingError),
+    so data from elsewhere cannot run code while it is read."""
+
+    def __init__(self, allowed_names: Optional[Iterable[Tuple[str, str]]] = None) -> None:
+        self.allowed_names = (None if allowed_names is None
+                              else frozenset(tuple(n) for n in allowed_names))
 
     def dumps(self, obj: Any) -> bytes:
         return pickle.dumps(obj, PICKLE_PROTOCOL)
 
     def loads(self, obj: bytes, encoding: str = "bytes") -> Any:
-        return pickle.loads(obj, encoding=encoding)
+        if self.allowed_names is None:
+            return pickle.loads(obj, encoding=encoding)
+        return _RestrictedUnpickler(obj, self.allowed_names, encoding).load()
 
 
 class MarshalSerializer(FramedSerializer):
@@ -250,7 +271,7 @@ class MarshalSerializer(FramedSerializer):
         return marshal.loads(obj)
 
 
-class CloudPickleSerializer(FramedSerializer):
+class CloudPickleSerializer(PickleSerializer):
     """``cloudpickle``: pickles lambdas, closures and interactively defined classes.
 
     Serialization failures raise :class:`ember.errors.PicklingError` (see
@@ -259,9 +280,6 @@ class CloudPickleSerializer(FramedSerializer):
 
     def dumps(self, obj: Any) -> bytes:
         return dumps_closure(obj)
-
-    def loads(self, obj: bytes, encoding: str = "bytes") -> Any:
-        return pickle.loads(obj, encoding=encoding)
 
 
 # As in PySpark: the default for data is cloudpickle, unless the namedtuple patch is asked for.
@@ -400,6 +418,27 @@ class BatchedSerializer(Serializer):
 
     def __repr__(self) -> str:
         return "BatchedSerializer(%s, %d)" % (str(self.serializer), self.batchSize)
+
+
+class FlattenedValuesSerializer(BatchedSerializer):
+    """PySpark's: a stream of (key, values) pairs written with long value lists cut into
+    pairs of at most `batchSize` values, so that frames stay of similar sizes; reading
+    gives the cut pairs back as they were written."""
+
+    def __init__(self, serializer: Serializer, batchSize: int = 10) -> None:  # noqa: N803
+        super().__init__(serializer, batchSize)
+
+    def _batched(self, iterator: Iterable[Any]) -> Iterator[Any]:
+        n = self.batchSize
+        for key, values in iterator:
+            for start in range(0, len(values), n):
+                yield key, values[start:start + n]
+
+    def load_stream(self, stream: IO[bytes]) -> Iterator[Any]:
+        return self.serializer.load_stream(stream)
+
+    def __repr__(self) -> str:
+        return "FlattenedValuesSerializer(%s, %d)" % (self.serializer, self.batchSize)
 
 
 class AutoBatchedSerializer(BatchedSerializer):

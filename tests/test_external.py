@@ -622,12 +622,13 @@ def test_a_tasks_merger_spills_are_its_metrics(fresh_sc):
     from ember import SparkConf
     from ember.scheduler import listener as sl
     sc = fresh_sc("local[2]", conf=SparkConf().set("spark.python.worker.memory", "1m"))
-    spilled = []
+    spilled, memory = [], []
 
     class Rec:
         def on_event(self, e):
             if isinstance(e, sl.TaskEnd):
                 spilled.append(e.metrics.get("diskBytesSpilled", 0))
+                memory.append(e.metrics.get("memoryBytesSpilled", 0))
 
     sc.runtime.bus.add_sync(Rec())
     pairs = sc.parallelize(range(200_000), 2).map(lambda x: (x % 50_000, x))
@@ -637,3 +638,12 @@ def test_a_tasks_merger_spills_are_its_metrics(fresh_sc):
     assert sc.parallelize(range(10), 2).map(lambda x: (x, x)).reduceByKey(operator.add) \
         .count() == 10
     assert spilled == [0, 0, 0, 0]
+
+    def counted(x):                  # PySpark's test_worker_metrics_include_spills
+        from ember import shuffle
+        shuffle.MemoryBytesSpilled += 7
+        shuffle.DiskBytesSpilled += 9
+        return x
+    spilled.clear()
+    assert sc.parallelize([1, 2], 1).map(counted).collect() == [1, 2]
+    assert spilled == [18] and memory[-1] == 14

@@ -488,6 +488,30 @@ def test_chunked_stream_frames_what_it_is_given_in_fixed_sizes():
             assert all(len(f) == size for f in frames[:-1]) and 0 < len(frames[-1]) <= size
 
 
+def test_restricted_unpickler_and_flattened_values_as_pysparks():
+    import collections
+    import pickle
+
+    from ember.cloudpickle import dumps, loads
+    from ember.serializers import (CloudPickleSerializer, CPickleSerializer,
+                                   FlattenedValuesSerializer, PickleSerializer)
+    for cls in (CPickleSerializer, PickleSerializer, CloudPickleSerializer):
+        ser = cls(allowed_names=[("collections", "deque")])
+        assert ser.loads(ser.dumps(collections.deque([1, 2]))) == collections.deque([1, 2])
+        assert ser.loads(ser.dumps({"plain": [1.5, b"x", None]})) == {"plain": [1.5, b"x", None]}
+        with pytest.raises(pickle.UnpicklingError, match="collections.defaultdict"):
+            ser.loads(ser.dumps(collections.defaultdict(int)))
+        hash(ser)
+    assert loads(dumps(collections.namedtuple("P", "x y")))(1, 3) == (1, 3)
+
+    ser = FlattenedValuesSerializer(PickleSerializer(), 3)
+    buf = io.BytesIO()
+    ser.dump_stream([("a", list(range(7))), ("b", [])], buf)
+    buf.seek(0)
+    assert list(ser.load_stream(buf)) == [("a", [0, 1, 2]), ("a", [3, 4, 5]), ("a", [6])]
+    assert repr(ser) == "FlattenedValuesSerializer(PickleSerializer(), 3)"
+
+
 def test_truncated_frames_raise():
     with pytest.raises(TruncatedFrameError):
         list(read_frames(io.BytesIO(struct.pack("!i", 10) + b"abc")))

@@ -22,12 +22,12 @@ from collections import deque
 from typing import Any
 
 from ember import accumulators, broadcast, fs
-from ember import shuffle as spilled
 from ember.deploy.resource_messages import ResourceInformation
 from ember.errors import TASK_HANDED_BACK, PySparkRuntimeError, TaskKilledException
 from ember.executor.wire import Inbox, read_msg, send_msg, send_msgs
 from ember.files import SparkFiles
 from ember.rdd_sources import Partition
+from ember.shuffle import spilled
 from ember.shuffle.base import FetchFailedError
 from ember.storage.block_manager import BlockManager
 from ember.taskcontext import BarrierTaskContext, TaskContext

@@ -42,7 +42,7 @@ import types
 from itertools import islice
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from ember import shuffle as _spilled
+from ember.shuffle import spilled as _spilled
 from ember.resultiterable import ResultIterable
 from ember.util import pickling
 from ember.util.files import unlink_quietly
