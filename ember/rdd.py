@@ -17,7 +17,6 @@ import itertools
 import math
 import operator
 import os
-import pickle
 import random
 import shlex
 import subprocess
@@ -54,12 +53,13 @@ _pickle_scope = threading.local()
 def serialize_stage(kind: str, rdd: "RDD", func: Any) -> bytes:
     """A stage's (kind, RDD, task function) as its tasks unpickle it: cloudpickled with
     only the RDDs of this stage allowed in (an RDD reached any other way is a user error,
-    SPARK-5063; a parent stage's RDD is read through its shuffle, not shipped). A pickle of
-    the driver's Python version (sc.pythonVer) goes first, so that a task process checks it,
-    as PySpark's worker does, before it unpickles code of another Python."""
+    SPARK-5063; a parent stage's RDD is read through its shuffle, not shipped). The driver's
+    Python version (sc.pythonVer, a length byte and its text) goes first, so that a task
+    process checks it, as PySpark's worker does, before it unpickles code of another Python."""
+    version = str(rdd.ctx.pythonVer).encode()[:255]
     _pickle_scope.ids = {r.id() for r in stage_rdds(rdd)}
     try:
-        return pickle.dumps(rdd.ctx.pythonVer) + dumps_closure((kind, rdd, func))
+        return bytes((len(version),)) + version + dumps_closure((kind, rdd, func))
     finally:
         _pickle_scope.ids = None
 

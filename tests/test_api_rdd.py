@@ -1149,7 +1149,8 @@ def test_narrow_steps_pickle_by_reference_and_still_pipeline(sc):
         .mapPartitions(sorted)
     blob = serialize_stage("result", rdd, len)
     assert b"CodeType" not in blob and b"_make_function" not in blob
-    _kind, shipped, _func = pickle.loads(blob[len(pickle.dumps(sc.pythonVer)):])
+    assert blob[1:1 + blob[0]] == sc.pythonVer.encode()      # the version, then the pickle
+    _kind, shipped, _func = pickle.loads(blob[1 + blob[0]:])
     assert type(shipped.func).__module__ == "ember.rdd"
     assert rdd.collect() == sorted(x for n in range(-5, 0) for x in range(abs(n))) + \
         sorted(x for n in range(0, 5) for x in range(n))

@@ -8,7 +8,6 @@ if the slot's kill file lists that task.
 """
 from __future__ import annotations
 
-import io
 import mmap
 import os
 import pickle
@@ -139,8 +138,8 @@ class _Stage:
 
 def _load_stage(blob: bytes, meta: bytes) -> _Stage:
     """ember.rdd.serialize_stage's blob: the driver's Python version, then the stage."""
-    data = io.BytesIO(blob)
-    driver_version = pickle.load(data)
+    start = blob[0] + 1
+    driver_version = blob[1:start].decode(errors="replace")
     if driver_version != _PYTHON_VERSION:
         raise PySparkRuntimeError(
             "PYTHON_VERSION_MISMATCH",
@@ -149,10 +148,10 @@ def _load_stage(blob: bytes, meta: bytes) -> _Stage:
             "check environment variables PYSPARK_PYTHON and PYSPARK_DRIVER_PYTHON are "
             "correctly set.")
     before = dict(accumulators._accumulator_registry)
-    kind, rdd, func = pickle.load(data)
+    kind, rdd, func = pickle.loads(memoryview(blob)[start:])
     st = _Stage()
     st.kind, st.rdd, st.func = kind, rdd, func
-    st.profiler = getattr(rdd, "_profiler", None)      # spark.python.profile (ember.profiler)
+    st.profiler = rdd.__dict__.get("_profiler")      # spark.python.profile (ember.profiler)
     # the copies this blob created (an accumulator reused across jobs gets a new copy)
     st.accumulators = [a for aid, a in accumulators._accumulator_registry.items()
                        if before.get(aid) is not a and a._deserialized]
@@ -197,8 +196,10 @@ def run_task(env: TaskEnv, stage: _Stage, task: tuple, tid: int) -> tuple:
         try:
             if stage.profiler is not None:
                 value = stage.profiler.profile(_compute, stage, partition, ctx, tid)
+            elif stage.kind == RESULT:          # _compute, inline: the path of every task
+                value = stage.func(ctx, stage.rdd.iterator(partition, ctx))
             else:
-                value = _compute(stage, partition, ctx, tid)
+                value = stage.func(ctx, stage.rdd.iterator(partition, ctx), tid)
         finally:
             _running[0] = None
         if stage.kind == RESULT:
