@@ -6,10 +6,12 @@ task attempt succeeded, so retried or killed attempts never count twice.
 """
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 # aid -> Accumulator; on the driver: every accumulator created; in a task process: the
 # deserialized copies.
@@ -100,9 +102,15 @@ def new_accumulator_id() -> int:
         return _next_id[0]
 
 
-def merge_updates(updates: dict[int, Any]) -> None:
-    """Driver: fold one successful task's accumulator values into the driver copies."""
+def merge_updates(updates: dict[int, Any], partition: int) -> None:
+    """Driver: fold one successful task's accumulator values into the driver copies. As
+    Spark's DAGScheduler.updateAccumulators, an accumulator whose merge fails (the user's
+    addInPlace) is logged and skipped: the task and its job go on."""
     for aid, value in updates.items():
         acc = _accumulator_registry.get(aid)
         if acc is not None and not acc._deserialized:
-            acc._merge(value)
+            try:
+                acc._merge(value)
+            except Exception:
+                log.exception("Failed to update accumulator %d (%s) for task %d", aid,
+                              type(acc.accum_param).__qualname__, partition)

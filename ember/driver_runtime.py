@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import _signal      # getsignal without signal's enum wrapping (2 us a call)
 import getpass
+import logging
 import os
 import pickle
 import re
@@ -29,6 +30,8 @@ from ember.conf import SparkConf
 from ember.errors import PySparkRuntimeError, SparkException
 from ember.scheduler.task_function import SerializedResult, WithoutContext
 from ember.util.files import unlink_quietly
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ember.rdd import RDD
@@ -293,6 +296,7 @@ class DriverRuntime:
         self.task_scheduler = sched
         self.scheduler_backend = backend
         self.dag_scheduler = dag
+        self.event_loop.on_error = self._on_loop_failure
         self.event_loop.start()
         backend.start()
         sched.start_speculation()
@@ -558,6 +562,22 @@ class DriverRuntime:
         self.scheduler_backend.remove_shuffle(shuffle_id)
 
     # --- shutdown -----------------------------------------------------------------------
+    def _on_loop_failure(self, handler: Callable[..., Any], error: Exception) -> None:
+        """Spark's DAGSchedulerEventProcessLoop.onError: a DAG scheduler handler that raised
+        left its jobs' state unknown, so every job is cancelled and the SparkContext stopped
+        (from a thread of its own) rather than left to hang. Other handlers' failures stay
+        logged only."""
+        dag = self.dag_scheduler
+        if getattr(handler, "__self__", None) is not dag or self.stopped:
+            return
+        log.error("DAGSchedulerEventProcessLoop failed; shutting down SparkContext")
+        try:
+            dag.handle_all_jobs_cancelled()
+        except Exception:
+            log.exception("DAGScheduler failed to cancel all jobs.")
+        threading.Thread(target=self._stop_context, name="stop-spark-context",
+                         daemon=True).start()
+
     def stop_context(self) -> None:
         """Stop the application's SparkContext (its master ended the application)."""
         self._stop_context()

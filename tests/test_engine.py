@@ -4,6 +4,7 @@ from __future__ import annotations
 import collections
 import glob
 import io
+import operator
 import os
 import random
 import threading
@@ -12,7 +13,7 @@ import time
 import psutil
 import pytest
 
-from ember import SparkConf, StorageLevel, TaskContext
+from ember import AccumulatorParam, SparkConf, SparkContext, StorageLevel, TaskContext
 from ember.errors import JobCancelledException, SparkException
 from ember.scheduler.progress import ConsoleProgressBar, render
 from ember.status import SparkStageInfo
@@ -400,6 +401,46 @@ def test_a_fault_while_a_job_is_submitted_fails_that_job_not_the_context(sc, mon
                                              "scheduler fault"):
         sc.parallelize(range(4), 2).count()
     assert sc.parallelize(range(100), 10).map(lambda x: x * 2).sum() == 9900
+
+
+def test_a_dag_handler_that_fails_stops_the_context_instead_of_hanging(fresh_sc, monkeypatch):
+    """Spark's DAGSchedulerEventProcessLoop.onError: a DAG scheduler event handler that
+    raises (here a map task's end, on a broken map output tracker) cancels every job and
+    stops the SparkContext; the caller gets an error at once, not a wait forever."""
+    sc = fresh_sc("local[2]")
+    tracker = sc.runtime.map_output_tracker
+
+    def broken(*args):
+        raise RuntimeError("tracker fault")
+    monkeypatch.setattr(tracker, "register_map_output", broken)
+    start = time.time()
+    with pytest.raises(Exception, match="cancelled as part of cancellation of all jobs"):
+        sc.parallelize(range(8), 2).map(lambda x: (x % 2, x)).reduceByKey(operator.add) \
+            .collect()
+    deadline = time.time() + 20      # stopped by a thread of its own
+    while SparkContext._active_spark_context is sc and time.time() < deadline:
+        time.sleep(0.05)
+    assert sc.runtime.stopped and SparkContext._active_spark_context is None
+    assert time.time() - start < 20
+
+
+def test_an_accumulator_whose_driver_merge_fails_is_skipped_as_spark_does(sc, caplog):
+    """DAGScheduler.updateAccumulators: the failure is logged ("Failed to update
+    accumulator"), that accumulator misses the update, and the job goes on."""
+    class DriverFails(AccumulatorParam):
+        def zero(self, value):
+            return 0
+
+        def addInPlace(self, a, b):  # noqa: N802
+            if TaskContext.get() is None:
+                raise ValueError("driver-side merge fails")
+            return a + b
+    bad, good = sc.accumulator(0, DriverFails()), sc.accumulator(0)
+    assert sc.parallelize(range(10), 2).map(lambda x: bad.add(1) or good.add(1) or x) \
+        .sum() == 45
+    assert (bad.value, good.value) == (0, 10)
+    assert "Failed to update accumulator %d (" % bad.aid in caplog.text
+    assert "DriverFails) for task" in caplog.text
 
 
 def test_progress_bar_renders_spark_style():

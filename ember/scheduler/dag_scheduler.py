@@ -634,7 +634,7 @@ class DAGScheduler:
         if isinstance(reason, Success):
             if accum_updates:
                 from ember.accumulators import merge_updates
-                merge_updates(accum_updates)
+                merge_updates(accum_updates, task.partition_id)
             if isinstance(stage, ResultStage):
                 job = stage.active_job
                 if job is None or job.finished[task.output_id]:

@@ -62,6 +62,8 @@ class EventLoop:
         self._stopping = False
         self._turn = threading.Lock()       # held by whichever thread runs handlers now
         self._owner: int | None = None
+        # told of a posted handler's exception after it is logged (DriverRuntime's net)
+        self.on_error: Callable[[Callable[..., Any], Exception], None] | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -192,9 +194,11 @@ class EventLoop:
             fn, args = q.popleft()
             try:
                 fn(*args)
-            except Exception:
+            except Exception as e:
                 log.exception("%s: event handler %s failed", self.name,
                               getattr(fn, "__qualname__", fn))
+                if self.on_error is not None:
+                    self.on_error(fn, e)
 
     def _run(self) -> None:
         me = threading.get_ident()
@@ -249,6 +253,7 @@ class RpcLoop:
         self.env = env
         self._posted: collections.deque = collections.deque()
         self._drain_scheduled = False
+        self.on_error: Callable[[Callable[..., Any], Exception], None] | None = None
 
     def start(self) -> None:
         pass
@@ -284,9 +289,11 @@ class RpcLoop:
             fn, args = posted.popleft()
             try:
                 fn(*args)
-            except Exception:
+            except Exception as e:
                 log.exception("%s: event handler %s failed", self.env.name,
                               getattr(fn, "__qualname__", fn))
+                if self.on_error is not None:
+                    self.on_error(fn, e)
         if posted:
             self.env.call_soon(self._drain)
         else:
