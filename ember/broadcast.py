@@ -27,12 +27,31 @@ _fetcher: list[Callable[[int, str], str] | None] = [None]
 _lock = threading.Lock()
 
 
+class BroadcastPickleRegistry(threading.local):
+    """PySpark's: the broadcasts this thread pickled since the registry was last cleared
+    (SparkContext._pickled_broadcast_vars). PySpark ships what it names with a command;
+    Ember ships a broadcast by its id anyway, and clears it after each stage it pickles."""
+
+    def __init__(self) -> None:
+        self._registry: set = set()
+
+    def __iter__(self) -> Any:
+        yield from self._registry
+
+    def add(self, bcast: "Broadcast") -> None:
+        self._registry.add(bcast)
+
+    def clear(self) -> None:
+        self._registry.clear()
+
+
 def _from_id(bid: int, path: str) -> "Broadcast":
     b = Broadcast.__new__(Broadcast)
     b._bid = bid
     b._path = path
     b._sc = None
     b._destroyed = False
+    b._pickle_registry = None
     return b
 
 
@@ -50,6 +69,7 @@ class Broadcast(Generic[T]):
         self._destroyed = False
         self._bid: int | None = None
         self._sc = sc
+        self._pickle_registry = pickle_registry
         if sc is None:
             if sock_file is not None:
                 self._value = self.load(sock_file)
@@ -58,7 +78,6 @@ class Broadcast(Generic[T]):
                                      "path= or sock_file=")
             self._path = path
             return
-        self._pickle_registry = pickle_registry
         bid = sc.runtime.new_broadcast_id()
         self._path = sc.runtime.broadcast_path(bid)
         tmp = self._path + ".tmp"
@@ -142,6 +161,8 @@ class Broadcast(Generic[T]):
                                       "Broadcast can only be serialized in driver.")
         if self._destroyed:
             raise RuntimeError(f"Attempted to use broadcast variable {self._bid} after it was destroyed")
+        if self._pickle_registry is not None:
+            self._pickle_registry.add(self)
         return (_from_id, (self._bid, self._path))
 
     def __repr__(self) -> str:

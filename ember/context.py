@@ -51,9 +51,13 @@ def _setup_logging() -> None:
         own_logger("ember", logging.WARNING)
 
 
-def _context_off_driver() -> PySparkRuntimeError:
+def _context_off_driver(created: bool = False) -> PySparkRuntimeError:
+    """PySpark's error; one created in a task also says it in the words of Spark's own
+    check (SPARK-32160), which PySpark's test of it and its 3.x releases use."""
     return PySparkRuntimeError(
         "CONTEXT_ONLY_VALID_ON_DRIVER",
+        ("SparkContext should only be created and accessed on the driver. " if created
+         else "") +
         "It appears that you are attempting to reference SparkContext from a broadcast "
         "variable, action, or transformation. SparkContext can only be used on the driver, "
         "not in code that it run on workers. For more information, see SPARK-5063.")
@@ -75,7 +79,7 @@ class SparkContext:
         if conf is None or not config.read(conf, "spark.executor.allowSparkContext"):
             from ember.taskcontext import TaskContext
             if TaskContext.get() is not None:     # PySpark's _assert_on_driver
-                raise _context_off_driver()
+                raise _context_off_driver(created=True)
         _setup_logging()
         with SparkContext._lock:
             active = SparkContext._active_spark_context
@@ -157,6 +161,8 @@ class SparkContext:
                            dict(self._system_properties))
         SparkFiles._root_directory = self.runtime.files_dir
         self._install_interrupt_handler()
+        from ember.broadcast import BroadcastPickleRegistry
+        self._pickled_broadcast_vars = BroadcastPickleRegistry()
         self.profiler_collector: Any = None
         if config.read(self._conf, "spark.python.profile") or \
                 config.read(self._conf, "spark.python.profile.memory"):
@@ -382,7 +388,7 @@ class SparkContext:
     # --- shared variables ---------------------------------------------------------------
     def broadcast(self, value: Any) -> Broadcast:
         self.runtime.check_running()
-        return Broadcast(self, value)
+        return Broadcast(self, value, self._pickled_broadcast_vars)
 
     def accumulator(self, value: Any, accum_param: AccumulatorParam | None = None) -> Accumulator:
         if accum_param is None:

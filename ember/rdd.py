@@ -62,6 +62,7 @@ def serialize_stage(kind: str, rdd: "RDD", func: Any) -> bytes:
         return bytes((len(version),)) + version + dumps_closure((kind, rdd, func))
     finally:
         _pickle_scope.ids = None
+        rdd.ctx._pickled_broadcast_vars.clear()
 
 
 def _rdd_off_driver() -> PySparkRuntimeError:

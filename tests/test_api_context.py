@@ -132,7 +132,8 @@ def test_a_task_may_not_create_a_context_unless_the_conf_allows_it(fresh_sc):
     """PySpark's _assert_on_driver: SparkContext() inside a task fails the task with
     CONTEXT_ONLY_VALID_ON_DRIVER; spark.executor.allowSparkContext=true lets it."""
     sc = fresh_sc("local[2]")
-    with pytest.raises(Exception, match="CONTEXT_ONLY_VALID_ON_DRIVER"):
+    with pytest.raises(Exception, match=r"CONTEXT_ONLY_VALID_ON_DRIVER\] SparkContext should "
+                       r"only be created and accessed on the driver\. It appears .*SPARK-5063"):
         sc.parallelize([0], 1).map(lambda _: pyspark.SparkContext("local[1]", "x")).collect()
 
     def nested(_):
@@ -1009,3 +1010,25 @@ def test_a_driver_python_the_task_processes_do_not_run_fails_the_job(fresh_sc):
     finally:
         sc.pythonVer = version
     assert rdd.count() == 10
+
+
+def test_pickled_broadcasts_are_registered_per_thread_until_cleared(ctx):
+    """PySpark's sc._pickled_broadcast_vars (its test_multithread_broadcast_pickle): each
+    thread sees the broadcasts it pickled; a stage's pickling leaves none behind (a
+    registry kept full would hold broadcasts the cleaner should drop)."""
+    from ember.serializers import CloudPickleSerializer
+    b1, b2 = ctx.broadcast([1]), ctx.broadcast([2])
+    CloudPickleSerializer().dumps(lambda: b1.value)
+    seen = []
+
+    def other():
+        CloudPickleSerializer().dumps(lambda: b2.value)
+        seen.extend(ctx._pickled_broadcast_vars)
+        ctx._pickled_broadcast_vars.clear()
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert seen == [b2] and list(ctx._pickled_broadcast_vars) == [b1]
+    ctx._pickled_broadcast_vars.clear()
+    assert ctx.parallelize([0], 1).map(lambda x: b1.value[x] + b2.value[x]).collect() == [3]
+    assert list(ctx._pickled_broadcast_vars) == []
