@@ -76,6 +76,10 @@ class SparkContext:
                  serializer: Any = None, conf: SparkConf | None = None, gateway: Any = None,
                  jsc: Any = None, profiler_cls: Any = None, udf_profiler_cls: Any = None,
                  memory_profiler_cls: Any = None) -> None:
+        if gateway is not None and getattr(getattr(gateway, "gateway_parameters", None),
+                                           "auth_token", None) is None:
+            raise ValueError("You are trying to pass an insecure Py4j gateway to Spark. This"
+                             " is not allowed as it is a security risk.")
         if conf is None or not config.read(conf, "spark.executor.allowSparkContext"):
             from ember.taskcontext import TaskContext
             if TaskContext.get() is not None:     # PySpark's _assert_on_driver
@@ -259,6 +263,11 @@ class SparkContext:
     @property
     def version(self) -> str:
         return SPARK_VERSION
+
+    @property
+    def _temp_dir(self) -> str | None:
+        """PySpark's: the driver's scratch directory (Ember's local dir)."""
+        return self.runtime.local_dir
 
     @property
     def applicationId(self) -> str:

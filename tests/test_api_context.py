@@ -1032,3 +1032,16 @@ def test_pickled_broadcasts_are_registered_per_thread_until_cleared(ctx):
     ctx._pickled_broadcast_vars.clear()
     assert ctx.parallelize([0], 1).map(lambda x: b1.value[x] + b2.value[x]).collect() == [3]
     assert list(ctx._pickled_broadcast_vars) == []
+
+
+def test_an_insecure_gateway_is_refused_and_parallelize_leaves_no_temp_file(fresh_sc):
+    """PySpark's test_forbid_insecure_gateway and test_parallelize_eager_cleanup."""
+    import collections
+    params = collections.namedtuple("MockGatewayParameters", "auth_token")(None)
+    gateway = collections.namedtuple("MockJavaGateway", "gateway_parameters")(params)
+    with pytest.raises(ValueError, match="insecure Py4j gateway"):
+        SparkContext(gateway=gateway)
+    sc = fresh_sc("local[2]")
+    before = sorted(os.listdir(sc._temp_dir))
+    sc.parallelize([0, 1, 2])
+    assert sorted(os.listdir(sc._temp_dir)) == before
