@@ -589,3 +589,31 @@ def test_an_ember_directory_in_the_working_directory_does_not_shadow_ember(tmp_p
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["45"] and "UI process failed" not in out.stderr
+
+
+def test_a_stage_that_failed_to_load_in_a_process_loads_again_for_its_retry(fresh_sc,
+                                                                            tmp_path,
+                                                                            monkeypatch):
+    """A task process gets a stage's bytes once. When they fail to load there (its module
+    not importable yet), the process keeps them, so the retried task loads them again and
+    can succeed, instead of failing for want of the bytes it was never sent again."""
+    import importlib
+    import sys
+    marker = tmp_path / "imported-once"
+    (tmp_path / "flaky_import_mod.py").write_text(
+        "import os\n"
+        f"MARKER = {str(marker)!r}\n"
+        "if not os.path.exists(MARKER):\n"
+        "    open(MARKER, 'w').close()\n"
+        "    raise ImportError('not importable the first time')\n"
+        "def plus_one(x):\n"
+        "    return x + 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    marker.touch()
+    mod = importlib.import_module("flaky_import_mod")    # the driver has it ...
+    marker.unlink()                                       # ... a task process not at first
+    sc = fresh_sc("local[1,2]")
+    try:
+        assert sc.parallelize([1, 2], 1).map(mod.plus_one).collect() == [2, 3]
+    finally:
+        sys.modules.pop("flaky_import_mod", None)

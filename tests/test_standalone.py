@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import zipfile
 from operator import add
 
 import psutil
@@ -231,12 +232,16 @@ def _is_executor(p: psutil.Process) -> bool:
 
 def test_submit_client_mode_ships_py_files_and_files(cluster, tmp_path):
     (tmp_path / "helpermod.py").write_text("def triple(x):\n    return 3 * x\n")
+    with zipfile.ZipFile(tmp_path / "ziplib.zip", "w") as z:
+        z.writestr("ziplib.py", "def double(x):\n    return 2 * x\n")
     (tmp_path / "data.txt").write_text("41\n")
     app = tmp_path / "app.py"
     app.write_text(textwrap.dedent("""
         import sys
         from ember import SparkContext, SparkFiles
-        sc = SparkContext.getOrCreate()
+        from ziplib import double       # the stage pickles it by reference: the executors
+        sc = SparkContext.getOrCreate()  # fetch the zip before they load the stage
+        print("DIRECT", sc.parallelize(range(3), 3).map(double).collect())
 
         def work(x):
             import helpermod
@@ -249,12 +254,14 @@ def test_submit_client_mode_ships_py_files_and_files(cluster, tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "ember.cli", "submit", "--master", cluster.url,
          "--name", "submitted", "--executor-memory", "512m",
-         "--py-files", str(tmp_path / "helpermod.py"), "--files", str(tmp_path / "data.txt"),
+         "--py-files", f"{tmp_path / 'helpermod.py'},{tmp_path / 'ziplib.zip'}",
+         "--files", str(tmp_path / "data.txt"),
          str(app), "x", "y"],
         env=_env(), capture_output=True, timeout=120, cwd=str(tmp_path / ".."))
     assert out.returncode == 0, out.stderr.decode()[-2000:]
     lines = out.stdout.decode().splitlines()
     assert "RESULT [41, 44, 47, 50] ['x', 'y']" in lines
+    assert "DIRECT [0, 2, 4]" in lines
     assert "APP submitted 512m" in lines
 
 

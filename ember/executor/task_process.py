@@ -136,6 +136,16 @@ class _Stage:
     __slots__ = ("kind", "rdd", "func", "accumulators", "map_locations", "profiler")
 
 
+class _Unloaded:
+    """A stage whose bytes failed to load here (a module not importable yet, say). The pool
+    sends a stage's bytes to a process once, so they are kept for its next task to load
+    again rather than lost."""
+    __slots__ = ("blob", "meta")
+
+    def __init__(self, blob: bytes, meta: bytes) -> None:
+        self.blob, self.meta = blob, meta
+
+
 def _load_stage(blob: bytes, meta: bytes) -> _Stage:
     """ember.rdd.serialize_stage's blob: the driver's Python version, then the stage."""
     start = blob[0] + 1
@@ -173,9 +183,6 @@ def run_task(env: TaskEnv, stage: _Stage, task: tuple, tid: int) -> tuple:
     if partition is None:               # a plain Partition (TaskDescription.encode)
         partition = Partition(partition_id)
     cpus, assigned = task_resources if task_resources is not None else (env.cpus, {})
-    files = props.get("spark.ember.files")
-    if files and env.remote is not None and env.remote.ensure_files(files.split(",")):
-        _add_py_files(env.remote.files_dir)
     # a barrier stage's tasks are told where all of them run (Spark's "addresses" property)
     ctx_class = BarrierTaskContext if "addresses" in props else TaskContext
     ctx = ctx_class._create(stage_id, stage_attempt, partition_id, attempt, tid, props,
@@ -449,18 +456,30 @@ def _run(env: TaskEnv, msg: tuple, stages: dict, files: list) -> tuple:
     try:
         task = pickle.loads(task_bytes)
         # files added with addFile/addPyFile (named in the job's properties; a stat per
-        # task otherwise): a sibling process may have fetched or added some since
-        if files[0] and task[3].get("spark.ember.files"):
-            try:
-                m = os.stat(files[0]).st_mtime_ns
-            except OSError:
-                m = files[1]
-            if m != files[1]:
-                files[1] = m
-                _add_py_files(files[0])
+        # task otherwise), before the stage loads: its pickle may name their modules. An
+        # executor on another host fetches what it lacks; a sibling process may have
+        # fetched or added some since.
+        names = task[3].get("spark.ember.files")
+        if names:
+            if env.remote is not None and env.remote.ensure_files(names.split(",")):
+                _add_py_files(env.remote.files_dir)
+            if files[0]:
+                try:
+                    m = os.stat(files[0]).st_mtime_ns
+                except OSError:
+                    m = files[1]
+                if m != files[1]:
+                    files[1] = m
+                    _add_py_files(files[0])
         stage = stages.get(key)
-        if stage is None:
-            stage = _load_stage(blob, meta)
+        if stage is None or type(stage) is _Unloaded:
+            if stage is not None:
+                blob, meta = stage.blob, stage.meta
+            try:
+                stage = _load_stage(blob, meta)
+            except BaseException:
+                stages[key] = _Unloaded(blob, meta)
+                raise
             stages[key] = stage       # kept until the pool says "forget_stage"
         reply = run_task(env, stage, task, tid)
     except BaseException as e:  # closure failed to unpickle etc.
