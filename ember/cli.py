@@ -47,6 +47,8 @@ def submit_parser() -> argparse.ArgumentParser:
     p.add_argument("--properties-file", help="file with extra properties")
     p.add_argument("--py-files", help="comma-separated .zip/.egg/.py files for PYTHONPATH")
     p.add_argument("--files", help="comma-separated files shipped to each executor")
+    p.add_argument("--archives", help="comma-separated archives (name#alias) unpacked on "
+                   "the driver and each executor")
     p.add_argument("--executor-memory", help="memory per executor (e.g. 1000M, 2G)")
     p.add_argument("--executor-cores", type=int, help="cores per executor")
     p.add_argument("--total-executor-cores", type=int, help="total cores for all executors")
@@ -88,6 +90,7 @@ def build_conf(args: argparse.Namespace) -> dict[str, str]:
         conf[k] = v
     flags = {"spark.master": args.master, "spark.app.name": args.name,
              "spark.submit.pyFiles": args.py_files, "spark.files": args.files,
+             "spark.archives": args.archives,
              "spark.executor.memory": args.executor_memory,
              "spark.driver.memory": args.driver_memory,
              "spark.submit.deployMode": args.deploy_mode}
@@ -129,8 +132,9 @@ def submit_cluster(args: argparse.Namespace, conf: dict[str, str]) -> int:
         master = sub.check_cluster_master(conf.get("spark.master"))
         app = sub.resolve_app(args.app, args.main_class, args.app_args)
         extra = {key: sub.local_list_entries(conf.get(key))
-                 for key in ("spark.submit.pyFiles", "spark.files")}
-        for path in (p for entries in extra.values() for p in entries):
+                 for key in ("spark.submit.pyFiles", "spark.files", "spark.archives")}
+        for entry in (p for entries in extra.values() for p in entries):
+            path = entry.partition("#")[0]        # an archive's #alias names its directory
             if not os.path.isfile(path):
                 raise sub.SubmitError(f"File file:{os.path.abspath(path)} does not exist")
         conf["spark.submit.deployMode"] = "cluster"
@@ -140,8 +144,11 @@ def submit_cluster(args: argparse.Namespace, conf: dict[str, str]) -> int:
             if app.local_path is not None:
                 url = gateway.upload(app.upload_name, sub.resource_bytes(app.local_path))
             for key, entries in extra.items():
-                uploaded = {p: gateway.upload(os.path.basename(p), sub.resource_bytes(p))
-                            for p in entries}
+                uploaded = {}
+                for entry in entries:
+                    path, sep, alias = entry.partition("#")
+                    uploaded[entry] = gateway.upload(os.path.basename(path),
+                                                     sub.resource_bytes(path)) + sep + alias
                 if uploaded:
                     conf[key] = ",".join(uploaded.get(e, e) for e in conf[key].split(",") if e)
             driver_id = gateway.submit(conf, app, url, sub.driver_environment(os.environ))
@@ -354,6 +361,8 @@ def shell_parser() -> argparse.ArgumentParser:
     p.add_argument("--properties-file", help="file with extra properties")
     p.add_argument("--py-files", help="comma-separated .zip/.egg/.py files for PYTHONPATH")
     p.add_argument("--files", help="comma-separated files shipped to each executor")
+    p.add_argument("--archives", help="comma-separated archives (name#alias) unpacked on "
+                   "the driver and each executor")
     p.add_argument("--executor-memory", help="memory per executor (e.g. 1000M, 2G)")
     p.add_argument("--executor-cores", type=int, help="cores per executor")
     p.add_argument("--total-executor-cores", type=int, help="total cores for all executors")

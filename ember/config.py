@@ -436,6 +436,10 @@ _entry("spark.submit.pyFiles", "", LIST,
 _entry("spark.files", "", LIST,
        "Comma-separated files shipped to every executor's working directory.",
        by=(SUBMIT, DRIVER, WORKER))
+_entry("spark.archives", "", LIST,
+       "Comma-separated archives (.zip, .jar, .tar.gz, .tgz, .tar; name#alias for another "
+       "directory name) unpacked for the driver and every executor (SparkContext.addArchive).",
+       by=(SUBMIT, DRIVER, WORKER))
 _entry("spark.ember.files", None, LIST,
        "Ember only, set by the driver: the shipped files an executor's tasks fetch.",
        by=(EXECUTOR,))

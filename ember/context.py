@@ -184,6 +184,9 @@ class SparkContext:
         for path in (self._conf.get("spark.files") or "").split(","):
             if path:
                 self.addFile(path)
+        for path in (self._conf.get("spark.archives") or "").split(","):
+            if path:
+                self.addArchive(path)
         atexit.register(self._atexit_stop)
 
 
@@ -301,7 +304,7 @@ class SparkContext:
 
     @property
     def listArchives(self) -> list[str]:
-        return []
+        return list(self.runtime.added_archives.values())
 
     def getConf(self) -> SparkConf:
         return self._conf.copy()
@@ -472,7 +475,38 @@ class SparkContext:
         importlib.invalidate_caches()
 
     def addArchive(self, path: str) -> None:
-        raise NotImplementedError("Archives are not supported by Ember; use addFile")
+        """Spark's: the archive (.zip, .jar, .tar.gz, .tgz, .tar; a local path or a URL) is
+        unpacked into the files dir under its name, or the path's #fragment, and reaches
+        every executor as that directory: SparkFiles.get(name) is where its contents are.
+        The same path added again is ignored."""
+        self.runtime.check_running()
+        from ember.util.archives import unpack
+        uri, _, fragment = path.partition("#")
+        local = fs.local_path(uri) if fs.is_local(uri) else None
+        key = ("file:" + os.path.abspath(local) if local is not None else uri) + \
+            ("#" + fragment if fragment else "")
+        name = fragment or uri.rstrip("/").rsplit("/", 1)[-1]
+        archives = self.runtime.added_archives
+        if key in archives.values():
+            log.warning("The path %s has been added already. Overwriting of added paths is "
+                        "not supported in the current version.", path)
+            return
+        prev = archives.get(name) or self.runtime.added_files.get(name)
+        if prev is not None:
+            raise SparkException(f"Archive {name} was already registered with a different "
+                                 f"path (old path = {prev}, new path = {key}")
+        if local is None:               # a URL: the driver downloads it once
+            filesystem, remote = fs.filesystem(uri)
+            local = os.path.join(self.runtime.local_dir, "archive-" + uuid.uuid4().hex + "-" +
+                                 remote.rstrip("/").rsplit("/", 1)[-1])
+            try:
+                filesystem.get_file(remote, local)
+            except FileNotFoundError:
+                raise FileNotFoundError(f"File {uri} does not exist") from None
+        elif not os.path.isfile(local):
+            raise FileNotFoundError(f"File {uri} does not exist")
+        unpack(local, os.path.join(self.runtime.files_dir, name))
+        archives[name] = key
 
     def setCheckpointDir(self, dirName: str) -> None:
         base = fs.local_path(dirName) if fs.is_local(dirName) else dirName

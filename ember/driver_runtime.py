@@ -90,6 +90,7 @@ class DriverRuntime:
         self.broadcast_dir = ""
         self.files_dir = ""
         self.added_files: dict[str, str] = {}        # name -> the path or URL it came from
+        self.added_archives: dict[str, str] = {}     # name -> its path or URL (#fragment)
         self.checkpoint_dir: str | None = None
         # set by SparkContext when its serializer is not the engine's own pickle
         self.data_serializer: Any = None
@@ -445,10 +446,10 @@ class DriverRuntime:
         run = func if with_context else WithoutContext(func)
         task_func = run if ser is None else SerializedResult(run, ser)
         props = dict(self.local_properties())
-        if self.added_files:      # executors fetch what they lack; "name/" is a directory
-            props["spark.ember.files"] = ",".join(
+        if self.added_files or self.added_archives:   # executors fetch what they lack;
+            props["spark.ember.files"] = ",".join(    # "name/" is a directory
                 n + "/" if os.path.isdir(os.path.join(self.files_dir, n)) else n
-                for n in self.added_files)
+                for n in (*self.added_files, *self.added_archives))
         # the submission runs on this thread when nothing can interrupt it halfway: a thread
         # other than the main one, or the main one while Ctrl-C goes through interrupt()
         on_caller, foreign = self._sigint_for_job()

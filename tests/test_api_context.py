@@ -1045,3 +1045,49 @@ def test_an_insecure_gateway_is_refused_and_parallelize_leaves_no_temp_file(fres
     before = sorted(os.listdir(sc._temp_dir))
     sc.parallelize([0, 1, 2])
     assert sorted(os.listdir(sc._temp_dir)) == before
+
+
+def test_add_archive_unpacks_for_the_tasks_as_pysparks_doctest(ctx, tmp_path):
+    """PySpark's SparkContext.addArchive example: listArchives, the same path added twice
+    is ignored, SparkFiles.get(name) is the unpacked directory; a .tar.gz under its
+    #alias; a name taken by another path, a missing file and a member that would land
+    outside its directory are refused."""
+    import tarfile
+    (tmp_path / "test.txt").write_text("100")
+    for n in (1, 2):
+        with zipfile.ZipFile(tmp_path / f"arch{n}.zip", "w") as z:
+            z.write(tmp_path / "test.txt", "test.txt")
+    with tarfile.open(tmp_path / "env.tar.gz", "w:gz") as t:
+        t.add(tmp_path / "test.txt", "bin/test.txt")
+    ctx.addArchive(str(tmp_path / "arch1.zip"))
+    first = sorted(ctx.listArchives)
+    ctx.addArchive(str(tmp_path / "arch2.zip"))
+    ctx.addArchive(str(tmp_path / "arch2.zip"))
+    ctx.addArchive(f"file://{tmp_path / 'env.tar.gz'}#environment")
+    assert first == [f"file:{tmp_path / 'arch1.zip'}"]
+    assert sorted(ctx.listArchives) == sorted(
+        [f"file:{tmp_path / 'arch1.zip'}", f"file:{tmp_path / 'arch2.zip'}",
+         f"file:{tmp_path / 'env.tar.gz'}#environment"])
+    assert "arch1.zip" not in " ".join(ctx.listFiles)
+
+    def func(iterator):
+        with open("%s/test.txt" % SparkFiles.get("arch1.zip")) as f:
+            mul = int(f.readline())
+        with open(os.path.join(SparkFiles.get("environment"), "bin", "test.txt")) as f:
+            mul += int(f.readline())
+        return [x * mul for x in iterator]
+    assert ctx.parallelize([1, 2, 3, 4]).mapPartitions(func).collect() == [200, 400, 600,
+                                                                          800]
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "arch1.zip").write_bytes((tmp_path / "arch1.zip").read_bytes())
+    with pytest.raises(Exception, match="already registered with a different path"):
+        ctx.addArchive(str(other / "arch1.zip"))
+    with pytest.raises(FileNotFoundError):
+        ctx.addArchive(str(tmp_path / "missing.zip"))
+    with tarfile.open(tmp_path / "evil.tar", "w") as t:
+        t.add(tmp_path / "test.txt", "../escaped.txt")
+    with pytest.raises(tarfile.TarError):
+        ctx.addArchive(str(tmp_path / "evil.tar"))
+    assert "evil.tar" not in ctx.listArchives[-1]
+    assert not os.path.exists(os.path.join(ctx.runtime.files_dir, "..", "escaped.txt"))

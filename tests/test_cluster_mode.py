@@ -156,6 +156,36 @@ def test_module_in_a_directory_with_class_and_py_files(cluster, tmp_path):
     assert "JOB from-py-files ['x']" in r.stdout
 
 
+def test_archives_are_unpacked_for_the_driver_and_the_executors(cluster, tmp_path):
+    """--archives, uploaded by the submitter, then unpacked for the driver (on a worker)
+    and each executor under their name or #alias (SparkContext.addArchive)."""
+    import tarfile
+    import zipfile
+    (tmp_path / "v.txt").write_text("7")
+    with zipfile.ZipFile(tmp_path / "data.zip", "w") as z:
+        z.write(tmp_path / "v.txt", "v.txt")
+    with tarfile.open(tmp_path / "env.tar.gz", "w:gz") as t:
+        t.add(tmp_path / "v.txt", "bin/v.txt")
+    app = write_app(tmp_path, "arch_app.py", """
+        import os
+        from ember import SparkContext, SparkFiles
+        sc = SparkContext.getOrCreate()
+
+        def read(_):
+            with open(os.path.join(SparkFiles.get("data.zip"), "v.txt")) as a, \\
+                    open(os.path.join(SparkFiles.get("environment"), "bin", "v.txt")) as b:
+                return int(a.read()) * 10 + int(b.read())
+        print("ARCHIVES", sc.parallelize(range(2), 2).map(read).collect(),
+              [a.rsplit("/", 1)[-1] for a in sc.listArchives])
+        sc.stop()
+    """)
+    r = submit(cluster, "--follow", "--archives",
+               f"{tmp_path / 'data.zip'},{tmp_path / 'env.tar.gz'}#environment", app)
+    assert r.returncode == 0, ember("logs", r.stdout.split()[0], "--master", cluster.url,
+                                    "--stderr").stdout
+    assert "ARCHIVES [77, 77] ['data.zip', 'env.tar.gz#environment']" in r.stdout
+
+
 def test_rest_create_status_kill_with_curl_style_json(cluster, tmp_path):
     app = write_app(tmp_path, "sleeper.py", """
         import sys, time

@@ -8,10 +8,11 @@ the one final ``DriverStateChanged`` through ``report`` and the worker hops it o
 What a run looks like:
 1. driver dir ``<workDir>/<driverId>/``;
 2. the app resource (``jarUrl``) and every URL in ``spark.submit.pyFiles`` / ``spark.files``
-   are fetched into it (``fetch_resource``: ``ember-upload://`` from the master through the
-   worker's ``fetch_upload`` callable, ``http(s)://``, ``file:`` or an absolute path, any
-   other URL - ``s3a://`` ... - through fsspec with the driver's ``spark.hadoop.*`` keys),
-   and those two properties are rewritten to the local copies;
+   / ``spark.archives`` are fetched into it (``fetch_resource``: ``ember-upload://`` from the
+   master through the worker's ``fetch_upload`` callable, ``http(s)://``, ``file:`` or an
+   absolute path, any other URL - ``s3a://`` ... - through fsspec with the driver's
+   ``spark.hadoop.*`` keys), and those properties are rewritten to the local copies (an
+   archive keeps its ``#alias``);
 3. ``[python, "-m", "ember.deploy.driver_wrapper", WORKER_URL, USER_JAR, MAIN, *args]`` runs
    in the driver dir with the Spark properties (the ``-Dk=v`` java opts) in
    ``EMBER_SPARK_CONF``; stdout is appended to ``<driverDir>/stdout``, stderr to
@@ -73,7 +74,7 @@ EXCEPTION_FILE = "driver-exception.json"
 MAX_RETRIES_KEY = "spark.driver.supervise.maxRetries"
 WINDOW_KEY = "spark.driver.supervise.window"
 TERMINATE_TIMEOUT_KEY = "spark.worker.driverTerminateTimeout"
-_RESOURCE_KEYS = ("spark.submit.pyFiles", "spark.files")
+_RESOURCE_KEYS = ("spark.submit.pyFiles", "spark.files", "spark.archives")
 # names of the runner's own files in the driver dir: a resource must not overwrite them
 _RESERVED_NAMES = {"stdout", "stderr", EXCEPTION_FILE}
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -553,10 +554,14 @@ class DriverRunner:
                                    what="jar", conf=props) if desc.jarUrl else "")
         for key in _RESOURCE_KEYS:
             entries = [e.strip() for e in props.get(key, "").split(",") if e.strip()]
-            if entries:
-                props[key] = ",".join(
-                    fetch_resource(e, self.driver_dir, self._fetch_upload, conf=props)
-                    for e in entries)
+            fetched = []
+            for entry in entries:       # an archive's #alias names its directory: kept
+                url, sep, alias = (entry.partition("#") if key == "spark.archives"
+                                   else (entry, "", ""))
+                fetched.append(fetch_resource(url, self.driver_dir, self._fetch_upload,
+                                              conf=props) + sep + alias)
+            if fetched:
+                props[key] = ",".join(fetched)
         props["spark.submit.deployMode"] = "cluster"
         props["spark.driver.host"] = self.host
         if self.resources:   # Spark: -Dspark.driver.resourcesFile=<the assigned addresses>
