@@ -42,8 +42,8 @@ import types
 from itertools import islice
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from ember.shuffle import spilled as _spilled
 from ember.resultiterable import ResultIterable
+from ember.shuffle import spilled as _spilled
 from ember.util import pickling
 from ember.util.files import unlink_quietly
 from ember.util.user_code import flat_map_checked
