@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import gzip
 import http.server
+import io
 import json
 import random
 import subprocess
@@ -16,6 +17,7 @@ import textwrap
 import threading
 import urllib.request
 import uuid
+import zipfile
 
 import pytest
 
@@ -183,6 +185,18 @@ def test_binary_inputs_checkpoints_and_added_files_on_s3(s3_sc, bucket):
             return f"{helper_mod_s3.f(x)} {f.read()}"
     assert s3_sc.parallelize([1, 2], 2).map(use).collect() == ["2 hello from s3",
                                                                "3 hello from s3"]
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("inner/v.txt", "9")
+    client.put_object(Bucket=name, Key="deps/arch.zip", Body=buf.getvalue())
+    s3_sc.addArchive(f"s3a://{name}/deps/arch.zip#unpacked")
+    assert s3_sc.listArchives == [f"s3a://{name}/deps/arch.zip#unpacked"]
+
+    def read_archive(_):
+        from ember import SparkFiles
+        with open(SparkFiles.get("unpacked") + "/inner/v.txt") as f:
+            return f.read()
+    assert s3_sc.parallelize([0], 1).map(read_archive).collect() == ["9"]
 
 
 def test_event_log_on_s3_redacted_and_read_by_the_history_server(fresh_sc, s3_keys, bucket):
