@@ -248,6 +248,8 @@ class PickleSerializer(FramedSerializer):
     PySpark's: loading refuses every class or function not named there (UnpicklingError),
     so data from elsewhere cannot run code while it is read."""
 
+    allowed_names: Optional[frozenset] = None    # also for subclasses with their own init
+
     def __init__(self, allowed_names: Optional[Iterable[Tuple[str, str]]] = None) -> None:
         self.allowed_names = (None if allowed_names is None
                               else frozenset(tuple(n) for n in allowed_names))

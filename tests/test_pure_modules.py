@@ -504,6 +504,11 @@ def test_restricted_unpickler_and_flattened_values_as_pysparks():
         hash(ser)
     assert loads(dumps(collections.namedtuple("P", "x y")))(1, 3) == (1, 3)
 
+    class OwnInit(PickleSerializer):     # a subclass that never calls PickleSerializer's
+        def __init__(self):
+            self.tag = "mine"
+    assert OwnInit().loads(OwnInit().dumps([1])) == [1]
+
     ser = FlattenedValuesSerializer(PickleSerializer(), 3)
     buf = io.BytesIO()
     ser.dump_stream([("a", list(range(7))), ("b", [])], buf)
