@@ -43,10 +43,6 @@ class ProfilerCollector:
     def new_profiler(self, ctx: Any) -> "Profiler":
         return self.profiler_cls(ctx)
 
-    def new_udf_profiler(self, ctx: Any) -> "Profiler":
-        assert self.udf_profiler_cls is not None
-        return self.udf_profiler_cls(ctx)
-
     def add_profiler(self, id: int, profiler: "Profiler") -> None:
         """Track `profiler` for RDD `id`; the first one registers the exit report."""
         if not self.profilers:
