@@ -26,6 +26,7 @@ from ember.conf import SparkConf
 from ember.driver_runtime import DriverRuntime, parse_local_master, spark_user
 from ember.errors import PySparkRuntimeError, SparkException
 from ember.files import SparkFiles
+from ember.util.files import unlink_quietly
 from ember.util.logs import own_logger
 from ember.version import SPARK_VERSION
 
@@ -495,17 +496,22 @@ class SparkContext:
         if prev is not None:
             raise SparkException(f"Archive {name} was already registered with a different "
                                  f"path (old path = {prev}, new path = {key}")
-        if local is None:               # a URL: the driver downloads it once
+        dest = os.path.join(self.runtime.files_dir, name)
+        if local is None:               # a URL: the driver downloads it once, to unpack it
             filesystem, remote = fs.filesystem(uri)
             local = os.path.join(self.runtime.local_dir, "archive-" + uuid.uuid4().hex + "-" +
                                  remote.rstrip("/").rsplit("/", 1)[-1])
             try:
                 filesystem.get_file(remote, local)
+                unpack(local, dest)
             except FileNotFoundError:
                 raise FileNotFoundError(f"File {uri} does not exist") from None
+            finally:
+                unlink_quietly(local)
         elif not os.path.isfile(local):
             raise FileNotFoundError(f"File {uri} does not exist")
-        unpack(local, os.path.join(self.runtime.files_dir, name))
+        else:
+            unpack(local, dest)
         archives[name] = key
 
     def setCheckpointDir(self, dirName: str) -> None:

@@ -10,6 +10,7 @@ import gzip
 import http.server
 import io
 import json
+import os
 import random
 import subprocess
 import sys
@@ -191,6 +192,7 @@ def test_binary_inputs_checkpoints_and_added_files_on_s3(s3_sc, bucket):
     client.put_object(Bucket=name, Key="deps/arch.zip", Body=buf.getvalue())
     s3_sc.addArchive(f"s3a://{name}/deps/arch.zip#unpacked")
     assert s3_sc.listArchives == [f"s3a://{name}/deps/arch.zip#unpacked"]
+    assert not [f for f in os.listdir(s3_sc.runtime.local_dir) if f.startswith("archive-")]
 
     def read_archive(_):
         from ember import SparkFiles

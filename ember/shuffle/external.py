@@ -886,7 +886,7 @@ class ExternalSorter:
 
     def _next_limit(self) -> float:
         """The soft limit in MB (PySpark's hook): the budget, or 5% above the current RSS."""
-        return max(self.memory_limit, _rss_bytes() * 1.05 / (1 << 20))
+        return _next_limit(int(self.memory_limit * (1 << 20))) / (1 << 20)
 
     def _write_run(self, records: Iterable[Any]) -> str:
         self._ensure_roots()

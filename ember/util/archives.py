@@ -11,6 +11,8 @@ import tarfile
 import uuid
 import zipfile
 
+from ember.util.files import unlink_quietly
+
 log = logging.getLogger(__name__)
 
 _ZIP = (".zip", ".jar")
@@ -36,6 +38,6 @@ def unpack(source: str, dest: str) -> None:
     except BaseException:
         if os.path.isdir(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
-        elif os.path.exists(tmp):
-            os.unlink(tmp)
+        else:
+            unlink_quietly(tmp)
         raise
