@@ -8,18 +8,78 @@ from __future__ import annotations
 
 import builtins
 import pickle
+import sys
+from typing import Any
 
 
 class SparkException(Exception):
-    """Base of every engine-side failure (Spark's org.apache.spark.SparkException)."""
+    """Base of every engine-side failure (Spark's org.apache.spark.SparkException).
+
+    PySpark raises the failures that come from its JVM (a job that failed, a missing input
+    path, an output directory that exists) as py4j's Py4JJavaError, and PySpark code catches
+    them by that name. When the program has imported py4j.protocol, Ember's are also
+    instances of it (see _as_java_error); Ember itself never imports py4j.
+    """
+
+    _java_class = "org.apache.spark.SparkException"   # the JVM class PySpark would name
+    _from_jvm = True      # False: PySpark raises this one in Python, never as Py4JJavaError
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "SparkException":
+        py4j = sys.modules.get("py4j.protocol")
+        if py4j is not None and cls._from_jvm:
+            cls = _as_java_error(cls, py4j.Py4JJavaError)
+        return super().__new__(cls, *args)
+
+
+class _JavaException:
+    """What Py4JJavaError.java_exception answers when there is no JVM behind it."""
+
+    def __init__(self, error: BaseException) -> None:
+        self._class = type(error)._java_class
+        self._message = str(error)
+
+    def getMessage(self) -> str:  # noqa: N802
+        return self._message
+
+    def toString(self) -> str:  # noqa: N802
+        return f"{self._class}: {self._message}"
+
+    __str__ = toString
+
+
+_java_error_types: dict[type, type] = {}
+
+
+def _reduce_as(cls: type, error: BaseException) -> tuple:
+    """Pickled as `cls` (loading it makes it a Py4JJavaError again where py4j is loaded)."""
+    reduced = cls.__reduce__(error)
+    return (cls, *reduced[1:]) if reduced[0] is type(error) else reduced
+
+
+def _as_java_error(cls: type, java_error: type) -> type:
+    """`cls` that is also py4j's Py4JJavaError, printed and named as `cls` itself."""
+    combined = _java_error_types.get(cls)
+    if combined is None:
+        combined = type(cls.__name__, (cls, java_error), {
+            "__module__": cls.__module__, "__qualname__": cls.__qualname__,
+            "__str__": cls.__str__, "__init__": cls.__init__,
+            "java_exception": property(_JavaException),
+            "errmsg": property(lambda self: cls.__str__(self)),
+            "__reduce__": lambda self: _reduce_as(cls, self)})
+        _java_error_types[cls] = combined
+    return combined
 
 
 class PicklingError(SparkException, pickle.PicklingError):
     """A closure or value could not be serialized for shipping to task processes."""
 
+    _from_jvm = False
+
 
 class InvalidInputException(SparkException, FileNotFoundError):
     """Input path does not exist (Hadoop's InvalidInputException); raised at action time."""
+
+    _java_class = "org.apache.hadoop.mapred.InvalidInputException"
 
     def __init__(self, message: str) -> None:
         Exception.__init__(self, message)
@@ -31,6 +91,8 @@ class InvalidInputException(SparkException, FileNotFoundError):
 class FileAlreadyExistsException(SparkException, FileExistsError):
     """Output directory already exists (Hadoop's FileAlreadyExistsException)."""
 
+    _java_class = "org.apache.hadoop.mapred.FileAlreadyExistsException"
+
     def __init__(self, message: str) -> None:
         Exception.__init__(self, message)
 
@@ -41,6 +103,8 @@ class FileAlreadyExistsException(SparkException, FileExistsError):
 class IllegalArgumentException(SparkException, ValueError):
     """A configuration Spark refuses when the context starts (Java's IllegalArgumentException,
     which PySpark surfaces under this name)."""
+
+    _java_class = "java.lang.IllegalArgumentException"
 
 
 class TaskKilledException(BaseException):
@@ -66,7 +130,9 @@ class PythonException(SparkException):
 
     def __init__(self, message: str, exc_type: str = "", exc_message: str = "",
                  traceback_text: str = "") -> None:
-        super().__init__(message)
+        # not super(): the remote builtin's own __init__ (UnicodeDecodeError's takes five
+        # arguments) must not run on the driver's message
+        Exception.__init__(self, message)
         self.exc_type = exc_type
         self.exc_message = exc_message
         self.traceback_text = traceback_text
@@ -89,21 +155,32 @@ def _rebuild_python_exception(message, exc_type, exc_message, tb):
 def make_python_exception(message: str, exc_type: str, exc_message: str,
                           traceback_text: str) -> PythonException:
     """A PythonException that is also an instance of the remote builtin exception type."""
-    base = getattr(builtins, exc_type, None) or _PYSPARK_ERROR_BASES.get(exc_type)
-    cls: type = PythonException
-    if (isinstance(base, type) and issubclass(base, Exception)
-            and base.__module__ == "builtins" and not issubclass(base, OSError)
-            and not issubclass(base, StopIteration)):   # a driver loop would swallow it
-        cls = _combined_types.get(exc_type)
-        if cls is None:
-            try:
-                cls = type(f"PythonException[{exc_type}]", (PythonException, base), {})
-            except TypeError:  # layout conflict: fall back to the plain class
-                cls = PythonException
-            _combined_types[exc_type] = cls
+    cls = _combined_types.get(exc_type)
+    if cls is None:
+        cls = _combined_types[exc_type] = _combined_type(exc_type)
+    py4j = sys.modules.get("py4j.protocol")
+    if py4j is not None:
+        try:
+            cls = _as_java_error(cls, py4j.Py4JJavaError)
+        except TypeError:   # layout conflict: not a Py4JJavaError then
+            pass
     err = BaseException.__new__(cls)    # MemoryError's own __new__ refuses subclasses
     PythonException.__init__(err, message, exc_type, exc_message, traceback_text)
     return err
+
+
+def _combined_type(exc_type: str) -> type:
+    base = getattr(builtins, exc_type, None) or _PYSPARK_ERROR_BASES.get(exc_type)
+    if not (isinstance(base, type) and issubclass(base, Exception)
+            and base.__module__ == "builtins" and not issubclass(base, OSError)
+            and not issubclass(base, StopIteration)):   # a driver loop would swallow it
+        return PythonException
+    try:
+        cls = type(f"PythonException[{exc_type}]", (PythonException, base), {})
+        BaseException.__new__(cls)      # ExceptionGroup's own __new__ must run: not one
+    except TypeError:                   # of these; nor a layout conflict
+        return PythonException
+    return cls
 
 
 class BarrierJobAllocationFailed(SparkException):
@@ -142,6 +219,8 @@ class BarrierJobSlotsNumberCheckFailed(BarrierJobAllocationFailed):
 
 class _PySparkErrorClass(SparkException):
     """A PySpark error with an error class, printed as "[CLASS] message"."""
+
+    _from_jvm = False
 
     def __init__(self, errorClass: str = "", message: str = "") -> None:  # noqa: N803
         Exception.__init__(self, message)

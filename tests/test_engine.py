@@ -75,6 +75,24 @@ def test_user_exception_carries_remote_type_message_and_traceback(sc):
     assert sc.parallelize(range(10), 2).count() == 10
 
 
+def test_remote_types_whose_own_constructor_differs_fail_only_the_job(sc):
+    """UnicodeDecodeError's __init__ takes five arguments and ExceptionGroup's __new__ must
+    run: rebuilding either on the driver raised inside the scheduler's handler, which shut
+    the SparkContext down and reported the job as cancelled."""
+    def decode(x):
+        return b"\xff".decode("utf-8")
+
+    def group(x):
+        raise ExceptionGroup("two", [ValueError(1), KeyError(2)])
+    with pytest.raises(UnicodeDecodeError) as info:
+        sc.parallelize([1], 1).map(decode).collect()
+    assert "invalid start byte" in info.value.exc_message
+    with pytest.raises(SparkException) as info:
+        sc.parallelize([1], 1).map(group).collect()
+    assert info.value.exc_type == "ExceptionGroup" and "Job aborted" in str(info.value)
+    assert sc.parallelize(range(10), 2).count() == 10
+
+
 def test_dead_task_process_is_replaced_and_task_retried(sc, tmp_path):
     marker = tmp_path / "crashed"
 
