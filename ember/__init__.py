@@ -23,13 +23,14 @@ _EXPORTS = {
     "RDDBarrier": "ember.rdd", "Row": "ember.sql",
     "SparkSession": "ember.sql", "StatCounter": "ember.statcounter",
     "Profiler": "ember.profiler", "BasicProfiler": "ember.profiler",
+    "keyword_only": "ember.util.pyspark_util", "since": "ember.util.pyspark_util",
 }
 
 __all__ = list(_EXPORTS)
 
 
 # subpackages PySpark programs reach as attributes (`pyspark.resource.ResourceProfileBuilder`)
-_SUBMODULES = frozenset({"resource", "shuffle"})
+_SUBMODULES = frozenset({"core", "resource", "shuffle"})
 
 
 def __getattr__(name: str) -> Any:

@@ -8,6 +8,7 @@ as `sc.runtime`, and stop() tears it down.
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
 import shutil
@@ -601,25 +602,37 @@ class SparkContext:
 
 
 class InheritableThread(threading.Thread):
-    """A thread that starts with its creator's local properties (job group, pool, ...)."""
+    """A thread that runs with the local properties (job group, pool, ...) its creator had
+    when it called start(), as PySpark's."""
 
-    def __init__(self, target: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        sc = SparkContext._active_spark_context
-        props = dict(sc.runtime.local_properties()) if sc is not None else {}
+    def __init__(self, target: Callable[..., Any], *args: Any, session: Any = None,
+                 **kwargs: Any) -> None:
+        self._props: dict[str, str] | None = None
 
         def copy_local_properties(*a: Any, **k: Any) -> Any:
-            if sc is not None:
-                sc.runtime.set_local_properties(dict(props))
+            sc = SparkContext._active_spark_context
+            if sc is not None and self._props is not None:
+                sc.runtime.set_local_properties(dict(self._props))
             return target(*a, **k)
         super().__init__(target=copy_local_properties, *args, **kwargs)
 
+    def start(self) -> None:
+        sc = SparkContext._active_spark_context
+        self._props = dict(sc.runtime.local_properties()) if sc is not None else None
+        super().start()
 
-def inheritable_thread_target(f: Callable[..., Any]) -> Callable[..., Any]:
+
+def inheritable_thread_target(f: Any = None) -> Callable[..., Any]:
+    """`f` wrapped to run with the local properties of the thread that wrapped it; given a
+    SparkSession instead (PySpark's form for Spark Connect), a decorator that does that."""
+    if not callable(f):       # None, or the session
+        return inheritable_thread_target
     sc = SparkContext._active_spark_context
-    props = dict(sc.runtime.local_properties()) if sc is not None else {}
+    props = dict(sc.runtime.local_properties()) if sc is not None else None
 
+    @functools.wraps(f)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
-        if sc is not None:
-            sc.runtime.set_local_properties(dict(props))
+        if props is not None and SparkContext._active_spark_context is not None:
+            SparkContext._active_spark_context.runtime.set_local_properties(dict(props))
         return f(*args, **kwargs)
     return wrapped

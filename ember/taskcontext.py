@@ -98,6 +98,22 @@ class TaskContext:
     def add_metric(self, name: str, value: int) -> None:
         self.metrics[name] = self.metrics.get(name, 0) + value
 
+    def __reduce__(self) -> tuple:
+        """A task may return its context (PySpark's doctest does): what it says about the
+        task travels, the engine's handles (block manager, sockets) stay in the task, and
+        loading it never makes it the running task's context."""
+        return (_restore_context, (type(self), {k: getattr(self, k) for k in _TASK_FIELDS}))
+
+
+_TASK_FIELDS = ("_stage_id", "_stage_attempt_number", "_partition_id", "_attempt_number",
+                "_task_attempt_id", "_local_properties", "_cpus", "_resources")
+
+
+def _restore_context(cls: type, fields: dict) -> TaskContext:
+    ctx = object.__new__(cls)
+    ctx.__dict__.update(fields)
+    return ctx
+
 
 BARRIER, ALL_GATHER = "BARRIER", "ALL_GATHER"   # Spark's RequestMethod names
 

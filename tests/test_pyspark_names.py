@@ -1,0 +1,161 @@
+"""Names that code written for PySpark 4 imports and catches, beyond the RDD API itself:
+`pyspark.core.*` (PySpark 4's home of the RDD modules), `pyspark.util`'s helpers,
+`pyspark.keyword_only`/`since`, py4j's Py4JJavaError around a failed job, and a TaskContext
+returned from a task (all found running PySpark 4.1's own doctests against Ember).
+"""
+from __future__ import annotations
+
+import io
+import pickle
+import sys
+import threading
+
+import pytest
+
+import ember
+import ember as pyspark
+from ember import InheritableThread, TaskContext, inheritable_thread_target
+from ember.errors import PySparkValueError, SparkException
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_pyspark_core_modules_are_embers_own():
+    import ember.broadcast
+    import ember.context
+    import ember.core.context
+    import ember.core.rdd
+    import ember.files
+    import ember.rdd
+    import ember.status
+    from ember.core.files import SparkFiles
+    assert ember.core.rdd is ember.rdd and ember.core.context is ember.context
+    assert pyspark.core.broadcast is ember.broadcast and pyspark.core.status is ember.status
+    assert SparkFiles is ember.files.SparkFiles
+
+
+def test_pyspark_util_helpers():
+    from ember.util import VersionUtils, _parse_memory, is_remote_only, print_exec
+    assert VersionUtils.majorMinorVersion("2.3.0-SNAPSHOT") == (2, 3)
+    assert VersionUtils.majorMinorVersion("4.1") == (4, 1)
+    with pytest.raises(ValueError, match="could not find the major and minor"):
+        VersionUtils.majorMinorVersion("abc")
+    assert (_parse_memory("256m"), _parse_memory("2g"), _parse_memory("1t")) == (256, 2048,
+                                                                                 1 << 20)
+    with pytest.raises(ValueError, match="invalid format: 12"):
+        _parse_memory("12")
+    assert is_remote_only() is False
+    out = io.StringIO()
+    try:
+        raise KeyError("shown")
+    except KeyError:
+        print_exec(out)
+    assert "KeyError: 'shown'" in out.getvalue()
+    with pytest.raises(AttributeError):
+        ember.util.no_such_name  # noqa: B018
+
+
+def test_try_simplify_traceback_drops_embers_leading_frames():
+    from ember.util import fail_on_stopiteration, try_simplify_traceback, walk_tb
+
+    def user_code():
+        raise KeyError("raised by user code called through Ember")
+    try:
+        fail_on_stopiteration(user_code)()
+    except KeyError as e:
+        tb = e.__traceback__
+    files = [t.tb_frame.f_code.co_filename for t in walk_tb(tb)]
+    assert any("ember/util" in f for f in files)        # the wrapper is in the chain
+    simple = try_simplify_traceback(tb.tb_next)        # from Ember's wrapper on
+    names = [t.tb_frame.f_code.co_name for t in walk_tb(simple)]
+    assert names == ["user_code"]
+    from ember.util import _parse_memory
+    try:
+        _parse_memory("12")
+    except ValueError as e:
+        assert try_simplify_traceback(e.__traceback__.tb_next) is None   # all Ember's
+
+
+def test_keyword_only_and_since():
+    class Params:
+        @pyspark.keyword_only
+        def set(self, *, a=1, b=2):
+            return self._input_kwargs
+
+    assert Params().set(a=5) == {"a": 5}
+    with pytest.raises(TypeError, match="forces keyword arguments"):
+        Params().set(5)
+
+    @pyspark.since("3.0")
+    def f():
+        """Does f."""
+    assert f.__doc__.endswith(".. versionadded:: 3.0")
+
+
+def test_a_failed_job_is_a_py4j_java_error_where_py4j_is_loaded(sc, tmp_path):
+    """PySpark raises a failed job, a missing input and an existing output directory as
+    Py4JJavaError; code written for it catches that name. Errors PySpark raises in Python
+    (its PySpark*Error classes) are not."""
+    from py4j.protocol import Py4JJavaError
+
+    def boom(x):
+        raise ValueError("bad record")
+    with pytest.raises(Py4JJavaError) as info:
+        sc.parallelize([1], 1).map(boom).collect()
+    err = info.value
+    assert isinstance(err, ValueError) and isinstance(err, SparkException)
+    assert type(err).__name__ == "PythonException[ValueError]"
+    assert str(err).startswith("Job aborted due to stage failure")
+    assert err.java_exception.toString().startswith("org.apache.spark.SparkException: Job")
+    again = pickle.loads(pickle.dumps(err))
+    assert isinstance(again, Py4JJavaError) and str(again) == str(err)
+    with pytest.raises(Py4JJavaError) as info:
+        sc.textFile(str(tmp_path / "missing")).collect()
+    assert isinstance(info.value, FileNotFoundError)
+    assert "InvalidInputException: Input path does not exist" in str(
+        info.value.java_exception)
+    with pytest.raises(Py4JJavaError) as info:
+        sc.parallelize([1]).saveAsTextFile(str(tmp_path))
+    assert isinstance(info.value, FileExistsError)
+    error = SparkException("plain")
+    assert isinstance(error, Py4JJavaError) and type(error).__name__ == "SparkException"
+    assert pickle.loads(pickle.dumps(error)).args == ("plain",)
+    assert not isinstance(PySparkValueError("X", "y"), Py4JJavaError)
+    assert "py4j.protocol" in sys.modules
+
+
+def test_a_task_may_return_its_context(sc):
+    sc.setLocalProperty("key1", "value")
+    try:
+        ctx = sc.parallelize([1], 1).map(lambda _: TaskContext.get()).first()
+    finally:
+        sc.setLocalProperty("key1", None)
+    assert isinstance(ctx, TaskContext)
+    assert (ctx.partitionId(), ctx.attemptNumber(), ctx.cpus()) == (0, 0, 1)
+    assert ctx.getLocalProperty("key1") == "value" and ctx.stageId() >= 0
+    assert TaskContext.get() is None            # loading it did not make it the driver's
+
+
+def test_inheritable_thread_takes_the_properties_its_creator_has_at_start(sc):
+    seen = {}
+
+    def read(name):
+        seen[name] = sc.getLocalProperty("group")
+
+    sc.setLocalProperty("group", "at-init")
+    try:
+        thread = InheritableThread(read, args=("thread",))
+        sc.setLocalProperty("group", "at-start")
+        thread.start()
+        thread.join()
+        wrapped = inheritable_thread_target(read)
+        decorated = inheritable_thread_target(None)(read)
+        sc.setLocalProperty("group", "later")
+        for target, name in ((wrapped, "target"), (decorated, "decorated")):
+            t = threading.Thread(target=target, args=(name,))
+            t.start()
+            t.join()
+    finally:
+        sc.setLocalProperty("group", None)
+    assert seen == {"thread": "at-start", "target": "at-start", "decorated": "at-start"}
+    assert wrapped.__name__ == "read"
