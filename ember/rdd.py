@@ -232,7 +232,9 @@ class RDD:
         return self.ctx
 
     def _memory_limit(self) -> int:
-        return self.ctx.runtime.python_worker_memory_mb
+        """spark.python.worker.memory as the context's conf says now (PySpark reads it each
+        time an aggregation is built; its tests change it on a running context)."""
+        return config.read(self.ctx._conf, "spark.python.worker.memory")
 
     def _default_reduce_partitions(self) -> int:
         dp = config.read(self.ctx.runtime.conf, "spark.default.parallelism")
@@ -687,7 +689,7 @@ class RDD:
             merger = ExternalGroupBy(agg, int(memory * 0.9), local_dirs=local_dirs,
                                      over_current_rss=True)
             merger.mergeValues(iterator)
-            return merger.items()
+            return merger.lists()
 
         shuffled = self.mapPartitions(combine, preservesPartitioning=True) \
             .partitionBy(num_partitions, partitionFunc)

@@ -20,6 +20,8 @@ from ember.shuffle.external import (  # noqa: E402
     Aggregator,
     BatchedPickleSerializer,
     ExternalGroupBy,
+    ExternalList,
+    ExternalListOfList,
     ExternalMerger,
     ExternalSorter,
     get_used_memory,
@@ -318,28 +320,63 @@ def test_group_by_values(tmp_path, spill_every):
     g.mergeValues(iter(pairs))
     got = dict(g.items())
     # values keep their input order within a key, also across spills
-    assert got == _group(pairs)
-    assert all(type(v) is list for v in got.values())
+    assert {k: list(v) for k, v in got.items()} == _group(pairs)
+    # as PySpark's: plain lists, or once spilled an ExternalListOfList of each key's values
+    kind = ExternalListOfList if spill_every else list
+    assert all(type(v) is kind for v in got.values())
     assert (g.spills > 0) == bool(spill_every)
     _assert_clean(tmp_path)
 
 
-@pytest.mark.parametrize("spill_every", [0, 15_000])
-def test_group_by_combiners(tmp_path, spill_every):
-    pairs = _pairs(seed=11)
-    maps = [pairs[i::4] for i in range(4)]
-    g = ExternalGroupBy(Aggregator(lambda v: [v], None, None), memory_limit=512,
-                        local_dirs=[str(tmp_path)], batch=200)
-    g.spill_every = spill_every
-    for p in maps:
-        # combiners may arrive as tuples; they are converted to lists
-        g.mergeCombiners((k, tuple(v)) for k, v in _group(p).items())
-    expected: dict = {}
-    for p in maps:
-        for k, v in _group(p).items():
-            expected.setdefault(k, []).extend(v)
-    assert dict(g.items()) == expected
-    _assert_clean(tmp_path)
+def test_group_by_lists_are_plain_after_spills(tmp_path):
+    """What a map side writes to the shuffle: lists, spilled or not."""
+    pairs = _str_pairs(seed=8)
+    g = ExternalGroupBy(memory_limit=512, local_dirs=[str(tmp_path)], batch=300)
+    g.spill_every = 6000
+    g.mergeValues(iter(pairs))
+    got = dict(g.lists())
+    assert g.spills > 0 and got == _group(pairs)
+    assert all(type(v) is list for v in got.values())
+
+
+def test_external_list_spills_past_its_limit_and_pickles_what_it_spilled(tmp_path,
+                                                                          monkeypatch):
+    import pickle
+
+    from ember.shuffle import spilled
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path))
+    before = spilled.DiskBytesSpilled
+    lst = ExternalList(list(range(100)))
+    lst.append(10)
+    for i in range(20240):
+        lst.append(i)
+    assert len(lst) == 20341 and lst._file is not None and spilled.DiskBytesSpilled > before
+    assert os.listdir(tmp_path / "objects") == []           # its file is already unlinked
+    expected = list(range(100)) + [10] + list(range(20240))
+    it = iter(lst)
+    head = [next(it) for _ in range(5)]
+    lst.append(-1)                          # appending while iterating writes at the end
+    assert head + list(it) == expected + [-1] and list(lst) == expected + [-1]
+    again = pickle.loads(pickle.dumps(lst))
+    assert len(again) == 20342 and list(again) == expected + [-1]
+    nested = ExternalListOfList([[i, i] for i in range(100)])
+    nested.append(range(10))
+    assert len(nested) == 210 and list(nested)[-10:] == list(range(10))
+
+
+def test_group_by_key_values_are_an_external_list_once_spilled(fresh_sc):
+    """PySpark's test_external_group_by_key: spark.python.worker.memory set on a running
+    context holds for the next groupByKey, whose spilled values come as ExternalListOfList."""
+    sc = fresh_sc()
+    sc._conf.set("spark.python.worker.memory", "1m")
+    n = 200001
+    grouped = sc.parallelize(range(n)).map(lambda x: (x % 3, x)).groupByKey().cache()
+    assert grouped.count() == 3
+    one = grouped.filter(lambda kv: kv[0] == 1)
+    assert one.values().map(lambda x: (len(x), len(list(x)))).collect() == [(n // 3, n // 3)]
+    result = one.collect()[0][1]
+    assert isinstance(result.data, ExternalListOfList) and len(result) == n // 3
+    assert sorted(result)[:3] == [1, 4, 7]
 
 
 class _RecordingSerializer(BatchedPickleSerializer):
@@ -364,7 +401,7 @@ def test_group_by_huge_key_spills_in_chunks(tmp_path):
     g = ExternalGroupBy(memory_limit=512, serializer=ser, local_dirs=[str(tmp_path)], batch=500)
     g.spill_every = 30_000
     g.mergeValues(pairs)
-    got = dict(g.items())
+    got = dict(g.lists())
     assert got == _group(pairs)
     assert g.spills > 0
     assert 0 < ser.max_list <= ExternalGroupBy.LIST_CHUNK

@@ -45,6 +45,8 @@ def test_pyspark_util_helpers():
     with pytest.raises(ValueError, match="invalid format: 12"):
         _parse_memory("12")
     assert is_remote_only() is False
+    from ember.sql import is_remote
+    assert is_remote() is False
     out = io.StringIO()
     try:
         raise KeyError("shown")

@@ -12,7 +12,8 @@ from typing import Any
 from ember.shuffle import spilled as _spilled
 
 _EXTERNAL = frozenset({"Aggregator", "SimpleAggregator", "Merger", "ExternalMerger",
-                       "ExternalGroupBy", "ExternalSorter", "GroupByKey", "get_used_memory"})
+                       "ExternalGroupBy", "ExternalSorter", "GroupByKey", "get_used_memory",
+                       "ExternalList", "ExternalListOfList"})
 
 
 def _counter(name: str) -> property:

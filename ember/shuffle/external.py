@@ -42,7 +42,6 @@ import types
 from itertools import islice
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from ember.resultiterable import ResultIterable
 from ember.shuffle import spilled as _spilled
 from ember.util import pickling
 from ember.util.files import unlink_quietly
@@ -58,6 +57,8 @@ __all__ = [
     "ExternalGroupBy",
     "ExternalSorter",
     "GroupByKey",
+    "ExternalList",
+    "ExternalListOfList",
 ]
 
 # --------------------------------------------------------------------------
@@ -184,24 +185,108 @@ class Merger:
         raise NotImplementedError
 
 
+class ExternalList:
+    """PySpark's list that keeps at most LIMIT items in memory: past that it moves them to
+    a file of its own (already unlinked) and reads them back first when iterated. It
+    pickles with what it spilled (a grouped RDD's values are cached and shuffled)."""
+
+    LIMIT = 10240
+
+    def __init__(self, values: list) -> None:
+        self.values = values
+        self.count = len(values)
+        self._file: Any = None
+
+    def __len__(self) -> int:
+        return self.count
+
+    def append(self, value: Any) -> None:
+        self.values.append(value)
+        self.count += 1
+        if len(self.values) >= self.LIMIT:
+            self._spill()
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._file is not None:
+            self._file.flush()
+            # a description of its own: reading must not move where appends write
+            with open(f"/proc/self/fd/{self._file.fileno()}", "rb") as f:
+                yield from BatchedPickleSerializer().load_stream(f)
+        yield from self.values
+
+    def _spilled(self) -> bytes:
+        self._file.flush()
+        return os.pread(self._file.fileno(), self._file.tell(), 0)
+
+    def _open_file(self) -> None:
+        dirs = _default_local_dirs()
+        d = os.path.join(dirs[id(self) % len(dirs)], "objects")
+        os.makedirs(d, exist_ok=True)
+        fd, path = tempfile.mkstemp(dir=d)
+        os.unlink(path)
+        self._file = os.fdopen(fd, "w+b", 65536)
+
+    def _spill(self) -> None:
+        if self._file is None:
+            self._open_file()
+        before = get_used_memory()
+        start = self._file.tell()
+        BatchedPickleSerializer().dump_stream(self.values, self._file)
+        self.values = []
+        _spilled.DiskBytesSpilled += self._file.tell() - start
+        _spilled.MemoryBytesSpilled += max(before - get_used_memory(), 0) << 20
+
+    def __getstate__(self) -> tuple:
+        return self.values, self.count, self._spilled() if self._file is not None else b""
+
+    def __setstate__(self, state: tuple) -> None:
+        self.values, self.count, spilled = state
+        self._file = None
+        if spilled:
+            self._open_file()
+            self._file.write(spilled)
+
+    def __del__(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+class ExternalListOfList(ExternalList):
+    """An ExternalList of lists, sized and iterated as their values one after another (the
+    values of one key once a groupByKey has spilled, as in PySpark)."""
+
+    def __init__(self, values: list) -> None:
+        super().__init__(values)
+        self.count = sum(len(v) for v in values)
+
+    def append(self, value: Any) -> None:
+        super().append(value)
+        self.count += len(value) - 1
+
+    def __iter__(self) -> Iterator[Any]:
+        for values in super().__iter__():
+            yield from values
+
+
 class GroupByKey:
-    """PySpark's: (k, values) pairs sorted by key, grouped into (k, ResultIterable)."""
+    """PySpark's: (k, values-list) pairs sorted by key, grouped into (k, ExternalListOfList)."""
 
     def __init__(self, iterator: Iterable[tuple]) -> None:
         self.iterator = iterator
 
     def __iter__(self) -> Iterator[tuple]:
         key: Any = None
-        values: list | None = None
+        values: ExternalListOfList | None = None
         for k, v in self.iterator:
             if values is not None and k == key:
-                values.extend(v)
+                values.append(v)
             else:
                 if values is not None:
-                    yield key, ResultIterable(values)
-                key, values = k, list(v)
+                    yield key, values
+                key, values = k, ExternalListOfList([v])
         if values is not None:
-            yield key, ResultIterable(values)
+            yield key, values
 
 
 def _default_local_dirs() -> list[str]:
@@ -832,6 +917,17 @@ class ExternalGroupBy(ExternalMerger):
         self._value_fns = (None, None)
         self._comb_loops = _loops(_CREATE_OWN_LIST, _MERGE_EXTEND)
         self._comb_fns = (None, None)
+
+    def items(self) -> Iterator[tuple]:
+        """As PySpark's: once it has spilled, each key's values come as an
+        ExternalListOfList (here of the one list merged back in memory)."""
+        if not self.spills:
+            return iter(self.data.items())
+        return ((k, ExternalListOfList([values])) for k, values in self._external_items())
+
+    def lists(self) -> Iterator[tuple]:
+        """(k, list) pairs, spilled or not: what a map side writes to the shuffle."""
+        return super().items()
 
     def _spill_items(self, items: Iterator[tuple]) -> Iterator[tuple]:
         chunk = self.LIST_CHUNK

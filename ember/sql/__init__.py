@@ -2,4 +2,9 @@
 from ember.sql.row import Row
 from ember.sql.session import DataFrame, SparkSession
 
-__all__ = ["Row", "SparkSession", "DataFrame"]
+__all__ = ["Row", "SparkSession", "DataFrame", "is_remote"]
+
+
+def is_remote() -> bool:
+    """PySpark's check for a Spark Connect session: Ember runs the classic API only."""
+    return False
