@@ -394,10 +394,46 @@ class SparkContext:
             return rdds[0]
         return union_of(self, list(rdds))
 
-    def _unsupported(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("Hadoop input formats are not supported by Ember")
+    # --- Hadoop's input formats (ember.hadoop_io): SequenceFile, Text, KeyValueText ------
+    def sequenceFile(self, path: str, keyClass: str | None = None,
+                     valueClass: str | None = None, keyConverter: str | None = None,
+                     valueConverter: str | None = None, minSplits: int | None = None,
+                     batchSize: int = 0) -> RDD:
+        """The (key, value) records of SequenceFiles, as the Python values Spark makes of
+        their Writables; the classes come from the files (the arguments name them)."""
+        return self._hadoop_file(path, "org.apache.hadoop.mapred.SequenceFileInputFormat",
+                                 keyConverter, valueConverter, None, minSplits)
 
-    sequenceFile = newAPIHadoopFile = newAPIHadoopRDD = hadoopFile = hadoopRDD = _unsupported
+    def hadoopFile(self, path: str, inputFormatClass: str, keyClass: str, valueClass: str,
+                   keyConverter: str | None = None, valueConverter: str | None = None,
+                   conf: dict | None = None, batchSize: int = 0) -> RDD:
+        return self._hadoop_file(path, inputFormatClass, keyConverter, valueConverter, conf)
+
+    newAPIHadoopFile = hadoopFile
+
+    def hadoopRDD(self, inputFormatClass: str, keyClass: str, valueClass: str,
+                  keyConverter: str | None = None, valueConverter: str | None = None,
+                  conf: dict | None = None, batchSize: int = 0) -> RDD:
+        """hadoopFile with the input path in the Hadoop configuration."""
+        from ember.hadoop_io import conf_value
+        path = conf_value(conf, "mapreduce.input.fileinputformat.inputdir",
+                          "mapred.input.dir")
+        if path is None:
+            raise SparkException("No input paths specified in job")
+        return self._hadoop_file(path, inputFormatClass, keyConverter, valueConverter, conf)
+
+    newAPIHadoopRDD = hadoopRDD
+
+    def _hadoop_file(self, path: str, input_format: str, key_converter: str | None,
+                     value_converter: str | None, conf: dict | None,
+                     min_splits: int | None = None) -> RDD:
+        from ember.hadoop_io import check_input_format
+        from ember.rdd import HadoopFileRDD, _no_converters
+        self.runtime.check_running()
+        _no_converters(key_converter, value_converter)
+        check_input_format(input_format)
+        return HadoopFileRDD(self, path, min_splits or self.defaultMinPartitions,
+                             input_format, conf)
 
     # --- shared variables ---------------------------------------------------------------
     def broadcast(self, value: Any) -> Broadcast:

@@ -1246,13 +1246,15 @@ class RDD:
         self._save(path, write)
 
     def saveAsPickleFile(self, path: str, batchSize: int = 10) -> None:
-        from ember.storage.block_manager import dump_batches
+        """PySpark's format (a SequenceFile of pickled batches, ember.hadoop_io), so PySpark
+        reads what Ember saves and the other way round."""
+        from ember.hadoop_io import write_pickle_file
         size = max(batchSize, 1) if batchSize else 1024
 
         def write(ctx: Any, it: Iterator, committer: OutputCommitter) -> str:
             target = committer.attempt_file(ctx, f"part-{ctx.partitionId():05d}")
             with open_output(target) as f:
-                dump_batches(f, it, size)
+                write_pickle_file(f, it, size)
             return target
         self._save(path, write)
 
@@ -1275,11 +1277,105 @@ class RDD:
     def toDF(self, schema: Any = None, sampleRatio: Any = None) -> Any:
         raise NotImplementedError("DataFrames are not part of Ember; use the RDD API")
 
-    def saveAsSequenceFile(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError("Hadoop sequence files are not supported by Ember")
+    # --- Hadoop's output formats (ember.hadoop_io) ---------------------------------------
+    def saveAsSequenceFile(self, path: str, compressionCodecClass: str | None = None) -> None:
+        self.saveAsHadoopFile(path, "org.apache.hadoop.mapred.SequenceFileOutputFormat",
+                              compressionCodecClass=compressionCodecClass)
 
-    saveAsHadoopFile = saveAsNewAPIHadoopFile = saveAsHadoopDataset = \
-        saveAsNewAPIHadoopDataset = saveAsSequenceFile
+    def saveAsHadoopFile(self, path: str, outputFormatClass: str, keyClass: str | None = None,
+                         valueClass: str | None = None, keyConverter: str | None = None,
+                         valueConverter: str | None = None, conf: dict | None = None,
+                         compressionCodecClass: str | None = None) -> None:
+        self._save_hadoop(path, outputFormatClass, keyClass, valueClass, keyConverter,
+                          valueConverter, conf, compressionCodecClass, "part-")
+
+    def saveAsNewAPIHadoopFile(self, path: str, outputFormatClass: str,
+                               keyClass: str | None = None, valueClass: str | None = None,
+                               keyConverter: str | None = None,
+                               valueConverter: str | None = None,
+                               conf: dict | None = None) -> None:
+        self._save_hadoop(path, outputFormatClass, keyClass, valueClass, keyConverter,
+                          valueConverter, conf, None, "part-r-")
+
+    def saveAsHadoopDataset(self, conf: dict, keyConverter: str | None = None,
+                            valueConverter: str | None = None) -> None:
+        self._save_dataset(conf, "mapred.output.format.class", keyConverter, valueConverter,
+                           "part-")
+
+    def saveAsNewAPIHadoopDataset(self, conf: dict, keyConverter: str | None = None,
+                                  valueConverter: str | None = None) -> None:
+        self._save_dataset(conf, "mapreduce.job.outputformat.class", keyConverter,
+                           valueConverter, "part-r-")
+
+    def _save_dataset(self, conf: dict, format_key: str, key_converter: str | None,
+                      value_converter: str | None, prefix: str) -> None:
+        from ember.hadoop_io import conf_value
+        path = conf_value(conf, "mapreduce.output.fileoutputformat.outputdir",
+                          "mapred.output.dir")
+        if path is None:
+            raise SparkException("Output directory not set.")
+        self._save_hadoop(
+            path, conf_value(conf, format_key) or "", conf_value(
+                conf, "mapreduce.job.output.key.class", "mapred.output.key.class"),
+            conf_value(conf, "mapreduce.job.output.value.class", "mapred.output.value.class"),
+            key_converter, value_converter, conf, None, prefix)
+
+    def _save_hadoop(self, path: str, output_format: str, key_class: str | None,
+                     value_class: str | None, key_converter: str | None,
+                     value_converter: str | None, conf: dict | None, codec: str | None,
+                     prefix: str) -> None:
+        """Spark's saveAsHadoopFile for the formats Ember writes: a SequenceFile of the
+        Writables Spark makes of the pairs (classes inferred from the first pair unless
+        named; BLOCK-compressed when given a codec, as Spark sets it), or TextOutputFormat's
+        key TAB value lines."""
+        from ember import hadoop_io as hio
+        _no_converters(key_converter, value_converter)
+        if codec is None and hio.conf_value(conf, "mapreduce.output.fileoutputformat.compress",
+                                            "mapred.output.compress") == "true":
+            codec = hio.conf_value(conf, "mapreduce.output.fileoutputformat.compress.codec",
+                                   "mapred.output.compression.codec") or hio.DEFAULT_CODEC
+            kind = hio.conf_value(conf, "mapreduce.output.fileoutputformat.compress.type",
+                                  "mapred.output.compression.type") or "RECORD"
+        else:
+            kind = "BLOCK"
+        if output_format in hio.TEXT_OUTPUT:
+            ext = _codec_extension(codec)
+
+            def write(ctx: Any, it: Iterator, committer: OutputCommitter) -> str:
+                target = committer.attempt_file(ctx, f"{prefix}{ctx.partitionId():05d}{ext}")
+                with open_output(target, ext) as f:
+                    for record in it:
+                        line = hio.text_line(*_pair(record))
+                        if line is not None:
+                            f.write(line)
+                return target
+        elif output_format in hio.SEQUENCE_OUTPUT:
+            if codec is not None:
+                hio.codec(codec)               # an unknown codec fails before the job
+            if key_class is None or value_class is None:
+                first = self.take(1)
+                if not first:
+                    raise SparkException("empty collection")
+                k, v = _pair(first[0])
+                key_class = key_class or hio.writable_class(k)
+                value_class = value_class or hio.writable_class(v)
+            hio.encoder_for(key_class, "key")
+            hio.encoder_for(value_class, "value")
+
+            def write(ctx: Any, it: Iterator, committer: OutputCommitter) -> str:
+                target = committer.attempt_file(ctx, f"{prefix}{ctx.partitionId():05d}")
+                with open_output(target) as f:
+                    writer = hio.SequenceFileWriter(f, key_class, value_class,
+                                                    kind if codec else "NONE", codec)
+                    for record in it:
+                        writer.append(*_pair(record))
+                    writer.close()
+                return target
+        else:
+            raise SparkException(
+                f"Ember has no output format {output_format!r}; it writes "
+                f"{', '.join(sorted(hio.SEQUENCE_OUTPUT | hio.TEXT_OUTPUT))}")
+        self._save(path, write)
 
 
 # --- helpers used inside tasks ------------------------------------------------------------
@@ -1403,6 +1499,32 @@ def _compute_fraction_for_sample_size(sample_size_lower_bound: int, total: int,
     delta = 0.00005
     gamma = -math.log(delta) / total
     return min(1, fraction + gamma + math.sqrt(gamma * gamma + 2 * gamma * fraction))
+
+
+def _read_pickle_file(path: str) -> Iterator:
+    """A part of a pickle file: PySpark's SequenceFile format, or the plain pickled batches
+    Ember wrote before it wrote PySpark's."""
+    from ember.hadoop_io import read_pickle_records
+    with src.open_input(path) as f:
+        if f.read(3) == b"SEQ":
+            f.seek(0)
+            yield from read_pickle_records(f, math.inf)
+            return
+    yield from read_batches(path)
+
+
+def _pair(record: Any) -> tuple:
+    """A record saved through a Hadoop output format: a (key, value) pair."""
+    if isinstance(record, (tuple, list)) and len(record) == 2:
+        return tuple(record)
+    raise SparkException(f"RDD element of type {type(record).__name__} cannot be used")
+
+
+def _no_converters(*converters: str | None) -> None:
+    if any(converters):
+        raise SparkException(
+            "keyConverter and valueConverter name JVM classes, and Ember has no JVM: convert "
+            "the pairs with map() in Python instead")
 
 
 def _codec_extension(codec: str | None) -> str:
@@ -1772,6 +1894,33 @@ class TextFileRDD(RDD):
         return f"{self.path} TextFileRDD[{self._id}] at {self._call_site}"
 
 
+class HadoopFileRDD(RDD):
+    """A Hadoop InputFormat's records (sequenceFile, hadoopFile, newAPIHadoopRDD, ...), read
+    split by split as textFile's lines are (ember.hadoop_io)."""
+
+    def __init__(self, ctx: Any, path: str, min_partitions: int, input_format: str,
+                 conf: dict | None) -> None:
+        super().__init__(ctx)
+        self.path = path
+        self.min_partitions = min_partitions
+        self.input_format = input_format
+        self.conf = dict(conf or {})
+        self._name = path
+
+    def _get_partitions(self) -> list[Partition]:
+        return src.compute_file_splits(src.list_input_files(self.path), self.min_partitions)
+
+    def compute(self, split: Partition, context: Any) -> Iterator:
+        from ember.hadoop_io import read_split
+        whole = not src.splittable(split.path)     # a compressed file: its own length
+        end = math.inf if whole else split.start + split.length
+        with src.open_input(split.path) as f:
+            yield from read_split(f, split.start, end, self.input_format, self.conf)
+
+    def __repr__(self) -> str:
+        return f"{self.path} HadoopRDD[{self._id}] at {self._call_site}"
+
+
 class FileListRDD(RDD):
     """Whole files per record (wholeTextFiles, binaryFiles, binaryRecords, pickleFile)."""
 
@@ -1806,4 +1955,4 @@ class FileListRDD(RDD):
             elif self.kind == "records":
                 yield from src.read_records(path, self.record_length)
             else:
-                yield from read_batches(path)
+                yield from _read_pickle_file(path)

@@ -191,7 +191,7 @@ def _basename(path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1]
 
 
-def _splittable(path: str) -> bool:
+def splittable(path: str) -> bool:
     """Compressed files are read whole; so are http(s) files, as Hadoop's HttpFileSystem
     reads them (no seek; many servers ignore range requests)."""
     return not path.endswith((".gz", ".bz2", ".zst", ".xz")) and \
@@ -205,7 +205,7 @@ def compute_file_splits(files: list[InputFile], min_partitions: int) -> list[Fil
         if size == 0:
             splits.append(FileSplit(len(splits), path, 0, 0))
             continue
-        if not _splittable(path):
+        if not splittable(path):
             splits.append(FileSplit(len(splits), path, 0, size))
             continue
         split_size = max(1, min(goal, LOCAL_BLOCK_SIZE))
@@ -225,7 +225,7 @@ def open_input(path: str) -> Iterator[Any]:
     remote = {} if fs.is_local(path) else {"block_size": _REMOTE_CHUNK,
                                             "cache_type": "readahead"}
     if fs.scheme(path) in ("http", "https"):
-        remote = {"block_size": 0}        # a stream from the start (see _splittable)
+        remote = {"block_size": 0}        # a stream from the start (see splittable)
     with fs.open_file(path, "rb", **remote) as raw:
         if path.endswith(".gz"):
             with gzip.GzipFile(fileobj=raw, mode="rb") as f:
@@ -398,14 +398,14 @@ def read_lines(split: FileSplit, use_unicode: bool = True) -> Iterator:
 
 
 def _split_line_batches(split: FileSplit, use_unicode: bool) -> Iterator[list]:
-    if split.length == 0 and split.start == 0 and _splittable(split.path):
+    if split.length == 0 and split.start == 0 and splittable(split.path):
         return
-    if _splittable(split.path) and not fs.is_local(split.path):
+    if splittable(split.path) and not fs.is_local(split.path):
         yield from _line_batches(_remote_split_segments(split.path, split.start,
                                                         split.start + split.length), use_unicode)
         return
     with open_input(split.path) as f:
-        if not _splittable(split.path):
+        if not splittable(split.path):
             yield from _line_batches(_whole(iter(lambda: f.read(_CHUNK), b"")), use_unicode)
         else:
             yield from _line_batches(_whole(_split_chunks(f, split.start,

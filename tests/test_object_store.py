@@ -129,6 +129,9 @@ def test_save_as_text_file_commits_and_reads_back(s3_sc, bucket):
         rdd.saveAsTextFile(f"s3a://{name}/out")
     rdd.saveAsPickleFile(f"s3a://{name}/pickled", 7)
     assert sorted(s3_sc.pickleFile(f"s3a://{name}/pickled").collect()) == list(range(100))
+    pairs = [(i, "x" * (i % 9)) for i in range(20000)]
+    s3_sc.parallelize(pairs, 2).saveAsSequenceFile(f"s3a://{name}/seq")
+    assert sorted(s3_sc.sequenceFile(f"s3a://{name}/seq", minSplits=5).collect()) == pairs
 
 
 def test_failed_attempts_leave_no_part_file_and_a_failed_job_no_success(fresh_sc, s3_keys,

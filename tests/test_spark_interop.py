@@ -254,3 +254,62 @@ def test_spark_rest_client_submits_polls_and_kills(tmp_path) -> None:
                                                                       "KILLED")
         [driver] = [d for d in cluster.json()["completeddrivers"] if d["id"] == driver_id]
         assert driver["state"] == "KILLED"
+
+
+# PySpark itself (the test extra's pyspark, on the JVM): reads what Ember wrote, writes its
+# own; prints the repr of what it read
+_PYSPARK_FILES = r"""
+import sys
+from pyspark import SparkContext
+d = sys.argv[1]
+sc = SparkContext("local[2]", "hadoop-files")
+for name in ("seq", "maps", "gzip", "typed"):
+    print(name, repr(sorted(sc.sequenceFile(f"{d}/ember/{name}", minSplits=3).collect())))
+print("pickle", repr(sorted(sc.pickleFile(f"{d}/ember/pickle").collect(), key=repr)))
+big = [(i, "x" * (i % 50)) for i in range(100000)]
+sc.parallelize(big, 1).saveAsSequenceFile(f"{d}/spark/big")
+sc.parallelize(big, 2).saveAsSequenceFile(f"{d}/spark/block",
+                                          "org.apache.hadoop.io.compress.DefaultCodec")
+sc.parallelize([(1, {3.0: "bb", "k": None}), (2, {"m": {"x": True}})], 1).saveAsSequenceFile(
+    f"{d}/spark/maps")
+sc.parallelize(list(range(25)) + ["s", {"d": 1}], 2).saveAsPickleFile(f"{d}/spark/pickle", 3)
+sc.stop()
+"""
+
+
+def test_spark_and_ember_read_each_others_sequence_and_pickle_files(fresh_sc,
+                                                                      tmp_path) -> None:
+    """Hadoop's SequenceFile (plain, block-compressed, MapWritable values) and PySpark's
+    pickle files: what one writes the other reads, split or not."""
+    sc = fresh_sc()
+    d = str(tmp_path)
+    pairs = [(1, ""), (1, "a"), (3, "x")]
+    maps = [(1, {3.0: "bb", "n": None}), (2, {"m": {"x": True}, "b": b"by"})]
+    many = [(i, f"v{i}") for i in range(5000)]
+    sc.parallelize(pairs, 2).saveAsSequenceFile(d + "/ember/seq")
+    sc.parallelize(maps, 1).saveAsSequenceFile(d + "/ember/maps")
+    sc.parallelize(many, 2).saveAsSequenceFile(d + "/ember/gzip",
+                                               "org.apache.hadoop.io.compress.GzipCodec")
+    sc.parallelize([(2 ** 40, 0.5), (7, 1.5)], 1).saveAsNewAPIHadoopFile(
+        d + "/ember/typed", "org.apache.hadoop.mapreduce.lib.output.SequenceFileOutputFormat",
+        "org.apache.hadoop.io.LongWritable", "org.apache.hadoop.io.DoubleWritable")
+    sc.parallelize(list(range(40)) + ["s", None], 3).saveAsPickleFile(d + "/ember/pickle", 4)
+    out = subprocess.run([sys.executable, "-c", _PYSPARK_FILES, d], env=JAVA_ENV,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    read = {name: eval(text) for name, text in  # noqa: S307  (our own child's reprs)
+            (line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)}
+    assert read["seq"] == pairs
+    assert read["maps"] == [(1, {3.0: "bb", "n": None}),
+                            (2, {"m": {"x": True}, "b": bytearray(b"by")})]
+    assert read["gzip"] == many and read["typed"] == [(7, 1.5), (2 ** 40, 0.5)]
+    assert read["pickle"] == sorted(list(range(40)) + ["s", None], key=repr)
+    big = [(i, "x" * (i % 50)) for i in range(100000)]
+    for name in ("big", "block"):
+        for splits in (1, 7):
+            assert sorted(sc.sequenceFile(f"{d}/spark/{name}", minSplits=splits).collect()) \
+                == big
+    assert sorted(sc.sequenceFile(d + "/spark/maps").collect()) == [
+        (1, {3.0: "bb", "k": None}), (2, {"m": {"x": True}})]
+    assert sorted(sc.pickleFile(d + "/spark/pickle").collect(), key=repr) == sorted(
+        list(range(25)) + ["s", {"d": 1}], key=repr)
