@@ -526,11 +526,22 @@ def read_split(f: Any, start: int, end: float, input_format: str,
             yield key, value
 
 
-def check_input_format(name: str) -> None:
-    if name not in SEQUENCE_INPUT | TEXT_INPUT | KEY_VALUE_INPUT:
-        raise SparkException(
-            f"Ember has no input format {name!r}; it reads "
-            f"{', '.join(sorted(SEQUENCE_INPUT | TEXT_INPUT | KEY_VALUE_INPUT))}")
+OLD_API, NEW_API = "org.apache.hadoop.mapred.", "org.apache.hadoop.mapreduce."
+
+
+def check_format(name: str, api: str, known: frozenset[str], kind: str) -> None:
+    """`name` is a format Ember has, of the API (old mapred or new mapreduce) the method
+    takes: as in Spark, hadoopFile refuses a new-API format and newAPIHadoopFile an old one."""
+    if name not in known:
+        raise SparkException(f"Ember has no {kind} format {name!r}; it has "
+                             f"{', '.join(sorted(known))}")
+    if not name.startswith(api):
+        raise SparkException(f"{name} is not an {api}{kind.capitalize()}Format: this method "
+                             f"takes the {'old' if api == OLD_API else 'new'} API's formats")
+
+
+INPUT_FORMATS = SEQUENCE_INPUT | TEXT_INPUT | KEY_VALUE_INPUT
+OUTPUT_FORMATS = SEQUENCE_OUTPUT | TEXT_OUTPUT
 
 
 # -- PySpark's pickle files: SequenceFile<NullWritable, BytesWritable> of Java-serialized

@@ -1287,7 +1287,7 @@ class RDD:
                          valueConverter: str | None = None, conf: dict | None = None,
                          compressionCodecClass: str | None = None) -> None:
         self._save_hadoop(path, outputFormatClass, keyClass, valueClass, keyConverter,
-                          valueConverter, conf, compressionCodecClass, "part-")
+                          valueConverter, conf, compressionCodecClass, new_api=False)
 
     def saveAsNewAPIHadoopFile(self, path: str, outputFormatClass: str,
                                keyClass: str | None = None, valueClass: str | None = None,
@@ -1295,20 +1295,20 @@ class RDD:
                                valueConverter: str | None = None,
                                conf: dict | None = None) -> None:
         self._save_hadoop(path, outputFormatClass, keyClass, valueClass, keyConverter,
-                          valueConverter, conf, None, "part-r-")
+                          valueConverter, conf, None, new_api=True)
 
     def saveAsHadoopDataset(self, conf: dict, keyConverter: str | None = None,
                             valueConverter: str | None = None) -> None:
         self._save_dataset(conf, "mapred.output.format.class", keyConverter, valueConverter,
-                           "part-")
+                           new_api=False)
 
     def saveAsNewAPIHadoopDataset(self, conf: dict, keyConverter: str | None = None,
                                   valueConverter: str | None = None) -> None:
         self._save_dataset(conf, "mapreduce.job.outputformat.class", keyConverter,
-                           valueConverter, "part-r-")
+                           valueConverter, new_api=True)
 
     def _save_dataset(self, conf: dict, format_key: str, key_converter: str | None,
-                      value_converter: str | None, prefix: str) -> None:
+                      value_converter: str | None, new_api: bool) -> None:
         from ember.hadoop_io import conf_value
         path = conf_value(conf, "mapreduce.output.fileoutputformat.outputdir",
                           "mapred.output.dir")
@@ -1318,18 +1318,21 @@ class RDD:
             path, conf_value(conf, format_key) or "", conf_value(
                 conf, "mapreduce.job.output.key.class", "mapred.output.key.class"),
             conf_value(conf, "mapreduce.job.output.value.class", "mapred.output.value.class"),
-            key_converter, value_converter, conf, None, prefix)
+            key_converter, value_converter, conf, None, new_api)
 
     def _save_hadoop(self, path: str, output_format: str, key_class: str | None,
                      value_class: str | None, key_converter: str | None,
                      value_converter: str | None, conf: dict | None, codec: str | None,
-                     prefix: str) -> None:
+                     new_api: bool) -> None:
         """Spark's saveAsHadoopFile for the formats Ember writes: a SequenceFile of the
         Writables Spark makes of the pairs (classes inferred from the first pair unless
         named; BLOCK-compressed when given a codec, as Spark sets it), or TextOutputFormat's
         key TAB value lines."""
         from ember import hadoop_io as hio
         _no_converters(key_converter, value_converter)
+        hio.check_format(output_format, hio.NEW_API if new_api else hio.OLD_API,
+                         hio.OUTPUT_FORMATS, "output")
+        prefix = "part-r-" if new_api else "part-"
         if codec is None and hio.conf_value(conf, "mapreduce.output.fileoutputformat.compress",
                                             "mapred.output.compress") == "true":
             codec = hio.conf_value(conf, "mapreduce.output.fileoutputformat.compress.codec",
@@ -1349,7 +1352,7 @@ class RDD:
                         if line is not None:
                             f.write(line)
                 return target
-        elif output_format in hio.SEQUENCE_OUTPUT:
+        else:
             if codec is not None:
                 hio.codec(codec)               # an unknown codec fails before the job
             if key_class is None or value_class is None:
@@ -1371,10 +1374,6 @@ class RDD:
                         writer.append(*_pair(record))
                     writer.close()
                 return target
-        else:
-            raise SparkException(
-                f"Ember has no output format {output_format!r}; it writes "
-                f"{', '.join(sorted(hio.SEQUENCE_OUTPUT | hio.TEXT_OUTPUT))}")
         self._save(path, write)
 
 
@@ -1515,8 +1514,8 @@ def _read_pickle_file(path: str) -> Iterator:
 
 def _pair(record: Any) -> tuple:
     """A record saved through a Hadoop output format: a (key, value) pair."""
-    if isinstance(record, (tuple, list)) and len(record) == 2:
-        return tuple(record)
+    if isinstance(record, tuple) and len(record) == 2:
+        return record
     raise SparkException(f"RDD element of type {type(record).__name__} cannot be used")
 
 

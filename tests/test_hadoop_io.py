@@ -185,6 +185,16 @@ def test_what_ember_cannot_do_is_a_clear_error_before_any_task(sc, tmp_path):
         sc.parallelize([], 1).saveAsSequenceFile(d + "/e")
     with pytest.raises(SparkException, match="wrong key class: .*Text is not class .*Int"):
         sc.parallelize([("x", "y")]).saveAsNewAPIHadoopFile(d + "/f", NEW_SEQ_OUT, INT, TEXT)
+    with pytest.raises(SparkException, match="is not an org.apache.hadoop.mapred.Output"):
+        rdd.saveAsHadoopFile(d + "/h", NEW_SEQ_OUT)               # new API to the old
+    with pytest.raises(SparkException, match="takes the new API's formats"):
+        rdd.saveAsNewAPIHadoopFile(d + "/i", SEQ_OUT)
+    with pytest.raises(SparkException, match="takes the new API's formats"):
+        sc.newAPIHadoopFile(d, TEXT_IN, INT, TEXT)
+    with pytest.raises(SparkException, match="takes the old API's formats"):
+        sc.hadoopRDD(KV_IN, TEXT, TEXT, conf={"mapred.input.dir": d})
+    with pytest.raises(SparkException, match="RDD element of type list cannot be used"):
+        sc.parallelize([[(1, "a")], [2, "b"]], 2).saveAsSequenceFile(d + "/j")
     with pytest.raises(SparkException, match="RDD element of type int cannot be used"):
         sc.parallelize([1, 2]).saveAsHadoopFile(d + "/g",
                                                 "org.apache.hadoop.mapred.TextOutputFormat")
