@@ -25,10 +25,11 @@ class SparkException(Exception):
     _from_jvm = True      # False: PySpark raises this one in Python, never as Py4JJavaError
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "SparkException":
-        py4j = sys.modules.get("py4j.protocol")
-        if py4j is not None and cls._from_jvm:
-            cls = _as_java_error(cls, py4j.Py4JJavaError)
-        return super().__new__(cls, *args)
+        return super().__new__(_as_java_error(cls), *args)
+
+    def __init__(self, *args: Any) -> None:
+        # a subclass's super().__init__(message) ends here, never in Py4JJavaError's
+        Exception.__init__(self, *args)
 
 
 class _JavaException:
@@ -56,16 +57,23 @@ def _reduce_as(cls: type, error: BaseException) -> tuple:
     return (cls, *reduced[1:]) if reduced[0] is type(error) else reduced
 
 
-def _as_java_error(cls: type, java_error: type) -> type:
-    """`cls` that is also py4j's Py4JJavaError, printed and named as `cls` itself."""
+def _as_java_error(cls: type) -> type:
+    """`cls`, or once the program has imported py4j.protocol, `cls` that is also its
+    Py4JJavaError, printed, named and pickled as `cls` itself."""
+    py4j = sys.modules.get("py4j.protocol")
+    if py4j is None or not cls._from_jvm:
+        return cls
     combined = _java_error_types.get(cls)
     if combined is None:
-        combined = type(cls.__name__, (cls, java_error), {
-            "__module__": cls.__module__, "__qualname__": cls.__qualname__,
-            "__str__": cls.__str__, "__init__": cls.__init__,
-            "java_exception": property(_JavaException),
-            "errmsg": property(lambda self: cls.__str__(self)),
-            "__reduce__": lambda self: _reduce_as(cls, self)})
+        try:
+            combined = type(cls.__name__, (cls, py4j.Py4JJavaError), {
+                "__module__": cls.__module__, "__qualname__": cls.__qualname__,
+                "__str__": cls.__str__, "__init__": cls.__init__,
+                "java_exception": property(_JavaException),
+                "errmsg": property(lambda self: cls.__str__(self)),
+                "__reduce__": lambda self: _reduce_as(cls, self)})
+        except TypeError:       # a builtin base whose layout py4j's class conflicts with
+            combined = cls
         _java_error_types[cls] = combined
     return combined
 
@@ -158,13 +166,8 @@ def make_python_exception(message: str, exc_type: str, exc_message: str,
     cls = _combined_types.get(exc_type)
     if cls is None:
         cls = _combined_types[exc_type] = _combined_type(exc_type)
-    py4j = sys.modules.get("py4j.protocol")
-    if py4j is not None:
-        try:
-            cls = _as_java_error(cls, py4j.Py4JJavaError)
-        except TypeError:   # layout conflict: not a Py4JJavaError then
-            pass
-    err = BaseException.__new__(cls)    # MemoryError's own __new__ refuses subclasses
+    # BaseException's __new__: MemoryError's own refuses subclasses
+    err = BaseException.__new__(_as_java_error(cls))
     PythonException.__init__(err, message, exc_type, exc_message, traceback_text)
     return err
 

@@ -89,12 +89,21 @@ def write_vlong(out: bytearray, value: int) -> None:
     out += value.to_bytes(n, "big")
 
 
+def _signed(byte: int) -> int:
+    return byte - 256 if byte > 127 else byte
+
+
+def _vlong_size(first: int) -> int:
+    """The bytes of a vint, its first (signed) byte included."""
+    return 1 if first >= -112 else ((-119 - first) if first < -120 else (-111 - first))
+
+
 def read_vlong(buf: Any, pos: int) -> tuple[int, int]:
     """(value, position after it) of the vint at buf[pos]."""
-    first = buf[pos] - 256 if buf[pos] > 127 else buf[pos]
+    first = _signed(buf[pos])
     if first >= -112:
         return first, pos + 1
-    n = (-119 - first) if first < -120 else (-111 - first)
+    n = _vlong_size(first)
     value = int.from_bytes(buf[pos + 1:pos + n], "big")
     return (value ^ -1 if first < -120 else value), pos + n
 
@@ -113,10 +122,6 @@ def _encode_text(out: bytearray, value: str) -> None:
     data = value.encode("utf-8", "replace")
     write_vlong(out, len(data))
     out += data
-
-
-def _encode_vlong(out: bytearray, value: int) -> None:
-    write_vlong(out, value)
 
 
 def _encode_map(out: bytearray, value: dict) -> None:
@@ -149,8 +154,8 @@ ENCODERS: dict[str, Callable[[bytearray, Any], None]] = {
     BYTE: lambda out, v: out.extend(struct.pack(">b", v)),
     BYTES: lambda out, v: out.extend(_INT.pack(len(v)) + bytes(v)),
     NULL: lambda out, v: None,
-    VINT: _encode_vlong,
-    VLONG: _encode_vlong,
+    VINT: write_vlong,
+    VLONG: write_vlong,
     MAP: _encode_map,
 }
 
@@ -158,7 +163,7 @@ ENCODERS: dict[str, Callable[[bytearray, Any], None]] = {
 def _decode_map(buf: Any, pos: int) -> tuple[dict, int]:
     classes = dict(_MAP_CLASSES)
     for _ in range(buf[pos]):
-        cid = buf[pos + 1] - 256 if buf[pos + 1] > 127 else buf[pos + 1]
+        cid = _signed(buf[pos + 1])
         n = int.from_bytes(buf[pos + 2:pos + 4], "big")
         classes[cid] = bytes(buf[pos + 4:pos + 4 + n]).decode()
         pos += 3 + n
@@ -172,7 +177,9 @@ def _decode_map(buf: Any, pos: int) -> tuple[dict, int]:
 
 
 def _decode_entry(buf: Any, pos: int, classes: dict[int, str]) -> tuple[Any, int]:
-    cid = buf[pos] - 256 if buf[pos] > 127 else buf[pos]
+    cid = _signed(buf[pos])
+    if cid not in classes:
+        raise SparkException(f"a MapWritable names class id {cid} it did not declare")
     return decoder(classes[cid])(buf, pos + 1)
 
 
@@ -186,9 +193,8 @@ def _decode_bytes(buf: Any, pos: int) -> tuple[bytearray, int]:
     return bytearray(buf[pos + 4:pos + 4 + n]), pos + 4 + n
 
 
-def _fixed(st: struct.Struct, convert: Callable[[Any], Any] = lambda v: v
-           ) -> Callable[[Any, int], tuple[Any, int]]:
-    return lambda buf, pos: (convert(st.unpack_from(buf, pos)[0]), pos + st.size)
+def _fixed(st: struct.Struct) -> Callable[[Any, int], tuple[Any, int]]:
+    return lambda buf, pos: (st.unpack_from(buf, pos)[0], pos + st.size)
 
 
 DECODERS: dict[str, Callable[[Any, int], tuple[Any, int]]] = {
@@ -197,7 +203,7 @@ DECODERS: dict[str, Callable[[Any, int], tuple[Any, int]]] = {
     LONG: _fixed(_LONG),
     FLOAT: _fixed(_FLOAT),
     DOUBLE: _fixed(_DOUBLE),
-    BOOLEAN: _fixed(struct.Struct(">?"), bool),
+    BOOLEAN: _fixed(struct.Struct(">?")),
     BYTE: _fixed(struct.Struct(">b")),
     BYTES: _decode_bytes,
     NULL: lambda buf, pos: (None, pos),
@@ -337,8 +343,9 @@ class _Header:
         head = f.read(4)
         if head[:3] != b"SEQ":
             raise SparkException(f"{getattr(f, 'name', 'input')} not a SequenceFile")
-        if head[3] < 5:
-            raise SparkException(f"SequenceFile version {head[3]} is older than Ember reads")
+        if head[3] != VERSION:
+            raise SparkException(f"SequenceFile version {head[3]}: Ember reads version "
+                                 f"{VERSION}, the one Hadoop writes")
         buf = bytearray(head)
         buf += f.read(4096)
         pos = 4
@@ -358,7 +365,7 @@ class _Header:
         self.end = pos + SYNC_HASH_SIZE
 
 
-def read_sequence_file(f: Any, start: int, end: int) -> Iterator[tuple[Any, Any]]:
+def read_sequence_file(f: Any, start: int, end: float) -> Iterator[tuple[Any, Any]]:
     """The (key, value) records of the split [start, end) of a SequenceFile open as `f`."""
     header = _Header(f)
     decode_key, decode_value = decoder(header.key_class), decoder(header.value_class)
@@ -396,11 +403,10 @@ def read_sequence_file(f: Any, start: int, end: int) -> Iterator[tuple[Any, Any]
 
 
 def _read_vlong_from(reader: Any) -> tuple[int, int]:
+    """(value, size) of the vint next in a stream."""
     first = reader.read(1)
-    b = first[0] - 256 if first[0] > 127 else first[0]
-    n = 1 if b >= -112 else ((-119 - b) if b < -120 else (-111 - b))
-    data = first + (reader.read(n - 1) if n > 1 else b"")
-    return read_vlong(data, 0)[0], n
+    n = _vlong_size(_signed(first[0]))
+    return read_vlong(first + reader.read(n - 1), 0)[0], n
 
 
 def _read_block(reader: Any, header: _Header) -> tuple[list[tuple[bytes, bytes]], int]:
@@ -422,7 +428,7 @@ def _read_block(reader: Any, header: _Header) -> tuple[list[tuple[bytes, bytes]]
     return records, used
 
 
-def _find_sync(f: Any, start: int, end: int, sync: bytes) -> int | None:
+def _find_sync(f: Any, start: int, end: float, sync: bytes) -> int | None:
     """The position of the escape before the first sync marker at or after `start` (4
     bytes before the marker), if that is before `end`."""
     f.seek(start + 4)
@@ -445,9 +451,10 @@ def _find_sync(f: Any, start: int, end: int, sync: bytes) -> int | None:
 
 # -- text formats ------------------------------------------------------------------------
 
-def read_text_lines(f: Any, start: int, end: int) -> Iterator[tuple[int, bytes]]:
-    """(offset, line) of the lines that start in [start, end], as Hadoop's LineRecordReader:
-    a split after the first skips the line it starts inside of."""
+def read_text_lines(f: Any, start: int, end: float) -> Iterator[tuple[int, bytes]]:
+    """(offset, line) of the lines that start at or before `end`, as Hadoop's
+    LineRecordReader: a split after the first skips the line under its start (that line,
+    even one starting right there, is the previous split's last)."""
     f.seek(start)
     reader = io.BufferedReader(f, 1 << 16) if not isinstance(f, io.BufferedIOBase) else f
     pos = start

@@ -1368,8 +1368,7 @@ class RDD:
             def write(ctx: Any, it: Iterator, committer: OutputCommitter) -> str:
                 target = committer.attempt_file(ctx, f"{prefix}{ctx.partitionId():05d}")
                 with open_output(target) as f:
-                    writer = hio.SequenceFileWriter(f, key_class, value_class,
-                                                    kind if codec else "NONE", codec)
+                    writer = hio.SequenceFileWriter(f, key_class, value_class, kind, codec)
                     for record in it:
                         writer.append(*_pair(record))
                     writer.close()
