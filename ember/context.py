@@ -645,7 +645,8 @@ class SparkContext:
 
 class InheritableThread(threading.Thread):
     """A thread that runs with the local properties (job group, pool, ...) its creator had
-    when it called start(), as PySpark's."""
+    when it called start(), as PySpark's (`session`, PySpark's for Spark Connect's tags, is
+    taken and has nothing to carry here)."""
 
     def __init__(self, target: Callable[..., Any], *args: Any, session: Any = None,
                  **kwargs: Any) -> None:
