@@ -179,7 +179,7 @@ def _decode_map(buf: Any, pos: int) -> tuple[dict, int]:
 def _decode_entry(buf: Any, pos: int, classes: dict[int, str]) -> tuple[Any, int]:
     cid = _signed(buf[pos])
     if cid not in classes:
-        raise SparkException(f"a MapWritable names class id {cid} it did not declare")
+        raise ValueError(f"a MapWritable names class id {cid} it did not declare")
     return decoder(classes[cid])(buf, pos + 1)
 
 
@@ -342,7 +342,7 @@ class _Header:
     def __init__(self, f: Any) -> None:
         head = f.read(4)
         if head[:3] != b"SEQ":
-            raise SparkException(f"{getattr(f, 'name', 'input')} not a SequenceFile")
+            raise SparkException(f"{getattr(f, 'name', 'input')} is not a SequenceFile")
         if head[3] != VERSION:
             raise SparkException(f"SequenceFile version {head[3]}: Ember reads version "
                                  f"{VERSION}, the one Hadoop writes")
@@ -381,7 +381,7 @@ def read_sequence_file(f: Any, start: int, end: float) -> Iterator[tuple[Any, An
         (length,) = _INT.unpack(head)
         if length == SYNC_ESCAPE:
             if reader.read(SYNC_HASH_SIZE) != header.sync:
-                raise SparkException("SequenceFile is corrupt: a sync marker does not match")
+                raise ValueError("a sync marker does not match the header's")
             if pos >= end:
                 return                      # the next split's records
             pos += SYNC_SIZE
@@ -394,7 +394,7 @@ def read_sequence_file(f: Any, start: int, end: float) -> Iterator[tuple[Any, An
         (key_length,) = _INT.unpack(reader.read(4))
         body = reader.read(length)
         if len(body) < length:
-            raise SparkException("SequenceFile is truncated")
+            raise ValueError("the file ends inside a record")
         pos += 8 + length
         value = body[key_length:]
         if header.decompress is not None:
@@ -518,10 +518,11 @@ def conf_value(conf: dict[str, str] | None, *keys: str) -> str | None:
 
 
 def read_split(f: Any, start: int, end: float, input_format: str,
-               conf: dict[str, str] | None) -> Iterator[tuple[Any, Any]]:
-    """The records of one split of a file open as `f`, as `input_format` reads them."""
+               conf: dict[str, str] | None, name: str = "") -> Iterator[tuple[Any, Any]]:
+    """The records of one split of the file `name` open as `f`, as `input_format` reads
+    them. A SequenceFile that does not parse fails the task naming the file."""
     if input_format in SEQUENCE_INPUT:
-        yield from read_sequence_file(f, start, end)
+        yield from _parsed(read_sequence_file(f, start, end), name)
     elif input_format in TEXT_INPUT:
         for offset, line in read_text_lines(f, start, end):
             yield offset, line.decode("utf-8", "replace")
@@ -534,6 +535,15 @@ def read_split(f: Any, start: int, end: float, input_format: str,
 
 
 OLD_API, NEW_API = "org.apache.hadoop.mapred.", "org.apache.hadoop.mapreduce."
+
+
+def _parsed(records: Iterator[Any], name: str) -> Iterator[Any]:
+    """`records`, a SequenceFile that does not parse failing the task with the file's name."""
+    try:
+        yield from records
+    except (IndexError, KeyError, ValueError, struct.error, zlib.error) as e:
+        raise SparkException(f"{name} is a corrupt SequenceFile: {type(e).__name__}: {e}") \
+            from e
 
 
 def check_format(name: str, api: str, known: frozenset[str], kind: str) -> None:
@@ -611,9 +621,9 @@ def write_pickle_file(f: Any, values: Iterator[Any], batch_size: int) -> None:
     writer.close()
 
 
-def read_pickle_records(f: Any, size: int) -> Iterator[Any]:
+def read_pickle_records(f: Any, name: str) -> Iterator[Any]:
     """The values of a pickle file written by PySpark's saveAsPickleFile (or Ember's)."""
-    for _, value in read_sequence_file(f, 0, size):
+    for _, value in _parsed(read_sequence_file(f, 0, math.inf), name):
         for chunk in from_java_byte_arrays(value):
             batch = pickle.loads(chunk)
             if isinstance(batch, list):

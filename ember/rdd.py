@@ -1506,7 +1506,7 @@ def _read_pickle_file(path: str) -> Iterator:
     with src.open_input(path) as f:
         if f.read(3) == b"SEQ":
             f.seek(0)
-            yield from read_pickle_records(f, math.inf)
+            yield from read_pickle_records(f, path)
             return
     yield from read_batches(path)
 
@@ -1913,7 +1913,8 @@ class HadoopFileRDD(RDD):
         whole = not src.splittable(split.path)     # a compressed file: its own length
         end = math.inf if whole else split.start + split.length
         with src.open_input(split.path) as f:
-            yield from read_split(f, split.start, end, self.input_format, self.conf)
+            yield from read_split(f, split.start, end, self.input_format, self.conf,
+                                  split.path)
 
     def __repr__(self) -> str:
         return f"{self.path} HadoopRDD[{self._id}] at {self._call_site}"

@@ -210,3 +210,18 @@ def test_a_split_of_a_sequence_file_is_a_file_split(sc, tmp_path):
     assert len(splits) >= 6 and all(isinstance(s, FileSplit) for s in splits)
     sizes = rdd.glom().map(len).collect()
     assert sum(sizes) == 30000 and sum(1 for n in sizes if n) >= 5
+
+
+def test_a_corrupt_sequence_file_fails_its_job_naming_the_file(sc, tmp_path):
+    sc.parallelize([(i, f"v{i}") for i in range(3000)], 1).saveAsSequenceFile(
+        str(tmp_path / "good"))
+    good = (tmp_path / "good" / "part-00000").read_bytes()
+    for name, data, message in (("cut", good[:len(good) // 2], "is a corrupt SequenceFile"),
+                                ("head", good[:60], "is a corrupt SequenceFile"),
+                                ("junk", b"\x00" * 500, "is not a SequenceFile")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "part-00000").write_bytes(data)
+        with pytest.raises(SparkException) as info:
+            sc.sequenceFile(str(tmp_path / name), minSplits=2).count()
+        assert f"{tmp_path / name / 'part-00000'} {message}" in str(info.value)
+    assert sc.sequenceFile(str(tmp_path / "good")).count() == 3000
