@@ -21,6 +21,7 @@ import os
 import pickle
 import struct
 import zlib
+from itertools import islice
 from typing import Any, Callable, Iterator
 
 from ember.errors import SparkException
@@ -298,6 +299,10 @@ class SequenceFileWriter:
         k, v = bytearray(), bytearray()
         self.encode_key(k, key)
         self.encode_value(v, value)
+        self.append_raw(k, v)
+
+    def append_raw(self, k: bytes, v: bytes) -> None:
+        """A record whose key and value are already serialized as the header's classes."""
         if self.compression == "BLOCK":
             self.block.append((k, v))
             self.block_bytes += len(k) + len(v)
@@ -369,6 +374,12 @@ def read_sequence_file(f: Any, start: int, end: float) -> Iterator[tuple[Any, An
     """The (key, value) records of the split [start, end) of a SequenceFile open as `f`."""
     header = _Header(f)
     decode_key, decode_value = decoder(header.key_class), decoder(header.value_class)
+    for k, v in _raw_records(f, header, start, end):
+        yield decode_key(k, 0)[0], decode_value(v, 0)[0]
+
+
+def _raw_records(f: Any, header: _Header, start: int, end: float) -> Iterator[tuple[Any, Any]]:
+    """The serialized (key, value) of each record of the split, values decompressed."""
     pos = header.end if start == 0 else _find_sync(f, max(start, header.end), end, header.sync)
     if pos is None:
         return
@@ -388,8 +399,7 @@ def read_sequence_file(f: Any, start: int, end: float) -> Iterator[tuple[Any, An
             if header.block:
                 records, used = _read_block(reader, header)
                 pos += used
-                for k, v in records:
-                    yield decode_key(k, 0)[0], decode_value(v, 0)[0]
+                yield from records
             continue
         (key_length,) = _INT.unpack(reader.read(4))
         body = reader.read(length)
@@ -397,9 +407,7 @@ def read_sequence_file(f: Any, start: int, end: float) -> Iterator[tuple[Any, An
             raise ValueError("the file ends inside a record")
         pos += 8 + length
         value = body[key_length:]
-        if header.decompress is not None:
-            value = header.decompress(value)
-        yield decode_key(body, 0)[0], decode_value(value, 0)[0]
+        yield body, (value if header.decompress is None else header.decompress(value))
 
 
 def _read_vlong_from(reader: Any) -> tuple[int, int]:
@@ -576,27 +584,28 @@ OBJECTS_PER_RECORD = 10
 
 def java_byte_arrays(chunks: list[bytes]) -> bytes:
     """A byte[][] as java.io.ObjectOutputStream writes it."""
-    out = bytearray(_JAVA_MAGIC + _ARRAY_OF_ARRAYS + _INT.pack(len(chunks)))
+    parts = [_JAVA_MAGIC, _ARRAY_OF_ARRAYS, _INT.pack(len(chunks))]
     for i, chunk in enumerate(chunks):
-        out += (_NEXT_ARRAY if i else _FIRST_ARRAY) + _INT.pack(len(chunk)) + chunk
-    return bytes(out)
+        parts += (_NEXT_ARRAY if i else _FIRST_ARRAY, _INT.pack(len(chunk)), chunk)
+    return b"".join(parts)
 
 
-def from_java_byte_arrays(data: Any) -> list[bytes]:
+def from_java_byte_arrays(data: Any) -> list[memoryview]:
     """The byte arrays of a Java-serialized byte[][] (what java_byte_arrays writes, the
-    form Spark's saveAsObjectFile gives PySpark's pickled batches)."""
+    form Spark's saveAsObjectFile gives PySpark's pickled batches), as views of `data`."""
+    data = memoryview(data)
     head = len(_JAVA_MAGIC) + len(_ARRAY_OF_ARRAYS)
-    if bytes(data[:head]) != _JAVA_MAGIC + _ARRAY_OF_ARRAYS:
+    if data[:head] != _JAVA_MAGIC + _ARRAY_OF_ARRAYS:
         raise SparkException("not a pickle file: a record is not a serialized byte[][]")
     (count,) = _INT.unpack_from(data, head)
     pos, chunks = head + 4, []
     for i in range(count):
         prefix = _NEXT_ARRAY if i else _FIRST_ARRAY
-        if bytes(data[pos:pos + len(prefix)]) != prefix:
+        if data[pos:pos + len(prefix)] != prefix:
             raise SparkException("not a pickle file: unexpected Java serialization")
         pos += len(prefix)
         (n,) = _INT.unpack_from(data, pos)
-        chunks.append(bytes(data[pos + 4:pos + 4 + n]))
+        chunks.append(data[pos + 4:pos + 4 + n])
         pos += 4 + n
     return chunks
 
@@ -605,26 +614,33 @@ def write_pickle_file(f: Any, values: Iterator[Any], batch_size: int) -> None:
     """saveAsPickleFile's part file, readable by PySpark's pickleFile."""
     writer = SequenceFileWriter(f, NULL, BYTES)
     record: list[bytes] = []
-    batch: list = []
-    for value in values:
-        batch.append(value)
-        if len(batch) == batch_size:
-            record.append(pickle.dumps(batch, pickle.HIGHEST_PROTOCOL))
-            batch = []
-            if len(record) == OBJECTS_PER_RECORD:
-                writer.append(None, java_byte_arrays(record))
-                record = []
-    if batch:
+    for batch in _batches(values, batch_size):
         record.append(pickle.dumps(batch, pickle.HIGHEST_PROTOCOL))
+        if len(record) == OBJECTS_PER_RECORD:
+            writer.append_raw(b"", _bytes_writable(java_byte_arrays(record)))
+            record = []
     if record:
-        writer.append(None, java_byte_arrays(record))
-    writer.close()
+        writer.append_raw(b"", _bytes_writable(java_byte_arrays(record)))
+
+
+def _batches(values: Iterator[Any], size: int) -> Iterator[list]:
+    it = iter(values)
+    while batch := list(islice(it, size)):
+        yield batch
+
+
+def _bytes_writable(data: bytes) -> bytes:
+    return _INT.pack(len(data)) + data
 
 
 def read_pickle_records(f: Any, name: str) -> Iterator[Any]:
     """The values of a pickle file written by PySpark's saveAsPickleFile (or Ember's)."""
-    for _, value in _parsed(read_sequence_file(f, 0, math.inf), name):
-        for chunk in from_java_byte_arrays(value):
+    header = _Header(f)
+    if (header.key_class, header.value_class) != (NULL, BYTES):
+        raise SparkException(f"{name} is not a pickle file: a SequenceFile of "
+                             f"{header.key_class}, {header.value_class}")
+    for _, value in _parsed(_raw_records(f, header, 0, math.inf), name):
+        for chunk in from_java_byte_arrays(memoryview(value)[4:]):
             batch = pickle.loads(chunk)
             if isinstance(batch, list):
                 yield from batch
