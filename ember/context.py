@@ -385,6 +385,13 @@ class SparkContext:
         self.runtime.check_running()
         return FileListRDD(self, name, minPartitions or self.defaultMinPartitions, "pickle")
 
+    def _checkpointFile(self, name: str, input_deserializer: Any = None) -> RDD:
+        """The records of a checkpoint directory (rdd.getCheckpointFile()), one partition a
+        part file, as PySpark's private reader (its deserializer argument is PySpark's)."""
+        from ember.rdd import FileListRDD
+        self.runtime.check_running()
+        return FileListRDD(self, name, 0, "pickle")
+
     def union(self, rdds: list[RDD]) -> RDD:
         from ember.rdd import union_of
         self.runtime.check_running()

@@ -36,7 +36,7 @@ from ember.output_commit import OutputCommitter, open_output
 from ember.partitioner import Partitioner, portable_hash
 from ember.rdd_sources import Partition
 from ember.resultiterable import ResultIterable
-from ember.serializers import dumps_closure
+from ember.serializers import CPickleSerializer, dumps_closure
 from ember.statcounter import StatCounter
 from ember.storage.block_manager import read_batches
 from ember.storagelevel import StorageLevel
@@ -343,6 +343,15 @@ class RDD:
 
     def getCheckpointFile(self) -> str | None:
         return fs.display(self._checkpoint_dir) if self._checkpoint_dir else None
+
+    # PySpark's name for how an RDD's records are serialized between processes; Ember
+    # pickles records (and picks its wire format per transfer), so every RDD says pickle
+    _jrdd_deserializer = CPickleSerializer()
+
+    def _reserialize(self, serializer: Any = None) -> "RDD":
+        """PySpark's: the same records under another serializer. An Ember RDD holds Python
+        objects and has no serializer of its own to change, so it is this RDD."""
+        return self
 
     def cleanShuffleDependencies(self, blocking: bool = False) -> None:
         for dep in self.dependencies():

@@ -166,3 +166,18 @@ def test_inheritable_thread_takes_the_properties_its_creator_has_at_start(sc):
         sc.setLocalProperty("group", None)
     assert seen == {"thread": "at-start", "target": "at-start", "decorated": "at-start"}
     assert wrapped.__name__ == "read"
+
+
+def test_pysparks_private_checkpoint_reader_and_reserialize(fresh_sc, tmp_path):
+    """PySpark's test_checkpoint_and_restore and test_zip_with_different_serializers."""
+    from ember.serializers import BatchedSerializer, CPickleSerializer, MarshalSerializer
+    sc = fresh_sc()
+    sc.setCheckpointDir(str(tmp_path))
+    rdd = sc.parallelize(range(20), 7).map(lambda x: x * 2)
+    rdd.checkpoint()
+    rdd.count()
+    recovered = sc._checkpointFile(rdd.getCheckpointFile(), rdd._jrdd_deserializer)
+    assert recovered.getNumPartitions() == 7 and recovered.collect() == rdd.collect()
+    a = sc.parallelize(range(5))._reserialize(BatchedSerializer(CPickleSerializer(), 2))
+    b = sc.parallelize(range(100, 105))._reserialize(MarshalSerializer())
+    assert a.zip(b).collect() == [(i, 100 + i) for i in range(5)]
