@@ -11,6 +11,8 @@ MapWritable <-> dict, BytesWritable -> bytearray, NullWritable <-> None, ...
 A file is read split by split (FileSplit byte ranges, as textFile's): a split owns the
 records that follow each sync marker starting inside it, the first split also those right
 after the header, which is how Hadoop's reader divides a file without reading it twice.
+PySpark's pickle files are SequenceFiles too (NullWritable keys, BytesWritable values of
+Java-serialized byte[][] holding pickled batches): saveAsPickleFile writes them here.
 """
 from __future__ import annotations
 
@@ -53,18 +55,18 @@ SEQUENCE_OUTPUT = frozenset({"org.apache.hadoop.mapred.SequenceFileOutputFormat"
 TEXT_OUTPUT = frozenset({"org.apache.hadoop.mapred.TextOutputFormat",
                          "org.apache.hadoop.mapreduce.lib.output.TextOutputFormat"})
 
+def _gzip(data: bytes) -> bytes:
+    c = zlib.compressobj(6, zlib.DEFLATED, 31)
+    return c.compress(data) + c.flush()
+
+
 _CODEC = "org.apache.hadoop.io.compress."
 DEFAULT_CODEC = _CODEC + "DefaultCodec"
 # codec -> (compress, decompress) of one buffer, as Hadoop's codec streams frame it
 _CODECS: dict[str, tuple[Callable[[bytes], bytes], Callable[[bytes], bytes]]] = {
     DEFAULT_CODEC: (zlib.compress, zlib.decompress),
-    _CODEC + "GzipCodec": (lambda b: _gzip(b), lambda b: zlib.decompress(b, 47)),
+    _CODEC + "GzipCodec": (_gzip, lambda b: zlib.decompress(b, 47)),
 }
-
-
-def _gzip(data: bytes) -> bytes:
-    c = zlib.compressobj(6, zlib.DEFLATED, 31)
-    return c.compress(data) + c.flush()
 
 
 def codec(name: str) -> tuple[Callable[[bytes], bytes], Callable[[bytes], bytes]]:
