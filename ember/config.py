@@ -283,6 +283,10 @@ _entry("spark.executor.cores", None, INT,
 _entry("spark.scheduler.resource.profileMergeConflicts", False, BOOL,
        "Merge (maximum of each request) the different ResourceProfiles of one stage's RDDs "
        "instead of failing the job.")
+_entry("spark.testing.resourceProfileManager", False, BOOL,
+       "Under test (SPARK_TESTING in the environment, or spark.testing set), apply the "
+       "resource-profile support check anyway (Spark's internal key; the check is skipped "
+       "under test otherwise, as in Spark).")
 _entry("spark.starvation.timeout", 15.0, SECONDS,
        "How often a cluster driver warns that submitted tasks found no executor yet.")
 _entry("spark.dynamicAllocation.enabled", False, BOOL,

@@ -218,6 +218,22 @@ def test_support_rules_follow_spark():
     assert dynamic.profile_message(with_execs.id).getCustomExecutorResources()["gpu"].amount == 1
 
 
+def test_under_test_the_support_check_is_skipped_as_in_spark(monkeypatch, fresh_sc):
+    """Spark skips the support check when SPARK_TESTING is set (PySpark's own test runner
+    sets it; its test_profile_before_sc attaches a profile with executor requests on a
+    local master) unless spark.testing.resourceProfileManager asks for it."""
+    with_execs = ResourceProfileBuilder().require(
+        ExecutorResourceRequests().cores(2).memory("6g").resource("gpu", 2, "x", "nvidia.com")
+    ).require(TaskResourceRequests().cpus(2).resource("gpu", 2)).build
+    monkeypatch.setenv("SPARK_TESTING", "1")
+    _manager("local[2]").add(with_execs)
+    with pytest.raises(SparkException, match="ResourceProfiles are only supported on YARN"):
+        _manager("local[2]", spark_testing_resourceProfileManager="true").add(with_execs)
+    sc = fresh_sc()
+    rdd = sc.parallelize(range(10)).withResources(with_execs)
+    assert rdd.getResourceProfile().executorResources["memory"].amount == 6144
+
+
 def test_conflicting_profiles_in_one_stage():
     a = ResourceProfileBuilder().require(TaskResourceRequests().resource("gpu", 1)).build
     b = ResourceProfileBuilder().require(TaskResourceRequests().cpus(2).resource("gpu", 0.5)
