@@ -427,22 +427,24 @@ class SparkContext:
                   keyConverter: str | None = None, valueConverter: str | None = None,
                   conf: dict | None = None, batchSize: int = 0) -> RDD:
         """hadoopFile with the input path in the Hadoop configuration."""
-        return self._hadoop_file(_input_dir(conf), inputFormatClass, keyConverter,
+        from ember.hadoop_io import input_dir
+        return self._hadoop_file(input_dir(conf), inputFormatClass, keyConverter,
                                  valueConverter, conf)
 
     def newAPIHadoopRDD(self, inputFormatClass: str, keyClass: str, valueClass: str,
                         keyConverter: str | None = None, valueConverter: str | None = None,
                         conf: dict | None = None, batchSize: int = 0) -> RDD:
-        return self._hadoop_file(_input_dir(conf), inputFormatClass, keyConverter,
+        from ember.hadoop_io import input_dir
+        return self._hadoop_file(input_dir(conf), inputFormatClass, keyConverter,
                                  valueConverter, conf, new_api=True)
 
     def _hadoop_file(self, path: str, input_format: str, key_converter: str | None,
                      value_converter: str | None, conf: dict | None,
                      min_splits: int | None = None, new_api: bool = False) -> RDD:
         from ember import hadoop_io as hio
-        from ember.rdd import HadoopFileRDD, _no_converters
+        from ember.rdd import HadoopFileRDD
         self.runtime.check_running()
-        _no_converters(key_converter, value_converter)
+        hio.refuse_converters(key_converter, value_converter)
         hio.check_format(input_format, hio.NEW_API if new_api else hio.OLD_API,
                          hio.INPUT_FORMATS, "input")
         return HadoopFileRDD(self, path, min_splits or self.defaultMinPartitions,
@@ -686,11 +688,3 @@ def inheritable_thread_target(f: Any = None) -> Callable[..., Any]:
             SparkContext._active_spark_context.runtime.set_local_properties(dict(props))
         return f(*args, **kwargs)
     return wrapped
-
-
-def _input_dir(conf: dict | None) -> str:
-    from ember.hadoop_io import conf_value
-    path = conf_value(conf, "mapreduce.input.fileinputformat.inputdir", "mapred.input.dir")
-    if path is None:
-        raise SparkException("No input paths specified in job")
-    return path

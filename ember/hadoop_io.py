@@ -527,6 +527,21 @@ def conf_value(conf: dict[str, str] | None, *keys: str) -> str | None:
     return None
 
 
+def input_dir(conf: dict[str, str] | None) -> str:
+    """hadoopRDD's input path, from the Hadoop configuration."""
+    path = conf_value(conf, "mapreduce.input.fileinputformat.inputdir", "mapred.input.dir")
+    if path is None:
+        raise SparkException("No input paths specified in job")
+    return path
+
+
+def refuse_converters(*converters: str | None) -> None:
+    if any(converters):
+        raise SparkException(
+            "keyConverter and valueConverter name JVM classes, and Ember has no JVM: convert "
+            "the pairs with map() in Python instead")
+
+
 def read_split(f: Any, start: int, end: float, input_format: str,
                conf: dict[str, str] | None, name: str = "") -> Iterator[tuple[Any, Any]]:
     """The records of one split of the file `name` open as `f`, as `input_format` reads

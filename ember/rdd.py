@@ -1338,7 +1338,7 @@ class RDD:
         named; BLOCK-compressed when given a codec, as Spark sets it), or TextOutputFormat's
         key TAB value lines."""
         from ember import hadoop_io as hio
-        _no_converters(key_converter, value_converter)
+        hio.refuse_converters(key_converter, value_converter)
         hio.check_format(output_format, hio.NEW_API if new_api else hio.OLD_API,
                          hio.OUTPUT_FORMATS, "output")
         prefix = "part-r-" if new_api else "part-"
@@ -1525,13 +1525,6 @@ def _pair(record: Any) -> tuple:
     if isinstance(record, tuple) and len(record) == 2:
         return record
     raise SparkException(f"RDD element of type {type(record).__name__} cannot be used")
-
-
-def _no_converters(*converters: str | None) -> None:
-    if any(converters):
-        raise SparkException(
-            "keyConverter and valueConverter name JVM classes, and Ember has no JVM: convert "
-            "the pairs with map() in Python instead")
 
 
 def _codec_extension(codec: str | None) -> str:

@@ -7,17 +7,16 @@ light as before. Ember has no JVM: what PySpark's module does with py4j sockets 
 from __future__ import annotations
 
 import functools
-import os
 import re
 import sys
 import traceback
 from types import TracebackType
 from typing import Any, Callable, Iterator, TextIO, TypeVar
 
+from ember.util.user_code import _EMBER_DIR
 from ember.util.user_code import fail_on_stopiteration  # noqa: F401  (pyspark.util's name)
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-_EMBER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def print_exec(stream: TextIO) -> None:
