@@ -135,7 +135,7 @@ def test_ui_process_formats_task_lines_exactly_as_in_process():
     direct, shipped = _TaskLines(), _TaskLines()
     for e in (start, end, killed):
         item = marshal.loads(marshal.dumps(pack(e, _dumps)))
-        line = item if isinstance(item, str) else shipped.encode(unpack(item))
+        line = item if isinstance(item, str) else shipped.encode(*unpack(item))
         assert line == direct.encode(e)
 
 

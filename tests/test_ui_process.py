@@ -260,3 +260,59 @@ def test_event_dicts_sent_to_the_ui_process_are_json_native(fresh_sc, monkeypatc
             "SparkListenerJobStart", "SparkListenerStageSubmitted",
             "SparkListenerStageCompleted", "SparkListenerJobEnd",
             "SparkListenerApplicationEnd"} <= kinds
+
+
+def test_task_starts_held_for_their_ends_keep_the_order_of_events(tmp_path) -> None:
+    """ember.ui.ui_process: a successful end carries its held start (TASK_RAN); a start is
+    sent alone before its task's failure, before any other kind of event and when a frame is
+    cut, so every task's start comes before its end and before its stage's completion."""
+    import glob
+    import json
+
+    from ember.scheduler import listener as sl
+    from ember.scheduler.task import SUCCESS, TaskInfo, TaskKilled
+    from ember.ui.event_log import EventLog
+    from ember.ui.ui_process import UiProcess
+
+    class Unmarshallable(int):      # marshal refuses int subclasses: the line path
+        pass
+
+    def info(tid: int, state: str | None = None) -> TaskInfo:
+        i = TaskInfo(tid, tid, 0, tid, 1000.0 + tid, "1", "h1", "PROCESS_LOCAL")
+        if state is not None:
+            i.mark_finished(state, 1010.0 + tid)
+        return i
+
+    def end(tid: int, reason=SUCCESS, **metrics) -> sl.TaskEnd:
+        state = "FINISHED" if reason is SUCCESS else "KILLED"
+        return sl.TaskEnd(1, 0, "ResultTask", reason, info(tid, state), metrics)
+
+    stage = sl.StageInfo(1, 0, "count at a.py:1", 6)
+    conf = {"spark.eventLog.dir": str(tmp_path)}
+    ui, event_log = UiProcess(conf, None, event_log=True), EventLog(conf)
+    ui.open_log(event_log.start("app-order"))
+    ui.on_events([sl.StageSubmitted(stage, {})] +
+                 [sl.TaskStart(1, 0, info(t)) for t in (1, 2, 3, 4)] +
+                 [end(1, executorRunTime=5), end(2, TaskKilled("stop")),
+                  end(3, executorRunTime=Unmarshallable(7)), sl.TaskStart(1, 0, info(5))])
+    ui.flush()                      # a frame is cut while task 5 runs: its start goes
+    assert not ui._starts
+    ui.on_events([sl.StageCompleted(stage), end(4), end(5)])
+    ui.close()
+    event_log.finish()
+    [path] = glob.glob(str(tmp_path / "app-order*"))
+    order = []
+    for line in open(path, encoding="utf-8"):
+        e = json.loads(line)
+        if "Task Info" in e:
+            order.append((e["Event"][len("SparkListener"):], e["Task Info"]["Task ID"]))
+        elif e["Event"].startswith("SparkListenerStage"):
+            order.append((e["Event"][len("SparkListener"):], None))
+    assert order == [("StageSubmitted", None), ("TaskStart", 1), ("TaskEnd", 1),
+                     ("TaskStart", 2), ("TaskEnd", 2), ("TaskStart", 3), ("TaskEnd", 3),
+                     ("TaskStart", 4), ("TaskStart", 5), ("StageCompleted", None),
+                     ("TaskEnd", 4), ("TaskEnd", 5)]
+    lines = [json.loads(line) for line in open(path, encoding="utf-8")]
+    run_times = {e["Task Info"]["Task ID"]: e["Task Metrics"]["Executor Run Time"]
+                 for e in lines if e["Event"] == "SparkListenerTaskEnd" and "Task Metrics" in e}
+    assert run_times[1] == 5 and run_times[3] == 7

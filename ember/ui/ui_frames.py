@@ -9,7 +9,7 @@ import select
 import struct
 
 HEADER = struct.Struct("<I")
-OPEN_LOG, SYNC = 2, 3       # packed task events are kinds 0 and 1
+OPEN_LOG, SYNC = 3, 4       # packed task events are kinds 0, 1 and 2
 # a SYNC as the driver marshals it (version 2, as every item): the UI process finds it
 # among the items it holds without unmarshalling them
 SYNC_ITEM = marshal.dumps((SYNC,), 2)

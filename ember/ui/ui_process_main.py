@@ -271,10 +271,10 @@ def main() -> int:
                     log.error("Cannot open the event log %s: %s", item[1].get("path"), e)
                     logging_on = False
             else:
-                e = unpack(item)
-                events.append(e)
-                if logging_on:
-                    text.append(lines.encode(e))
+                for e in unpack(item):
+                    events.append(e)
+                    if logging_on:
+                        text.append(lines.encode(e))
         if store is not None:
             store.on_events([e for e in events if e is not None])
         if writer is not None:
