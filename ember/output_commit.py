@@ -18,15 +18,14 @@ delete, as with S3A's committer). Readers skip `_`-names, so `_temporary` is nev
 """
 from __future__ import annotations
 
-import bz2
 import contextlib
-import gzip
 import os
 import shutil
 from typing import Any, Iterator
 
 from ember import fs
 from ember.errors import FileAlreadyExistsException
+from ember.util.compressed import compressed
 
 PENDING_DIR = "_temporary"
 SUCCESS_MARKER = "_SUCCESS"
@@ -106,12 +105,5 @@ def open_output(path: str, ext: str = "") -> Iterator[Any]:
         raw = open(path, "wb", buffering=1 << 20)
     else:
         raw = fs.open_file(path, "wb")
-    with raw:
-        if ext == ".gz":
-            with gzip.GzipFile(fileobj=raw, mode="wb") as f:
-                yield f
-        elif ext == ".bz2":
-            with bz2.BZ2File(raw, "wb") as f:
-                yield f
-        else:
-            yield raw
+    with raw, compressed(raw, ext) as f:
+        yield f

@@ -40,6 +40,7 @@ from ember.serializers import CPickleSerializer, dumps_closure
 from ember.statcounter import StatCounter
 from ember.storage.block_manager import read_batches
 from ember.storagelevel import StorageLevel
+from ember.util.compressed import codec_extension
 from ember.util.user_code import (consume_whole, fail_on_stopiteration, filter_checked,
                                   flat_map_checked, map_checked, reduce_checked,
                                   stop_iteration_error)
@@ -1238,7 +1239,7 @@ class RDD:
 
     # --- output -------------------------------------------------------------------------
     def saveAsTextFile(self, path: str, compressionCodecClass: str | None = None) -> None:
-        ext = _codec_extension(compressionCodecClass)
+        ext = codec_extension(compressionCodecClass)
 
         def to_line(x: Any) -> bytes:
             if isinstance(x, bytes):
@@ -1351,7 +1352,7 @@ class RDD:
         else:
             kind = "BLOCK"
         if output_format in hio.TEXT_OUTPUT:
-            ext = _codec_extension(codec)
+            ext = codec_extension(codec)
 
             def write(ctx: Any, it: Iterator, committer: OutputCommitter) -> str:
                 target = committer.attempt_file(ctx, f"{prefix}{ctx.partitionId():05d}{ext}")
@@ -1525,17 +1526,6 @@ def _pair(record: Any) -> tuple:
     if isinstance(record, tuple) and len(record) == 2:
         return record
     raise SparkException(f"RDD element of type {type(record).__name__} cannot be used")
-
-
-def _codec_extension(codec: str | None) -> str:
-    if codec is None:
-        return ""
-    name = codec.rsplit(".", 1)[-1]
-    if name in ("GzipCodec", "DefaultCodec"):
-        return ".gz"
-    if name == "BZip2Codec":
-        return ".bz2"
-    raise ValueError(f"Compression codec {codec} not found.")
 
 
 def _join(rdd: RDD, other: RDD, num_partitions: int | None, keep_right: bool,

@@ -3,7 +3,7 @@
 File inputs follow Hadoop's rules, because PySpark users see them: comma-separated paths,
 globs and directories (hidden `_`/`.` files skipped), splits of at most 32 MB
 (fs.local.block.size) from a goal of totalSize/minPartitions, a line belonging to the split
-in which it starts, gzip/bz2 files unsplit, and "Input path does not exist: file:..." when a
+in which it starts, compressed files unsplit, and "Input path does not exist: file:..." when a
 path is missing — raised when the job computes partitions, not when the RDD is defined.
 
 A URL (`s3a://bucket/logs/*.gz`, `https://...`; see ember.fs) follows the same rules: one
@@ -15,10 +15,8 @@ str, except the pieces of a line that spans two reads.
 """
 from __future__ import annotations
 
-import bz2
 import contextlib
 import glob
-import gzip
 import os
 import re
 from collections import deque
@@ -28,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, NamedTuple
 
 from ember import fs
 from ember.errors import InvalidInputException
+from ember.util.compressed import decompressed
 
 if TYPE_CHECKING:   # loaded for the first remote split: http.client and ssl cost start-up
     from ember import s3_range
@@ -194,7 +193,7 @@ def _basename(path: str) -> str:
 def splittable(path: str) -> bool:
     """Compressed files are read whole; so are http(s) files, as Hadoop's HttpFileSystem
     reads them (no seek; many servers ignore range requests)."""
-    return not path.endswith((".gz", ".bz2", ".zst", ".xz")) and \
+    return not path.endswith((".gz", ".bz2", ".deflate", ".zst", ".xz")) and \
         fs.scheme(path) not in ("http", "https")
 
 
@@ -226,15 +225,8 @@ def open_input(path: str) -> Iterator[Any]:
                                             "cache_type": "readahead"}
     if fs.scheme(path) in ("http", "https"):
         remote = {"block_size": 0}        # a stream from the start (see splittable)
-    with fs.open_file(path, "rb", **remote) as raw:
-        if path.endswith(".gz"):
-            with gzip.GzipFile(fileobj=raw, mode="rb") as f:
-                yield f
-        elif path.endswith(".bz2"):
-            with bz2.BZ2File(raw, "rb") as f:
-                yield f
-        else:
-            yield raw
+    with fs.open_file(path, "rb", **remote) as raw, decompressed(raw, path) as f:
+        yield f
 
 
 def _whole(chunks: Iterable[bytes]) -> Iterator[tuple]:

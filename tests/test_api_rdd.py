@@ -920,6 +920,32 @@ def test_save_as_text_file_gzip(sc, tmp_path):
     assert sorted(sc.textFile(path3).collect()) == ["bar", "foo"]
 
 
+def test_save_as_text_file_deflate_and_bzip2(sc, tmp_path):
+    """Hadoop's DefaultCodec writes zlib streams named .deflate (BZip2Codec: .bz2); a file
+    cut short fails its job rather than pass for a shorter one."""
+    import bz2
+    import zlib
+    lines = [f"line {i}" for i in range(20000)]
+    for codec, ext, decompress in (("DefaultCodec", ".deflate", zlib.decompress),
+                                   ("BZip2Codec", ".bz2", bz2.decompress)):
+        path = str(tmp_path / codec)
+        sc.parallelize(lines, 2).saveAsTextFile(path, "org.apache.hadoop.io.compress." + codec)
+        parts = sorted(glob.glob(path + "/part-*"))
+        assert [os.path.basename(p) for p in parts] == [f"part-0000{i}{ext}" for i in (0, 1)]
+        text = b"".join(decompress(open(p, "rb").read()) for p in parts).decode()
+        assert text.splitlines() == lines
+        assert sc.textFile(path, 8).collect() == lines
+    whole = (tmp_path / "DefaultCodec" / "part-00000.deflate").read_bytes()
+    (tmp_path / "cut").mkdir()
+    (tmp_path / "cut" / "part-00000.deflate").write_bytes(whole[:len(whole) // 2])
+    with pytest.raises(Exception, match="Unexpected end of input stream"):
+        sc.textFile(str(tmp_path / "cut")).count()
+    assert sc.textFile(str(tmp_path / "DefaultCodec")).count() == len(lines)
+    with pytest.raises(ValueError, match="Compression codec .*Lz4Codec not found"):
+        sc.parallelize(lines).saveAsTextFile(str(tmp_path / "lz4"),
+                                             "org.apache.hadoop.io.compress.Lz4Codec")
+
+
 def test_save_as_text_file_existing_dir(sc, tmp_path):
     path = str(tmp_path / "out")
     sc.parallelize([1]).saveAsTextFile(path)

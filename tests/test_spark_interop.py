@@ -12,6 +12,7 @@ manager port of 0 once made Spark's history server fail every page of an Ember a
 """
 from __future__ import annotations
 
+import glob
 import io
 import json
 import os
@@ -266,6 +267,11 @@ sc = SparkContext("local[2]", "hadoop-files")
 for name in ("seq", "maps", "gzip", "typed"):
     print(name, repr(sorted(sc.sequenceFile(f"{d}/ember/{name}", minSplits=3).collect())))
 print("pickle", repr(sorted(sc.pickleFile(f"{d}/ember/pickle").collect(), key=repr)))
+for name in ("deflate", "bz2"):
+    print(name, repr(sorted(sc.textFile(f"{d}/ember/{name}").collect())))
+    sc.parallelize([str(i) for i in range(3000)], 2).saveAsTextFile(
+        f"{d}/spark/{name}", "org.apache.hadoop.io.compress." +
+        ("DefaultCodec" if name == "deflate" else "BZip2Codec"))
 big = [(i, "x" * (i % 50)) for i in range(100000)]
 sc.parallelize(big, 1).saveAsSequenceFile(f"{d}/spark/big")
 sc.parallelize(big, 2).saveAsSequenceFile(f"{d}/spark/block",
@@ -294,6 +300,10 @@ def test_spark_and_ember_read_each_others_sequence_and_pickle_files(fresh_sc,
         d + "/ember/typed", "org.apache.hadoop.mapreduce.lib.output.SequenceFileOutputFormat",
         "org.apache.hadoop.io.LongWritable", "org.apache.hadoop.io.DoubleWritable")
     sc.parallelize(list(range(40)) + ["s", None], 3).saveAsPickleFile(d + "/ember/pickle", 4)
+    lines = [f"line {i}" for i in range(3000)]
+    for name, codec in (("deflate", "DefaultCodec"), ("bz2", "BZip2Codec")):
+        sc.parallelize(lines, 2).saveAsTextFile(f"{d}/ember/{name}",
+                                                "org.apache.hadoop.io.compress." + codec)
     out = subprocess.run([sys.executable, "-c", _PYSPARK_FILES, d], env=JAVA_ENV,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -304,6 +314,11 @@ def test_spark_and_ember_read_each_others_sequence_and_pickle_files(fresh_sc,
                             (2, {"m": {"x": True}, "b": bytearray(b"by")})]
     assert read["gzip"] == many and read["typed"] == [(7, 1.5), (2 ** 40, 0.5)]
     assert read["pickle"] == sorted(list(range(40)) + ["s", None], key=repr)
+    assert read["deflate"] == read["bz2"] == sorted(lines)
+    for name in ("deflate", "bz2"):
+        assert sorted(glob.glob(f"{d}/spark/{name}/part-*")) == [
+            f"{d}/spark/{name}/part-0000{i}.{name}" for i in (0, 1)]
+        assert sorted(sc.textFile(f"{d}/spark/{name}").map(int).collect()) == list(range(3000))
     big = [(i, "x" * (i % 50)) for i in range(100000)]
     for name in ("big", "block"):
         for splits in (1, 7):
