@@ -143,14 +143,14 @@ class Broadcast(Generic[T]):
     def unpersist(self, blocking: bool = False) -> None:
         """Drop cached copies in task processes; the next use reloads the value."""
         if self._sc is None:
-            raise PySparkRuntimeError("INVALID_BROADCAST_OPERATION",
-                                      "Broadcast can only be unpersisted in driver.")
+            raise PySparkRuntimeError(errorClass="INVALID_BROADCAST_OPERATION",
+                                      messageParameters={"operation": "unpersisted"})
         self._sc.runtime.unpersist_broadcast(self._bid)
 
     def destroy(self, blocking: bool = False) -> None:
         if self._sc is None:
-            raise PySparkRuntimeError("INVALID_BROADCAST_OPERATION",
-                                      "Broadcast can only be destroyed in driver.")
+            raise PySparkRuntimeError(errorClass="INVALID_BROADCAST_OPERATION",
+                                      messageParameters={"operation": "destroyed"})
         self.unpersist(blocking)
         self._destroyed = True
         unlink_quietly(self._path)

@@ -25,7 +25,7 @@ from ember.accumulators import (COMPLEX_ACCUMULATOR_PARAM, FLOAT_ACCUMULATOR_PAR
 from ember.broadcast import Broadcast
 from ember.conf import SparkConf
 from ember.driver_runtime import DriverRuntime, parse_local_master, spark_user
-from ember.errors import PySparkRuntimeError, SparkException
+from ember.errors import PySparkRuntimeError, SparkException, condition_message
 from ember.files import SparkFiles
 from ember.util.files import unlink_quietly
 from ember.util.logs import own_logger
@@ -56,13 +56,11 @@ def _setup_logging() -> None:
 def _context_off_driver(created: bool = False) -> PySparkRuntimeError:
     """PySpark's error; one created in a task also says it in the words of Spark's own
     check (SPARK-32160), which PySpark's test of it and its 3.x releases use."""
-    return PySparkRuntimeError(
-        "CONTEXT_ONLY_VALID_ON_DRIVER",
-        ("SparkContext should only be created and accessed on the driver. " if created
-         else "") +
-        "It appears that you are attempting to reference SparkContext from a broadcast "
-        "variable, action, or transformation. SparkContext can only be used on the driver, "
-        "not in code that it run on workers. For more information, see SPARK-5063.")
+    condition = "CONTEXT_ONLY_VALID_ON_DRIVER"
+    message = condition_message(condition, {})
+    if created:
+        message = "SparkContext should only be created and accessed on the driver. " + message
+    return PySparkRuntimeError(message, condition, {})
 
 
 class SparkContext:
@@ -71,6 +69,7 @@ class SparkContext:
     _active_spark_context: "SparkContext | None" = None
     _lock = threading.RLock()
     _system_properties: dict[str, str] = {}
+    PACKAGE_EXTENSIONS: tuple[str, ...] = (".zip", ".egg", ".jar")   # put on sys.path
 
     def __init__(self, master: str | None = None, appName: str | None = None,
                  sparkHome: str | None = None, pyFiles: list[str] | None = None,
@@ -124,11 +123,10 @@ class SparkContext:
         for k, v in _DEFAULT_CONFIGS.items():
             self._conf.setIfMissing(k, v)
         if not self._conf.contains("spark.master"):
-            raise PySparkRuntimeError("MASTER_URL_NOT_SET",
-                                      "A master URL must be set in your configuration.")
+            raise PySparkRuntimeError(errorClass="MASTER_URL_NOT_SET", messageParameters={})
         if not self._conf.contains("spark.app.name"):
-            raise PySparkRuntimeError("APPLICATION_NAME_NOT_SET",
-                                      "An application name must be set in your configuration.")
+            raise PySparkRuntimeError(errorClass="APPLICATION_NAME_NOT_SET",
+                                      messageParameters={})
         config.check_unsupported(self._conf)
         self.environment: dict[str, str] = {
             k[len("spark.executorEnv."):]: v for k, v in self._conf.getAll()
@@ -519,7 +517,7 @@ class SparkContext:
         self.addFile(path)
         name = path.rstrip("/").rsplit("/", 1)[-1]
         dest = os.path.join(self.runtime.files_dir, name)
-        if name.endswith((".zip", ".egg", ".jar", ".whl")):
+        if name.lower().endswith(self.PACKAGE_EXTENSIONS + (".whl",)):
             if dest not in sys.path:
                 sys.path.insert(1, dest)
         elif self.runtime.files_dir not in sys.path:
@@ -645,10 +643,8 @@ class SparkContext:
 
     def _profiles(self) -> Any:
         if self.profiler_collector is None:
-            raise PySparkRuntimeError(
-                "INCORRECT_CONF_FOR_PROFILE",
-                "'spark.python.profile' or 'spark.python.profile.memory' configuration must be "
-                "set to 'true' to enable Python profile.")
+            raise PySparkRuntimeError(errorClass="INCORRECT_CONF_FOR_PROFILE",
+                                      messageParameters={})
         return self.profiler_collector
 
 

@@ -422,8 +422,8 @@ class DriverRuntime:
     # --- jobs ---------------------------------------------------------------------------
     def check_running(self) -> None:
         if self.stopped:
-            raise PySparkRuntimeError("SPARK_CONTEXT_STOPPED",
-                                      "Cannot call methods on a stopped SparkContext.")
+            raise PySparkRuntimeError("Cannot call methods on a stopped SparkContext.",
+                                      "SPARK_CONTEXT_STOPPED", {})
 
     def run_job(self, rdd: RDD, func: Callable, partitions: list[int] | None = None,
                 with_context: bool = False) -> list:

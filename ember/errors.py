@@ -6,9 +6,13 @@ Python type (a missing input path is also a FileNotFoundError) so ordinary `exce
 """
 from __future__ import annotations
 
+import abc
 import builtins
+import enum
 import pickle
+import re
 import sys
+import warnings
 from typing import Any
 
 
@@ -220,34 +224,235 @@ class BarrierJobSlotsNumberCheckFailed(BarrierJobAllocationFailed):
         self.max_concurrent_tasks = max_concurrent_tasks
 
 
-class _PySparkErrorClass(SparkException):
-    """A PySpark error with an error class, printed as "[CLASS] message"."""
+# The error conditions of PySpark's (pyspark/errors/error-conditions.json) that Ember raises,
+# in PySpark's words: the lines of a message, <name> for a parameter
+_CONDITIONS: dict[str, tuple[str, ...]] = {
+    "APPLICATION_NAME_NOT_SET": ("An application name must be set in your configuration.",),
+    "CALL_BEFORE_INITIALIZE": ("Not supported to call `<func_name>` before initialize "
+                               "<object>.",),
+    "CONTEXT_ONLY_VALID_ON_DRIVER": (
+        "It appears that you are attempting to reference SparkContext from a broadcast "
+        "variable, action, or transformation. SparkContext can only be used on the driver, "
+        "not in code that it run on workers. For more information, see SPARK-5063.",),
+    "INCORRECT_CONF_FOR_PROFILE": (
+        "`spark.python.profile` or `spark.python.profile.memory` configuration",
+        " must be set to `true` to enable Python profile."),
+    "INVALID_BROADCAST_OPERATION": ("Broadcast can only be <operation> in driver.",),
+    "MASTER_URL_NOT_SET": ("A master URL must be set in your configuration.",),
+    "NOT_IN_BARRIER_STAGE": ("It is not in a barrier stage.",),
+    "PIPE_FUNCTION_EXITED": ("Pipe function `<func_name>` exited with error code "
+                             "<error_code>.",),
+    "PYTHON_HASH_SEED_NOT_SET": ("Randomness of hash of string should be disabled via "
+                                 "PYTHONHASHSEED.",),
+    "PYTHON_VERSION_MISMATCH": (
+        "Python in worker has different version: <worker_version> than that in driver: "
+        "<driver_version>, PySpark cannot run with different minor versions.",
+        "Please check environment variables PYSPARK_PYTHON and PYSPARK_DRIVER_PYTHON are "
+        "correctly set."),
+    "RDD_TRANSFORM_ONLY_VALID_ON_DRIVER": (
+        "It appears that you are attempting to broadcast an RDD or reference an RDD from an ",
+        "action or transformation. RDD transformations and actions can only be invoked by "
+        "the ", "driver, not inside of other transformations; for example, ",
+        "rdd1.map(lambda x: rdd2.values.count() * x) is invalid because the values ",
+        "transformation and count action cannot be performed inside of the rdd1.map ",
+        "transformation. For more information, see SPARK-5063."),
+    "STOP_ITERATION_OCCURRED": ("Caught StopIteration thrown from user's code; failing the "
+                                "task: <exc>",),
+}
+
+
+def condition_message(error_class: str | None, parameters: dict[str, str] | None) -> str:
+    """A condition's message with its parameters filled in; for a condition Ember does not
+    word, the parameters themselves."""
+    parameters = parameters or {}
+    lines = _CONDITIONS.get(error_class or "")
+    if lines is None:
+        return ", ".join(f"{k}={v}" for k, v in parameters.items())
+    return re.sub(r"<([a-zA-Z0-9_-]+)>",
+                  lambda m: str(parameters.get(m.group(1), m.group(0))), "\n".join(lines))
+
+
+class PySparkException(Exception):
+    """pyspark.errors.PySparkException: an error PySpark raises in Python, named by an error
+    condition and its parameters, with the condition's message unless one is given. Printed
+    as "[CONDITION] message"."""
+
+    def __init__(self, message: str | None = None, errorClass: str | None = None,  # noqa: N803
+                 messageParameters: dict[str, str] | None = None,  # noqa: N803
+                 contexts: list | None = None) -> None:
+        if message is None:
+            message = condition_message(errorClass, messageParameters)
+        Exception.__init__(self, message)       # args: what pickling rebuilds it from
+        self._message = message
+        self._errorClass = errorClass
+        self._messageParameters = messageParameters
+        self._contexts = contexts or []
+
+    def getCondition(self) -> str | None:  # noqa: N802
+        return self._errorClass
+
+    def getErrorClass(self) -> str | None:  # noqa: N802
+        warnings.warn("Deprecated in 4.0.0, use getCondition instead.", FutureWarning)
+        return self._errorClass
+
+    def getMessageParameters(self) -> dict[str, str] | None:  # noqa: N802
+        return self._messageParameters
+
+    def getSqlState(self) -> None:  # noqa: N802
+        """Errors raised in Python have no SQLSTATE."""
+        return None
+
+    def getMessage(self) -> str:  # noqa: N802
+        return f"[{self._errorClass}] {self._message}"
+
+    def getBreakingChangeInfo(self) -> None:  # noqa: N802
+        return None
+
+    def getQueryContext(self) -> list:  # noqa: N802
+        return self._contexts
+
+    def __str__(self) -> str:
+        return self.getMessage() if self._errorClass is not None else self._message
+
+
+class _PySparkError(PySparkException, SparkException):
+    """PySpark's error classes with a builtin base. Also SparkExceptions, as Ember's errors
+    are, but never Py4JJavaErrors: PySpark raises them in Python."""
 
     _from_jvm = False
 
-    def __init__(self, errorClass: str = "", message: str = "") -> None:  # noqa: N803
-        Exception.__init__(self, message)
-        self.error_class = errorClass
 
-    def getErrorClass(self) -> str:  # noqa: N802
-        return self.error_class
-
-    def __str__(self) -> str:
-        return f"[{self.error_class}] {self.args[0]}" if self.error_class else str(self.args[0])
+class PySparkValueError(_PySparkError, ValueError):
+    """ValueError with a PySpark error condition."""
 
 
-class PySparkValueError(_PySparkErrorClass, ValueError):
-    """ValueError with a PySpark error class."""
+class PySparkRuntimeError(_PySparkError, RuntimeError):
+    """RuntimeError with a PySpark error condition (e.g. PYTHON_HASH_SEED_NOT_SET)."""
 
 
-class PySparkRuntimeError(_PySparkErrorClass, RuntimeError):
-    """RuntimeError with a PySpark error class (e.g. PYTHON_HASH_SEED_NOT_SET)."""
+class PySparkTypeError(_PySparkError, TypeError):
+    """TypeError with a PySpark error condition."""
 
 
-class PySparkTypeError(_PySparkErrorClass, TypeError):
-    """TypeError with a PySpark error class."""
+class PySparkImportError(_PySparkError, ImportError):
+    """ImportError with a PySpark error condition."""
+
+
+class PySparkIndexError(_PySparkError, IndexError):
+    """IndexError with a PySpark error condition."""
+
+
+class PySparkAttributeError(_PySparkError, AttributeError):
+    """AttributeError with a PySpark error condition."""
+
+
+class PySparkAssertionError(_PySparkError, AssertionError):
+    """AssertionError with a PySpark error condition."""
+
+
+class PySparkNotImplementedError(_PySparkError, NotImplementedError):
+    """NotImplementedError with a PySpark error condition."""
+
+
+class PySparkPicklingError(_PySparkError, pickle.PicklingError):
+    """PicklingError with a PySpark error condition."""
+
+
+class PySparkKeyError(_PySparkError, KeyError):
+    """KeyError with a PySpark error condition."""
+
+    def __str__(self) -> str:       # not KeyError's repr of its argument
+        return PySparkException.__str__(self)
+
+
+class QueryContextType(enum.Enum):
+    """Where a SQL error's query context points: SQL text or a DataFrame call."""
+    SQL = 0
+    DataFrame = 1
+
+
+class QueryContext(abc.ABC):
+    """A SQL error's query context (pyspark.errors.QueryContext)."""
+
+    @abc.abstractmethod
+    def contextType(self) -> QueryContextType: ...  # noqa: N802
+
+    @abc.abstractmethod
+    def fragment(self) -> str: ...
+
+    @abc.abstractmethod
+    def summary(self) -> str: ...
+
+
+# What PySpark converts from its JVM's SQL engine and streaming. Ember has no SQL, so nothing
+# raises these; code written for PySpark that names them in `except` still imports them.
+class AnalysisException(PySparkException):
+    pass
+
+
+class ParseException(AnalysisException):
+    pass
+
+
+class TempTableAlreadyExistsException(AnalysisException):
+    pass
+
+
+class SessionNotSameException(PySparkException):
+    pass
+
+
+class ArithmeticException(PySparkException):
+    pass
+
+
+class UnsupportedOperationException(PySparkException):
+    pass
+
+
+class ArrayIndexOutOfBoundsException(PySparkException):
+    pass
+
+
+class DateTimeException(PySparkException):
+    pass
+
+
+class NumberFormatException(PySparkException):
+    pass
+
+
+class StreamingQueryException(PySparkException):
+    pass
+
+
+class QueryExecutionException(PySparkException):
+    pass
+
+
+class UnknownException(PySparkException):
+    pass
+
+
+class SparkRuntimeException(PySparkException):
+    pass
+
+
+class SparkUpgradeException(PySparkException):
+    pass
+
+
+class SparkNoSuchElementException(PySparkException):
+    pass
+
+
+class StreamingPythonRunnerInitializationException(PySparkException):
+    pass
+
+
+class PickleException(PySparkException):
+    pass
 
 
 # A task's PySpark error arrives by name; on the driver it is also its builtin base type.
-_PYSPARK_ERROR_BASES = {"PySparkValueError": ValueError, "PySparkRuntimeError": RuntimeError,
-                        "PySparkTypeError": TypeError}
+_PYSPARK_ERROR_BASES = {c.__name__: c.__bases__[1] for c in _PySparkError.__subclasses__()}

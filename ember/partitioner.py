@@ -16,9 +16,7 @@ from ember.errors import PySparkRuntimeError
 def portable_hash(x: Any) -> int:
     """Hash that is stable across processes (tuples hashed CPython-2.7 style, None -> 0)."""
     if "PYTHONHASHSEED" not in os.environ:
-        raise PySparkRuntimeError(
-            "PYTHON_HASH_SEED_NOT_SET",
-            "Randomness of hash of string should be disabled via PYTHONHASHSEED.")
+        raise PySparkRuntimeError(errorClass="PYTHON_HASH_SEED_NOT_SET", messageParameters={})
     if x is None:
         return 0
     if isinstance(x, tuple):

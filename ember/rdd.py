@@ -67,14 +67,8 @@ def serialize_stage(kind: str, rdd: "RDD", func: Any) -> bytes:
 
 
 def _rdd_off_driver() -> PySparkRuntimeError:
-    return PySparkRuntimeError(
-        "RDD_TRANSFORM_ONLY_VALID_ON_DRIVER",
-        "It appears that you are attempting to broadcast an RDD or reference an RDD from an "
-        "action or transformation. RDD transformations and actions can only be invoked by the "
-        "driver, not inside of other transformations; for example, rdd1.map(lambda x: "
-        "rdd2.values.count() * x) is invalid because the values transformation and count "
-        "action cannot be performed inside of the rdd1.map transformation. For more "
-        "information, see SPARK-5063.")
+    return PySparkRuntimeError(errorClass="RDD_TRANSFORM_ONLY_VALID_ON_DRIVER",
+                               messageParameters={})
 
 
 class _OffDriver:
@@ -487,8 +481,9 @@ class RDD:
                 pipe.wait()
                 if checkCode and pipe.returncode:
                     raise PySparkRuntimeError(
-                        "PIPE_FUNCTION_EXITED",
-                        f"Pipe function `{command}` exited with error code {pipe.returncode}.")
+                        errorClass="PIPE_FUNCTION_EXITED",
+                        messageParameters={"func_name": str(command),
+                                           "error_code": str(pipe.returncode)})
                 for i in range(0):
                     yield i
             return (x.rstrip(b"\n").decode("utf-8") for x in

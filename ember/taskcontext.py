@@ -141,13 +141,13 @@ class BarrierTaskContext(TaskContext):
         """The running barrier task's context; an error outside a barrier stage."""
         ctx = TaskContext._task_context
         if not isinstance(ctx, BarrierTaskContext):
-            raise PySparkRuntimeError("NOT_IN_BARRIER_STAGE", "It is not in a barrier stage.")
+            raise PySparkRuntimeError(errorClass="NOT_IN_BARRIER_STAGE", messageParameters={})
         return ctx
 
     def _not_initialized(self, func_name: str) -> PySparkRuntimeError:
         return PySparkRuntimeError(
-            "CALL_BEFORE_INITIALIZE",
-            f"Not supported to call `{func_name}` before initialize BarrierTaskContext.")
+            errorClass="CALL_BEFORE_INITIALIZE",
+            messageParameters={"func_name": func_name, "object": "BarrierTaskContext"})
 
     def _run_barrier(self, method: str, message: str) -> list[str]:
         from ember.deploy.executor_messages import RequestToSync

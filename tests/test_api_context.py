@@ -960,9 +960,12 @@ def test_custom_profiler_class_runs_in_the_tasks(fresh_sc):
 
 
 def test_profiles_need_spark_python_profile(ctx):
-    with pytest.raises(RuntimeError, match="'spark.python.profile' or "
-                       "'spark.python.profile.memory' configuration must be set"):
+    """PySpark 4.1's words (its error-conditions.json), error condition and parameters."""
+    with pytest.raises(RuntimeError, match="`spark.python.profile` or "
+                       "`spark.python.profile.memory` configuration\n must be set") as e:
         ctx.show_profiles()
+    assert e.value.getCondition() == "INCORRECT_CONF_FOR_PROFILE"
+    assert e.value.getMessageParameters() == {}
     with pytest.raises(RuntimeError, match="INCORRECT_CONF_FOR_PROFILE"):
         ctx.dump_profiles("/nonexistent/abc")
     assert ctx.profiler_collector is None

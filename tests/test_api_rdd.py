@@ -1150,7 +1150,7 @@ def test_an_rdd_used_in_its_own_closure_or_the_context_in_any_is_spark_5063(sc):
     """The stage's own RDD ships with its lineage, so the error comes from the task; the
     context never ships (PySpark's CONTEXT_ONLY_VALID_ON_DRIVER, while pickling)."""
     rdd = sc.parallelize([1, 2], 2)
-    with pytest.raises(SparkException, match="RDD_TRANSFORM_ONLY_VALID_ON_DRIVER.*SPARK-5063"):
+    with pytest.raises(SparkException, match="(?s)RDD_TRANSFORM_ONLY_VALID_ON_DRIVER.*SPARK-5063"):
         rdd.map(lambda x: rdd.count()).collect()
     with pytest.raises(pickle.PicklingError, match="CONTEXT_ONLY_VALID_ON_DRIVER.*SPARK-5063"):
         rdd.map(lambda x: sc.defaultParallelism).collect()

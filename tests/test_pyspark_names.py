@@ -181,3 +181,49 @@ def test_pysparks_private_checkpoint_reader_and_reserialize(fresh_sc, tmp_path):
     a = sc.parallelize(range(5))._reserialize(BatchedSerializer(CPickleSerializer(), 2))
     b = sc.parallelize(range(100, 105))._reserialize(MarshalSerializer())
     assert a.zip(b).collect() == [(i, 100 + i) for i in range(5)]
+
+
+def test_pyspark_errors_names_and_their_api(sc):
+    """pyspark.errors: every name PySpark 4.1 exports; PySparkException's condition,
+    parameters and PySpark's message for them; a PySpark error a task raised is its builtin
+    type on the driver."""
+    import warnings
+
+    from ember import errors
+    from ember.errors import PySparkException, PySparkKeyError, PySparkRuntimeError
+    names = ["PySparkException", "AnalysisException", "SessionNotSameException",
+             "TempTableAlreadyExistsException", "ParseException", "IllegalArgumentException",
+             "ArithmeticException", "UnsupportedOperationException",
+             "ArrayIndexOutOfBoundsException", "DateTimeException", "NumberFormatException",
+             "StreamingQueryException", "QueryExecutionException", "PythonException",
+             "UnknownException", "SparkRuntimeException", "SparkUpgradeException",
+             "SparkNoSuchElementException", "PySparkTypeError", "PySparkValueError",
+             "PySparkImportError", "PySparkIndexError", "PySparkAttributeError",
+             "PySparkRuntimeError", "PySparkAssertionError", "PySparkNotImplementedError",
+             "PySparkPicklingError", "PySparkKeyError", "QueryContext", "QueryContextType",
+             "StreamingPythonRunnerInitializationException", "PickleException"]
+    assert [n for n in names if not hasattr(errors, n)] == []
+    e = PySparkRuntimeError(errorClass="PIPE_FUNCTION_EXITED",
+                            messageParameters={"func_name": "false", "error_code": "1"})
+    assert isinstance(e, (PySparkException, RuntimeError))
+    assert str(e) == e.getMessage() == (
+        "[PIPE_FUNCTION_EXITED] Pipe function `false` exited with error code 1.")
+    assert e.getCondition() == "PIPE_FUNCTION_EXITED" and e.getSqlState() is None
+    assert e.getMessageParameters() == {"func_name": "false", "error_code": "1"}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert e.getErrorClass() == "PIPE_FUNCTION_EXITED"
+    assert caught[0].category is FutureWarning
+    copy = pickle.loads(pickle.dumps(e))
+    assert (str(copy), copy.getMessageParameters()) == (str(e), e.getMessageParameters())
+    assert str(PySparkException("just words")) == "just words"
+    assert str(PySparkKeyError(errorClass="K", messageParameters={"k": "v"})) == "[K] k=v"
+    with pytest.raises(RuntimeError, match=r"Pipe function `false` exited with error code 1"):
+        sc.parallelize([1], 1).pipe("false", checkCode=True).collect()
+
+    def raises(_):
+        raise errors.PySparkIndexError(errorClass="INDEX_OUT_OF_RANGE",
+                                       messageParameters={"arg_name": "i", "index": "9"})
+    with pytest.raises(IndexError, match="INDEX_OUT_OF_RANGE"):
+        sc.parallelize([1], 1).map(raises).collect()
+    assert sc.parallelize([1, 2], 2).count() == 2

@@ -151,12 +151,8 @@ def _load_stage(blob: bytes, meta: bytes) -> _Stage:
     start = blob[0] + 1
     driver_version = blob[1:start].decode(errors="replace")
     if driver_version != _PYTHON_VERSION:
-        raise PySparkRuntimeError(
-            "PYTHON_VERSION_MISMATCH",
-            f"Python in worker has different version: {_PYTHON_VERSION} than that in driver: "
-            f"{driver_version}, PySpark cannot run with different minor versions.\nPlease "
-            "check environment variables PYSPARK_PYTHON and PYSPARK_DRIVER_PYTHON are "
-            "correctly set.")
+        raise PySparkRuntimeError(errorClass="PYTHON_VERSION_MISMATCH", messageParameters={
+            "worker_version": _PYTHON_VERSION, "driver_version": driver_version})
     before = dict(accumulators._accumulator_registry)
     kind, rdd, func = pickle.loads(memoryview(blob)[start:])
     st = _Stage()

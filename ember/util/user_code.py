@@ -25,9 +25,8 @@ _SITE_DIRS = tuple({os.path.abspath(sysconfig.get_paths()[k]) + os.sep
 
 def stop_iteration_error(exc: StopIteration) -> PySparkRuntimeError:
     """PySpark's error for a StopIteration that escaped user code."""
-    return PySparkRuntimeError(
-        "STOP_ITERATION_OCCURRED",
-        f"Caught StopIteration thrown from user's code; failing the task: {exc}")
+    return PySparkRuntimeError(errorClass="STOP_ITERATION_OCCURRED",
+                               messageParameters={"exc": str(exc)})
 
 
 def fail_on_stopiteration(f: Callable) -> Callable:
