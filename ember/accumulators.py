@@ -10,6 +10,8 @@ import logging
 import threading
 from typing import Any, Generic, TypeVar
 
+from ember.errors import PySparkRuntimeError
+
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
@@ -69,13 +71,15 @@ class Accumulator(Generic[T]):
     @property
     def value(self) -> T:
         if self._deserialized:
-            raise RuntimeError("Accumulator.value cannot be accessed inside tasks")
+            raise PySparkRuntimeError(errorClass="VALUE_NOT_ACCESSIBLE",
+                                      messageParameters={"value": "Accumulator.value"})
         return self._value
 
     @value.setter
     def value(self, value: T) -> None:
         if self._deserialized:
-            raise RuntimeError("Accumulator.value cannot be accessed inside tasks")
+            raise PySparkRuntimeError(errorClass="VALUE_NOT_ACCESSIBLE",
+                                      messageParameters={"value": "Accumulator.value"})
         self._value = value
 
     def add(self, term: T) -> None:

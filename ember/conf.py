@@ -4,6 +4,8 @@ from __future__ import annotations
 import os
 from typing import Iterable
 
+from ember.errors import PySparkRuntimeError
+
 
 class SparkConf:
     """Configuration for an application. Values set here win over every other source.
@@ -45,7 +47,7 @@ class SparkConf:
     def setExecutorEnv(self, key: str | None = None, value: str | None = None,
                        pairs: Iterable[tuple[str, str]] | None = None) -> "SparkConf":
         if (key is not None and pairs is not None) or (key is None and pairs is None):
-            raise ValueError("Either pass one key-value pair or a list of pairs")
+            raise PySparkRuntimeError(errorClass="KEY_VALUE_PAIR_REQUIRED", messageParameters={})
         if key is not None:
             self.set("spark.executorEnv." + key, value)
         else:

@@ -238,6 +238,7 @@ _CONDITIONS: dict[str, tuple[str, ...]] = {
         "`spark.python.profile` or `spark.python.profile.memory` configuration",
         " must be set to `true` to enable Python profile."),
     "INVALID_BROADCAST_OPERATION": ("Broadcast can only be <operation> in driver.",),
+    "KEY_VALUE_PAIR_REQUIRED": ("Key-value pair or a list of pairs is required.",),
     "MASTER_URL_NOT_SET": ("A master URL must be set in your configuration.",),
     "NOT_IN_BARRIER_STAGE": ("It is not in a barrier stage.",),
     "PIPE_FUNCTION_EXITED": ("Pipe function `<func_name>` exited with error code "
@@ -256,6 +257,7 @@ _CONDITIONS: dict[str, tuple[str, ...]] = {
         "rdd1.map(lambda x: rdd2.values.count() * x) is invalid because the values ",
         "transformation and count action cannot be performed inside of the rdd1.map ",
         "transformation. For more information, see SPARK-5063."),
+    "VALUE_NOT_ACCESSIBLE": ("Value `<value>` cannot be accessed inside tasks.",),
     "STOP_ITERATION_OCCURRED": ("Caught StopIteration thrown from user's code; failing the "
                                 "task: <exc>",),
 }

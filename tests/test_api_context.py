@@ -839,9 +839,9 @@ def test_spark_conf():
     assert conf.setAll([("spark.a", "1"), ("spark.b", "2")]) is conf
     assert conf.get("spark.a") == "1" and conf.get("spark.b") == "2"
     assert conf.set("spark.num", 3).get("spark.num") == "3"
-    with pytest.raises(Exception):
+    with pytest.raises(RuntimeError, match=r"\[KEY_VALUE_PAIR_REQUIRED\] Key-value pair or"):
         conf.setExecutorEnv("K", "V", pairs=[("A", "B")])
-    with pytest.raises(Exception):
+    with pytest.raises(RuntimeError, match="KEY_VALUE_PAIR_REQUIRED"):
         conf.setExecutorEnv()
 
 

@@ -226,4 +226,8 @@ def test_pyspark_errors_names_and_their_api(sc):
                                        messageParameters={"arg_name": "i", "index": "9"})
     with pytest.raises(IndexError, match="INDEX_OUT_OF_RANGE"):
         sc.parallelize([1], 1).map(raises).collect()
+    acc = sc.accumulator(0)
+    with pytest.raises(RuntimeError, match=r"\[VALUE_NOT_ACCESSIBLE\] Value `Accumulator.value` "
+                       "cannot be accessed inside tasks."):
+        sc.parallelize([1], 1).foreach(lambda _: acc.value)
     assert sc.parallelize([1, 2], 2).count() == 2
