@@ -231,3 +231,44 @@ def test_pyspark_errors_names_and_their_api(sc):
                        "cannot be accessed inside tasks."):
         sc.parallelize([1], 1).foreach(lambda _: acc.value)
     assert sc.parallelize([1, 2], 2).count() == 2
+
+
+def test_pyspark_testing_utils_run_a_pyspark_style_test_case(fresh_sc):
+    """ember.testing.utils is `pyspark.testing.utils` for the RDD API: PySpark's own tests
+    subclass its test cases and call check_error, eventually and QuietTest. (fresh_sc: the
+    shared context is stopped, as the test case makes its own.)"""
+    import unittest
+
+    from ember.errors import PySparkRuntimeError
+    from ember.testing.utils import (PySparkErrorTestUtils, QuietTest, ReusedPySparkTestCase,
+                                     eventually, read_int, write_int)
+
+    class Case(ReusedPySparkTestCase, PySparkErrorTestUtils):
+        @classmethod
+        def master(cls):
+            return "local[2]"
+
+        def test_count_and_error(self):
+            self.assertEqual(self.sc.parallelize(range(10), 3).count(), 10)
+            with QuietTest(self.sc), self.assertRaises(PySparkRuntimeError) as pe:
+                self.sc.show_profiles()
+            self.check_error(exception=pe.exception, errorClass="INCORRECT_CONF_FOR_PROFILE",
+                             messageParameters={})
+            with self.assertRaises(AssertionError):
+                self.check_error(exception=pe.exception, errorClass="OTHER",
+                                 messageParameters={})
+
+        def test_eventually(self):
+            calls = []
+
+            @eventually(timeout=5, catch_assertions=True)
+            def settles():
+                calls.append(1)
+                assert len(calls) >= 3
+            settles()
+            self.assertEqual(len(calls), 3)
+
+    result = unittest.TextTestRunner(stream=io.StringIO()).run(
+        unittest.defaultTestLoader.loadTestsFromTestCase(Case))
+    assert result.wasSuccessful() and result.testsRun == 3, result.failures + result.errors
+    assert read_int(write_int(-7)) == -7
