@@ -346,47 +346,63 @@ class SequenceFileWriter:
 # -- SequenceFile reading ----------------------------------------------------------------
 
 class _Header:
-    def __init__(self, f: Any) -> None:
-        head = f.read(4)
+    """A SequenceFile's header, read from `reader` exactly (no read-ahead, no seek: a
+    streamed file goes on with the records)."""
+
+    def __init__(self, reader: Any) -> None:
+        head = reader.read(4)
         if head[:3] != b"SEQ":
-            raise SparkException(f"{getattr(f, 'name', 'input')} is not a SequenceFile")
+            raise SparkException(f"{getattr(reader, 'name', 'input')} is not a SequenceFile")
         if head[3] != VERSION:
             raise SparkException(f"SequenceFile version {head[3]}: Ember reads version "
                                  f"{VERSION}, the one Hadoop writes")
-        buf = bytearray(head)
-        buf += f.read(4096)
-        pos = 4
-        self.key_class, pos = _decode_text(buf, pos)
-        self.value_class, pos = _decode_text(buf, pos)
-        self.compressed, self.block = bool(buf[pos]), bool(buf[pos + 1])
-        pos += 2
-        self.decompress = None
-        if self.compressed:
-            name, pos = _decode_text(buf, pos)
-            self.decompress = codec(name)[1]
-        (entries,) = _INT.unpack_from(buf, pos)
-        pos += 4
-        for _ in range(2 * entries):
-            _, pos = _decode_text(buf, pos)
-        self.sync = bytes(buf[pos:pos + SYNC_HASH_SIZE])
-        self.end = pos + SYNC_HASH_SIZE
+        self.end = 4
+        self.key_class, self.value_class = self._text(reader), self._text(reader)
+        flags = self._exactly(reader, 2)
+        self.compressed, self.block = bool(flags[0]), bool(flags[1])
+        self.decompress = codec(self._text(reader))[1] if self.compressed else None
+        (entries,) = _INT.unpack(self._exactly(reader, 4))
+        for _ in range(2 * entries):        # metadata: names and values, unused
+            self._text(reader)
+        self.sync = self._exactly(reader, SYNC_HASH_SIZE)
+
+    def _exactly(self, reader: Any, n: int) -> bytes:
+        data = reader.read(n)
+        if len(data) < n:
+            raise ValueError("the file ends inside its header")
+        self.end += n
+        return data
+
+    def _text(self, reader: Any) -> str:
+        n, size = _read_vlong_from(reader)
+        self.end += size
+        return self._exactly(reader, n).decode("utf-8", "replace")
+
+
+def buffered(f: Any) -> Any:
+    """`f` as a buffered stream (one that reads ahead and peeks)."""
+    return f if isinstance(f, io.BufferedIOBase) else io.BufferedReader(f, 1 << 16)
 
 
 def read_sequence_file(f: Any, start: int, end: float) -> Iterator[tuple[Any, Any]]:
     """The (key, value) records of the split [start, end) of a SequenceFile open as `f`."""
-    header = _Header(f)
+    reader = buffered(f)
+    header = _Header(reader)
     decode_key, decode_value = decoder(header.key_class), decoder(header.value_class)
-    for k, v in _raw_records(f, header, start, end):
+    for k, v in _raw_records(reader, header, start, end):
         yield decode_key(k, 0)[0], decode_value(v, 0)[0]
 
 
-def _raw_records(f: Any, header: _Header, start: int, end: float) -> Iterator[tuple[Any, Any]]:
-    """The serialized (key, value) of each record of the split, values decompressed."""
-    pos = header.end if start == 0 else _find_sync(f, max(start, header.end), end, header.sync)
-    if pos is None:
-        return
-    f.seek(pos)
-    reader = io.BufferedReader(f, 1 << 16) if not isinstance(f, io.BufferedIOBase) else f
+def _raw_records(reader: Any, header: _Header, start: int,
+                 end: float) -> Iterator[tuple[Any, Any]]:
+    """The serialized (key, value) of each record of the split, values decompressed, from
+    the buffered `reader` just past the header (it seeks only for a split after the first)."""
+    pos = header.end
+    if start > 0:
+        pos = _find_sync(reader, max(start, header.end), end, header.sync)
+        if pos is None:
+            return
+        reader.seek(pos)
     while True:
         head = reader.read(4)
         if len(head) < 4:
@@ -415,6 +431,8 @@ def _raw_records(f: Any, header: _Header, start: int, end: float) -> Iterator[tu
 def _read_vlong_from(reader: Any) -> tuple[int, int]:
     """(value, size) of the vint next in a stream."""
     first = reader.read(1)
+    if not first:
+        raise ValueError("the file ends inside a number")
     n = _vlong_size(_signed(first[0]))
     return read_vlong(first + reader.read(n - 1), 0)[0], n
 
@@ -652,11 +670,12 @@ def _bytes_writable(data: bytes) -> bytes:
 
 def read_pickle_records(f: Any, name: str) -> Iterator[Any]:
     """The values of a pickle file written by PySpark's saveAsPickleFile (or Ember's)."""
-    header = _Header(f)
+    reader = buffered(f)
+    header = _Header(reader)
     if (header.key_class, header.value_class) != (NULL, BYTES):
         raise SparkException(f"{name} is not a pickle file: a SequenceFile of "
                              f"{header.key_class}, {header.value_class}")
-    for _, value in _parsed(_raw_records(f, header, 0, math.inf), name):
+    for _, value in _parsed(_raw_records(reader, header, 0, math.inf), name):
         for chunk in from_java_byte_arrays(memoryview(value)[4:]):
             batch = pickle.loads(chunk)
             if isinstance(batch, list):

@@ -38,7 +38,7 @@ from ember.rdd_sources import Partition
 from ember.resultiterable import ResultIterable
 from ember.serializers import CPickleSerializer, dumps_closure
 from ember.statcounter import StatCounter
-from ember.storage.block_manager import read_batches
+from ember.storage.block_manager import load_batches, read_batches
 from ember.storagelevel import StorageLevel
 from ember.util.compressed import codec_extension
 from ember.util.user_code import (consume_whole, fail_on_stopiteration, filter_checked,
@@ -1507,13 +1507,13 @@ def _compute_fraction_for_sample_size(sample_size_lower_bound: int, total: int,
 def _read_pickle_file(path: str) -> Iterator:
     """A part of a pickle file: PySpark's SequenceFile format, or the plain pickled batches
     Ember wrote before it wrote PySpark's."""
-    from ember.hadoop_io import read_pickle_records
+    from ember.hadoop_io import buffered, read_pickle_records
     with src.open_input(path) as f:
-        if f.read(3) == b"SEQ":
-            f.seek(0)
-            yield from read_pickle_records(f, path)
-            return
-    yield from read_batches(path)
+        reader = buffered(f)                # peek, not seek: a URL may be a stream
+        if reader.peek(3)[:3] == b"SEQ":
+            yield from read_pickle_records(reader, path)
+        else:
+            yield from load_batches(reader)
 
 
 def _pair(record: Any) -> tuple:

@@ -7,6 +7,7 @@ Spark's) is in test_spark_interop.py.
 from __future__ import annotations
 
 import io
+import math
 import pickle
 
 import pytest
@@ -225,3 +226,40 @@ def test_a_corrupt_sequence_file_fails_its_job_naming_the_file(sc, tmp_path):
             sc.sequenceFile(str(tmp_path / name), minSplits=2).count()
         assert f"{tmp_path / name / 'part-00000'} {message}" in str(info.value)
     assert sc.sequenceFile(str(tmp_path / "good")).count() == 3000
+
+
+def test_a_header_with_much_metadata_and_a_streamed_file(tmp_path):
+    """The header is read exactly, however long its metadata (Hadoop writers may add
+    kilobytes of it), and the records follow without a seek (an http file is a stream)."""
+    header = bytearray(b"SEQ\x06")
+    hio._encode_text(header, hio.TEXT)
+    hio._encode_text(header, hio.TEXT)
+    header += b"\x00\x00" + hio._INT.pack(2)
+    for text in ("a", "x" * 5000, "b", "y" * 300):
+        hio._encode_text(header, text)
+    sync = b"0123456789abcdef"
+    body = bytearray()
+    for k, v in (("k1", "v1"), ("k2", "v2")):
+        key, value = bytearray(), bytearray()
+        hio._encode_text(key, k)
+        hio._encode_text(value, v)
+        body += hio._INT.pack(len(key) + len(value)) + hio._INT.pack(len(key)) + key + value
+
+    class Stream(io.RawIOBase):         # reads forward only, as fsspec's HTTPStreamFile
+        def __init__(self, data):
+            self._data = io.BytesIO(data)
+
+        def readable(self):
+            return True
+
+        def readinto(self, b):
+            return self._data.readinto(b)
+
+        def seek(self, *a):
+            raise ValueError("Cannot seek streaming HTTP file")
+
+    data = bytes(header + sync + body)
+    assert list(hio.read_sequence_file(Stream(data), 0, math.inf)) == [("k1", "v1"),
+                                                                       ("k2", "v2")]
+    with pytest.raises(ValueError, match="ends inside its header"):
+        list(hio.read_sequence_file(io.BytesIO(data[:3000]), 0, math.inf))

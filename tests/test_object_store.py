@@ -240,8 +240,13 @@ def _history_apps(log_dir: str, keys: dict) -> list:
 
 
 def test_http_source_and_an_unknown_scheme(sc, tmp_path):
+    """http(s) files are streamed from their start (no seek): text, a SequenceFile and a
+    pickle file alike."""
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "a.txt").write_bytes(_text(300, 3))
+    pairs = [(i, "v" * (i % 7)) for i in range(3000)]
+    sc.parallelize(pairs, 1).saveAsSequenceFile(str(tmp_path / "site" / "seq"))
+    sc.parallelize(pairs, 1).saveAsPickleFile(str(tmp_path / "site" / "pickle"))
     handler = functools.partial(http.server.SimpleHTTPRequestHandler,
                                 directory=str(tmp_path / "site"))
     handler.log_message = lambda *a, **k: None
@@ -251,6 +256,9 @@ def test_http_source_and_an_unknown_scheme(sc, tmp_path):
         url = f"http://127.0.0.1:{server.server_address[1]}/a.txt"
         assert sc.textFile(url, 3).collect() == \
             sc.textFile(str(tmp_path / "site" / "a.txt"), 3).collect()
+        site = url.rsplit("/", 1)[0]
+        assert sc.sequenceFile(site + "/seq/part-00000", minSplits=3).collect() == pairs
+        assert sc.pickleFile(site + "/pickle/part-00000", 3).collect() == pairs
     finally:
         server.shutdown()
         server.server_close()

@@ -73,16 +73,21 @@ def dump_batches(f: Any, values: Iterable, batch_size: int = _BATCH) -> None:
 
 
 def read_batches(path: str) -> Iterator:
-    """The values written by write_batches (also the format of saveAsPickleFile, which may
-    be a URL)."""
+    """The values written by write_batches (also the format of Ember's older pickle files,
+    which may be URLs)."""
     with fs.open_file(path, "rb") as f:
-        load = pickle.load
-        while True:
-            try:
-                batch = load(f)
-            except EOFError:
-                return
-            yield from batch
+        yield from load_batches(f)
+
+
+def load_batches(f: Any) -> Iterator:
+    """The values of the pickled batches in the stream `f`."""
+    load = pickle.load
+    while True:
+        try:
+            batch = load(f)
+        except EOFError:
+            return
+        yield from batch
 
 
 class BlockManager:
