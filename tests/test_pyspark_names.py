@@ -6,6 +6,7 @@ returned from a task (all found running PySpark 4.1's own doctests against Ember
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import sys
 import threading
@@ -272,3 +273,52 @@ def test_pyspark_testing_utils_run_a_pyspark_style_test_case(fresh_sc):
         unittest.defaultTestLoader.loadTestsFromTestCase(Case))
     assert result.wasSuccessful() and result.testsRun == 3, result.failures + result.errors
     assert read_int(write_int(-7)) == -7
+
+
+def test_loose_version_find_spark_home_and_handle_worker_exception(monkeypatch):
+    """pyspark.loose_version, pyspark.find_spark_home and pyspark.util's
+    handle_worker_exception, which PySpark's test_util imports."""
+    from ember.find_spark_home import _find_spark_home
+    from ember.loose_version import LooseVersion
+    from ember.util import handle_worker_exception
+    v = LooseVersion("1.2.3")
+    assert (str(v), repr(v)) == ("1.2.3", "LooseVersion ('1.2.3')")
+    assert v == "1.2.3" and v <= LooseVersion("1.2.4") and LooseVersion("1.10") > "1.9"
+    assert LooseVersion("2.0.0rc1") < "2.0.1"
+    with pytest.raises(TypeError):
+        v > 1.1  # noqa: B015
+    monkeypatch.setenv("SPARK_HOME", "/opt/spark")
+    assert _find_spark_home() == "/opt/spark"
+    monkeypatch.delenv("SPARK_HOME")
+    assert os.path.isdir(os.path.join(_find_spark_home(), "ember"))
+
+    def written(hide=None) -> bytes:
+        try:
+            raise ValueError("test_message")
+        except ValueError as e:
+            out = io.BytesIO()
+            handle_worker_exception(e, out, hide)
+            return out.getvalue()
+    full = written()
+    assert full[:4] == b"\xff\xff\xff\xfe" and int.from_bytes(full[4:8], "big") == len(full) - 8
+    assert b"Traceback (most recent call last):" in full and b"ValueError: test_message" in full
+    assert written(True)[8:] == b"ValueError: test_message\n"
+    monkeypatch.setenv("SPARK_HIDE_TRACEBACK", "1")
+    assert b"Traceback" not in written() and b"Traceback" in written(False)
+
+
+def test_a_stop_iteration_from_an_aggregators_function_is_pysparks_error():
+    """pyspark.shuffle used directly (PySpark's test_shuffle): StopIteration from any of the
+    three functions is PySpark's RuntimeError, not a StopIteration that ends a loop."""
+    from ember.shuffle import Aggregator, ExternalMerger
+
+    def stopit(*args):
+        raise StopIteration()
+    data = [(x % 2, x) for x in range(100)]
+    for agg in (Aggregator(stopit, lambda c, v: c + [v], lambda a, b: a + b),
+                Aggregator(lambda v: [v], stopit, lambda a, b: a + b)):
+        with pytest.raises(RuntimeError, match="STOP_ITERATION_OCCURRED"):
+            ExternalMerger(agg, 20).mergeValues(data)
+    merger = ExternalMerger(Aggregator(lambda v: [v], lambda c, v: c + [v], stopit), 20)
+    with pytest.raises(RuntimeError, match="STOP_ITERATION_OCCURRED"):
+        merger.mergeCombiners([(0, [1]), (0, [2])])

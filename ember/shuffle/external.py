@@ -45,7 +45,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 from ember.shuffle import spilled as _spilled
 from ember.util import pickling
 from ember.util.files import unlink_quietly
-from ember.util.user_code import flat_map_checked
+from ember.util.user_code import flat_map_checked, stop_iteration_error
 
 __all__ = [
     "get_used_memory",
@@ -630,6 +630,17 @@ class ExternalMerger(Merger):
         self._drive(iterator, self._comb_loops, creator, comb)
 
     def _drive(self, iterator: Iterable[tuple], loops: tuple, creator: Any, comb: Any) -> None:
+        """Merge `iterator` with `loops`. A StopIteration out of the loops can only be the
+        user's functions' (the input's own end stops the loops), so it becomes PySpark's
+        error here, once, instead of a wrapper around every call (as PySpark's Aggregator
+        wraps them)."""
+        try:
+            self._drive_chunks(iterator, loops, creator, comb)
+        except StopIteration as exc:
+            raise stop_iteration_error(exc) from exc
+
+    def _drive_chunks(self, iterator: Iterable[tuple], loops: tuple, creator: Any,
+                      comb: Any) -> None:
         try_loop, get_loop, part_loop = loops
         it = iter(iterator)
         while True:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import logging
-import os
 import signal
 import struct
 import sys
@@ -21,9 +20,9 @@ from typing import Any, Callable
 
 from ember.conf import SparkConf
 from ember.errors import PySparkException
+from ember.find_spark_home import _find_spark_home
 
-SPARK_HOME = os.environ.get("SPARK_HOME") or os.path.dirname(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SPARK_HOME = _find_spark_home()
 
 
 def have_package(name: str) -> bool:

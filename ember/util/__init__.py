@@ -16,6 +16,7 @@ _PYSPARK_NAMES = {
     "print_exec": "ember.util.pyspark_util", "VersionUtils": "ember.util.pyspark_util",
     "walk_tb": "ember.util.pyspark_util", "try_simplify_traceback": "ember.util.pyspark_util",
     "_parse_memory": "ember.util.pyspark_util", "is_remote_only": "ember.util.pyspark_util",
+    "handle_worker_exception": "ember.util.pyspark_util",
     "fail_on_stopiteration": "ember.util.user_code",
     "InheritableThread": "ember.context", "inheritable_thread_target": "ember.context",
 }

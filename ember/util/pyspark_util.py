@@ -7,11 +7,12 @@ light as before. Ember has no JVM: what PySpark's module does with py4j sockets 
 from __future__ import annotations
 
 import functools
+import os
 import re
 import sys
 import traceback
 from types import TracebackType
-from typing import Any, Callable, Iterator, TextIO, TypeVar
+from typing import IO, Any, Callable, Iterator, TextIO, TypeVar
 
 from ember.util.user_code import _EMBER_DIR
 from ember.util.user_code import fail_on_stopiteration  # noqa: F401  (pyspark.util's name)
@@ -94,3 +95,26 @@ def since(version: str | float) -> Callable[[_F], _F]:
         f.__doc__ = f"{doc.rstrip()}\n\n{indent}.. versionadded:: {version}"
         return f
     return deco
+
+
+def handle_worker_exception(e: BaseException, outfile: IO[bytes],
+                            hide_traceback: bool | None = None) -> None:
+    """Write a failed task's error as PySpark's worker does: PYTHON_EXCEPTION_THROWN (-2),
+    then the UTF-8 traceback with its length. Only the exception's line with
+    `hide_traceback` (default: SPARK_HIDE_TRACEBACK is set); with SPARK_SIMPLIFIED_TRACEBACK
+    set, the traceback without Ember's frames. Call it while `e` is being handled."""
+    from ember.serializers import SpecialLengths, write_int, write_with_length
+    if hide_traceback is None:
+        hide_traceback = bool(os.environ.get("SPARK_HIDE_TRACEBACK"))
+    if hide_traceback:
+        text = "".join(traceback.format_exception_only(type(e), e))
+    else:
+        tb = try_simplify_traceback(sys.exc_info()[2]) \
+            if os.environ.get("SPARK_SIMPLIFIED_TRACEBACK") else None
+        text = "".join(traceback.format_exception(type(e), e, tb or e.__traceback__,
+                                                  chain=tb is None))
+    try:
+        write_int(SpecialLengths.PYTHON_EXCEPTION_THROWN, outfile)
+        write_with_length(text.encode("utf-8"), outfile)
+    except OSError:             # the reader closed the stream
+        pass
