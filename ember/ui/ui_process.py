@@ -112,8 +112,9 @@ class UiProcess:
     the events (~30 % of the driver's instructions for the UI), and holds only the tasks
     running at the time. A start is sent on its own when its task fails, before any other
     kind of event (so the order of a stage's events holds) and when a frame is cut (so a
-    live page shows running tasks). The pipe is widened to PIPE_BYTES: the UI process reads at idle priority,
-    and each refill of a 64 KiB pipe cost the driver a wake-up of a writer blocked on it.
+    live page shows running tasks). The pipe is widened to PIPE_BYTES: the UI process reads
+    at idle priority, and each refill of a 64 KiB pipe cost the driver a wake-up of a writer
+    blocked on it.
     Frames the process has not read wait in the driver, up to MAX_QUEUED_BYTES; past that
     events are dropped with Spark's error."""
 
