@@ -32,6 +32,8 @@ from ember.call_site import call_site
 from ember.dependency import (Dependency, ManyToOneDependency, OneToOneDependency,
                               RangeDependency, ShuffleDependency, stage_rdds)
 from ember.errors import PySparkRuntimeError, SparkException
+from ember.join import (python_cogroup, python_full_outer_join, python_join,
+                        python_left_outer_join, python_right_outer_join)
 from ember.output_commit import OutputCommitter, open_output
 from ember.partitioner import Partitioner, portable_hash
 from ember.rdd_sources import Partition
@@ -737,22 +739,22 @@ class RDD:
         return self.map(lambda x: (x, True)).subtractByKey(rdd, numPartitions).keys()
 
     def cogroup(self, other: "RDD", numPartitions: int | None = None) -> "RDD":
-        return _cogroup([self, other], numPartitions)
+        return python_cogroup([self, other], numPartitions)
 
     def groupWith(self, other: "RDD", *others: "RDD") -> "RDD":
-        return _cogroup([self, other, *others], None)
+        return python_cogroup([self, other, *others], None)
 
     def join(self, other: "RDD", numPartitions: int | None = None) -> "RDD":
-        return _join(self, other, numPartitions, False, False)
+        return python_join(self, other, numPartitions)
 
     def leftOuterJoin(self, other: "RDD", numPartitions: int | None = None) -> "RDD":
-        return _join(self, other, numPartitions, False, True)
+        return python_left_outer_join(self, other, numPartitions)
 
     def rightOuterJoin(self, other: "RDD", numPartitions: int | None = None) -> "RDD":
-        return _join(self, other, numPartitions, True, False)
+        return python_right_outer_join(self, other, numPartitions)
 
     def fullOuterJoin(self, other: "RDD", numPartitions: int | None = None) -> "RDD":
-        return _join(self, other, numPartitions, True, True)
+        return python_full_outer_join(self, other, numPartitions)
 
     def sortByKey(self, ascending: bool = True, numPartitions: int | None = None,
                   keyfunc: Callable[[Any], Any] = _identity) -> "RDD":
@@ -1521,38 +1523,6 @@ def _pair(record: Any) -> tuple:
     if isinstance(record, tuple) and len(record) == 2:
         return record
     raise SparkException(f"RDD element of type {type(record).__name__} cannot be used")
-
-
-def _join(rdd: RDD, other: RDD, num_partitions: int | None, keep_right: bool,
-          keep_left: bool) -> RDD:
-    """PySpark's python_join: tag values by side, group by key, pair them up; an outer side
-    without partners is paired with None."""
-    def dispatch(seq: Iterable) -> Iterator:
-        vbuf, wbuf = [], []
-        for n, v in seq:
-            (vbuf if n == 1 else wbuf).append(v)
-        if keep_right and not vbuf:
-            vbuf.append(None)
-        if keep_left and not wbuf:
-            wbuf.append(None)
-        return ((v, w) for v in vbuf for w in wbuf)
-
-    vs = rdd.mapValues(lambda v: (1, v))
-    ws = other.mapValues(lambda v: (2, v))
-    return vs.union(ws).groupByKey(num_partitions).flatMapValues(lambda x: dispatch(iter(x)))
-
-
-def _cogroup(rdds: list[RDD], num_partitions: int | None) -> RDD:
-    tagged = [r.mapValues(lambda v, i=i: (i, v)) for i, r in enumerate(rdds)]
-    n = len(tagged)
-    union = _reduce(lambda x, y: x.union(y), tagged)
-
-    def dispatch(seq: Iterable) -> tuple:
-        bufs: list[list] = [[] for _ in range(n)]
-        for i, v in seq:
-            bufs[i].append(v)
-        return tuple(ResultIterable(vs) for vs in bufs)
-    return union.groupByKey(num_partitions).mapValues(dispatch)
 
 
 # --- RDD kinds ---------------------------------------------------------------------------

@@ -322,3 +322,19 @@ def test_a_stop_iteration_from_an_aggregators_function_is_pysparks_error():
     merger = ExternalMerger(Aggregator(lambda v: [v], lambda c, v: c + [v], stopit), 20)
     with pytest.raises(RuntimeError, match="STOP_ITERATION_OCCURRED"):
         merger.mergeCombiners([(0, [1]), (0, [2])])
+
+
+def test_pyspark_join_functions(sc):
+    """pyspark.join's functions are what the RDD methods use."""
+    from ember.join import (python_cogroup, python_full_outer_join, python_join,
+                            python_left_outer_join, python_right_outer_join)
+    a = sc.parallelize([(1, "a"), (2, "b")], 2)
+    b = sc.parallelize([(2, "x"), (3, "y")], 2)
+    assert python_join(a, b, 2).collect() == [(2, ("b", "x"))]
+    assert sorted(python_left_outer_join(a, b, None).collect()) == [(1, ("a", None)),
+                                                                    (2, ("b", "x"))]
+    assert sorted(python_right_outer_join(a, b, 1).collect()) == [(2, ("b", "x")),
+                                                                  (3, (None, "y"))]
+    assert len(python_full_outer_join(a, b, 3).collect()) == 3
+    assert sorted((k, tuple(map(list, v))) for k, v in python_cogroup([a, b], 2).collect()) == [
+        (1, (["a"], [])), (2, (["b"], ["x"])), (3, ([], ["y"]))]
