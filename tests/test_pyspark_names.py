@@ -338,3 +338,33 @@ def test_pyspark_join_functions(sc):
     assert len(python_full_outer_join(a, b, 3).collect()) == 3
     assert sorted((k, tuple(map(list, v))) for k, v in python_cogroup([a, b], 2).collect()) == [
         (1, (["a"], [])), (2, (["b"], ["x"])), (3, ([], ["y"]))]
+
+
+def test_pyspark_logger_writes_json_lines_with_the_calls_context():
+    """pyspark.logger.PySparkLogger (PySpark 4): JSON lines, keyword arguments as context,
+    an exception's class, message and frames."""
+    import json
+    import logging
+
+    from ember.logger import SPARK_LOG_SCHEMA, PySparkLogger
+    logger = PySparkLogger.getLogger("ember-test-json-logger")
+    assert isinstance(logger, PySparkLogger) and logger.level == logging.WARN
+    assert type(logging.getLogger("ember-test-plain-logger")) is logging.Logger
+    logger.setLevel(logging.INFO)
+    stream = io.StringIO()
+    logger.addHandler(logging.StreamHandler(stream))
+    logger.info("an informational message", user="test_user", action="test_action")
+    try:
+        raise KeyError("k")
+    except KeyError:
+        logger.exception("failed %s", "here", job=3)
+    first, second = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert first.pop("ts") and first == {
+        "level": "INFO", "logger": "ember-test-json-logger", "msg": "an informational message",
+        "context": {"user": "test_user", "action": "test_action"}}
+    assert (second["level"], second["msg"], second["context"]) == ("ERROR", "failed here",
+                                                                   {"job": 3})
+    assert second["exception"]["class"] == "KeyError"
+    assert second["exception"]["stacktrace"][-1]["method"] == (
+        "test_pyspark_logger_writes_json_lines_with_the_calls_context")
+    assert SPARK_LOG_SCHEMA.startswith("ts TIMESTAMP, level STRING")
