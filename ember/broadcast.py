@@ -157,8 +157,8 @@ class Broadcast(Generic[T]):
 
     def __reduce__(self):
         if self._bid is None:
-            raise PySparkRuntimeError("INVALID_BROADCAST_OPERATION",
-                                      "Broadcast can only be serialized in driver.")
+            raise PySparkRuntimeError(errorClass="INVALID_BROADCAST_OPERATION",
+                                      messageParameters={"operation": "serialized"})
         if self._destroyed:
             raise RuntimeError(f"Attempted to use broadcast variable {self._bid} after it was destroyed")
         if self._pickle_registry is not None:

@@ -312,7 +312,8 @@ def test_broadcast_constructor_forms(sc, tmp_path):
     for op, name in ((from_path.unpersist, "unpersisted"), (from_path.destroy, "destroyed")):
         with pytest.raises(PySparkRuntimeError, match=f"Broadcast can only be {name} in driver"):
             op()
-    with pytest.raises(PySparkRuntimeError, match="INVALID_BROADCAST_OPERATION"):
+    with pytest.raises(PySparkRuntimeError, match=r"^\[INVALID_BROADCAST_OPERATION\] "
+                       "Broadcast can only be serialized in driver.$"):
         pickle.dumps(from_path)
     b.destroy()
 

@@ -123,7 +123,7 @@ def test_a_failed_job_is_a_py4j_java_error_where_py4j_is_loaded(sc, tmp_path):
     error = SparkException("plain")
     assert isinstance(error, Py4JJavaError) and type(error).__name__ == "SparkException"
     assert pickle.loads(pickle.dumps(error)).args == ("plain",)
-    assert not isinstance(PySparkValueError("X", "y"), Py4JJavaError)
+    assert not isinstance(PySparkValueError(errorClass="X", messageParameters={}), Py4JJavaError)
     # subclasses whose __init__ calls super().__init__(message) (it must not reach py4j's)
     from ember.errors import BarrierJobUnsupportedRDDChainException
     from ember.rpc.errors import RpcRemoteError
