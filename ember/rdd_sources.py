@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, NamedTuple
 
 from ember import fs
 from ember.errors import InvalidInputException
-from ember.util.compressed import decompressed
+from ember.util.compressed import EXTENSIONS, decompressed
 
 if TYPE_CHECKING:   # loaded for the first remote split: http.client and ssl cost start-up
     from ember import s3_range
@@ -37,6 +37,8 @@ _CHUNK = 4 * 1024 * 1024
 _REMOTE_CHUNK = 32 * 1024 * 1024   # about one range request (S3A's block size)
 _PREFETCH = 2                       # range requests in flight ahead of the reader
 _TAIL = 64 * 1024                   # read past a split's end for its last line
+# compressed files are read whole: the codecs Ember reads, and two it reads as they are
+_WHOLE_FILE_SUFFIXES = (*EXTENSIONS.values(), ".zst", ".xz")
 _LINE_END = re.compile(r"\r\n|\r|\n")
 _BUFFERS: list[bytearray] = []      # reused _CHUNK buffers of direct S3 reads (no page faults)
 
@@ -193,7 +195,7 @@ def _basename(path: str) -> str:
 def splittable(path: str) -> bool:
     """Compressed files are read whole; so are http(s) files, as Hadoop's HttpFileSystem
     reads them (no seek; many servers ignore range requests)."""
-    return not path.endswith((".gz", ".bz2", ".deflate", ".zst", ".xz")) and \
+    return not path.endswith(_WHOLE_FILE_SUFFIXES) and \
         fs.scheme(path) not in ("http", "https")
 
 
