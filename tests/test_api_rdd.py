@@ -134,6 +134,21 @@ def test_parallelize_generator(sc):
     assert sc.parallelize((2 for _ in range(10))).map(lambda x: 1).cache().reduce(add) == 10
 
 
+def test_parallelize_pickles_the_collection_once_as_pyspark(sc):
+    """The slices are pickled when parallelize is called (PySpark hands them to its JVM
+    then): later changes to the records do not reach the RDD, every job reads the same
+    data, and what cannot be pickled fails there, with PySpark's PicklingError."""
+    from ember.errors import PicklingError
+    records = [[1], [2], [3]]
+    rdd = sc.parallelize(records, 2)
+    records[0].append(99)
+    assert rdd.collect() == [[1], [2], [3]] == rdd.collect()
+    assert sc.parallelize([lambda: 5]).map(lambda f: f()).collect() == [5]
+    with pytest.raises(PicklingError, match="Could not serialize object: TypeError: "
+                                            "cannot pickle '_thread.lock' object"):
+        sc.parallelize([1, threading.Lock()])
+
+
 def test_range(sc):
     assert sc.range(5).collect() == [0, 1, 2, 3, 4]
     assert sc.range(2, 4).collect() == [2, 3]

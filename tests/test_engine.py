@@ -390,10 +390,11 @@ def test_jobs_the_scheduler_cannot_start_fail_at_once_and_the_context_goes_on(sc
     instead of leaving its caller waiting: a task whose partition cannot be pickled (its
     task set is aborted, its slot free again), a partition the RDD does not have, a failure
     while the stage's tasks are created."""
+    from ember.rdd import ParallelCollectionRDD
     lock = threading.Lock()
     with pytest.raises(SparkException, match="Failed to serialize task .* not attempting to "
                        "retry it. Exception during serialization: TypeError: .*lock"):
-        sc.parallelize([1, 2, lock, 4], 4).count()
+        ParallelCollectionRDD(sc, [[1], [2], [lock], [4]]).count()
     with pytest.raises(ValueError, match="Attempting to access a non-existent partition: 5. "
                        "Total number of partitions: 2"):
         sc.runJob(sc.parallelize(range(4), 2), lambda it: [sum(it)], [0, 5])
