@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from benchmarks.engines import make_engine
-from benchmarks.workloads import (ColdStart, IterativeCached, ManyPartitions, Pi, SortByKey,
-                                  TinyTasks, WarmLatency, WordCount, Workload)
+from benchmarks.workloads import (ColdStart, IterativeCached, Join, ManyPartitions, Pi,
+                                  SortByKey, TinyTasks, WarmLatency, WordCount, Workload)
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "curves"
 
@@ -38,6 +38,7 @@ CURVES: dict[str, tuple[str, list[float], Callable[[float], Workload]]] = {
     "wordcount": ("MB of text", [2.5, 5, 10, 20], _scaled(WordCount, 200)),
     "pi": ("million samples", [0.5, 1, 2, 4], _scaled(Pi, 20)),
     "sort": ("thousand pairs", [50, 100, 200, 400], _scaled(SortByKey, 4000)),
+    "join": ("thousand facts", [25, 50, 100, 200], _scaled(Join, 2000)),
     "partitions": ("maps = reducers", [10, 100, 1000, 10000],
                    lambda size: ManyPartitions(1.0, int(size))),
     "tiny_tasks": ("tasks", [1000, 4000, 16000, 64000], _scaled(TinyTasks, 2000)),

@@ -121,6 +121,39 @@ def step(x: float) -> float:
 # ----------------------------------------------------------------------------- partitions
 
 
+def fact_pairs(index: int, n: int, parts: int, keys: int) -> Iterator[tuple[int, int]]:
+    """(key below `keys`, global index) pairs of partition `index`: a join's large side,
+    each key about n / keys times."""
+    lo, hi = slice_bounds(n, parts, index)
+    below = random.Random(SEED * 37 + index).randrange
+    for i in range(lo, hi):
+        yield (below(keys), i)
+
+
+def dimension_pairs(index: int, keys: int, parts: int) -> Iterator[tuple[int, int]]:
+    """(key, key % 1000) for partition `index`'s share of the keys: a join's small side,
+    one row a key."""
+    lo, hi = slice_bounds(keys, parts, index)
+    for k in range(lo, hi):
+        yield (k, k % 1000)
+
+
+def joined_sum(kv: tuple[int, tuple[int, int]]) -> tuple[int, int]:
+    """(key, (left, right)) of a join -> (key, left + right)."""
+    left, right = kv[1]
+    return (kv[0], left + right)
+
+
+def dask_joined_sum(other_self: tuple) -> tuple[int, int]:
+    """((key, right), (key, left)) of dask.bag's join -> (key, left + right)."""
+    (_, right), (key, left) = other_self
+    return (key, left + right)
+
+
+def key_of(pair: tuple) -> object:
+    return pair[0]
+
+
 def count_and_sum(pairs: Iterable[tuple[int, int]]) -> Iterator[tuple[int, int]]:
     """(records, sum of values) of one partition: an answer that ignores record order."""
     count = total = 0

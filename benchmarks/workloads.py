@@ -33,7 +33,12 @@ from benchmarks.kernels import (
     add,
     combine_sort_summaries,
     count_and_sum,
+    dask_joined_sum,
+    dimension_pairs,
+    fact_pairs,
     half,
+    joined_sum,
+    key_of,
     pi_partition,
     pi_partition_hits,
     random_pairs,
@@ -250,6 +255,64 @@ class SortByKey(Workload):
 
     def dask(self, client: Any) -> Measurement:
         raise Unsupported("dask.bag has no sort (dask.dataframe would need pandas)")
+
+
+# ============================================================================ join
+
+
+class Join(Workload):
+    """A fact table joined to a dimension table by key: the shuffle of tagged records, the
+    grouping by key and the pairing that cogroup, join and subtract share."""
+
+    name = "join"
+    title = "join of random int pairs to one row per key"
+
+    def __init__(self, scale: float) -> None:
+        super().__init__(scale)
+        self.partitions = 8
+        n = max(self.partitions * 100, int(2_000_000 * scale))
+        self.facts = n - n % self.partitions
+        self.keys = max(self.partitions, self.facts // 10)
+
+    def params(self) -> dict[str, Any]:
+        return {"facts": self.facts, "keys": self.keys, "partitions": self.partitions}
+
+    def serial(self) -> Measurement:
+        t0 = now()
+        parts = self.partitions
+        dims = dict(kv for i in range(parts) for kv in dimension_pairs(i, self.keys, parts))
+        count = total = 0
+        for i in range(parts):
+            for k, v in fact_pairs(i, self.facts, parts, self.keys):
+                w = dims.get(k)
+                if w is not None:
+                    count += 1
+                    total += v + w
+        return Measurement(now() - t0, [count, total])
+
+    def rdd(self, sc: Any) -> Measurement:
+        t0 = now()
+        parts = self.partitions
+        seeds = sc.parallelize(range(parts), parts)
+        facts = seeds.flatMap(partial(fact_pairs, n=self.facts, parts=parts, keys=self.keys))
+        dims = seeds.flatMap(partial(dimension_pairs, keys=self.keys, parts=parts))
+        sums = facts.join(dims).map(joined_sum).mapPartitions(count_and_sum).collect()
+        return Measurement(now() - t0, [sum(c for c, _ in sums), sum(t for _, t in sums)])
+
+    def dask(self, client: Any) -> Measurement:
+        import dask
+        import dask.bag as db
+
+        t0 = now()
+        parts = self.partitions
+        seeds = db.from_sequence(range(parts), npartitions=parts)
+        facts = seeds.map(partial(fact_pairs, n=self.facts, parts=parts, keys=self.keys)) \
+            .flatten()
+        dims = [kv for i in range(parts) for kv in dimension_pairs(i, self.keys, parts)]
+        joined = facts.join(dims, on_self=key_of, on_other=key_of)
+        values = joined.map(dask_joined_sum).pluck(1)
+        count, total = dask.compute(values.count(), values.sum())
+        return Measurement(now() - t0, [count, total])
 
 
 # ============================================================================ partitions
@@ -482,6 +545,6 @@ class IterativeCached(Workload):
 
 WORKLOADS: dict[str, type[Workload]] = {
     cls.name: cls
-    for cls in (WordCount, Pi, SortByKey, ManyPartitions, TinyTasks, WarmLatency, ColdStart,
+    for cls in (WordCount, Pi, SortByKey, Join, ManyPartitions, TinyTasks, WarmLatency, ColdStart,
                 IterativeCached)
 }
