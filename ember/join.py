@@ -4,7 +4,7 @@ without partners is paired with None)."""
 from __future__ import annotations
 
 from functools import reduce
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable
 
 from ember.resultiterable import ResultIterable
 
@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 
 def _join(rdd: RDD, other: RDD, num_partitions: int | None, keep_right: bool,
           keep_left: bool) -> RDD:
-    def dispatch(seq: Iterable) -> Iterator:
+    def dispatch(key_values: tuple) -> list:
+        k, seq = key_values
         vbuf, wbuf = [], []
         for n, v in seq:
             (vbuf if n == 1 else wbuf).append(v)
@@ -22,11 +23,13 @@ def _join(rdd: RDD, other: RDD, num_partitions: int | None, keep_right: bool,
             vbuf.append(None)
         if keep_left and not wbuf:
             wbuf.append(None)
-        return ((v, w) for v in vbuf for w in wbuf)
+        return [(k, (v, w)) for v in vbuf for w in wbuf]
 
-    vs = rdd.mapValues(lambda v: (1, v))
-    ws = other.mapValues(lambda v: (2, v))
-    return vs.union(ws).groupByKey(num_partitions).flatMapValues(lambda x: dispatch(iter(x)))
+    # one Python call a record to tag it and one list a key to pair them up: PySpark's
+    # mapValues and flatMapValues here are two calls a record, and two generators a pair
+    vs = rdd.map(lambda kv: (kv[0], (1, kv[1])), True)
+    ws = other.map(lambda kv: (kv[0], (2, kv[1])), True)
+    return vs.union(ws).groupByKey(num_partitions).flatMap(dispatch, True)
 
 
 def python_join(rdd: RDD, other: RDD, numPartitions: int | None) -> RDD:  # noqa: N803
@@ -50,7 +53,7 @@ def python_full_outer_join(rdd: RDD, other: RDD,
 
 def python_cogroup(rdds: list[RDD], numPartitions: int | None) -> RDD:  # noqa: N803
     """Each key with a ResultIterable of its values in each of `rdds`."""
-    tagged = [r.mapValues(lambda v, i=i: (i, v)) for i, r in enumerate(rdds)]
+    tagged = [r.map(lambda kv, i=i: (kv[0], (i, kv[1])), True) for i, r in enumerate(rdds)]
     n = len(tagged)
 
     def dispatch(seq: Iterable) -> tuple:
