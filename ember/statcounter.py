@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy as _copy
 import math
-from typing import Any, Dict, Iterable, Optional, Union
+from typing import Any, Dict, Iterable, Iterator, Optional, Union
 
 __all__ = ["StatCounter"]
 
@@ -43,6 +43,32 @@ class StatCounter:
         self.maxValue = float("-inf")
         self.minValue = float("inf")
         if values is not None:
+            self._merge_numbers(iter(values))
+
+    def _merge_numbers(self, values: Iterator) -> None:
+        """merge() for each value, its arithmetic inline (the same operations in the same
+        order, so the same bits) while the values are plain ints and floats: a method call
+        a value was three quarters of ``rdd.stats()``'s time. Other values (bool, numpy)
+        go through merge()."""
+        n, mu, m2, hi, lo = self.n, self.mu, self.m2, self.maxValue, self.minValue
+        rest = None
+        for value in values:
+            cls = value.__class__
+            if cls is not float and cls is not int:
+                rest = value
+                break
+            delta = value - mu
+            n += 1
+            mu += delta / n
+            m2 += delta * (value - mu)
+            fv = float(value)
+            if (fv > hi or fv != fv) and hi == hi:
+                hi = fv
+            if (fv < lo or fv != fv) and lo == lo:
+                lo = fv
+        self.n, self.mu, self.m2, self.maxValue, self.minValue = n, mu, m2, hi, lo
+        if rest is not None:
+            self.merge(rest)
             for value in values:
                 self.merge(value)
 

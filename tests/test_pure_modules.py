@@ -134,6 +134,25 @@ def test_statcounter_nan_is_sticky():
     assert math.isnan(s.max()) and math.isnan(s.min()) and math.isnan(s.mean())
 
 
+def test_statcounter_of_values_is_merge_by_merge_to_the_bit():
+    """StatCounter(values) keeps the arithmetic of one merge() a value (its own loop for
+    plain ints and floats), so stats() gives PySpark's bits; other values (a bool, a
+    float subclass) hand the rest of the values to merge()."""
+    class Money(float):
+        pass
+    rnd = random.Random(7)
+    for values in ([rnd.uniform(-1e9, 1e9) for _ in range(2000)], list(range(-50, 3000)),
+                   [1, 2.5, float("nan"), 4], [float("inf"), 3, float("-inf")],
+                   [2**70, 1, 0.5], [1.5, 2, True, 4.5, Money(6.0), 7]):
+        one_by_one = StatCounter()
+        for v in values:
+            one_by_one.merge(v)
+        at_once = StatCounter(values)
+        assert repr((at_once.n, at_once.mu, at_once.m2, at_once.maxValue, at_once.minValue)) \
+            == repr((one_by_one.n, one_by_one.mu, one_by_one.m2, one_by_one.maxValue,
+                     one_by_one.minValue))
+
+
 # ----------------------------------------------------------------------------- samplers
 
 
