@@ -1035,8 +1035,18 @@ class RDD:
             def minmax(a: tuple, b: tuple) -> tuple:
                 return min(a[0], b[0]), max(a[1], b[1])
 
+            def partition_minmax(it: Iterable) -> Iterator[tuple]:
+                """What PySpark's map((x, x)).reduce(minmax) finds in a partition (the
+                first of equal minima and maxima), by min() and max() over chunks."""
+                found = None
+                for chunk in iter(lambda: list(itertools.islice(it, 65536)), []):
+                    here = (min(chunk), max(chunk))
+                    found = here if found is None else minmax(found, here)
+                if found is not None:
+                    yield found
+
             try:
-                minv, maxv = filtered.map(lambda x: (x, x)).reduce(minmax)
+                minv, maxv = filtered.mapPartitions(partition_minmax).reduce(minmax)
             except TypeError as e:
                 if " empty " in str(e):
                     raise ValueError("can not generate buckets from empty RDD")
