@@ -51,11 +51,11 @@ class StatCounter:
         a value was half of ``StatCounter(values)``'s time. Other values (bool, numpy)
         go through merge()."""
         n, mu, m2, hi, lo = self.n, self.mu, self.m2, self.maxValue, self.minValue
-        rest = None
+        other = False
         for value in values:
             cls = value.__class__
             if cls is not float and cls is not int:
-                rest = value
+                other = True
                 break
             delta = value - mu
             n += 1
@@ -67,8 +67,8 @@ class StatCounter:
             if (fv < lo or fv != fv) and lo == lo:
                 lo = fv
         self.n, self.mu, self.m2, self.maxValue, self.minValue = n, mu, m2, hi, lo
-        if rest is not None:
-            self.merge(rest)
+        if other:
+            self.merge(value)
             for value in values:
                 self.merge(value)
 

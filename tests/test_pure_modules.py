@@ -151,6 +151,8 @@ def test_statcounter_of_values_is_merge_by_merge_to_the_bit():
         assert repr((at_once.n, at_once.mu, at_once.m2, at_once.maxValue, at_once.minValue)) \
             == repr((one_by_one.n, one_by_one.mu, one_by_one.m2, one_by_one.maxValue,
                      one_by_one.minValue))
+    with pytest.raises(TypeError):      # as merge(None) does, never skipped
+        StatCounter([1.0, None, 2.0])
 
 
 # ----------------------------------------------------------------------------- samplers
