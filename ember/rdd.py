@@ -713,12 +713,12 @@ class RDD:
         return self.map(lambda x: (f(x), x)).groupByKey(numPartitions, partitionFunc)
 
     def distinct(self, numPartitions: int | None = None) -> "RDD":
-        return self.map(lambda x: (x, None)).reduceByKey(lambda x, _: x, numPartitions) \
-            .map(lambda x: x[0])
+        from ember import set_operations
+        return set_operations.distinct(self, numPartitions)
 
     def intersection(self, other: "RDD") -> "RDD":
-        return self.map(lambda v: (v, None)).cogroup(other.map(lambda v: (v, None))) \
-            .filter(lambda k_vs: all(k_vs[1])).keys()
+        from ember import set_operations
+        return set_operations.intersection(self, other)
 
     def intersectByKey(self, other: "RDD", numPartitions: int | None = None) -> "RDD":
         def filter_func(pair: tuple) -> bool:
@@ -735,8 +735,8 @@ class RDD:
             .flatMapValues(lambda x: x[0])
 
     def subtract(self, other: "RDD", numPartitions: int | None = None) -> "RDD":
-        rdd = other.map(lambda x: (x, True))
-        return self.map(lambda x: (x, True)).subtractByKey(rdd, numPartitions).keys()
+        from ember import set_operations
+        return set_operations.subtract(self, other, numPartitions)
 
     def cogroup(self, other: "RDD", numPartitions: int | None = None) -> "RDD":
         return python_cogroup([self, other], numPartitions)

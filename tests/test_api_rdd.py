@@ -217,6 +217,49 @@ def test_intersection(sc):
     assert sorted(sc.parallelize([1, 1, 2]).intersection(sc.parallelize([1, 1])).collect()) == [1]
 
 
+def test_set_operations_keep_pysparks_partitions_and_elements(sc):
+    """distinct, intersection and subtract count elements instead of grouping tags (as
+    PySpark's cogroup does): the same partition counts, and of equal elements of different
+    types (1, 1.0, True) the first one met, as a grouping keeps it."""
+    a = sc.parallelize([1, 1.0, True, 2, 2, 3, None, None, "x"], 3)
+    b = sc.parallelize([2, 2, None, "y"], 2)
+    assert a.distinct().getNumPartitions() == 3
+    assert sorted(map(repr, a.distinct().collect())) == ["'x'", "1", "2", "3", "None"]
+    assert a.intersection(b).getNumPartitions() == 5
+    assert sorted(map(repr, a.intersection(b).collect())) == ["2", "None"]
+    assert a.subtract(b).getNumPartitions() == 5
+    assert a.subtract(b, 4).getNumPartitions() == 4
+    assert sorted(map(repr, a.subtract(b).collect())) == ["'x'", "1", "1", "1", "3"]
+    assert [type(x) for x in a.subtract(b).collect() if x == 1] == [int] * 3
+    copartitioned = a.map(lambda x: (x, 0)).partitionBy(2).keys()
+    assert copartitioned.intersection(copartitioned).getNumPartitions() == 4
+    assert sc.parallelize([], 2).intersection(b).collect() == []
+    assert sorted(b.subtract(sc.parallelize([], 2)).collect(), key=repr) == ["y", 2, 2, None]
+    with pytest.raises(Exception, match="unhashable type"):
+        sc.parallelize([[1]]).distinct().collect()
+
+
+def test_set_operations_over_a_spilling_budget(sc):
+    """Counts that spill (spark.python.worker.memory 1m) give the same answers as Python's
+    own sets and counters."""
+    import random
+    from collections import Counter
+    rng = random.Random(7)
+    left = [str(rng.randrange(30_000)) for _ in range(120_000)]
+    right = [str(rng.randrange(20_000, 50_000)) for _ in range(60_000)]
+    old = sc._conf.get("spark.python.worker.memory")
+    sc._conf.set("spark.python.worker.memory", "1m")
+    try:
+        a, b = sc.parallelize(left, 4), sc.parallelize(right, 3)
+        assert sorted(a.distinct().collect()) == sorted(set(left))
+        assert sorted(a.intersection(b).collect()) == sorted(set(left) & set(right))
+        counts, other = Counter(left), set(right)
+        assert Counter(a.subtract(b).collect()) == \
+            Counter({k: c for k, c in counts.items() if k not in other})
+    finally:
+        sc._conf.set("spark.python.worker.memory", old or "512m")
+
+
 def test_cartesian(sc):
     rdd = sc.parallelize([1, 2])
     assert sorted(rdd.cartesian(rdd).collect()) == [(1, 1), (1, 2), (2, 1), (2, 2)]
