@@ -1,10 +1,11 @@
-"""`pyspark.join`: the joins and cogroup of pair RDDs, as PySpark does them in Python: tag
-each side's values, group by key once, then pair each key's values up (an outer side
-without partners is paired with None)."""
+"""`pyspark.join`: the joins and cogroup of pair RDDs, with PySpark's partitions and
+answers. PySpark tags each value with its side (a Python call a record) and groups the
+tagged values by key. Here each map task groups its side's values by key first (the
+groupByKey loop, no Python call a record) and writes one (key, (side, values)) record a
+key; the reduce side groups those, so a key's values are handled a list at a time."""
 from __future__ import annotations
 
-from functools import reduce
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from ember.resultiterable import ResultIterable
 
@@ -12,24 +13,52 @@ if TYPE_CHECKING:
     from ember.rdd import RDD
 
 
+def _grouped_side(rdd: RDD, side: int) -> RDD:
+    memory = rdd._memory_limit()
+    local_dirs = rdd.ctx.runtime.spill_dirs
+
+    def group(it: Iterable) -> Iterator:
+        from ember.shuffle.external import ExternalGroupBy
+        merger = ExternalGroupBy(None, int(memory * 0.9), local_dirs=local_dirs,
+                                 over_current_rss=True)
+        merger.mergeValues(it)
+        return ((k, (side, values)) for k, values in merger.lists())
+    return rdd.mapPartitions(group, True)
+
+
+def _cogrouped(rdds: list[RDD], num_partitions: int | None) -> RDD:
+    """(key, [(side, values), ...]): each side's values of the key in as many lists as
+    map tasks held the key, in the order a groupByKey of the tagged union meets them."""
+    union = rdds[0]
+    for side, rdd in enumerate(rdds):
+        grouped = _grouped_side(rdd, side)
+        union = grouped if side == 0 else union.union(grouped)
+    n = union._default_reduce_partitions() if num_partitions is None else num_partitions
+    memory = union._memory_limit()
+    local_dirs = union.ctx.runtime.spill_dirs
+
+    def group(it: Iterable) -> Iterator:
+        from ember.shuffle.external import ExternalGroupBy
+        merger = ExternalGroupBy(None, memory, local_dirs=local_dirs, over_current_rss=True)
+        merger.mergeValues(it)
+        return merger.items()
+    return union.partitionBy(n).mapPartitions(group, True)
+
+
 def _join(rdd: RDD, other: RDD, num_partitions: int | None, keep_right: bool,
           keep_left: bool) -> RDD:
-    def dispatch(key_values: tuple) -> list:
-        k, seq = key_values
-        vbuf, wbuf = [], []
-        for n, v in seq:
-            (vbuf if n == 1 else wbuf).append(v)
+    def dispatch(key_groups: tuple) -> list:
+        k, groups = key_groups
+        vbuf: list = []
+        wbuf: list = []
+        for side, values in groups:
+            (wbuf if side else vbuf).extend(values)
         if keep_right and not vbuf:
             vbuf.append(None)
         if keep_left and not wbuf:
             wbuf.append(None)
         return [(k, (v, w)) for v in vbuf for w in wbuf]
-
-    # one Python call a record to tag it and one list a key to pair them up: PySpark's
-    # mapValues and flatMapValues here are two calls a record, and two generators a pair
-    vs = rdd.map(lambda kv: (kv[0], (1, kv[1])), True)
-    ws = other.map(lambda kv: (kv[0], (2, kv[1])), True)
-    return vs.union(ws).groupByKey(num_partitions).flatMap(dispatch, True)
+    return _cogrouped([rdd, other], num_partitions).flatMap(dispatch, True)
 
 
 def python_join(rdd: RDD, other: RDD, numPartitions: int | None) -> RDD:  # noqa: N803
@@ -53,13 +82,11 @@ def python_full_outer_join(rdd: RDD, other: RDD,
 
 def python_cogroup(rdds: list[RDD], numPartitions: int | None) -> RDD:  # noqa: N803
     """Each key with a ResultIterable of its values in each of `rdds`."""
-    tagged = [r.map(lambda kv, i=i: (kv[0], (i, kv[1])), True) for i, r in enumerate(rdds)]
-    n = len(tagged)
+    n = len(rdds)
 
-    def dispatch(seq: Iterable) -> tuple:
+    def dispatch(groups: Iterable) -> tuple:
         bufs: list[list[Any]] = [[] for _ in range(n)]
-        for i, v in seq:
-            bufs[i].append(v)
+        for side, values in groups:
+            bufs[side].extend(values)
         return tuple(ResultIterable(vs) for vs in bufs)
-    union = reduce(lambda x, y: x.union(y), tagged)
-    return union.groupByKey(numPartitions).mapValues(dispatch)
+    return _cogrouped(rdds, numPartitions).mapValues(dispatch)

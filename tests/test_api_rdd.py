@@ -615,6 +615,42 @@ def test_group_with(sc):
         ("a", ([5], [2])), ("b", ([6], []))]
 
 
+def test_joins_group_each_side_by_key_before_the_shuffle(sc):
+    """join and cogroup group a side's values a map task at a time and the reduce side
+    groups the groups: each side's values keep the order a groupByKey of the union meets
+    them, co-partitioned sides are not shuffled again, and spilled groups give the same
+    answers."""
+    from ember.dependency import ShuffleDependency, stage_rdds
+    left = sc.parallelize([(k % 3, i) for i, k in enumerate(range(12))], 3)
+    right = sc.parallelize([(0, "x"), (1, "y"), (0, "z")], 2)
+    assert [(k, tuple(map(list, vs))) for k, vs in sorted(left.cogroup(right).collect())] == [
+        (0, ([0, 3, 6, 9], ["x", "z"])), (1, ([1, 4, 7, 10], ["y"])), (2, ([2, 5, 8, 11], []))]
+    assert sorted(left.join(right).collect()) == sorted(
+        (k, (v, w)) for k, v in left.collect() for k2, w in right.collect() if k == k2)
+    assert left.join(right).getNumPartitions() == 5
+    a, b = left.partitionBy(4), right.partitionBy(4)
+    joined = a.join(b)
+    shuffles = [d for r in stage_rdds(joined) for d in r.dependencies()
+                if isinstance(d, ShuffleDependency)]
+    assert joined.getNumPartitions() == 4 and len(shuffles) == 2   # a's and b's own
+    assert sorted(joined.collect()) == sorted(left.join(right).collect())
+    c = sc.parallelize([(2, True)])
+    assert [(k, tuple(map(list, vs))) for k, vs in sorted(left.groupWith(right, c).collect())] \
+        == [(0, ([0, 3, 6, 9], ["x", "z"], [])), (1, ([1, 4, 7, 10], ["y"], [])),
+            (2, ([2, 5, 8, 11], [], [True]))]
+    old = sc._conf.get("spark.python.worker.memory")
+    sc._conf.set("spark.python.worker.memory", "1m")
+    try:
+        big = sc.parallelize([(i % 5000, i) for i in range(100_000)], 4)
+        small = sc.parallelize([(k, -k) for k in range(0, 6000, 2)], 3)
+        assert big.join(small).map(lambda kv: kv[1][0] + kv[1][1]).sum() == sum(
+            i - i % 5000 for i in range(100_000) if i % 2 == 0)
+        assert big.leftOuterJoin(small).filter(lambda kv: kv[1][1] is None).count() == 50_000
+        assert small.fullOuterJoin(big).count() == 100_000 + 500
+    finally:
+        sc._conf.set("spark.python.worker.memory", old or "512m")
+
+
 def test_subtract_by_key(sc):
     rdd1 = sc.parallelize([("a", 1), ("b", 4), ("b", 5), ("a", 2)])
     rdd2 = sc.parallelize([("a", 3), ("c", None)])
