@@ -49,6 +49,11 @@ class ContextCleaner:
     def register_broadcast_for_cleanup(self, broadcast: Any) -> None:
         self._watch(broadcast, BROADCAST, broadcast._bid)
 
+    def register_slice_file_for_cleanup(self, rdd: Any, bid: int) -> None:
+        """A parallelized RDD's slice in a file (ember.rdd_sources.SliceFile): removed as a
+        broadcast is, once the RDD is unreachable."""
+        self._watch(rdd, BROADCAST, bid)
+
     def register_checkpoint_for_cleanup(self, rdd: Any, path: str) -> None:
         """A reliably checkpointed RDD's files, when cleanCheckpoints is on."""
         if self.clean_checkpoints:

@@ -1547,7 +1547,10 @@ class ParallelCollectionRDD(RDD):
 
     def compute(self, split: Partition, context: Any) -> Iterator:
         if self._serializer is not None:
-            return iter(self._serializer.loads(split.data))
+            data = split.data
+            if type(data) is src.SliceFile:
+                data = data.read()
+            return iter(self._serializer.loads(data))
         return iter(split.data)
 
     def __getstate__(self) -> dict:

@@ -75,6 +75,30 @@ class ParallelCollectionPartition(Partition):
         return (self.index, d)
 
 
+class SliceFile:
+    """A parallelized slice too large to travel inside each of its tasks: its pickled bytes
+    in a file the driver wrote once, with a broadcast's id and place, so that an executor
+    on another host fetches it once (a broadcast's FetchBroadcast) and the ContextCleaner
+    removes it with its RDD. A task reads it only when it computes the partition, which a
+    cached partition's later tasks do not."""
+    __slots__ = ("bid", "path")
+
+    def __init__(self, bid: int, path: str) -> None:
+        self.bid, self.path = bid, path
+
+    def __reduce__(self):
+        return (SliceFile, (self.bid, self.path))
+
+    def read(self) -> bytes:
+        from ember import broadcast
+        path = self.path
+        fetch = broadcast._fetcher[0]
+        if fetch is not None:
+            path = fetch(self.bid, path)
+        with open(path, "rb", buffering=0) as f:
+            return f.readall()
+
+
 class FileSplit(Partition):
     __slots__ = ("path", "start", "length")
 

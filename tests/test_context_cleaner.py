@@ -189,3 +189,57 @@ def test_clean_checkpoints_deletes_an_unreachable_rdds_checkpoint_only_when_aske
             time.sleep(0.3)
             assert os.listdir(path)
         sc.stop()
+
+
+def _slice_files(root: str, bids: list[int]) -> list[str]:
+    names = {f"broadcast_{bid}" for bid in bids}
+    return [os.path.join(d, n) for d, _s, found in os.walk(root) for n in found if n in names]
+
+
+def _big_parallelized(sc: ember.SparkContext):
+    """Two slices of 10,000 pairs (over SLICE_FILE_BYTES pickled) and one of 10,000 zeros
+    (under it)."""
+    from ember.rdd_sources import SliceFile
+    rdd = sc.parallelize([(i, str(i).rjust(20)) for i in range(20_000)] + [(0, "")] * 10_000, 3) \
+        .cache()
+    slices = [p.data for p in rdd.partitions()]
+    assert [type(s) for s in slices] == [SliceFile, SliceFile, bytes]
+    return rdd, [s.bid for s in slices[:2]]
+
+
+def test_a_large_parallelized_slice_is_a_file_read_once_and_removed_with_its_rdd(fresh_sc):
+    """A slice too large to travel in each task is a file the driver wrote (a broadcast's
+    place); a task reads it when it computes the partition, not once it is cached, and the
+    file goes with the RDD."""
+    sc = fresh_sc("local[2]", conf=_conf())
+    rdd, _bids = _big_parallelized(sc)
+    kept, _kept_bids = _big_parallelized(sc)
+    expected = sum(range(20_000))
+    assert rdd.keys().sum() == expected and rdd.count() == 30_000
+    paths = [p.data.path for p in rdd.partitions()[:2]]
+    for p in paths:
+        os.unlink(p)
+    assert rdd.keys().sum() == expected
+    kept_paths = [p.data.path for p in kept.partitions()[:2]]
+    assert kept.values().map(len).sum() == 20 * 20_000
+    del kept
+    assert _until(lambda: not any(os.path.exists(p) for p in kept_paths))
+    assert rdd.count() == 30_000
+
+
+def test_a_cluster_executor_fetches_a_slice_file_once_and_deletes_it_with_its_rdd():
+    with tempfile.TemporaryDirectory() as tmp, \
+            LocalCluster(tmp, workers=1, cores=2, memory="1g",
+                         conf={"spark.local.dir": tmp}) as cluster:
+        sc = ember.SparkContext(cluster.url, "cleaner", conf=_conf())
+        try:
+            rdd, bids = _big_parallelized(sc)
+            assert rdd.keys().sum() == sum(range(20_000))
+            driver_paths = [p.data.path for p in rdd.partitions()[:2]]
+            fetched = [p for p in _slice_files(tmp, bids) if p not in driver_paths]
+            assert len(fetched) == 2
+            assert rdd.values().map(len).sum() == 20 * 20_000
+            del rdd
+            assert _until(lambda: not _slice_files(tmp, bids))
+        finally:
+            sc.stop()
