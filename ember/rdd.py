@@ -758,6 +758,12 @@ class RDD:
 
     def sortByKey(self, ascending: bool = True, numPartitions: int | None = None,
                   keyfunc: Callable[[Any], Any] = _identity) -> "RDD":
+        return self._sort_by_key(ascending, numPartitions, keyfunc)
+
+    def _sort_by_key(self, ascending: bool, numPartitions: int | None,  # noqa: N803
+                     keyfunc: Callable[[Any], Any], keyed_from: tuple | None = None) -> "RDD":
+        """sortByKey; `keyed_from`: (elements, f) when this RDD is elements.keyBy(f), for
+        the range bounds' sample (see _range_bounds)."""
         num_partitions = (self._default_reduce_partitions() if numPartitions is None
                           else numPartitions)
         if keyfunc is not _identity:
@@ -766,7 +772,7 @@ class RDD:
         if num_partitions == 1:
             rdd = self.coalesce(1) if self.getNumPartitions() > 1 else self
             return rdd.mapPartitions(sort_partition, True)
-        bounds = self._range_bounds(num_partitions, keyfunc)
+        bounds = self._range_bounds(num_partitions, keyfunc, keyed_from)
         if bounds is None:
             return self                  # empty RDD
 
@@ -781,20 +787,29 @@ class RDD:
         return self.partitionBy(num_partitions, range_partitioner) \
             .mapPartitions(sort_partition, True)
 
-    def _range_bounds(self, partitions: int, keyfunc: Callable[[Any], Any]) -> list | None:
+    def _range_bounds(self, partitions: int, keyfunc: Callable[[Any], Any],
+                      keyed_from: tuple | None = None) -> list | None:
         """Spark's RangePartitioner: one pass that counts each partition and keeps a
         reservoir sample of its keys (20 samples per output partition overall, 3x
         oversampled), a re-sample of partitions the reservoir under-represents, then
-        weighted bounds with duplicates skipped."""
+        weighted bounds with duplicates skipped.
+
+        With `keyed_from` = (elements, f) (sortBy's keyBy), the pass runs over the elements
+        and f keys only the sampled ones: the same sample and bounds, but not every
+        element's key and pair computed twice (PySpark's sampling job recomputes the keyBy
+        in full)."""
         sample_size = min(20.0 * partitions, 1e6)
         per_partition = int(math.ceil(3.0 * sample_size / max(self.getNumPartitions(), 1)))
         rdd_id = self._id
+        source, key_of = (self, operator.itemgetter(0)) if keyed_from is None else keyed_from
+        key_of = fail_on_stopiteration(key_of)
 
         def sketch(ctx: Any, it: Iterable) -> tuple:
-            return _reservoir_keys(it, per_partition,
+            n, sample = _reservoir(it, per_partition,
                                    random.Random((rdd_id << 16) ^ ctx.partitionId()))
+            return n, list(map(key_of, sample))
 
-        sketched = self.ctx.runtime.run_job(self, sketch, with_context=True)
+        sketched = self.ctx.runtime.run_job(source, sketch, with_context=True)
         total = sum(n for n, _ in sketched)
         if total == 0:
             return None
@@ -808,7 +823,7 @@ class RDD:
                 weight = n / len(sample)
                 candidates.extend((keyfunc(k), weight) for k in sample)
         if imbalanced:
-            keys = self.map(lambda kv: kv[0]).sample(False, fraction, rdd_id + 1)
+            keys = source.sample(False, fraction, rdd_id + 1).map(key_of)
             weight = 1.0 / fraction
             for part in self.ctx.runtime.run_job(keys, list, imbalanced):
                 candidates.extend((keyfunc(k), weight) for k in part)
@@ -827,7 +842,8 @@ class RDD:
 
     def sortBy(self, keyfunc: Callable[[Any], Any], ascending: bool = True,
                numPartitions: int | None = None) -> "RDD":
-        return self.keyBy(keyfunc).sortByKey(ascending, numPartitions).values()
+        return self.keyBy(keyfunc)._sort_by_key(ascending, numPartitions, _identity,
+                                                (self, keyfunc)).values()
 
     def repartitionAndSortWithinPartitions(
             self, numPartitions: int | None = None,
@@ -1394,15 +1410,16 @@ class RDD:
 
 
 # --- helpers used inside tasks ------------------------------------------------------------
-def _reservoir_keys(it: Iterable, k: int, rnd: random.Random) -> tuple[int, list]:
-    """(count, uniform sample of at most k keys) of an iterator of (key, value) pairs.
+def _reservoir(it: Iterable, k: int, rnd: random.Random) -> tuple[int, list]:
+    """(count, uniform sample of at most k items) of an iterator; which items are taken
+    depends on their positions and `rnd` only.
 
     Reservoir sampling with Li's Algorithm L: random numbers are drawn only for the
     elements that enter the sample, and the ones in between are skipped by islice, so a
     large partition costs little more than iterating it (Spark's sketch draws per element).
     """
     numbered = enumerate(it, 1)
-    reservoir = [kv[0] for _, kv in itertools.islice(numbered, k)]
+    reservoir = [item for _, item in itertools.islice(numbered, k)]
     n = len(reservoir)
     if n < k or k == 0:
         return n, reservoir
@@ -1413,11 +1430,11 @@ def _reservoir_keys(it: Iterable, k: int, rnd: random.Random) -> tuple[int, list
         last = deque(itertools.islice(numbered, skip + 1), maxlen=1)
         if not last:
             return n, reservoir
-        idx, kv = last[0]
+        idx, item = last[0]
         if idx < n + skip + 1:          # ran out while skipping
             return idx, reservoir
         n = idx
-        reservoir[rnd.randrange(k)] = kv[0]
+        reservoir[rnd.randrange(k)] = item
         w *= math.exp(log(rand() or 1e-300) / k)
 
 

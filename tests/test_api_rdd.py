@@ -560,6 +560,31 @@ def test_sort_by(sc):
     assert s.collect() == list(range(49, -1, -1))
 
 
+def test_sort_by_samples_the_elements_and_keys_only_the_sample(sc):
+    """sortBy's range bounds come from a sample of the elements that only then are keyed
+    (in the task): the same bounds as sampling the keyBy'd pairs, also when a partition
+    the reservoir under-represents is sampled again, and f runs on each element once
+    (for the shuffle) plus once for each sampled one."""
+    import random
+    from ember.rdd import _identity
+    rng = random.Random(3)
+    even = sc.parallelize([rng.random() for _ in range(20_000)], 4)
+    skewed = sc.union([sc.parallelize(range(30_000), 1), sc.parallelize(range(50), 3)])
+    def negated(x):
+        return x if isinstance(x, str) else -x
+    for rdd, n in ((even, 7), (skewed, 5), (sc.parallelize(["b", "a"], 2), 3)):
+        keyed = rdd.keyBy(negated)
+        assert keyed._range_bounds(n, _identity, (rdd, negated)) == \
+            keyed._range_bounds(n, _identity)
+    calls = sc.accumulator(0)
+
+    def key(x):
+        calls.add(1)
+        return -x
+    assert even.sortBy(key, numPartitions=7).collect() == sorted(even.collect(), reverse=True)
+    assert 20_000 < calls.value < 20_000 + 7 * 20 * 3 + 100
+
+
 def test_repartition_and_sort_within_partitions(sc):
     rdd = sc.parallelize([(0, 5), (3, 8), (2, 6), (0, 8), (3, 8), (1, 3)])
     rdd2 = rdd.repartitionAndSortWithinPartitions(2, lambda x: x % 2, True)
