@@ -172,6 +172,25 @@ def test_iterative_parallel_smoke() -> None:
     assert result["ember_vs_plain_2proc_median"] > 0 and result["serial_s_median"] > 0
 
 
+@pytest.mark.timeout(120)
+def test_spark_perf_smoke() -> None:
+    """`python -m benchmarks.spark_perf` runs spark-perf's PySpark core tests with
+    spark-perf's options, scaled, and prints each test's median."""
+    from benchmarks.spark_perf import TESTS, options_for
+    assert options_for("SortByKey", 0.005)["num-records"] == 100_000
+    assert options_for("AggregateByKeyInt", 0.005)["reduce-tasks"] == 4
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.spark_perf", "--engines", "ember", "--rounds", "1",
+         "--trials", "1", "--scale", "0.0005", "--num-tasks", "20"], cwd=str(ROOT), env=env,
+        capture_output=True, text=True, timeout=110)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(result["medians"]["ember"]) == set(TESTS)
+    assert all(m[0] > 0 for m in result["medians"]["ember"].values())
+
+
 @pytest.mark.timeout(300)
 def test_instructions_smoke() -> None:
     """`python -m benchmarks.instructions` counts, under valgrind, what a warm job costs the
