@@ -5,6 +5,7 @@ groupByKey loop, no Python call a record) and writes one (key, (side, values)) r
 key; the reduce side groups those, so a key's values are handled a list at a time."""
 from __future__ import annotations
 
+from functools import reduce
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from ember.resultiterable import ResultIterable
@@ -29,10 +30,8 @@ def _grouped_side(rdd: RDD, side: int) -> RDD:
 def _cogrouped(rdds: list[RDD], num_partitions: int | None) -> RDD:
     """(key, [(side, values), ...]): each side's values of the key in as many lists as
     map tasks held the key, in the order a groupByKey of the tagged union meets them."""
-    union = rdds[0]
-    for side, rdd in enumerate(rdds):
-        grouped = _grouped_side(rdd, side)
-        union = grouped if side == 0 else union.union(grouped)
+    union = reduce(lambda a, b: a.union(b),
+                   [_grouped_side(rdd, side) for side, rdd in enumerate(rdds)])
     n = union._default_reduce_partitions() if num_partitions is None else num_partitions
     memory = union._memory_limit()
     local_dirs = union.ctx.runtime.spill_dirs
