@@ -32,6 +32,13 @@ def portable_hash(x: Any) -> int:
     return hash(x)
 
 
+def round_robin_partition(k: int) -> int:
+    """coalesce(shuffle=True)'s partitioner: its keys are a map task's running count from a
+    random start, so record i goes to (start + i) % n, as in Spark. The shuffle writer
+    takes these keys as they are (hash(k) == k for a count that small)."""
+    return k
+
+
 class Partitioner:
     """numPartitions plus a key function; equal partitioners mean co-partitioned RDDs."""
 

@@ -177,6 +177,17 @@ def test_repartition(sc):
     assert len(rdd.repartition(2).glom().collect()) == 2
     assert len(rdd.repartition(10).glom().collect()) == 10
     assert sorted(rdd.repartition(3).collect()) == [1, 2, 3, 4, 5, 6, 7]
+    # Spark's round robin: record i of input partition j goes to (start + 1 + i) % n, from
+    # start = random.Random(j).randint(0, n - 1)
+    import random
+    data = sc.parallelize(list(range(100)) + [None, (1, "a"), "b"], 3)
+    expected: list[list] = [[] for _ in range(4)]
+    for j, part in enumerate(data.glom().collect()):
+        start = random.Random(j).randint(0, 3)
+        for i, x in enumerate(part):
+            expected[(start + 1 + i) % 4].append(x)
+    assert [sorted(p, key=repr) for p in data.repartition(4).glom().collect()] == \
+        [sorted(p, key=repr) for p in expected]
 
 
 def test_distinct(sc):

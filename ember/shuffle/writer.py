@@ -26,7 +26,7 @@ from collections import defaultdict
 from itertools import accumulate, chain, islice
 from typing import Any, Callable, Iterable
 
-from ember.partitioner import portable_hash
+from ember.partitioner import portable_hash, round_robin_partition
 from ember.shuffle.base import MapStatus
 from ember.util.files import unlink_quietly
 
@@ -146,6 +146,8 @@ def write_map_output(records: Iterable, num_partitions: int,
     fast_hash = partition_func is portable_hash
     if fast_hash:
         portable_hash(None)       # raises PYTHON_HASH_SEED_NOT_SET if it must
+    elif partition_func is round_robin_partition:
+        fast_hash = True          # keys are ints below 2**61 - 1, which hash to themselves
     for kv in records:
         k = kv[0]
         if fast_hash and k.__class__ is not tuple and k is not None:
