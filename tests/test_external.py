@@ -369,7 +369,7 @@ def test_group_by_key_values_are_an_external_list_once_spilled(fresh_sc):
     context holds for the next groupByKey, whose spilled values come as ExternalListOfList."""
     sc = fresh_sc()
     sc._conf.set("spark.python.worker.memory", "1m")
-    n = 200001
+    n = 2000001          # PySpark's: enough that free heap a task process kept cannot hold it
     grouped = sc.parallelize(range(n)).map(lambda x: (x % 3, x)).groupByKey().cache()
     assert grouped.count() == 3
     one = grouped.filter(lambda kv: kv[0] == 1)
