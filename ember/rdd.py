@@ -445,11 +445,12 @@ class RDD:
     def keyBy(self, f: Callable[[Any], Any]) -> "RDD":
         return self.map(lambda x: (f(x), x))
 
+    # itemgetter, not PySpark's lambda: map() then runs in C, no Python call a record
     def keys(self) -> "RDD":
-        return self.map(lambda x: x[0])
+        return self.map(_FIRST)
 
     def values(self) -> "RDD":
-        return self.map(lambda x: x[1])
+        return self.map(_SECOND)
 
     def mapValues(self, f: Callable[[Any], Any]) -> "RDD":
         return self.map(lambda kv: (kv[0], f(kv[1])), True)
@@ -1127,7 +1128,7 @@ class RDD:
         return _reduce(merge, self.ctx.runtime.run_job(self, count_partition), defaultdict(int))
 
     def countByKey(self) -> dict:
-        return self.map(lambda x: x[0]).countByValue()
+        return self.keys().countByValue()
 
     def collectAsMap(self) -> dict:
         return dict(self.collect())
@@ -1487,8 +1488,11 @@ def _seeded(zero: Any, func: Callable[[Any, Any], Any]) -> Callable[[Any], Any]:
     return lambda v: func(copy.deepcopy(zero), v)
 
 
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
+
+
 def _values(pairs: Iterable) -> Iterator:
-    return map(operator.itemgetter(1), pairs)
+    return map(_SECOND, pairs)
 
 
 _EXACT_LENGTH_ITERATORS = (type(iter([])), type(iter(())), type(iter(range(0))))
