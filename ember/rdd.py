@@ -552,24 +552,22 @@ class RDD:
             raise ValueError("Can only zip with RDD which has the same number of partitions")
         return ZippedRDD(self, other)
 
+    # both pair items with itertools.count in zip: C iterators, no Python step an item
     def zipWithIndex(self) -> "RDD":
         starts = [0]
         if self.getNumPartitions() > 1:
-            nums = self.mapPartitions(lambda it: [sum(1 for _ in it)]).collect()
-            for i in range(len(nums) - 1):
-                starts.append(starts[-1] + nums[i])
+            nums = self.mapPartitions(lambda it: [_count_iter(it)]).collect()
+            starts.extend(itertools.accumulate(nums[:-1]))
 
         def func(k: int, it: Iterable) -> Iterator:
-            for i, v in enumerate(it, starts[k]):
-                yield v, i
+            return zip(it, itertools.count(starts[k]))
         return self.mapPartitionsWithIndex(func)
 
     def zipWithUniqueId(self) -> "RDD":
         n = self.getNumPartitions()
 
         def func(k: int, it: Iterable) -> Iterator:
-            for i, v in enumerate(it):
-                yield v, i * n + k
+            return zip(it, itertools.count(k, n))
         return self.mapPartitionsWithIndex(func)
 
     def withResources(self, profile: Any) -> "RDD":
