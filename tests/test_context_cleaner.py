@@ -5,10 +5,12 @@ RDD, a broadcast's file and loaded copies with the Broadcast; nothing still refe
 touched, and spark.cleaner.referenceTracking=false keeps everything."""
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import tempfile
 import time
+from typing import Iterator
 
 import psutil
 
@@ -102,22 +104,30 @@ def test_an_unreachable_cached_rdd_loses_its_blocks(fresh_sc):
     assert len(blocks(kept_id)) == 2
 
 
-def test_a_cluster_executor_deletes_the_files_of_an_unreachable_shuffle():
+@contextlib.contextmanager
+def _on_a_cluster() -> Iterator[tuple[ember.SparkContext, str]]:
+    """A context on a one-worker local cluster whose files all live under the yielded
+    directory."""
     with tempfile.TemporaryDirectory() as tmp, \
             LocalCluster(tmp, workers=1, cores=2, memory="1g",
                          conf={"spark.local.dir": tmp}) as cluster:
         sc = ember.SparkContext(cluster.url, "cleaner", conf=_conf())
         try:
-            r = _shuffled(sc)
-            assert r.count() == 2000
-            shuffle_id = r.shuffle_id
-            assert _files(tmp, shuffle_id)
-            del r
-            assert _until(lambda: not _files(tmp, shuffle_id))
-            assert _until(lambda: not _deleted_shuffle_fds())
-            assert _shuffled(sc).count() == 2000
+            yield sc, tmp
         finally:
             sc.stop()
+
+
+def test_a_cluster_executor_deletes_the_files_of_an_unreachable_shuffle():
+    with _on_a_cluster() as (sc, tmp):
+        r = _shuffled(sc)
+        assert r.count() == 2000
+        shuffle_id = r.shuffle_id
+        assert _files(tmp, shuffle_id)
+        del r
+        assert _until(lambda: not _files(tmp, shuffle_id))
+        assert _until(lambda: not _deleted_shuffle_fds())
+        assert _shuffled(sc).count() == 2000
 
 
 class _Runtime:
@@ -228,18 +238,12 @@ def test_a_large_parallelized_slice_is_a_file_read_once_and_removed_with_its_rdd
 
 
 def test_a_cluster_executor_fetches_a_slice_file_once_and_deletes_it_with_its_rdd():
-    with tempfile.TemporaryDirectory() as tmp, \
-            LocalCluster(tmp, workers=1, cores=2, memory="1g",
-                         conf={"spark.local.dir": tmp}) as cluster:
-        sc = ember.SparkContext(cluster.url, "cleaner", conf=_conf())
-        try:
-            rdd, bids = _big_parallelized(sc)
-            assert rdd.keys().sum() == sum(range(20_000))
-            driver_paths = [p.data.path for p in rdd.partitions()[:2]]
-            fetched = [p for p in _slice_files(tmp, bids) if p not in driver_paths]
-            assert len(fetched) == 2
-            assert rdd.values().map(len).sum() == 20 * 20_000
-            del rdd
-            assert _until(lambda: not _slice_files(tmp, bids))
-        finally:
-            sc.stop()
+    with _on_a_cluster() as (sc, tmp):
+        rdd, bids = _big_parallelized(sc)
+        assert rdd.keys().sum() == sum(range(20_000))
+        driver_paths = [p.data.path for p in rdd.partitions()[:2]]
+        fetched = [p for p in _slice_files(tmp, bids) if p not in driver_paths]
+        assert len(fetched) == 2
+        assert rdd.values().map(len).sum() == 20 * 20_000
+        del rdd
+        assert _until(lambda: not _slice_files(tmp, bids))
