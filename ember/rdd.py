@@ -457,8 +457,7 @@ class RDD:
 
     def flatMapValues(self, f: Callable[[Any], Iterable]) -> "RDD":
         def flat(kv: tuple) -> Iterable:
-            k = kv[0]
-            return ((k, x) for x in f(kv[1]))
+            return zip(itertools.repeat(kv[0]), f(kv[1]))   # C, not a generator step a value
         return self.flatMap(flat, True)
 
     def pipe(self, command: str, env: dict[str, str] | None = None,
