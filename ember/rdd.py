@@ -540,7 +540,7 @@ class RDD:
                 start = random.Random(index).randint(0, numPartitions - 1)
                 return zip(itertools.count(start + 1), items)
             return ShuffledRDD(self.mapPartitionsWithIndex(distribute), numPartitions,
-                               round_robin_partition).mapPartitions(_values)
+                               round_robin_partition).values()
         return CoalescedRDD(self, numPartitions)
 
     def repartition(self, numPartitions: int) -> "RDD":
@@ -793,7 +793,7 @@ class RDD:
         sample_size = min(20.0 * partitions, 1e6)
         per_partition = int(math.ceil(3.0 * sample_size / max(self.getNumPartitions(), 1)))
         rdd_id = self._id
-        source, key_of = (self, operator.itemgetter(0)) if keyed_from is None else keyed_from
+        source, key_of = (self, _FIRST) if keyed_from is None else keyed_from
         key_of = fail_on_stopiteration(key_of)
 
         def sketch(ctx: Any, it: Iterable) -> tuple:
@@ -1486,10 +1486,6 @@ def _seeded(zero: Any, func: Callable[[Any, Any], Any]) -> Callable[[Any], Any]:
 
 
 _FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
-
-
-def _values(pairs: Iterable) -> Iterator:
-    return map(_SECOND, pairs)
 
 
 _EXACT_LENGTH_ITERATORS = (type(iter([])), type(iter(())), type(iter(range(0))))
