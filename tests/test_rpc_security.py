@@ -383,9 +383,9 @@ def test_io_encryption_seals_shuffle_files(tmp_path):
     assert seen == {"false": True, "true": False}
     from ember.shuffle.crypto import Sealer
     sealed = Sealer(b"k" * 32).seal(__import__("pickle").dumps([1, 2]))
-    assert list(Sealer(b"k" * 32).records_from_bytes(sealed)) == [1, 2]
+    assert list(Sealer(b"k" * 32).batches_from_bytes(sealed)) == [[1, 2]]
     with pytest.raises(ValueError, match="does not decrypt"):
-        list(Sealer(b"x" * 32).records_from_bytes(sealed))
+        list(Sealer(b"x" * 32).batches_from_bytes(sealed))
 
 
 def test_a_flood_of_refused_peers_is_not_logged_line_by_line(envs, caplog):

@@ -13,8 +13,14 @@ from ember.deploy.worker.shuffle_service import (ENDPOINT_NAME, MULTIPLE_WORKERS
                                                  ExternalShuffleService)
 from ember.partitioner import portable_hash
 from ember.rpc import RpcAddress, RpcEnv
-from ember.shuffle.reader import _records_from_bytes
+from ember.shuffle.reader import _batches_from_bytes
 from ember.shuffle.writer import output_file_base, write_map_output
+
+
+
+def _records(data: bytes) -> list:
+    return [r for batch in _batches_from_bytes(data) for r in batch]
+
 
 SECRET = {"spark.authenticate": "true", "spark.authenticate.secret": "shuffle-service-test-secret-of-32-bytes"}
 
@@ -67,10 +73,10 @@ def test_serves_registered_map_output_and_nothing_else(service, client, tmp_path
     assert svc.ask_sync(RegisterExecutorShuffleInfo("app-1", "1", [str(exec_dir)]), 10)
     records = []
     for reduce_id in (0, 1):       # one batch per reducer: its segment, whole
-        records += list(_records_from_bytes(svc.ask_sync(blocks(st, {reduce_id}), 10)))
+        records += list(_records(svc.ask_sync(blocks(st, {reduce_id}), 10)))
     assert sorted(records) == [(k, k * 10) for k in range(2000)]
     both = svc.ask_sync(blocks(st), 10)            # a batch of segments, concatenated
-    assert sorted(_records_from_bytes(both)) == sorted(records)
+    assert sorted(_records(both)) == sorted(records)
     (exec_dir / "notes.data").write_bytes(b"x" * 100)   # registered dir, not a map output
     for bad in ("/etc/passwd", str(exec_dir / ".." / "x"), str(exec_dir / "notes"),
                 str(exec_dir / "shuffle_0_1_2" / ".." / ".." / "other" / "shuffle_0_1_2")):
@@ -117,7 +123,7 @@ def test_an_application_reads_only_its_own_shuffle_files(service, tmp_path):
         with pytest.raises(Exception, match="may not register shuffle files of app-a"):
             rb.ask_sync(RegisterExecutorShuffleInfo("app-a", "2", [str(tmp_path / "app-b")]), 10)
         assert rb.ask_sync(RegisterExecutorShuffleInfo("app-b", "1", [str(tmp_path / "app-b")]), 10)
-        assert list(_records_from_bytes(ra.ask_sync(blocks(outputs["app-a"]), 10))
+        assert list(_records(ra.ask_sync(blocks(outputs["app-a"]), 10))
                     ) == [(1, "app-a" * 1000)]
         with pytest.raises(Exception, match="Invalid shuffle block path"):
             rb.ask_sync(blocks(outputs["app-a"]), 10)

@@ -49,9 +49,9 @@ class Sealer:
         ct = self._aead.encrypt(nonce, data, None)
         return _LEN.pack(_NONCE + len(ct)) + nonce + ct
 
-    def records(self, f: BinaryIO, end: int,
-                loads: Callable[[bytes], list] = pickle.loads) -> Iterator:
-        """Records of the sealed chunks from f's position up to `end`; `loads` turns one
+    def batches(self, f: BinaryIO, end: int,
+                loads: Callable[[bytes], list] = pickle.loads) -> Iterator[list]:
+        """The batches of the sealed chunks from f's position up to `end`; `loads` turns one
         chunk's plaintext into its batch (pickle, or the application's serializer)."""
         from cryptography.exceptions import InvalidTag
         while f.tell() < end:
@@ -67,8 +67,8 @@ class Sealer:
             except InvalidTag:
                 raise ValueError("encrypted shuffle chunk does not decrypt (tampered, or "
                                  "another application's key)") from None
-            yield from loads(plain)
+            yield loads(plain)
 
-    def records_from_bytes(self, data: bytes,
-                           loads: Callable[[bytes], list] = pickle.loads) -> Iterator:
-        return self.records(io.BytesIO(data), len(data), loads)
+    def batches_from_bytes(self, data: bytes,
+                           loads: Callable[[bytes], list] = pickle.loads) -> Iterator[list]:
+        return self.batches(io.BytesIO(data), len(data), loads)
