@@ -1,6 +1,7 @@
 """Tests for Ember's engine-independent modules: statcounter, rddsampler,
 resultiterable, storagelevel, sql.row and serializers."""
 
+import copy
 import io
 import math
 import os
@@ -270,6 +271,23 @@ def test_result_iterable():
     r2 = pickle.loads(pickle.dumps(r))
     assert isinstance(r2, ResultIterable) and list(r2) == [1, 2, 3]
     assert sorted(ResultIterable((3, 1, 2))) == [1, 2, 3]
+
+
+class Grouped(ResultIterable):
+    def __init__(self, data, tag):
+        super().__init__(data)
+        self.tag = tag
+
+
+def test_result_iterable_pickles_its_whole_state():
+    r = ResultIterable([1, 2, 3])
+    r.index = 1
+    for copied in (pickle.loads(pickle.dumps(r)), copy.deepcopy(r), copy.copy(r)):
+        assert type(copied) is ResultIterable and vars(copied) == vars(r)
+    r.extra = "kept"                          # an attribute of its own
+    assert vars(pickle.loads(pickle.dumps(r))) == vars(r)
+    g = pickle.loads(pickle.dumps(Grouped([4], "t")))
+    assert type(g) is Grouped and g.tag == "t" and list(g) == [4]
 
 
 # ----------------------------------------------------------------------------- StorageLevel
