@@ -40,7 +40,7 @@ from ember.rdd_sources import Partition
 from ember.resultiterable import ResultIterable
 from ember.serializers import CPickleSerializer, dumps_closure
 from ember.statcounter import StatCounter
-from ember.storage.block_manager import load_batches, read_batches
+from ember.storage.block_manager import block_name, load_batches, read_batches
 from ember.storagelevel import StorageLevel
 from ember.util.compressed import codec_extension
 from ember.util.user_code import (consume_whole, fail_on_stopiteration, filter_checked,
@@ -764,9 +764,14 @@ class RDD:
         if num_partitions == 1:
             rdd = self.coalesce(1) if self.getNumPartitions() > 1 else self
             return rdd.mapPartitions(sort_partition, True)
-        bounds = self._range_bounds(num_partitions, keyfunc, keyed_from)
+        held = self._held_for_shuffle(self if keyed_from is None else keyed_from[0])
+        bounds = self._range_bounds(num_partitions, keyfunc, keyed_from, held)
         if bounds is None:
             return self                  # empty RDD
+        if held is not None:             # the same records, taken where the sample left them
+            keyed = held if keyed_from is None else held.keyBy(keyed_from[1])
+        else:
+            keyed = self
 
         if ascending and keyfunc is _identity:
             range_partitioner: Callable[[Any], int] = functools.partial(bisect.bisect_left,
@@ -776,11 +781,23 @@ class RDD:
                 p = bisect.bisect_left(bounds, keyfunc(k))
                 return p if ascending else num_partitions - 1 - p
 
-        return self.partitionBy(num_partitions, range_partitioner) \
+        return keyed.partitionBy(num_partitions, range_partitioner) \
             .mapPartitions(sort_partition, True)
 
+    @staticmethod
+    def _held_for_shuffle(source: "RDD") -> "RDD | None":
+        """A HeldRDD of `source` (see ember.held_partitions) unless its partitions are
+        at hand anyway (cached, checkpointed, parallelized) or it is a barrier stage's."""
+        if source._storage_level != StorageLevel.NONE or source.isCheckpointed() or \
+                source._local_checkpointed or isinstance(source, ParallelCollectionRDD) or \
+                getattr(source, "_from_barrier", False):
+            return None
+        from ember.held_partitions import HeldRDD
+        return HeldRDD(source)
+
     def _range_bounds(self, partitions: int, keyfunc: Callable[[Any], Any],
-                      keyed_from: tuple | None = None) -> list | None:
+                      keyed_from: tuple | None = None, held: "RDD | None" = None
+                      ) -> list | None:
         """Spark's RangePartitioner: one pass that counts each partition and keeps a
         reservoir sample of its keys (20 samples per output partition overall, 3x
         oversampled), a re-sample of partitions the reservoir under-represents, then
@@ -789,14 +806,22 @@ class RDD:
         With `keyed_from` = (elements, f) (sortBy's keyBy), the pass runs over the elements
         and f keys only the sampled ones: the same sample and bounds, but not every
         element's key and pair computed twice (PySpark's sampling job recomputes the keyBy
-        in full)."""
+        in full).
+
+        With `held` (a HeldRDD of the sampled RDD), each task holds the partition it read
+        for the shuffle's map task of that partition."""
         sample_size = min(20.0 * partitions, 1e6)
         per_partition = int(math.ceil(3.0 * sample_size / max(self.getNumPartitions(), 1)))
         rdd_id = self._id
         source, key_of = (self, _FIRST) if keyed_from is None else keyed_from
         key_of = fail_on_stopiteration(key_of)
 
+        held_id = None if held is None else held.id()
+
         def sketch(ctx: Any, it: Iterable) -> tuple:
+            if held_id is not None:
+                from ember.held_partitions import hold_partition
+                it = hold_partition(it, ctx.env, block_name(held_id, ctx.partitionId()))
             n, sample = _reservoir(it, per_partition,
                                    random.Random((rdd_id << 16) ^ ctx.partitionId()))
             return n, list(map(key_of, sample))

@@ -44,9 +44,11 @@ def rdd_infos(rdd: Any) -> list[RDDInfo]:
 
 
 def _persisted(rdd: Any) -> bool:
-    """Whether rdd's partitions are kept (in memory or on disk), so its tasks prefer where."""
+    """Whether rdd's partitions are kept (in memory or on disk, or held: HeldRDD), so its
+    tasks prefer where."""
     level = getattr(rdd, "_storage_level", None)
-    return level is not None and (level.useMemory or level.useDisk)
+    return level is not None and (level.useMemory or level.useDisk) or \
+        getattr(rdd, "holds_blocks", False)
 
 
 def _snapshot(info: StageInfo) -> StageInfo:
@@ -203,8 +205,11 @@ class DAGScheduler:
                  loop: Any = None, barrier_check_interval: float = 15.0,
                  barrier_check_max_failures: int = 40,
                  dynamic_allocation: bool = False,
-                 shuffle_service_enabled: bool = False, clock: Clock | None = None) -> None:
+                 shuffle_service_enabled: bool = False, clock: Clock | None = None,
+                 release_blocks: Callable[[int], None] | None = None) -> None:
         self.task_scheduler = task_scheduler
+        # drops an RDD's blocks everywhere: a HeldRDD's once its map stage is done
+        self.release_blocks = release_blocks
         self.clock = clock or SystemClock()
         self.shuffle_service_enabled = shuffle_service_enabled
         self.bus = bus
@@ -517,6 +522,16 @@ class DAGScheduler:
                         return locs
         return []
 
+    def _release_held(self, rdd: Any) -> None:
+        """The partitions a HeldRDD of this map stage still holds: their tasks ran
+        elsewhere (see ember.held_partitions), and no later task wants them."""
+        if self.release_blocks is None:
+            return
+        for r in stage_rdds(rdd):
+            if getattr(r, "holds_blocks", False) and any(
+                    self.cache_locations(r.id(), p) for p in range(len(r.partitions()))):
+                self.release_blocks(r.id())
+
     @staticmethod
     def _may_prefer_locations(rdd: Any) -> bool:
         """Whether a task of the stage of `rdd` can have a preferred location: some RDD of
@@ -663,6 +678,7 @@ class DAGScheduler:
                         self.submit_stage(stage)
                     else:
                         self.submit_waiting_child_stages(stage)
+                        self._release_held(stage.rdd)
         elif isinstance(reason, FetchFailed):
             map_stage = self.shuffle_id_to_map_stage.get(reason.shuffle_id)
             if stage.latest_info.attempt_id != task.stage_attempt:

@@ -19,6 +19,7 @@ from typing import Any, Iterable, Iterator
 
 from ember import fs
 from ember.storage.scattered import packed
+from ember.storagelevel import StorageLevel
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,9 @@ _BATCH = 1024
 # process although another one of its executor holds its memory block; that one exports it
 # for this one rather than have it recomputed (cached values stay the values first computed)
 BLOCK_IN_SIBLING = "ember.task.blockInSibling"   # not a configuration key
+# the level of a partition held for the next task of its partition (ember.held_partitions):
+# kept in memory, dropped when evicted, told apart from a cached block by identity
+_HELD = StorageLevel(False, True, False, False, 1)
 
 
 def block_name(rdd_id: int, split: int) -> str:
@@ -165,7 +169,9 @@ class BlockManager:
         """Write every memory block without a disk copy to the block dir (a decommissioning
         executor migrates files); the blocks stay in memory here too."""
         out = []
-        for name, (values, _size, _level) in list(self.memory.items()):
+        for name, (values, _size, level) in list(self.memory.items()):
+            if level is _HELD:           # only the next task here wants it
+                continue
             path = self._disk_path(name)
             if not os.path.exists(path):
                 write_batches(path, values)
@@ -185,6 +191,27 @@ class BlockManager:
         self.memory_used += size
         self.updates.append((name, "memory", size, disk_size))
         return True
+
+    def hold(self, name: str, values: list, size: int) -> None:
+        """Keep a partition a sample pass read (ember.held_partitions, which checked that
+        it fits without evicting anything)."""
+        self.memory[name] = (values, size, _HELD)
+        self.memory_used += size
+        self.updates.append((name, "memory", size, 0))
+
+    def take(self, name: str) -> list | None:
+        """A held partition, no longer held; None when this process does not hold it."""
+        hit = self.memory.get(name)
+        if hit is None or hit[2] is not _HELD:
+            return None
+        del self.memory[name]
+        self.memory_used -= hit[1]
+        self.updates.append((name, "removed", 0, 0))
+        return hit[0]
+
+    @property
+    def held_bytes(self) -> int:
+        return sum(size for _values, size, level in self.memory.values() if level is _HELD)
 
     def _evict_one(self) -> None:
         name, (values, size, level) = self.memory.popitem(last=False)

@@ -1,0 +1,79 @@
+"""Partitions a sample pass read, held for the shuffle that follows it.
+
+sortByKey and sortBy run two passes over their input, as Spark's RangePartitioner does: a
+job that samples the keys for the range bounds, then the shuffle's map stage. Unless the
+input is cached, Spark computes it twice (the text read, the parsing, whatever made it).
+Here the sample pass keeps each partition it read, as a list in the task process that read
+it, while it fits: within the free storage memory of that process (never evicting a cached
+block) and half the Python worker memory (spark.python.worker.memory), counting what the
+process already holds this way. The block travels to the driver as a cached block's
+location does, so the map task of that partition goes to that process (PROCESS_LOCAL) and
+takes the list, which frees it. A partition that did not fit, or a task that ran elsewhere,
+computes the input again, as before. What no task took goes with the RDD (the context
+cleaner removes its blocks once it is unreachable).
+"""
+from __future__ import annotations
+
+from itertools import chain, islice
+from typing import Any, Iterable, Iterator
+
+from ember.dependency import Dependency, OneToOneDependency
+from ember.rdd import RDD, Partition
+from ember.storage.block_manager import block_name, estimate_size
+
+_FIRST_CHUNK = 256
+_MAX_CHUNK = 65536
+
+
+class HeldRDD(RDD):
+    """`prev`'s partitions, taken from the task process that holds them when it does."""
+    _lineage_attrs = ("prev",)
+    holds_blocks = True            # the DAG scheduler asks where its blocks are
+
+    def __init__(self, prev: RDD) -> None:
+        super().__init__(prev.ctx)
+        self.prev = prev
+        self._clean_when_unreachable()
+
+    def __repr__(self) -> str:
+        return f"HeldRDD[{self._id}] of {self.prev!r}"
+
+    def _get_partitions(self) -> list[Partition]:
+        return self.prev.partitions()
+
+    def _get_dependencies(self) -> list[Dependency]:
+        return [OneToOneDependency(self.prev)]
+
+    def compute(self, split: Partition, context: Any) -> Iterator:
+        return self.prev.iterator(split, context)
+
+    def iterator(self, split: Partition, context: Any) -> Iterator:
+        manager = getattr(getattr(context, "env", None), "block_manager", None)
+        values = None if manager is None else manager.take(block_name(self._id, split.index))
+        return iter(values) if values is not None else self.compute(split, context)
+
+
+def hold_partition(records: Iterable, env: Any, name: str) -> Iterable:
+    """The records of a partition, read whole into a list and held under `name` in this
+    task process when they fit (see the module docstring); the list, or an iterator over
+    the same records in the same order when they did not."""
+    manager = env.block_manager
+    room = min(manager.memory_budget - manager.memory_used,
+               (env.memory_limit_mb << 19) - manager.held_bytes)
+    it = iter(records)
+    values: list = []
+    size = 0
+    chunk = _FIRST_CHUNK
+    while room > 0:
+        before = len(values)
+        values.extend(islice(it, chunk))
+        if len(values) == before:
+            manager.hold(name, values, size)
+            return values
+        size = estimate_size(values)
+        if size > room:
+            break
+        # the next chunk should fill at most half the room left, at the size seen so far
+        per_record = size / len(values)
+        chunk = max(_FIRST_CHUNK, min(_MAX_CHUNK, int((room - size) / per_record / 2)))
+    return chain(values, it)

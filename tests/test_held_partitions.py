@@ -1,0 +1,139 @@
+"""sortByKey / sortBy hold the partitions their sample pass read for the shuffle's map
+tasks (ember.held_partitions): the input computed once when it fits, twice when it does
+not, the same answers either way, and nothing left held after the map stage."""
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+import pytest
+
+from ember import SparkConf
+from ember.held_partitions import HeldRDD, hold_partition
+from ember.storage.block_manager import BlockManager
+from ember.storagelevel import StorageLevel
+
+PARTS = 8
+
+
+def _counted(sc, per_partition: int = 2000):
+    """An input whose partitions count their computations in an accumulator."""
+    computed = sc.accumulator(0)
+
+    def gen(i):
+        computed.add(1)
+        rnd = random.Random(i)
+        return [(rnd.randrange(10 ** 6), (i, j)) for j in range(per_partition)]
+    return sc.parallelize(range(PARTS), PARTS).flatMap(gen), computed
+
+
+def _expected(per_partition: int = 2000) -> list:
+    rows = []
+    for i in range(PARTS):
+        rnd = random.Random(i)
+        rows += [(rnd.randrange(10 ** 6), (i, j)) for j in range(per_partition)]
+    return rows
+
+
+def _held_blocks(sc) -> list[str]:
+    return [name for name in sc.runtime.block_manager_master._blocks]
+
+
+def _held_bytes_in_task_processes(sc) -> set[int]:
+    """What the task processes hold, asked by enough tasks to reach each of them."""
+    return set(sc.parallelize(range(16), 16).map(
+        lambda _: __import__("ember").TaskContext.get().env.block_manager.held_bytes
+    ).collect())
+
+
+def test_sort_by_key_computes_its_input_once_when_it_fits(fresh_sc):
+    sc = fresh_sc("local[2]")
+    rdd, computed = _counted(sc)
+    ordered = rdd.sortByKey()
+    assert computed.value == PARTS                      # the sample pass
+    assert len(_held_blocks(sc)) == PARTS
+    assert ordered.collect() == sorted(_expected(), key=lambda kv: kv[0])
+    assert computed.value <= PARTS + 1                  # (a task may go to the other process)
+    assert _held_blocks(sc) == []
+    assert _held_bytes_in_task_processes(sc) == {0}
+    assert ordered.collect() == sorted(_expected(), key=lambda kv: kv[0])   # from the shuffle
+
+
+def test_sort_by_and_descending_sorts_take_the_held_partitions_too(fresh_sc):
+    sc = fresh_sc("local[2]")
+    rdd, computed = _counted(sc)
+    values = rdd.values()
+    by = values.sortBy(lambda v: (-v[1], v[0]))
+    assert by.collect() == sorted((v for _, v in _expected()), key=lambda v: (-v[1], v[0]))
+    assert computed.value <= PARTS + 1
+    desc = rdd.sortByKey(ascending=False, numPartitions=3)
+    assert desc.collect() == sorted(_expected(), key=lambda kv: kv[0], reverse=True)
+    assert _held_blocks(sc) == []
+
+
+def test_a_partition_that_does_not_fit_is_computed_again(fresh_sc):
+    # half of 1 MB of Python worker memory holds none of 20,000 records a partition
+    sc = fresh_sc("local[2]", conf=SparkConf().set("spark.python.worker.memory", "1m"))
+    rdd, computed = _counted(sc, 20000)
+    assert rdd.sortByKey().collect() == sorted(_expected(20000), key=lambda kv: kv[0])
+    assert computed.value == 2 * PARTS
+    assert _held_blocks(sc) == []
+
+
+@pytest.mark.parametrize("prepare", ["cache", "parallelize"])
+def test_inputs_at_hand_are_not_held(fresh_sc, prepare):
+    sc = fresh_sc("local[2]")
+    if prepare == "cache":
+        rdd = _counted(sc)[0].cache()
+        rdd.count()
+    else:
+        rdd = sc.parallelize(_expected(), PARTS)
+    ordered = rdd.sortByKey()
+    assert not any(isinstance(r, HeldRDD) for r in ordered._lineage())
+    cached = [f"rdd_{rdd.id()}_{p}" for p in range(PARTS)] if prepare == "cache" else []
+    assert sorted(_held_blocks(sc)) == sorted(cached)
+    assert ordered.collect() == sorted(_expected(), key=lambda kv: kv[0])
+
+
+def test_held_partitions_on_a_cluster(fresh_sc):
+    sc = fresh_sc("local-cluster[2,1,1024]")
+    rdd, computed = _counted(sc)
+    assert rdd.sortByKey(numPartitions=4).collect() == sorted(_expected(),
+                                                               key=lambda kv: kv[0])
+    assert PARTS <= computed.value <= PARTS + 2
+    assert _held_blocks(sc) == []
+
+
+# --- the pieces, without processes -------------------------------------------------------
+def _env(storage: int, worker_memory_mb: int):
+    return SimpleNamespace(block_manager=BlockManager("/nonexistent", storage),
+                           memory_limit_mb=worker_memory_mb)
+
+
+def test_hold_and_take():
+    bm = BlockManager("/nonexistent", 1 << 20)
+    bm._put_memory("rdd_1_0", [1, 2, 3], StorageLevel.MEMORY_ONLY)
+    bm.hold("rdd_2_0", [(1, 2)], 100)
+    assert bm.held_bytes == 100 and bm.memory_used > 100
+    assert bm.take("rdd_1_0") is None, "a cached block is not taken"
+    assert bm.take("rdd_2_0") == [(1, 2)] and bm.take("rdd_2_0") is None
+    assert bm.held_bytes == 0 and "rdd_1_0" in bm.memory
+    assert ("rdd_2_0", "removed", 0, 0) in bm.take_updates()
+
+
+def test_hold_partition_holds_what_fits_and_streams_the_rest():
+    env = _env(64 << 20, 512)
+    records = list(range(100_000))
+    held = hold_partition(iter(records), env, "rdd_5_0")
+    assert held == records and env.block_manager.memory["rdd_5_0"][0] is held
+    room = env.block_manager.held_bytes
+    # half of this process's worker memory is what it already holds: no room
+    env.memory_limit_mb = max(1, (2 * room) >> 20)
+    big = [str(i) * 10 for i in range(200_000)]
+    streamed = hold_partition(iter(big), env, "rdd_5_1")
+    assert list(streamed) == big and "rdd_5_1" not in env.block_manager.memory
+    # storage memory used by cached blocks counts too; nothing is evicted for a hold
+    env2 = _env(1 << 20, 512)
+    env2.block_manager._put_memory("rdd_9_0", list(range(20_000)), StorageLevel.MEMORY_ONLY)
+    assert list(hold_partition(iter(records), env2, "rdd_5_2")) == records
+    assert "rdd_9_0" in env2.block_manager.memory and "rdd_5_2" not in env2.block_manager.memory
