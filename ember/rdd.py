@@ -554,13 +554,23 @@ class RDD:
     # both pair items with itertools.count in zip: C iterators, no Python step an item
     def zipWithIndex(self) -> "RDD":
         starts = [0]
+        source: RDD = self
         if self.getNumPartitions() > 1:
-            nums = self.mapPartitions(lambda it: [_count_iter(it)]).collect()
+            held = self._held_input(self)
+            held_id = None if held is None else held.id()
+
+            def count(ctx: Any, it: Iterable) -> int:
+                if held_id is not None:
+                    from ember.held_partitions import hold_partition
+                    it = hold_partition(it, ctx.env, block_name(held_id, ctx.partitionId()))
+                return _count_iter(it)
+            nums = self.ctx.runtime.run_job(self, count, with_context=True)
             starts.extend(itertools.accumulate(nums[:-1]))
+            source = held or self
 
         def func(k: int, it: Iterable) -> Iterator:
             return zip(it, itertools.count(starts[k]))
-        return self.mapPartitionsWithIndex(func)
+        return source.mapPartitionsWithIndex(func)
 
     def zipWithUniqueId(self) -> "RDD":
         n = self.getNumPartitions()
@@ -764,7 +774,7 @@ class RDD:
         if num_partitions == 1:
             rdd = self.coalesce(1) if self.getNumPartitions() > 1 else self
             return rdd.mapPartitions(sort_partition, True)
-        held = self._held_for_shuffle(self if keyed_from is None else keyed_from[0])
+        held = self._held_input(self if keyed_from is None else keyed_from[0])
         bounds = self._range_bounds(num_partitions, keyfunc, keyed_from, held)
         if bounds is None:
             return self                  # empty RDD
@@ -785,9 +795,11 @@ class RDD:
             .mapPartitions(sort_partition, True)
 
     @staticmethod
-    def _held_for_shuffle(source: "RDD") -> "RDD | None":
-        """A HeldRDD of `source` (see ember.held_partitions) unless its partitions are
-        at hand anyway (cached, checkpointed, parallelized) or it is a barrier stage's."""
+    def _held_input(source: "RDD") -> "RDD | None":
+        """A HeldRDD of `source` (see ember.held_partitions), for an operation that reads
+        it in a job of its own before the user's job reads it again (sortByKey's sample,
+        zipWithIndex's counts), unless its partitions are at hand anyway (cached,
+        checkpointed, parallelized) or it is a barrier stage's."""
         if source._storage_level != StorageLevel.NONE or source.isCheckpointed() or \
                 source._local_checkpointed or isinstance(source, ParallelCollectionRDD) or \
                 getattr(source, "_from_barrier", False):

@@ -380,9 +380,9 @@ def test_tasks_ask_for_preferred_locations_only_where_their_stage_can_have_them(
     assert DAGScheduler._may_prefer_locations(FakeRDD(4, [OneToOneDependency(base)]))
 
 
-def test_blocks_a_held_rdd_still_has_are_released_when_its_map_stage_is_done() -> None:
-    """A HeldRDD's partition whose map task ran in another process is still held there:
-    the finished map stage drops it (and asks nobody when every partition was taken)."""
+def test_blocks_a_held_rdd_still_has_are_released_when_its_stage_is_done() -> None:
+    """A HeldRDD's partition whose task ran in another process is still held there: the
+    finished stage drops it (and asks nobody when every partition was taken)."""
     for left, released in (({1}, True), (set(), False)):
         h = Harness()
         calls: list[int] = []
@@ -392,6 +392,17 @@ def test_blocks_a_held_rdd_still_has_are_released_when_its_map_stage_is_done() -
         held.holds_blocks = True
         reduced = shuffle(FakeRDD(3, [OneToOneDependency(held)]), 2)
         h.run_job(reduced)
+        h.complete(h.ts.task_sets[0])
+        assert calls == ([held.id()] if released else [])
+    # a result stage: only a job of all the RDD's partitions releases
+    for parts, released in (([0, 1, 2], True), ([0], False)):
+        h = Harness()
+        calls = []
+        h.dag.cache_locations = lambda rdd_id, p: ["there"] if p == 2 else []
+        h.dag.release_blocks = calls.append
+        held = FakeRDD(3)
+        held.holds_blocks = True
+        h.run_job(FakeRDD(3, [OneToOneDependency(held)]), parts)
         h.complete(h.ts.task_sets[0])
         assert calls == ([held.id()] if released else [])
 

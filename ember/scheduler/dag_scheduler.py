@@ -523,8 +523,9 @@ class DAGScheduler:
         return []
 
     def _release_held(self, rdd: Any) -> None:
-        """The partitions a HeldRDD of this map stage still holds: their tasks ran
-        elsewhere (see ember.held_partitions), and no later task wants them."""
+        """The partitions a HeldRDD of a stage that computed all its partitions still
+        holds: their tasks ran elsewhere (see ember.held_partitions), and no later task
+        wants them."""
         if self.release_blocks is None:
             return
         for r in stage_rdds(rdd):
@@ -658,6 +659,8 @@ class DAGScheduler:
                 job.num_finished += 1
                 if job.num_finished == job.num_partitions:
                     self.mark_stage_finished(stage)
+                    if job.num_partitions == len(stage.rdd.partitions()):
+                        self._release_held(stage.rdd)
                     self.cleanup_state_for_job(job)
                     self.bus.post(JobEnd(job.job_id, self.clock.time(), True))
                 try:
