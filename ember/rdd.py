@@ -40,7 +40,7 @@ from ember.rdd_sources import Partition
 from ember.resultiterable import ResultIterable
 from ember.serializers import CPickleSerializer, dumps_closure
 from ember.statcounter import StatCounter
-from ember.storage.block_manager import block_name, load_batches, read_batches
+from ember.storage.block_manager import load_batches, read_batches
 from ember.storagelevel import StorageLevel
 from ember.util.compressed import codec_extension
 from ember.util.user_code import (consume_whole, fail_on_stopiteration, filter_checked,
@@ -554,19 +554,13 @@ class RDD:
     # both pair items with itertools.count in zip: C iterators, no Python step an item
     def zipWithIndex(self) -> "RDD":
         starts = [0]
-        source: RDD = self
+        source = self
         if self.getNumPartitions() > 1:
-            held = self._held_input(self)
-            held_id = None if held is None else held.id()
-
-            def count(ctx: Any, it: Iterable) -> int:
-                if held_id is not None:
-                    from ember.held_partitions import hold_partition
-                    it = hold_partition(it, ctx.env, block_name(held_id, ctx.partitionId()))
-                return _count_iter(it)
-            nums = self.ctx.runtime.run_job(self, count, with_context=True)
+            from ember.held_partitions import held_for_reread, stop_holding
+            source = held_for_reread(self)
+            nums = source.mapPartitions(lambda it: [_count_iter(it)]).collect()
+            stop_holding(source)
             starts.extend(itertools.accumulate(nums[:-1]))
-            source = held or self
 
         def func(k: int, it: Iterable) -> Iterator:
             return zip(it, itertools.count(starts[k]))
@@ -774,14 +768,16 @@ class RDD:
         if num_partitions == 1:
             rdd = self.coalesce(1) if self.getNumPartitions() > 1 else self
             return rdd.mapPartitions(sort_partition, True)
-        held = self._held_input(self if keyed_from is None else keyed_from[0])
+        from ember.held_partitions import held_for_reread, stop_holding
+        sampled = self if keyed_from is None else keyed_from[0]
+        held = held_for_reread(sampled)
         bounds = self._range_bounds(num_partitions, keyfunc, keyed_from, held)
+        stop_holding(held)
         if bounds is None:
             return self                  # empty RDD
-        if held is not None:             # the same records, taken where the sample left them
+        keyed = self                     # else the same records, where the sample left them
+        if held is not sampled:
             keyed = held if keyed_from is None else held.keyBy(keyed_from[1])
-        else:
-            keyed = self
 
         if ascending and keyfunc is _identity:
             range_partitioner: Callable[[Any], int] = functools.partial(bisect.bisect_left,
@@ -794,21 +790,8 @@ class RDD:
         return keyed.partitionBy(num_partitions, range_partitioner) \
             .mapPartitions(sort_partition, True)
 
-    @staticmethod
-    def _held_input(source: "RDD") -> "RDD | None":
-        """A HeldRDD of `source` (see ember.held_partitions), for an operation that reads
-        it in a job of its own before the user's job reads it again (sortByKey's sample,
-        zipWithIndex's counts), unless its partitions are at hand anyway (cached,
-        checkpointed, parallelized) or it is a barrier stage's."""
-        if source._storage_level != StorageLevel.NONE or source.isCheckpointed() or \
-                source._local_checkpointed or isinstance(source, ParallelCollectionRDD) or \
-                getattr(source, "_from_barrier", False):
-            return None
-        from ember.held_partitions import HeldRDD
-        return HeldRDD(source)
-
     def _range_bounds(self, partitions: int, keyfunc: Callable[[Any], Any],
-                      keyed_from: tuple | None = None, held: "RDD | None" = None
+                      keyed_from: tuple | None = None, sampled: "RDD | None" = None
                       ) -> list | None:
         """Spark's RangePartitioner: one pass that counts each partition and keeps a
         reservoir sample of its keys (20 samples per output partition overall, 3x
@@ -820,25 +803,20 @@ class RDD:
         element's key and pair computed twice (PySpark's sampling job recomputes the keyBy
         in full).
 
-        With `held` (a HeldRDD of the sampled RDD), each task holds the partition it read
-        for the shuffle's map task of that partition."""
+        `sampled`: what the sample pass reads instead of the sampled RDD (a HeldRDD of it,
+        see ember.held_partitions)."""
         sample_size = min(20.0 * partitions, 1e6)
         per_partition = int(math.ceil(3.0 * sample_size / max(self.getNumPartitions(), 1)))
         rdd_id = self._id
         source, key_of = (self, _FIRST) if keyed_from is None else keyed_from
         key_of = fail_on_stopiteration(key_of)
 
-        held_id = None if held is None else held.id()
-
         def sketch(ctx: Any, it: Iterable) -> tuple:
-            if held_id is not None:
-                from ember.held_partitions import hold_partition
-                it = hold_partition(it, ctx.env, block_name(held_id, ctx.partitionId()))
             n, sample = _reservoir(it, per_partition,
                                    random.Random((rdd_id << 16) ^ ctx.partitionId()))
             return n, list(map(key_of, sample))
 
-        sketched = self.ctx.runtime.run_job(source, sketch, with_context=True)
+        sketched = self.ctx.runtime.run_job(sampled or source, sketch, with_context=True)
         total = sum(n for n, _ in sketched)
         if total == 0:
             return None
@@ -1064,6 +1042,7 @@ class RDD:
         return self.stats().sampleVariance()
 
     def histogram(self, buckets: int | list | tuple) -> tuple[list, list[int]]:
+        source = self
         if isinstance(buckets, int):
             if buckets < 1:
                 raise ValueError("number of buckets must be >= 1")
@@ -1075,7 +1054,9 @@ class RDD:
                     return False
                 return True
 
-            filtered = self.filter(comparable)
+            from ember.held_partitions import held_for_reread, stop_holding
+            source = held_for_reread(self)        # read again for the counts
+            filtered = source.filter(comparable)
 
             def minmax(a: tuple, b: tuple) -> tuple:
                 return min(a[0], b[0]), max(a[1], b[1])
@@ -1096,6 +1077,8 @@ class RDD:
                 if " empty " in str(e):
                     raise ValueError("can not generate buckets from empty RDD")
                 raise
+            finally:
+                stop_holding(source)
             if minv == maxv or buckets == 1:
                 return [minv, maxv], [filtered.count()]
             try:
@@ -1144,7 +1127,7 @@ class RDD:
             counters[-1] += last
             return counters
 
-        parts = self.ctx.runtime.run_job(self, histogram)
+        parts = self.ctx.runtime.run_job(source, histogram)
         counts = [sum(c) for c in zip(*parts)] if parts else [0] * (len(bucket_list) - 1)
         # PySpark hands back the caller's own buckets object (a tuple stays a tuple)
         return (bucket_list if isinstance(buckets, int) else buckets), counts
@@ -1247,19 +1230,22 @@ class RDD:
             raise ValueError(f"Sample size cannot be greater than {max_sample_size}.")
         if num == 0 or self.getNumPartitions() == 0:
             return []
-        initial_count = self.count()
+        from ember.held_partitions import held_for_reread, stop_holding
+        source = held_for_reread(self)           # read again for the sample
+        initial_count = source.count()
+        stop_holding(source)
         if initial_count == 0:
             return []
         rand = random.Random(seed)
         if (not withReplacement) and num >= initial_count:
-            samples = self.collect()
+            samples = source.collect()
             rand.shuffle(samples)
             return samples
         fraction = _compute_fraction_for_sample_size(num, initial_count, withReplacement)
-        samples = self.sample(withReplacement, fraction, seed).collect()
+        samples = source.sample(withReplacement, fraction, seed).collect()
         while len(samples) < num:
             seed = rand.randint(0, sys.maxsize)
-            samples = self.sample(withReplacement, fraction, seed).collect()
+            samples = source.sample(withReplacement, fraction, seed).collect()
         rand.shuffle(samples)
         return samples[0:num]
 

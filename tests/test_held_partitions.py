@@ -121,6 +121,22 @@ def test_zip_with_index_counts_and_zips_one_computation(fresh_sc):
     assert zipped.map(lambda ri: ri[1]).sum() == sum(range(PARTS * 2000))
 
 
+def test_histogram_and_take_sample_read_their_input_once(fresh_sc):
+    sc = fresh_sc("local[1]")
+    rdd, computed = _counted(sc)
+    keys = rdd.keys()
+    reference = sc.parallelize(_expected(), PARTS).keys().cache()
+    assert keys.histogram(7) == reference.histogram(7)
+    assert computed.value == PARTS
+    assert keys.takeSample(False, 50, 3) == reference.takeSample(False, 50, 3)
+    assert keys.takeSample(True, 20, 4) == reference.takeSample(True, 20, 4)
+    assert computed.value == 3 * PARTS
+    assert sorted(_held_blocks(sc)) == sorted(f"rdd_{reference.id()}_{p}" for p in range(PARTS))
+    assert sc.parallelize([5, 5], 2).map(lambda x: x).histogram(3) == ([5, 5], [2])
+    with pytest.raises(ValueError, match="empty"):
+        sc.parallelize([], 2).map(lambda x: x).histogram(3)
+
+
 # --- the pieces, without processes -------------------------------------------------------
 def _env(storage: int, worker_memory_mb: int):
     return SimpleNamespace(block_manager=BlockManager("/nonexistent", storage),

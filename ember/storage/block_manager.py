@@ -194,7 +194,10 @@ class BlockManager:
 
     def hold(self, name: str, values: list, size: int) -> None:
         """Keep a partition a sample pass read (ember.held_partitions, which checked that
-        it fits without evicting anything)."""
+        it fits without evicting anything); a retried task's copy replaces its own."""
+        old = self.memory.pop(name, None)
+        if old is not None:
+            self.memory_used -= old[1]
         self.memory[name] = (values, size, _HELD)
         self.memory_used += size
         self.updates.append((name, "memory", size, 0))
