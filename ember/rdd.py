@@ -40,7 +40,8 @@ from ember.rdd_sources import Partition
 from ember.resultiterable import ResultIterable
 from ember.serializers import CPickleSerializer, dumps_closure
 from ember.statcounter import StatCounter
-from ember.storage.block_manager import load_batches, read_batches
+from ember.held_partitions import hold_partition
+from ember.storage.block_manager import block_name, load_batches, read_batches
 from ember.storagelevel import StorageLevel
 from ember.util.compressed import codec_extension
 from ember.util.user_code import (consume_whole, fail_on_stopiteration, filter_checked,
@@ -556,7 +557,6 @@ class RDD:
         starts = [0]
         source = self
         if self.getNumPartitions() > 1:
-            from ember.held_partitions import held_for_reread, stop_holding
             source = held_for_reread(self)
             nums = source.mapPartitions(lambda it: [_count_iter(it)]).collect()
             stop_holding(source)
@@ -768,7 +768,6 @@ class RDD:
         if num_partitions == 1:
             rdd = self.coalesce(1) if self.getNumPartitions() > 1 else self
             return rdd.mapPartitions(sort_partition, True)
-        from ember.held_partitions import held_for_reread, stop_holding
         sampled = self if keyed_from is None else keyed_from[0]
         held = held_for_reread(sampled)
         bounds = self._range_bounds(num_partitions, keyfunc, keyed_from, held)
@@ -1054,7 +1053,6 @@ class RDD:
                     return False
                 return True
 
-            from ember.held_partitions import held_for_reread, stop_holding
             source = held_for_reread(self)        # read again for the counts
             filtered = source.filter(comparable)
 
@@ -1230,7 +1228,6 @@ class RDD:
             raise ValueError(f"Sample size cannot be greater than {max_sample_size}.")
         if num == 0 or self.getNumPartitions() == 0:
             return []
-        from ember.held_partitions import held_for_reread, stop_holding
         source = held_for_reread(self)           # read again for the sample
         initial_count = source.count()
         stop_holding(source)
@@ -1661,6 +1658,65 @@ class MapPartitionsRDD(RDD):
 
     def compute(self, split: Partition, context: Any) -> Iterator:
         return self.func(split.index, self.prev.iterator(split, context))
+
+
+class HeldRDD(RDD):
+    """`prev`'s partitions, for an operation that reads them twice (see
+    ember.held_partitions): held by the tasks of the first job that reads them (while
+    `holding`), then taken by later tasks from the task process that holds them."""
+    _lineage_attrs = ("prev",)
+
+    def __init__(self, prev: RDD) -> None:
+        super().__init__(prev.ctx)
+        self.prev = prev
+        self.holding = True
+        self._clean_when_unreachable()
+
+    @property
+    def holds_blocks(self) -> bool:
+        """Whether its tasks prefer where its blocks are, and a stage that computed all
+        its partitions releases what is left of them (the DAG scheduler asks)."""
+        return not self.holding
+
+    def __repr__(self) -> str:
+        return f"HeldRDD[{self._id}] of {self.prev!r}"
+
+    def _get_partitions(self) -> list[Partition]:
+        return self.prev.partitions()
+
+    def _get_dependencies(self) -> list[Dependency]:
+        return [OneToOneDependency(self.prev)]
+
+    def compute(self, split: Partition, context: Any) -> Iterator:
+        return self.prev.iterator(split, context)
+
+    def iterator(self, split: Partition, context: Any) -> Iterator:
+        env = getattr(context, "env", None)
+        if env is None:
+            return self.compute(split, context)
+        name = block_name(self._id, split.index)
+        if self.holding:
+            return iter(hold_partition(self.compute(split, context), env, name))
+        values = env.block_manager.take(name)
+        return iter(values) if values is not None else self.compute(split, context)
+
+
+def held_for_reread(rdd: RDD) -> RDD:
+    """A HeldRDD of `rdd`, for an operation that reads it in a job of its own before the
+    job that reads it again (sortByKey's sample, zipWithIndex's counts, histogram's
+    minimum and maximum, takeSample's count); `rdd` itself when its partitions are at hand
+    anyway (cached, checkpointed, parallelized) or it belongs to a barrier stage."""
+    if rdd._storage_level != StorageLevel.NONE or rdd.isCheckpointed() or \
+            rdd._local_checkpointed or isinstance(rdd, ParallelCollectionRDD) or \
+            getattr(rdd, "_from_barrier", False):
+        return rdd
+    return HeldRDD(rdd)
+
+
+def stop_holding(rdd: RDD) -> None:
+    """After the first job: later tasks take the held partitions."""
+    if isinstance(rdd, HeldRDD):
+        rdd.holding = False
 
 
 class RDDBarrier:

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from ember import SparkConf
-from ember.held_partitions import HeldRDD, hold_partition
+from ember.held_partitions import hold_partition
+from ember.rdd import HeldRDD
 from ember.storage.block_manager import BlockManager
 from ember.storagelevel import StorageLevel
 
