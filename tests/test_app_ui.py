@@ -499,11 +499,15 @@ def _get(url: str) -> tuple[int, str, str]:
         return e.code, e.headers.get("Content-Type", ""), e.read().decode()
 
 
+# long enough not to turn up by chance in a random temp dir's name ("s3" once did)
+SECRET = "app-ui-test-secret-value"
+
+
 def test_live_application_ui_api_metrics_and_event_log(fresh_sc, tmp_path) -> None:
     from ember import SparkConf
     from prometheus_client.parser import text_string_to_metric_families
     conf = (SparkConf().set("spark.ui.port", "0").set("spark.eventLog.enabled", "true")
-            .set("spark.eventLog.dir", f"file:{tmp_path}").set("spark.authenticate.secret", "s3"))
+            .set("spark.eventLog.dir", f"file:{tmp_path}").set("spark.authenticate.secret", SECRET))
     sc = fresh_sc("local[2]", EVIL, conf)
     base = sc.uiWebUrl
     assert base.startswith("http://") and sc.uiWebUrl.rsplit(":", 1)[1].isdigit()
@@ -544,7 +548,7 @@ def test_live_application_ui_api_metrics_and_event_log(fresh_sc, tmp_path) -> No
         status, ctype, html = _get(base + page)
         assert status == 200 and "text/html" in ctype, page
         assert EVIL not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html, page
-    assert "s3" not in _get(base + "/environment/")[2]
+    assert SECRET not in _get(base + "/environment/")[2]
     status, _, html = _get(base + "/jobs/job/?id=99")
     assert status == 404 and EVIL not in html
 
