@@ -1678,9 +1678,6 @@ class HeldRDD(RDD):
         its partitions releases what is left of them (the DAG scheduler asks)."""
         return not self.holding
 
-    def __repr__(self) -> str:
-        return f"HeldRDD[{self._id}] of {self.prev!r}"
-
     def _get_partitions(self) -> list[Partition]:
         return self.prev.partitions()
 
