@@ -191,6 +191,20 @@ def test_spark_perf_smoke() -> None:
     assert all(m[0] > 0 for m in result["medians"]["ember"].values())
 
 
+def test_read_twice_smoke() -> None:
+    """`python -m benchmarks.read_twice` times the operations that read their input twice
+    over a parsed text file."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.read_twice", "--lines", "2000", "--partitions", "4",
+         "--runs", "1"], cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=110)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(result["medians"]) == {"sortByKey", "sortBy", "zipWithIndex", "histogram",
+                                      "takeSample"}
+
+
 @pytest.mark.timeout(300)
 def test_instructions_smoke() -> None:
     """`python -m benchmarks.instructions` counts, under valgrind, what a warm job costs the
