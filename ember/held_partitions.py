@@ -1,18 +1,19 @@
-"""Partitions a sample pass read, held for the shuffle that follows it.
+"""An input that two jobs read: the first job's tasks hold what they read for the second.
 
 sortByKey and sortBy run two passes over their input, as Spark's RangePartitioner does: a
-job that samples the keys for the range bounds, then the shuffle's map stage. Unless the
-input is cached, Spark computes it twice (the text read, the parsing, whatever made it).
-Here the sample pass keeps each partition it read, as a list in the task process that read
-it, while it fits: within the free storage memory of that process (never evicting a cached
-block) and half the Python worker memory (spark.python.worker.memory), counting what the
-process already holds this way. The block travels to the driver as a cached block's
-location does, so the map task of that partition goes to that process (PROCESS_LOCAL) and
-takes the list, which frees it. A partition that did not fit, or a task that ran elsewhere,
-computes the input again, as before. What no task took is released once a stage has
-computed every partition (or with the RDD, by the context cleaner). zipWithIndex,
-histogram and takeSample read their input twice the same way, and hold it the same way.
-The RDD is ember.rdd.HeldRDD; here is how a task holds a partition.
+job that samples the keys for the range bounds, then the shuffle's map stage; zipWithIndex
+counts before it zips, histogram(n) finds the minimum and maximum before it counts,
+takeSample counts before it samples. Unless the input is cached, Spark computes it in both
+jobs (the text read, the parsing, whatever made it). Here each task of the first job keeps
+the partition it read, as a list in its task process, while it fits: within the free
+storage memory of that process (never evicting a cached block) and half the Python worker
+memory (spark.python.worker.memory), counting what the process already holds this way.
+The block travels to the driver as a cached block's location does, so the second job's
+task of that partition goes to that process (PROCESS_LOCAL) and takes the list, which
+frees it. A partition that did not fit, or a task that ran elsewhere, computes the input
+again, as before. What no task took is released once a stage has computed every partition
+(or with the RDD, by the context cleaner). The RDD is ember.rdd.HeldRDD; here is how a
+task holds a partition.
 """
 from __future__ import annotations
 

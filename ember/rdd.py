@@ -774,8 +774,8 @@ class RDD:
         stop_holding(held)
         if bounds is None:
             return self                  # empty RDD
-        keyed = self                     # else the same records, where the sample left them
-        if held is not sampled:
+        keyed = self
+        if held is not sampled:          # the records, where the sample pass left them
             keyed = held if keyed_from is None else held.keyBy(keyed_from[1])
 
         if ascending and keyfunc is _identity:

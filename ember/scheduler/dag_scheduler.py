@@ -208,7 +208,8 @@ class DAGScheduler:
                  shuffle_service_enabled: bool = False, clock: Clock | None = None,
                  release_blocks: Callable[[int], None] | None = None) -> None:
         self.task_scheduler = task_scheduler
-        # drops an RDD's blocks everywhere: a HeldRDD's once its map stage is done
+        # drops an RDD's blocks everywhere: what a HeldRDD still holds once a stage that
+        # computed all its partitions is done
         self.release_blocks = release_blocks
         self.clock = clock or SystemClock()
         self.shuffle_service_enabled = shuffle_service_enabled

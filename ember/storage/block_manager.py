@@ -193,7 +193,7 @@ class BlockManager:
         return True
 
     def hold(self, name: str, values: list, size: int) -> None:
-        """Keep a partition a sample pass read (ember.held_partitions, which checked that
+        """Keep a partition the first of two jobs read (ember.held_partitions, which checked that
         it fits without evicting anything); a retried task's copy replaces its own."""
         old = self.memory.pop(name, None)
         if old is not None:
