@@ -1,63 +1,97 @@
 """`pyspark.join`: the joins and cogroup of pair RDDs, with PySpark's partitions and
 answers. PySpark tags each value with its side (a Python call a record) and groups the
-tagged values by key. Here each map task groups its side's values by key first (the
-groupByKey loop, no Python call a record) and writes one (key, (side, values)) record a
-key; the reduce side groups those, so a key's values are handled a list at a time."""
+tagged union by key, on the map side and again on the reduce side. Here, as in Spark's
+CoGroupedRDD (ember.rdd), each side has a shuffle of its own, so no record needs a tag,
+and the reduce side groups each side's records by key in a dict of its own (the groupByKey
+loop, no Python call a record). A map task groups its records by key first only when its
+first records show keys repeated (grouped_where_repeated): grouping records whose keys
+seldom repeat within a task costs more than shuffling them."""
 from __future__ import annotations
 
-from functools import reduce
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from itertools import chain, islice, repeat
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from ember.resultiterable import ResultIterable
 
 if TYPE_CHECKING:
     from ember.rdd import RDD
 
+_NONE = ()          # a side without values for the key (never changed in place)
+_SAMPLE = 4096      # records a map task looks at to choose
+_REPEATS = 8        # values a key on average, at least, for a map task to group them
+_FIRST = itemgetter(0)
 
-def _grouped_side(rdd: RDD, side: int) -> RDD:
-    memory = rdd._memory_limit()
-    local_dirs = rdd.ctx.runtime.spill_dirs
 
-    def group(it: Iterable) -> Iterator:
-        from ember.shuffle.external import ExternalGroupBy
-        merger = ExternalGroupBy(None, int(memory * 0.9), local_dirs=local_dirs,
+def grouped_where_repeated(memory_limit_mb: int, local_dirs: list[str]
+                           ) -> Callable[[Iterable], Iterator]:
+    """The map side of a cogroup's shuffle. A task whose first _SAMPLE records hold
+    _REPEATS values a key or more on average writes a record (k, (GROUPED, values)) a key
+    (join on a key with few values, such as a country code: the shuffle then carries each
+    key once a task); any other task writes its records as they are."""
+    def side(records: Iterable) -> Iterator:
+        from ember.shuffle.external import GROUPED, ExternalGroupBy
+        rest = iter(records)
+        head = list(islice(rest, _SAMPLE))
+        if len(head) < _SAMPLE or len(set(map(_FIRST, head))) * _REPEATS > _SAMPLE:
+            return chain(head, rest)
+        merger = ExternalGroupBy(None, int(memory_limit_mb * 0.9), local_dirs=local_dirs,
                                  over_current_rss=True)
-        merger.mergeValues(it)
-        return ((k, (side, values)) for k, values in merger.lists())
-    return rdd.mapPartitions(group, True)
+        merger.mergeValues(chain(head, rest))
+        return ((k, (GROUPED, values)) for k, values in merger.lists())
+    return side
 
 
-def _cogrouped(rdds: list[RDD], num_partitions: int | None) -> RDD:
-    """(key, [(side, values), ...]): each side's values of the key in as many lists as
-    map tasks held the key, in the order a groupByKey of the tagged union meets them."""
-    union = reduce(lambda a, b: a.union(b),
-                   [_grouped_side(rdd, side) for side, rdd in enumerate(rdds)])
-    n = union._default_reduce_partitions() if num_partitions is None else num_partitions
-    memory = union._memory_limit()
-    local_dirs = union.ctx.runtime.spill_dirs
+def grouped_by_key(sides: list[Iterator], memory_limit_mb: int,
+                   local_dirs: list[str]) -> Iterator[tuple[Any, tuple]]:
+    """(key, (values in sides[0], values in sides[1], ...)) for every key of any side, in
+    the order a groupByKey of the sides' union meets the keys, each side's values in the
+    order it gives them (a map task's group of a key's values in its place). Each side is
+    grouped in a merger of its own, all created before any is filled, so together they
+    keep to the one budget; once one has spilled, the groups are grouped by key again on
+    disk."""
+    from ember.shuffle.external import ExternalGroupOfGroups
+    mergers = [ExternalGroupOfGroups(None, memory_limit_mb, local_dirs=local_dirs,
+                                     over_current_rss=True) for _ in sides]
+    for merger, records in zip(mergers, sides):
+        merger.mergeValues(records)
+    if any(m.spills for m in mergers):
+        return _regrouped(mergers, memory_limit_mb, local_dirs)
+    dicts = [m.data for m in mergers]
+    if len(dicts) == 2:
+        first, second = dicts
+        keys = first.keys()
+        both = zip(keys, zip(first.values(), map(second.get, keys, repeat(_NONE))))
+        return chain(both, ((k, (_NONE, ws)) for k, ws in second.items() if k not in first))
+    return ((k, tuple(d.get(k, _NONE) for d in dicts))
+            for i, d in enumerate(dicts) for k in d
+            if not any(k in earlier for earlier in dicts[:i]))
 
-    def group(it: Iterable) -> Iterator:
-        from ember.shuffle.external import ExternalGroupBy
-        merger = ExternalGroupBy(None, memory, local_dirs=local_dirs, over_current_rss=True)
-        merger.mergeValues(it)
-        return merger.items()
-    return union.partitionBy(n).mapPartitions(group, True)
+
+def _regrouped(mergers: list, memory_limit_mb: int, local_dirs: list[str]
+               ) -> Iterator[tuple[Any, tuple]]:
+    from ember.shuffle.external import ExternalGroupBy
+    merger = ExternalGroupBy(None, memory_limit_mb, local_dirs=local_dirs,
+                             over_current_rss=True)
+    for side, m in enumerate(mergers):
+        merger.mergeValues((k, (side, values)) for k, values in m.lists())
+    for k, groups in merger.items():
+        per_side: list[list] = [[] for _ in mergers]
+        for side, values in groups:
+            per_side[side].extend(values)
+        yield k, tuple(per_side)
 
 
 def _join(rdd: RDD, other: RDD, num_partitions: int | None, keep_right: bool,
           keep_left: bool) -> RDD:
-    def dispatch(key_groups: tuple) -> list:
-        k, groups = key_groups
-        vbuf: list = []
-        wbuf: list = []
-        for side, values in groups:
-            (wbuf if side else vbuf).extend(values)
-        if keep_right and not vbuf:
-            vbuf.append(None)
-        if keep_left and not wbuf:
-            wbuf.append(None)
-        return [(k, (v, w)) for v in vbuf for w in wbuf]
-    return _cogrouped([rdd, other], num_partitions).flatMap(dispatch, True)
+    def dispatch(key_values: tuple) -> list:
+        k, (vs, ws) = key_values
+        if keep_right and not vs:
+            vs = (None,)
+        if keep_left and not ws:
+            ws = (None,)
+        return [(k, (v, w)) for v in vs for w in ws]
+    return rdd._cogroup_by_key([other], num_partitions).flatMap(dispatch, True)
 
 
 def python_join(rdd: RDD, other: RDD, numPartitions: int | None) -> RDD:  # noqa: N803
@@ -81,11 +115,7 @@ def python_full_outer_join(rdd: RDD, other: RDD,
 
 def python_cogroup(rdds: list[RDD], numPartitions: int | None) -> RDD:  # noqa: N803
     """Each key with a ResultIterable of its values in each of `rdds`."""
-    n = len(rdds)
-
-    def dispatch(groups: Iterable) -> tuple:
-        bufs: list[list[Any]] = [[] for _ in range(n)]
-        for side, values in groups:
-            bufs[side].extend(values)
-        return tuple(ResultIterable(vs) for vs in bufs)
-    return _cogrouped(rdds, numPartitions).mapValues(dispatch)
+    def dispatch(per_side: tuple) -> tuple:
+        return tuple(ResultIterable(vs if vs.__class__ is list else list(vs))
+                     for vs in per_side)
+    return rdds[0]._cogroup_by_key(rdds[1:], numPartitions).mapValues(dispatch)

@@ -32,8 +32,9 @@ from ember.call_site import call_site
 from ember.dependency import (Dependency, ManyToOneDependency, OneToOneDependency,
                               RangeDependency, ShuffleDependency, stage_rdds)
 from ember.errors import PySparkRuntimeError, SparkException
-from ember.join import (python_cogroup, python_full_outer_join, python_join,
-                        python_left_outer_join, python_right_outer_join)
+from ember.join import (grouped_by_key, grouped_where_repeated, python_cogroup,
+                        python_full_outer_join, python_join, python_left_outer_join,
+                        python_right_outer_join)
 from ember.output_commit import OutputCommitter, open_output
 from ember.partitioner import Partitioner, portable_hash, round_robin_partition
 from ember.rdd_sources import Partition
@@ -736,6 +737,20 @@ class RDD:
 
     def cogroup(self, other: "RDD", numPartitions: int | None = None) -> "RDD":
         return python_cogroup([self, other], numPartitions)
+
+    def _cogroup_by_key(self, others: list["RDD"], num_partitions: int | None) -> "RDD":
+        """(key, (values in self, values in each of others)), hash-partitioned: what
+        ember.join builds cogroup and the joins on. Without numPartitions, as many
+        partitions as PySpark's groupByKey of the union of the RDDs gets."""
+        rdds = [self, *others]
+        if num_partitions is None:
+            num_partitions = config.read(self.ctx.runtime.conf, "spark.default.parallelism")
+        if num_partitions is None:
+            first = self.partitioner
+            co_partitioned = first is not None and all(r.partitioner == first for r in others)
+            num_partitions = (self.getNumPartitions() if co_partitioned
+                              else sum(r.getNumPartitions() for r in rdds))
+        return CoGroupedRDD(self.ctx, rdds, num_partitions, self._memory_limit())
 
     def groupWith(self, other: "RDD", *others: "RDD") -> "RDD":
         return python_cogroup([self, other, *others], None)
@@ -1771,6 +1786,71 @@ class ShuffledRDD(RDD):
         state = super().__getstate__()
         state["prev"] = None          # the map side belongs to another stage
         state["_dep"] = None
+        return state
+
+
+class CoGroupedRDD(RDD):
+    """Spark's CoGroupedRDD: partition i of each parent's records, grouped by key into
+    (key, (values from the first parent, from the second, ...)). Parents already
+    partitioned as the result are read as they are; otherwise, as PySpark's cogroup does
+    (and with its stages), all parents go through one shuffle of their union. The union's
+    map tasks are the parents' partitions one parent after another, so the reduce side
+    reads each parent's records from its range of map outputs: no record needs a tag
+    (PySpark tags every value with its side, a Python call a record). What a map task
+    writes, and how the reduce side groups: ember.join."""
+    _lineage_attrs = ("rdds",)
+
+    def __init__(self, ctx: Any, rdds: list[RDD], num_partitions: int,
+                 memory_limit_mb: int) -> None:
+        super().__init__(ctx)
+        self.rdds = rdds
+        self.num_partitions = num_partitions
+        self.partitioner = Partitioner(num_partitions, portable_hash)
+        self._memory = memory_limit_mb
+        self._local_dirs = ctx.runtime.spill_dirs
+        self._serializer = ctx.runtime.data_serializer
+        self._map_ranges: list[tuple[int, int]] = []     # per parent, with a shuffle
+        self._dep: Dependency | None = None
+        self._shuffle_id: int | None = None
+        if all(r.partitioner == self.partitioner for r in rdds):
+            return
+        map_sides = [r.mapPartitions(grouped_where_repeated(memory_limit_mb, self._local_dirs))
+                     for r in rdds]
+        first = 0
+        for r in rdds:
+            self._map_ranges.append((first, first + r.getNumPartitions()))
+            first += r.getNumPartitions()
+        self._shuffle_id = ctx.runtime.new_shuffle_id()
+        self._dep = ShuffleDependency(UnionRDD(ctx, map_sides), self._shuffle_id,
+                                      num_partitions, portable_hash, self._serializer)
+        if ctx.runtime.cleaner is not None:
+            ctx.runtime.cleaner.register_shuffle_for_cleanup(self._dep)
+
+    def _get_partitions(self) -> list[Partition]:
+        if self._dep is not None:
+            return [Partition(i) for i in range(self.num_partitions)]
+        parents = [r.partitions() for r in self.rdds]
+        return [CoalescedPartition(i, [p[i] for p in parents])
+                for i in range(self.num_partitions)]
+
+    def _get_dependencies(self) -> list[Dependency]:
+        if self._dep is not None:
+            return [self._dep]
+        return [OneToOneDependency(r) for r in self.rdds]
+
+    def compute(self, split: Partition, context: Any) -> Iterator:
+        if self._shuffle_id is not None:
+            from ember.shuffle.reader import read_partition
+            sides = [read_partition(self._shuffle_id, split.index, context, self._serializer,
+                                    maps) for maps in self._map_ranges]
+        else:
+            sides = [r.iterator(p, context) for r, p in zip(self.rdds, split.parents)]
+        return grouped_by_key(sides, self._memory, self._local_dirs)
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        if self._dep is not None:       # the parents belong to the map stage
+            state["rdds"] = state["_dep"] = None
         return state
 
 

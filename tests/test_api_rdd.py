@@ -651,11 +651,11 @@ def test_group_with(sc):
         ("a", ([5], [2])), ("b", ([6], []))]
 
 
-def test_joins_group_each_side_by_key_before_the_shuffle(sc):
-    """join and cogroup group a side's values a map task at a time and the reduce side
-    groups the groups: each side's values keep the order a groupByKey of the union meets
-    them, co-partitioned sides are not shuffled again, and spilled groups give the same
-    answers."""
+def test_joins_shuffle_the_sides_once_and_group_each_side_by_key(sc):
+    """join and cogroup shuffle their sides' union once (co-partitioned sides not at all,
+    PySpark's stages either way) and group each side by key on the reduce side: each
+    side's values keep the order a groupByKey of the union meets them, and spilled groups
+    give the same answers."""
     from ember.dependency import ShuffleDependency, stage_rdds
     left = sc.parallelize([(k % 3, i) for i, k in enumerate(range(12))], 3)
     right = sc.parallelize([(0, "x"), (1, "y"), (0, "z")], 2)
@@ -670,6 +670,13 @@ def test_joins_group_each_side_by_key_before_the_shuffle(sc):
                 if isinstance(d, ShuffleDependency)]
     assert joined.getNumPartitions() == 4 and len(shuffles) == 2   # a's and b's own
     assert sorted(joined.collect()) == sorted(left.join(right).collect())
+    plain = left.join(right)
+    assert len([d for r in stage_rdds(plain) for d in r.dependencies()
+                if isinstance(d, ShuffleDependency)]) == 1
+    one_side = left.partitionBy(5).join(right, 5)          # as PySpark: both shuffled
+    assert len([d for r in stage_rdds(one_side) for d in r.dependencies()
+                if isinstance(d, ShuffleDependency)]) == 1
+    assert sorted(one_side.collect()) == sorted(plain.collect())
     c = sc.parallelize([(2, True)])
     assert [(k, tuple(map(list, vs))) for k, vs in sorted(left.groupWith(right, c).collect())] \
         == [(0, ([0, 3, 6, 9], ["x", "z"], [])), (1, ([1, 4, 7, 10], ["y"], [])),
@@ -683,6 +690,32 @@ def test_joins_group_each_side_by_key_before_the_shuffle(sc):
             i - i % 5000 for i in range(100_000) if i % 2 == 0)
         assert big.leftOuterJoin(small).filter(lambda kv: kv[1][1] is None).count() == 50_000
         assert small.fullOuterJoin(big).count() == 100_000 + 500
+    finally:
+        sc._conf.set("spark.python.worker.memory", old or "512m")
+
+
+def test_joins_group_a_map_tasks_repeated_keys_before_the_shuffle(sc):
+    """A map task whose keys repeat writes a key's values as one record, one whose keys do
+    not writes its records as they are; the reduce side takes either, in order, also when it
+    spills, and a value that is itself a tuple is never taken for such a record."""
+    many = [(i % 7, (i, ())) for i in range(30_000)]          # 7 keys: grouped
+    unique = [(i, ("x", i)) for i in range(30_000)]           # unique keys: as they are
+    dims = [(k, -k) for k in range(7)] + [(1, ())]
+    expected_many = sorted(repr((k, (v, w))) for k, v in many for k2, w in dims if k == k2)
+    joined = sc.parallelize(many, 3).join(sc.parallelize(dims, 2)).collect()
+    assert sorted(map(repr, joined)) == expected_many
+    groups = sc.parallelize(many, 3).cogroup(sc.parallelize(unique, 2)).collect()
+    assert [list(vs[0]) for k, vs in sorted(groups) if k == 3] == \
+        [[v for k, v in many if k == 3]]              # map order, then record order
+    assert all(list(vs[1]) == [("x", k)] for k, vs in groups if k >= 7)
+    old = sc._conf.get("spark.python.worker.memory")
+    sc._conf.set("spark.python.worker.memory", "1m")
+    try:
+        big = sc.parallelize([(i % 3, i) for i in range(200_000)], 4)
+        cogrouped = big.cogroup(sc.parallelize([(0, "a"), (2, "b")], 1)).collect()
+        assert sorted((k, list(vs[0]), list(vs[1])) for k, vs in cogrouped) == [
+            (k, [i for i in range(200_000) if i % 3 == k], w)
+            for k, w in ((0, ["a"]), (1, []), (2, ["b"]))]
     finally:
         sc._conf.set("spark.python.worker.memory", old or "512m")
 

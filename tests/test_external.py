@@ -339,6 +339,84 @@ def test_group_by_lists_are_plain_after_spills(tmp_path):
     assert all(type(v) is list for v in got.values())
 
 
+def _with_groups(pairs, every=3):
+    """`pairs` with each run of a key divisible by `every` sent as one marked group, as a
+    map task that grouped its records writes them."""
+    import itertools
+    out = []
+    for k, run in itertools.groupby(pairs, key=operator.itemgetter(0)):
+        values = [v for _, v in run]
+        if k % every == 0:
+            out.append((k, (external.GROUPED, values)))
+        else:
+            out.extend((k, v) for v in values)
+    return out
+
+
+@pytest.mark.parametrize("spill_every", [0, 6_000])
+def test_group_of_groups_takes_values_and_marked_groups_in_order(tmp_path, spill_every):
+    from ember.shuffle.external import ExternalGroupOfGroups
+    pairs = sorted(_pairs(seed=9), key=operator.itemgetter(0))      # runs of a key
+    pairs += [(1, ()), (2, (1, 2)), (3, (external.GROUPED,)), (4, ("x", [5]))]
+    g = ExternalGroupOfGroups(memory_limit=512, local_dirs=[str(tmp_path)], batch=300)
+    g.spill_every = spill_every
+    g.mergeValues(iter(_with_groups(pairs)))
+    assert {k: list(v) for k, v in g.items()} == _group(pairs)     # tuples stay values
+    assert (g.spills > 0) == bool(spill_every)
+    _assert_clean(tmp_path)
+
+
+@pytest.mark.parametrize("spill_every", [0, 8_000])
+def test_grouped_by_key_pairs_each_sides_values(tmp_path, monkeypatch, spill_every):
+    """A cogroup partition: every key of any side once, in the order the sides meet them,
+    with each side's values (an empty tuple for none), spilled or not."""
+    from ember import join
+    from ember.shuffle.external import ExternalGroupOfGroups
+    monkeypatch.setattr(ExternalGroupOfGroups, "__init__", _forced(spill_every))
+    real, regrouped = join._regrouped, []
+
+    def counted(*args):
+        regrouped.append(args)
+        return real(*args)
+    monkeypatch.setattr(join, "_regrouped", counted)
+    sides = [_pairs(n=20_000, nkeys=3_000, seed=s) for s in (10, 11, 12)]
+    sides[1] = [(k + 2_000, v) for k, v in sides[1]]            # keys only in one side
+    for n in (2, 3):
+        got = list(join.grouped_by_key([iter(_with_groups(p)) for p in sides[:n]], 512,
+                                       [str(tmp_path)]))
+        keys = [k for k, _ in got]
+        assert len(keys) == len(set(keys))
+        groups = [_group(p) for p in sides[:n]]
+        assert {k: [list(vs) for vs in per_side] for k, per_side in got} == {
+            k: [g.get(k, []) for g in groups] for g0 in groups for k in g0}
+        if not spill_every:   # the order a groupByKey of the union meets the keys
+            assert keys == list(dict.fromkeys(k for p in sides[:n] for k, _ in p))
+    assert len(regrouped) == (2 if spill_every else 0)
+    _assert_clean(tmp_path)
+
+
+def test_a_cogroup_map_task_groups_only_repeated_keys(tmp_path):
+    """Grouped when the first records hold 8 values a key or more on average; otherwise,
+    and for a partition shorter than the sample, the records as they are."""
+    from ember.join import grouped_where_repeated
+    side = grouped_where_repeated(512, [str(tmp_path)])
+    repeated = [(i % 500, i) for i in range(10_000)]
+    out = list(side(iter(repeated)))
+    assert len(out) == 500 and all(v[0] is external.GROUPED for _, v in out)
+    assert {k: v[1] for k, v in out} == _group(repeated)
+    for records in ([(i % 600, i) for i in range(10_000)], repeated[:4000]):
+        assert list(side(iter(records))) == records
+
+
+def _forced(spill_every):
+    init = external.ExternalGroupBy.__init__
+
+    def forced_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.spill_every = spill_every
+    return forced_init
+
+
 def test_external_list_spills_past_its_limit_and_pickles_what_it_spilled(tmp_path,
                                                                           monkeypatch):
     import pickle
@@ -431,7 +509,7 @@ def test_sort_stable_with_key_and_reverse(tmp_path, spill_every, reverse):
     _assert_clean(tmp_path)
 
 
-@pytest.mark.parametrize("spill_every", [0, 2_000])
+@pytest.mark.parametrize("spill_every", [0, 8_000])
 def test_sort_plain_values(tmp_path, spill_every):
     rnd = random.Random(9)
     values = ["%05d" % rnd.randrange(3000) for _ in range(25_000)]
@@ -576,7 +654,7 @@ def test_sorter_reused_for_two_open_results(tmp_path):
     _assert_clean(tmp_path)
 
 
-@pytest.mark.parametrize("spill_every", [0, 2_000])
+@pytest.mark.parametrize("spill_every", [0, 8_000])
 def test_inlined_add_keeps_operand_order(tmp_path, spill_every):
     pairs = [("k%d" % (i % 50), chr(97 + i % 26)) for i in range(10_000)]
     for func in (lambda a, b: a + b, lambda a, b: b + a, operator.add):

@@ -43,6 +43,13 @@ def _reader(statuses, reduce_id, io_key=None, executor="exec-1", fetch=None, met
     return read_partition(7, reduce_id, ctx)
 
 
+def _reader_of_maps(statuses, reduce_id, maps, fetch=None):
+    ctx = SimpleNamespace(map_locations={7: statuses}, metrics={},
+                          env=SimpleNamespace(executor_id="exec-1", host="host-1",
+                                              io_key=None, fetch_remote=fetch))
+    return list(read_partition(7, reduce_id, ctx, None, maps))
+
+
 def _serving(requests, outstanding=None):
     """A peer serving FetchShuffleBlocks from the test's files: sends are recorded, and the
     bytes asked and not yet taken are tracked in `outstanding` [now, most]."""
@@ -231,6 +238,23 @@ def test_remote_fetches_are_pipelined_within_max_size_in_flight(tmp_path):
                       max_reqs_in_flight=1)
     next(records)                         # the first taken, the second sent
     assert len(requests) == 2 and len(list(records)) == 12 * 250 - 1 and len(requests) == 6
+
+
+def test_a_reducer_reads_a_range_of_maps_only(tmp_path):
+    """A cogroup's side is a range of the union's maps: only their segments are read
+    (inline, in this process's file, or fetched), in map order."""
+    statuses = []
+    for m in range(9):
+        remote = dict(executor="exec-2", address="10.0.0.2:7337") if m % 3 == 2 else {}
+        records = ([(1, (m, 0))] if m % 3 == 0 else      # inline
+                   [(i % 2, (m, i, "v" * 300)) for i in range(40)])
+        statuses.append(_write(tmp_path, records, 2, m, **remote))
+    everything = _read(statuses, 1, fetch=_serving([]))
+    requests: list = []
+    for first, end in ((0, 4), (4, 9), (3, 3), (8, 20)):
+        got = _reader_of_maps(statuses, 1, (first, end), fetch=_serving(requests))
+        assert got == [r for r in everything if first <= r[1][0] < end]
+    assert [n for *_, n in requests] == [1, 2, 1]      # maps 2 | 5, 8 | none | 8
 
 
 def test_other_executors_files_on_this_host_are_read_from_disk(tmp_path):

@@ -413,6 +413,17 @@ _MERGE_CALL = "d[k] = comb(old, v)"
 _MERGE_ADD = "d[k] = old + v"
 _MERGE_APPEND = "old.append(v)"
 _MERGE_EXTEND = "old.extend(v)"
+# a value that is a map task's list of the key's values, or one value (ExternalGroupOfGroups)
+_CREATE_GROUP_OR_LIST = ("d[k] = v[1] if v.__class__ is tuple and len(v) == 2 "
+                         "and v[0] is GROUPED else [v]")
+_MERGE_GROUP_OR_APPEND = ("old.extend(v[1]) if v.__class__ is tuple and len(v) == 2 "
+                          "and v[0] is GROUPED else old.append(v)")
+
+
+class GROUPED:
+    """Marks a record (k, (GROUPED, [v, ...])) whose values a map task grouped by key
+    before its shuffle (ember.join). A class: it pickles as a reference to itself, once
+    per batch, and unpickles as the same object."""
 
 _loop_cache: dict[tuple[str, str, str], Callable[..., int]] = {}
 
@@ -428,7 +439,7 @@ def _make_loop(kind: str, create: str, merge: str) -> Callable[..., int]:
         else:
             body = _LOOP_TRY if kind == "try" else _LOOP_GET
             src = _LOOP_HEAD.format(name=name) + body.format(create=create, merge=merge)
-        ns: dict[str, Any] = {"_MISSING": _MISSING}
+        ns: dict[str, Any] = {"_MISSING": _MISSING, "GROUPED": GROUPED}
         exec(compile(src, "<ember.shuffle.external:%s>" % name, "exec"), ns)
         fn = _loop_cache[cache_key] = ns[name]
     return fn
@@ -948,6 +959,16 @@ class ExternalGroupBy(ExternalMerger):
             else:
                 for i in range(0, len(values), chunk):
                     yield k, values[i:i + chunk]
+
+
+class ExternalGroupOfGroups(ExternalGroupBy):
+    """groupByKey of records that are (k, v), or (k, (GROUPED, values)) from a map task
+    that grouped its records by key first: a key's values in one list either way, in the
+    order the records give them. A marked list is taken as it is (it was just unpickled)."""
+
+    def _setup_loops(self) -> None:
+        super()._setup_loops()
+        self._value_loops = _loops(_CREATE_GROUP_OR_LIST, _MERGE_GROUP_OR_APPEND)
 
 
 # --------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import io
 import os
 import pickle
 from array import array
+from bisect import bisect_left
 from collections import deque
 from itertools import chain
 from typing import Any, Callable, Iterator
@@ -249,14 +250,17 @@ def _read_segment(shuffle_id: int, path: str, start: int, end: int) -> bytes:
 
 
 def read_partition(shuffle_id: int, reduce_id: int, ctx: Any,
-                   serializer: Any = None) -> Iterator:
+                   serializer: Any = None, maps: tuple[int, int] | None = None) -> Iterator:
     """The partition's records: its batches chained in C, so a record costs no generator
-    step (two nested generators, one a record, cost as much as unpickling it)."""
-    return chain.from_iterable(_read_batches(shuffle_id, reduce_id, ctx, serializer))
+    step (two nested generators, one a record, cost as much as unpickling it). With `maps`
+    (first, end): only those the map tasks in that range wrote (a cogroup's side of a
+    union)."""
+    return chain.from_iterable(_read_batches(shuffle_id, reduce_id, ctx, serializer, maps))
 
 
 def _read_batches(shuffle_id: int, reduce_id: int, ctx: Any,
-                  serializer: Any = None) -> Iterator[list]:
+                  serializer: Any = None, maps: tuple[int, int] | None = None
+                  ) -> Iterator[list]:
     statuses: list[MapStatus | None] = ctx.map_locations.get(shuffle_id)
     if statuses is None:
         raise FetchFailedError(shuffle_id, -1, reduce_id, None,
@@ -266,6 +270,10 @@ def _read_batches(shuffle_id: int, reduce_id: int, ctx: Any,
     except FetchFailedError as e:
         raise FetchFailedError(shuffle_id, e.map_index, reduce_id, None,
                                f"{e.message} partition {reduce_id}") from None
+    if maps is not None and triples is not None:      # in map order: the range's slice
+        map_indexes = triples[::3]
+        triples = triples[3 * bisect_left(map_indexes, maps[0]):
+                          3 * bisect_left(map_indexes, maps[1])]
     env = ctx.env
     metrics = ctx.metrics
     key = getattr(env, "io_key", None)
