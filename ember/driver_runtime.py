@@ -288,7 +288,7 @@ class DriverRuntime:
                                conf, "spark.dynamicAllocation.enabled"),
                            shuffle_service_enabled=local is None and
                            config.read(conf, "spark.shuffle.service.enabled"),
-                           clock=clock, release_blocks=self._release_blocks)
+                           clock=clock, release_blocks=self.release_blocks)
         sched.initialize(backend, dag)
         if health_tracker is not None:
             health_tracker.kill_executors = getattr(backend, "kill_executors", None)
@@ -533,8 +533,10 @@ class DriverRuntime:
                 if f.startswith(f"rdd_{rdd_id}_"):
                     unlink_quietly(os.path.join(block_dir, f))
 
-    def _release_blocks(self, rdd_id: int) -> None:
+    def release_blocks(self, rdd_id: int) -> None:
         """Drop the memory blocks of an RDD the user never persisted (a HeldRDD's)."""
+        if self.stopped:
+            return
         self.scheduler_backend.unpersist_rdd(rdd_id)
         self.block_manager_master.remove_rdd(rdd_id)
 

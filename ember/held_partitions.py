@@ -11,9 +11,9 @@ memory (spark.python.worker.memory), counting what the process already holds thi
 The block travels to the driver as a cached block's location does, so the second job's
 task of that partition goes to that process (PROCESS_LOCAL) and takes the list, which
 frees it. A partition that did not fit, or a task that ran elsewhere, computes the input
-again, as before. What no task took is released once a stage has computed every partition
-(or with the RDD, by the context cleaner). The RDD is ember.rdd.HeldRDD; here is how a
-task holds a partition.
+again, as before. What no task took is released once a stage has computed every partition,
+when the first job fails (ember.rdd.read_twice), or else with the RDD, by the context
+cleaner. The RDD is ember.rdd.HeldRDD; here is how a task holds a partition.
 """
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ it, exactly as PySpark builds them, with the same defaults and error messages.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import copy
 import functools
 import heapq
@@ -558,9 +559,8 @@ class RDD:
         starts = [0]
         source = self
         if self.getNumPartitions() > 1:
-            source = held_for_reread(self)
-            nums = source.mapPartitions(lambda it: [_count_iter(it)]).collect()
-            stop_holding(source)
+            with read_twice(self) as source:
+                nums = source.mapPartitions(lambda it: [_count_iter(it)]).collect()
             starts.extend(itertools.accumulate(nums[:-1]))
 
         def func(k: int, it: Iterable) -> Iterator:
@@ -784,9 +784,8 @@ class RDD:
             rdd = self.coalesce(1) if self.getNumPartitions() > 1 else self
             return rdd.mapPartitions(sort_partition, True)
         sampled = self if keyed_from is None else keyed_from[0]
-        held = held_for_reread(sampled)
-        bounds = self._range_bounds(num_partitions, keyfunc, keyed_from, held)
-        stop_holding(held)
+        with read_twice(sampled) as held:
+            bounds = self._range_bounds(num_partitions, keyfunc, keyed_from, held)
         if bounds is None:
             return self                  # empty RDD
         keyed = self
@@ -1068,9 +1067,6 @@ class RDD:
                     return False
                 return True
 
-            source = held_for_reread(self)        # read again for the counts
-            filtered = source.filter(comparable)
-
             def minmax(a: tuple, b: tuple) -> tuple:
                 return min(a[0], b[0]), max(a[1], b[1])
 
@@ -1084,14 +1080,14 @@ class RDD:
                 if found is not None:
                     yield found
 
-            try:
-                minv, maxv = filtered.mapPartitions(partition_minmax).reduce(minmax)
-            except TypeError as e:
-                if " empty " in str(e):
-                    raise ValueError("can not generate buckets from empty RDD")
-                raise
-            finally:
-                stop_holding(source)
+            with read_twice(self) as source:      # read again for the counts
+                filtered = source.filter(comparable)
+                try:
+                    minv, maxv = filtered.mapPartitions(partition_minmax).reduce(minmax)
+                except TypeError as e:
+                    if " empty " in str(e):
+                        raise ValueError("can not generate buckets from empty RDD")
+                    raise
             if minv == maxv or buckets == 1:
                 return [minv, maxv], [filtered.count()]
             try:
@@ -1243,9 +1239,8 @@ class RDD:
             raise ValueError(f"Sample size cannot be greater than {max_sample_size}.")
         if num == 0 or self.getNumPartitions() == 0:
             return []
-        source = held_for_reread(self)           # read again for the sample
-        initial_count = source.count()
-        stop_holding(source)
+        with read_twice(self) as source:         # read again for the sample
+            initial_count = source.count()
         if initial_count == 0:
             return []
         rand = random.Random(seed)
@@ -1725,10 +1720,22 @@ def held_for_reread(rdd: RDD) -> RDD:
     return HeldRDD(rdd)
 
 
-def stop_holding(rdd: RDD) -> None:
-    """After the first job: later tasks take the held partitions."""
-    if isinstance(rdd, HeldRDD):
-        rdd.holding = False
+@contextlib.contextmanager
+def read_twice(rdd: RDD) -> Iterator[RDD]:
+    """held_for_reread(rdd) for the first job, run in the with block. After it, later
+    tasks take the held partitions; if it fails, nothing will, and what its tasks held is
+    dropped there and then rather than when the context cleaner finds the RDD unreachable."""
+    held = held_for_reread(rdd)
+    try:
+        yield held
+    except BaseException:
+        if isinstance(held, HeldRDD):
+            with contextlib.suppress(Exception):    # the cleaner's turn then; not this error
+                held.ctx.runtime.release_blocks(held.id())
+        raise
+    finally:
+        if isinstance(held, HeldRDD):
+            held.holding = False
 
 
 class RDDBarrier:

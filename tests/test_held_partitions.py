@@ -136,6 +136,25 @@ def test_histogram_and_take_sample_read_their_input_once(fresh_sc):
     assert sc.parallelize([5, 5], 2).map(lambda x: x).histogram(3) == ([5, 5], [2])
     with pytest.raises(ValueError, match="empty"):
         sc.parallelize([], 2).map(lambda x: x).histogram(3)
+    assert sorted(_held_blocks(sc)) == sorted(f"rdd_{reference.id()}_{p}" for p in range(PARTS))
+
+
+def test_a_first_job_that_fails_leaves_nothing_held(fresh_sc):
+    """The partitions its tasks held before one failed are dropped with the failure, not
+    when the context cleaner finds the RDD unreachable."""
+    sc = fresh_sc("local[1]")
+
+    def fail_in_the_last(i, it):
+        if i == PARTS - 1:
+            raise RuntimeError("boom")
+        return it
+    failing = _counted(sc)[0].mapPartitionsWithIndex(fail_in_the_last)
+    for operation in (lambda: failing.sortByKey(), lambda: failing.zipWithIndex(),
+                      lambda: failing.keys().histogram(3),
+                      lambda: failing.takeSample(False, 3)):
+        with pytest.raises(Exception, match="boom"):
+            operation()
+        assert _held_blocks(sc) == []
 
 
 # --- the pieces, without processes -------------------------------------------------------
