@@ -1,11 +1,11 @@
 """`pyspark.join`: the joins and cogroup of pair RDDs, with PySpark's partitions and
 answers. PySpark tags each value with its side (a Python call a record) and groups the
-tagged union by key, on the map side and again on the reduce side. Here, as in Spark's
-CoGroupedRDD (ember.rdd), each side has a shuffle of its own, so no record needs a tag,
-and the reduce side groups each side's records by key in a dict of its own (the groupByKey
-loop, no Python call a record). A map task groups its records by key first only when its
-first records show keys repeated (grouped_where_repeated): grouping records whose keys
-seldom repeat within a task costs more than shuffling them."""
+tagged union by key, on the map side and again on the reduce side. Here (CoGroupedRDD in
+ember.rdd) the union is shuffled untagged and a reduce task reads each side from that
+side's range of map outputs, grouping its records by key in a dict of its own (the
+groupByKey loop, no Python call a record). A map task groups its records by key first
+only when its first records show keys repeated (grouped_where_repeated): grouping records
+whose keys seldom repeat within a task costs more than shuffling them."""
 from __future__ import annotations
 
 from itertools import chain, islice, repeat

@@ -741,16 +741,17 @@ class RDD:
     def _cogroup_by_key(self, others: list["RDD"], num_partitions: int | None) -> "RDD":
         """(key, (values in self, values in each of others)), hash-partitioned: what
         ember.join builds cogroup and the joins on. Without numPartitions, as many
-        partitions as PySpark's groupByKey of the union of the RDDs gets."""
-        rdds = [self, *others]
+        partitions as PySpark's groupByKey of the RDDs' union (made a pair at a time, a
+        pair of co-partitioned RDDs keeping its count) gets."""
         if num_partitions is None:
             num_partitions = config.read(self.ctx.runtime.conf, "spark.default.parallelism")
         if num_partitions is None:
-            first = self.partitioner
-            co_partitioned = first is not None and all(r.partitioner == first for r in others)
-            num_partitions = (self.getNumPartitions() if co_partitioned
-                              else sum(r.getNumPartitions() for r in rdds))
-        return CoGroupedRDD(self.ctx, rdds, num_partitions, self._memory_limit())
+            num_partitions, union_partitioner = self.getNumPartitions(), self.partitioner
+            for r in others:
+                if union_partitioner is None or r.partitioner != union_partitioner:
+                    num_partitions += r.getNumPartitions()
+                    union_partitioner = None
+        return CoGroupedRDD(self.ctx, [self, *others], num_partitions, self._memory_limit())
 
     def groupWith(self, other: "RDD", *others: "RDD") -> "RDD":
         return python_cogroup([self, other, *others], None)

@@ -677,6 +677,7 @@ def test_joins_shuffle_the_sides_once_and_group_each_side_by_key(sc):
     assert len([d for r in stage_rdds(one_side) for d in r.dependencies()
                 if isinstance(d, ShuffleDependency)]) == 1
     assert sorted(one_side.collect()) == sorted(plain.collect())
+    assert a.groupWith(b, sc.parallelize([(2, True)], 3)).getNumPartitions() == 4 + 3
     c = sc.parallelize([(2, True)])
     assert [(k, tuple(map(list, vs))) for k, vs in sorted(left.groupWith(right, c).collect())] \
         == [(0, ([0, 3, 6, 9], ["x", "z"], [])), (1, ([1, 4, 7, 10], ["y"], [])),

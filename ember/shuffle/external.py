@@ -425,6 +425,7 @@ class GROUPED:
     before its shuffle (ember.join). A class: it pickles as a reference to itself, once
     per batch, and unpickles as the same object."""
 
+
 _loop_cache: dict[tuple[str, str, str], Callable[..., int]] = {}
 
 
