@@ -524,8 +524,7 @@ class DriverRuntime:
         if self.stopped:
             return
         from ember.scheduler.listener import UnpersistRDD
-        self.scheduler_backend.unpersist_rdd(rdd_id)
-        self.block_manager_master.remove_rdd(rdd_id)
+        self.release_blocks(rdd_id)
         self.bus.post(UnpersistRDD(rdd_id))
         block_dir = os.path.join(self.local_dir, "blocks")
         if os.path.isdir(block_dir):
@@ -534,7 +533,8 @@ class DriverRuntime:
                     unlink_quietly(os.path.join(block_dir, f))
 
     def release_blocks(self, rdd_id: int) -> None:
-        """Drop the memory blocks of an RDD the user never persisted (a HeldRDD's)."""
+        """Drop an RDD's blocks in the executors and the block manager master: all of it for
+        one the user never persisted (a HeldRDD's); unpersist_rdd does more."""
         if self.stopped:
             return
         self.scheduler_backend.unpersist_rdd(rdd_id)
