@@ -762,3 +762,51 @@ def test_a_tasks_merger_spills_are_its_metrics(fresh_sc):
     spilled.clear()
     assert sc.parallelize([1, 2], 1).map(counted).collect() == [1, 2]
     assert spilled == [18] and memory[-1] == 14
+
+
+class _Backwards(int):
+    """An int that orders the other way: sort_list must not compare it as a float."""
+
+    def __lt__(self, other):
+        return int(self) > int(other)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_sort_list_orders_as_list_sort_does(reverse):
+    """sort_list compares big ints as floats only where that cannot change the result:
+    ties keep their order, ints past 2**53 (which would round to equal floats), mixed
+    types and int subclasses with their own order sort as list.sort sorts them."""
+    rnd = random.Random(7)
+    big = [(rnd.getrandbits(40) - (1 << 39), i) for i in range(3000)]
+    ties = [(rnd.choice([1 << 35, 1 << 36, -(1 << 40)]), i) for i in range(3000)]
+    past_exact = [((1 << 60) + rnd.randrange(8), i) for i in range(3000)]
+    mixed = [(rnd.choice([1 << 40, 2.5, 7]), i) for i in range(3000)]
+    backwards = [(_Backwards(rnd.getrandbits(40)), i) for i in range(3000)]
+    small = [(rnd.randrange(100), i) for i in range(3000)]
+    strings = [(str(rnd.getrandbits(40)), i) for i in range(3000)]
+    by_key = operator.itemgetter(0)
+
+    def probed(records):          # a 40-bit int where sort_list looks first
+        records = list(records)
+        for i in (0, len(records) // 2, len(records) - 1):
+            records[i] = (1 << 40, records[i][1])
+        return records
+    for records in (big, ties, past_exact, mixed, backwards, small, strings,
+                    probed(past_exact), probed(mixed), probed(backwards)):
+        expected = sorted(records, key=by_key, reverse=reverse)
+        got = list(records)
+        external.sort_list(got, by_key, reverse)
+        assert got == expected
+        assert [r[1] for r in got] == [r[1] for r in expected]    # stable, as list.sort
+    plain = [k for k, _ in big] + [1 << 35] * 10
+    got = list(plain)
+    external.sort_list(got, None, reverse)
+    assert got == sorted(plain, reverse=reverse)
+    calls = []
+
+    def user_key(kv):
+        calls.append(kv)
+        return kv[0]
+    got = list(big)
+    external.sort_list(got, user_key, reverse)       # a user's key: called once a record
+    assert got == sorted(big, key=by_key, reverse=reverse) and len(calls) == len(big)

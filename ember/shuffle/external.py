@@ -39,6 +39,7 @@ import random
 import shutil
 import tempfile
 import types
+from functools import partial
 from itertools import islice
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -977,6 +978,47 @@ class ExternalGroupOfGroups(ExternalGroupBy):
 # --------------------------------------------------------------------------
 
 
+#: ints this small are one CPython digit, which list.sort compares in C already
+_ONE_DIGIT = 1 << 30
+#: ints no larger in magnitude convert to floats exactly
+_FLOAT_EXACT = 1 << 53
+_INT_ONLY = {int}
+
+
+def sort_list(records: list, key: Callable[[Any], Any] | None = None,
+              reverse: bool = False) -> None:
+    """records.sort(key=key, reverse=reverse), faster where the keys are ints past 2**30.
+
+    Why: CPython's sort compares floats and one-digit ints (below 2**30) in C, but larger
+    ints through their rich comparison, about 1.7x slower (random 40-bit keys, 250,000
+    records). Ints below 2**53 in magnitude convert to floats exactly and in the same
+    order, so sorting by the floats gives the same list (the sort is stable, and equal
+    floats are equal ints). Taken only when a key of the first, middle or last record is
+    such an int, and only for keys that are the records or an itemgetter of them (no user
+    function is called twice); the floats reach list.sort through a key that hands them
+    out in list order, the order CPython computes keys in."""
+    n = len(records)
+    if n < 64 or not (key is None or key.__class__ is operator.itemgetter):
+        records.sort(key=key, reverse=reverse)
+        return
+    probe = (lambda r: r) if key is None else key
+    for i in (0, n // 2, n - 1):
+        k = probe(records[i])
+        if k.__class__ is int and _ONE_DIGIT <= abs(k) <= _FLOAT_EXACT:
+            break
+    else:
+        records.sort(key=key, reverse=reverse)
+        return
+    keys = records if key is None else list(map(key, records))
+    if set(map(type, keys)) == _INT_ONLY and -_FLOAT_EXACT <= min(keys) \
+            and max(keys) <= _FLOAT_EXACT:
+        records.sort(key=partial(next, iter(list(map(float, keys)))), reverse=reverse)
+    elif key is None:
+        records.sort(reverse=reverse)
+    else:
+        records.sort(key=partial(next, iter(keys)), reverse=reverse)
+
+
 class ExternalSorter:
     """Sort an iterator of any size within a memory budget.
 
@@ -1059,7 +1101,7 @@ class ExternalSorter:
             since += len(chunk) - before
             rss = _rss_bytes()
             if rss > limit or (every and since >= every):
-                chunk.sort(key=key, reverse=reverse)
+                sort_list(chunk, key, reverse)
                 runs.append(self._write_run(chunk))
                 chunk = []
                 extend = chunk.extend
@@ -1079,7 +1121,7 @@ class ExternalSorter:
             n = min(max(n, batch), batch * self.MAX_BATCH_FACTOR)
             if every:
                 n = max(1, min(n, every - since))
-        chunk.sort(key=key, reverse=reverse)
+        sort_list(chunk, key, reverse)
         if not runs:
             return iter(chunk)
         return self._merge_runs(runs, chunk, key, reverse)

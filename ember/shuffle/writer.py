@@ -142,34 +142,34 @@ def write_map_output(records: Iterable, num_partitions: int,
     budget = max(memory_limit_mb, 1) << 20
     spills: list[tuple[str, dict[int, tuple[int, int]]]] = []
     count = 0
-    since_check = 0
     fast_hash = partition_func is portable_hash
     if fast_hash:
         portable_hash(None)       # raises PYTHON_HASH_SEED_NOT_SET if it must
     elif partition_func is round_robin_partition:
         fast_hash = True          # keys are ints below 2**61 - 1, which hash to themselves
-    for kv in records:
-        k = kv[0]
-        if fast_hash and k.__class__ is not tuple and k is not None:
-            p = hash(k) % n
+    # a chunk of records at a time: the per-record loop only buckets them (no batch-size
+    # or memory check per record), then full buckets are pickled and the budget checked
+    records = iter(records)
+    while chunk := list(islice(records, _CHECK_EVERY)):
+        if fast_hash:
+            for kv in chunk:
+                k = kv[0]
+                buckets[hash(k) % n if k.__class__ is not tuple and k is not None
+                        else partition_func(k) % n].append(kv)
         else:
-            p = partition_func(k) % n
-        b = buckets[p]
-        b.append(kv)
-        if len(b) >= _BATCH:
-            data = dumps(b, 5)
+            for kv in chunk:
+                buckets[partition_func(kv[0]) % n].append(kv)
+        count += len(chunk)
+        if len(chunk) < _CHECK_EVERY:
+            break                 # the last chunk: what follows pickles every bucket
+        for p in [p for p, b in buckets.items() if len(b) >= _BATCH]:
+            data = dumps(buckets.pop(p), 5)
             chunks[p].append(data)
             held += len(data)
-            del buckets[p]
-        since_check += 1
-        if since_check >= _CHECK_EVERY:
-            count += since_check
-            since_check = 0
-            if held > budget // 2 or (held and used_memory_mb() > memory_limit_mb):
-                spills.append(_spill(spill_base, len(spills), chunks))
-                chunks = defaultdict(list)
-                held = 0
-    count += since_check
+        if held > budget // 2 or (held and used_memory_mb() > memory_limit_mb):
+            spills.append(_spill(spill_base, len(spills), chunks))
+            chunks = defaultdict(list)
+            held = 0
     if spills:
         for p, b in buckets.items():
             chunks[p].append(dumps(b, 5))
