@@ -197,6 +197,13 @@ _entry("spark.executor.allowSparkContext", False, BOOL,
 _entry("spark.python.worker.faulthandler.enabled", False, BOOL,
        "A task process that crashes (a segfault, say) has Python's faulthandler write where "
        "it was, and the task's error carries it.", by=(DRIVER, EXECUTOR))
+_entry("spark.ember.python.worker.freshForCache", True, BOOL,
+       "Ember only: before a job that first fills an RDD's memory cache starts while no "
+       "other job runs, idle task processes that have spent 0.5 s of CPU and hold no block "
+       "in memory are replaced by fresh ones, so the cached objects lie in fresh memory "
+       "rather than scattered where an earlier job freed millions of objects (a pass over "
+       "them then reads memory in order). False: task processes live as long as their "
+       "executor.", by=(DRIVER,))
 _entry("spark.python.profile", False, BOOL,
        "Profile the Python code of each stage's tasks with cProfile; sc.show_profiles() "
        "prints the profiles (also at exit).", by=(DRIVER,))

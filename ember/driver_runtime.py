@@ -520,9 +520,17 @@ class DriverRuntime:
             self.dag_scheduler.cancel_all_jobs()
         raise KeyboardInterrupt()
 
+    def cache_requested(self, rdd_id: int) -> None:
+        """An RDD was persisted in memory: the job that first computes it may start on
+        fresh task processes (DAGScheduler._before_cache_build,
+        spark.ember.python.worker.freshForCache)."""
+        if not self.stopped and config.read(self.conf, "spark.ember.python.worker.freshForCache"):
+            self.dag_scheduler.caches_to_build.add(rdd_id)
+
     def unpersist_rdd(self, rdd_id: int) -> None:
         if self.stopped:
             return
+        self.dag_scheduler.caches_to_build.discard(rdd_id)
         from ember.scheduler.listener import UnpersistRDD
         self.release_blocks(rdd_id)
         self.bus.post(UnpersistRDD(rdd_id))

@@ -303,6 +303,8 @@ class RDD:
             self._clean_when_unreachable()
         self.is_cached = True
         self._storage_level = storageLevel
+        if storageLevel.useMemory:
+            self.ctx.runtime.cache_requested(self._id)
         return self
 
     def _clean_when_unreachable(self) -> None:

@@ -21,7 +21,7 @@ __all__ = [
     "RemoveExecutor", "FetchShuffleBlocks", "RegisterExecutorShuffleInfo",
     "DecommissionExecutor", "ExecutorDecommissioning", "BlockManagerPeer", "GetPeers",
     "PutMigratedBlock", "UpdateBlockInfo", "FetchBroadcast", "FetchFile", "RemoveStage",
-    "RemoveRdd", "RemoveBroadcast", "RemoveShuffle",
+    "RecycleTaskProcesses", "RemoveRdd", "RemoveBroadcast", "RemoveShuffle",
 ]
 
 
@@ -278,6 +278,15 @@ class FetchFile:
 class RemoveStage:
     """Ember: driver -> executor: no job needs this stage; drop its cached closure."""
     stageId: int
+
+
+@message
+@dataclass(frozen=True)
+class RecycleTaskProcesses:
+    """Driver -> executor (Ember only), before a job that fills a memory cache: idle task
+    processes that did much work and are not in keepSlots (they hold memory blocks) are
+    replaced by fresh ones (TaskProcessPool.recycle_idle)."""
+    keepSlots: list[int]
 
 
 @message

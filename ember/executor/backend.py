@@ -24,8 +24,8 @@ from ember.deploy.fencing import MasterLease
 from ember.deploy.executor_messages import (KillTask, LaunchTask, LaunchTasks,
                                             RegisteredExecutor, RegisterExecutor,
                                             ExecutorHeartbeat, RegisterExecutorFailed,
-                                            RemoveBroadcast, RemoveRdd, RemoveShuffle,
-                                            RemoveStage,
+                                            RecycleTaskProcesses, RemoveBroadcast,
+                                            RemoveRdd, RemoveShuffle, RemoveStage,
                                             RetrieveSparkAppConfig, FetchShuffleBlocks,
                                             RegisterExecutorShuffleInfo, DecommissionExecutor,
                                             PutMigratedBlock, ExecutorDecommissioning,
@@ -62,7 +62,7 @@ SHUFFLE_SERVICE_ENDPOINT = "ExternalShuffleService"   # the worker's service (de
 # Only the driver that registered this executor sends these (checked on the connection).
 DRIVER_ONLY_MESSAGES: tuple[type, ...] = (
     RegisteredExecutor, RegisterExecutorFailed, LaunchTask, LaunchTasks, KillTask, RemoveStage,
-    RemoveRdd, RemoveBroadcast, RemoveShuffle, StopExecutor)
+    RemoveRdd, RemoveBroadcast, RemoveShuffle, RecycleTaskProcesses, StopExecutor)
 
 
 class CoarseGrainedExecutorBackend(RpcEndpoint):
@@ -141,6 +141,10 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
                 self.pool.kill(slot, msg.taskId)
         elif isinstance(msg, RemoveStage):
             self._forget_stage(msg.stageId)
+        elif isinstance(msg, RecycleTaskProcesses):
+            if self.pool is not None:
+                keep = set(msg.keepSlots)
+                self.pool.recycle_idle(keep.__contains__)
         elif isinstance(msg, RemoveRdd):
             prefix = f"rdd_{msg.rddId}_"
             self._remove_blocks(lambda n: n.startswith(prefix), ("unpersist_rdd", msg.rddId))

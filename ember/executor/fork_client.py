@@ -41,6 +41,7 @@ class ForkServerClient:
         self._ctrl: socket.socket | None = None
         self._pending: list[tuple[socket.socket, Any]] = []
         self._exit_codes: dict[int, int] = {}
+        self._forgotten: set[int] = set()     # processes whose exit code nobody will ask
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopped = False
@@ -107,8 +108,17 @@ class ForkServerClient:
                         child.close()
                         slot.pid = msg[1]
                     elif msg[0] == "exit":
-                        self._exit_codes[msg[1]] = msg[2]
+                        if msg[1] in self._forgotten:
+                            self._forgotten.discard(msg[1])
+                        else:
+                            self._exit_codes[msg[1]] = msg[2]
                     self._cond.notify_all()
+
+    def forget(self, pid: int) -> None:
+        """Nobody will ask for this process's exit code (it was told to stop)."""
+        with self._cond:
+            if self._exit_codes.pop(pid, None) is None:
+                self._forgotten.add(pid)
 
     def exit_code(self, pid: int, timeout: float = 0.5) -> int | None:
         with self._cond:

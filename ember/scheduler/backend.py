@@ -30,6 +30,9 @@ class SchedulerBackend(ABC):
     def revive_offers(self) -> None:
         """Offer every free slot to the scheduler and launch what it picks."""
 
+    def before_cache_build(self) -> None:
+        """Nothing runs, and the job about to start fills a memory cache."""
+
     @abstractmethod
     def kill_task(self, task_id: int, executor_id: str, slot: int, reason: str) -> None: ...
 

@@ -227,6 +227,8 @@ class DAGScheduler:
         self.stage_id_to_stage: dict[int, Stage] = {}
         self.shuffle_id_to_map_stage: dict[int, ShuffleMapStage] = {}
         self.job_id_to_active_job: dict[int, ActiveJob] = {}
+        # RDDs persisted in memory that no job has computed yet (see _before_cache_build)
+        self.caches_to_build: set[int] = set()
         self.active_jobs: set[ActiveJob] = set()
         self.waiting_stages: set[Stage] = set()
         self.running_stages: set[Stage] = set()
@@ -453,6 +455,8 @@ class DAGScheduler:
             waiter.job_failed(e)
             return
         self.barrier_job_id_to_num_tasks_check_failures.pop(job_id, None)
+        if self.caches_to_build and not self.active_jobs:
+            self._before_cache_build(rdd)
         job = ActiveJob(job_id, final, waiter, properties, call_site)
         final.active_job = job
         self.job_id_to_active_job[job_id] = job
@@ -462,6 +466,25 @@ class DAGScheduler:
                        for s in sorted(self.job_id_to_stage_ids.get(job_id, ()))]
         self.bus.post(JobStart(job_id, self.clock.time(), stage_infos, properties))
         self.submit_stage(final)
+
+    def _before_cache_build(self, rdd: Any) -> None:
+        """Nothing runs and this job computes an RDD persisted in memory for the first time:
+        the backend may give idle task processes that did much work a fresh start first
+        (SchedulerBackend.before_cache_build)."""
+        found, seen, todo = False, {id(rdd)}, [rdd]
+        while todo:
+            r = todo.pop()
+            # the id if it has one: reading a PipelinedRDD's _id would number it
+            rid = vars(r).get("_id", vars(r).get("_rdd_id"))
+            if rid in self.caches_to_build:
+                self.caches_to_build.discard(rid)
+                found = True
+            for dep in r.dependencies():
+                if id(dep.rdd) not in seen:
+                    seen.add(id(dep.rdd))
+                    todo.append(dep.rdd)
+        if found:
+            self.task_scheduler.backend.before_cache_build()
 
     def _recheck_barrier_job(self, job_id: int, *submission: Any) -> None:
         """The slot check again, unless the job was cancelled or the context stopped."""

@@ -99,6 +99,13 @@ class LocalSchedulerBackend(SchedulerBackend):
             self.scheduler.block_master.remove_slot(EXECUTOR_ID, slot)
         self.revive_offers()
 
+    def before_cache_build(self) -> None:
+        """Busy task processes that hold no memory block start afresh
+        (TaskProcessPool.recycle_idle)."""
+        master = self.scheduler.block_master
+        self.pool.recycle_idle(
+            lambda slot: master is not None and master.holds_memory(EXECUTOR_ID, slot))
+
     def kill_task(self, task_id: int, executor_id: str, slot: int, reason: str) -> None:
         self.pool.kill(slot, task_id)
 

@@ -23,7 +23,8 @@ from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, ApplicationDescr
                                    BlockManagerPeer, Command, DecommissionExecutor,
                                    ExecutorDecommissioning,
                                    FetchBroadcast, FetchFile, GetPeers, UpdateBlockInfo,
-                                   KillTask, LaunchTask, LaunchTasks, RegisteredExecutor,
+                                   KillTask, LaunchTask, LaunchTasks, RecycleTaskProcesses,
+                                   RegisteredExecutor,
                                    ExecutorHeartbeat, RegisterExecutor, RegisterExecutorFailed,
                                    RemoveBroadcast, RemoveExecutor, RemoveRdd, RemoveShuffle,
                                    RemoveStage,
@@ -628,6 +629,14 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         data = self.executors.get(executor_id)
         if data is not None:
             data.ref.send(KillTask(task_id, executor_id, True, reason))
+
+    def before_cache_build(self) -> None:
+        """Each executor replaces its busy task processes that hold no memory block
+        (TaskProcessPool.recycle_idle); sent before the job's tasks, so it comes first."""
+        master = self.runtime.block_manager_master
+        for data in list(self.executors.values()):
+            data.ref.send(RecycleTaskProcesses(
+                [s for s in range(data.cores) if master.holds_memory(data.executor_id, s)]))
 
     def unpersist_rdd(self, rdd_id: int) -> None:
         for data in list(self.executors.values()):

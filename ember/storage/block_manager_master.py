@@ -99,6 +99,13 @@ class BlockManagerMaster:
             for name in [n for n in self._blocks if n.startswith(prefix)]:
                 del self._blocks[name]
 
+    def holds_memory(self, executor_id: str, slot: int) -> bool:
+        """Does that task process hold a block in memory?"""
+        key = (executor_id, slot)
+        with self._lock:
+            return any(st.where == "memory" for locs in self._blocks.values()
+                       if (st := locs.get(key)) is not None)
+
     def remove_slot(self, executor_id: str, slot: int) -> None:
         """A task process died: its memory blocks are gone (disk blocks stay)."""
         with self._lock:
