@@ -143,8 +143,7 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
             self._forget_stage(msg.stageId)
         elif isinstance(msg, RecycleTaskProcesses):
             if self.pool is not None:
-                keep = set(msg.keepSlots)
-                self.pool.recycle_idle(keep.__contains__)
+                self.pool.recycle_idle(set(msg.keepSlots))
         elif isinstance(msg, RemoveRdd):
             prefix = f"rdd_{msg.rddId}_"
             self._remove_blocks(lambda n: n.startswith(prefix), ("unpersist_rdd", msg.rddId))

@@ -439,9 +439,9 @@ class TaskProcessPool:
                     except OSError:
                         pass
 
-    def recycle_idle(self, keep: Callable[[int], bool]) -> list[int]:
+    def recycle_idle(self, keep: set[int]) -> list[int]:
         """Give a fresh process to each idle slot whose process has spent RECYCLE_AFTER_CPU_S
-        of CPU and that `keep` does not name (it holds memory blocks); returns those slots.
+        of CPU and that is not in `keep` (it holds memory blocks); returns those slots.
         Why: after a job that freed millions of objects, CPython's allocator hands out new
         ones scattered over its pools, and a cache filled there is slower to read on every
         pass (round 38 in the README); a fresh process allocates in order."""
@@ -451,7 +451,7 @@ class TaskProcessPool:
                 return recycled
             for slot in self.slots:
                 if (slot.tid is not None or slot.waiting or slot.abandoned or slot.dead
-                        or not slot.pid or slot.sock is None or keep(slot.index)
+                        or not slot.pid or slot.sock is None or slot.index in keep
                         or _cpu_seconds(slot.pid) < RECYCLE_AFTER_CPU_S):
                     continue
                 old, pid = slot.sock, slot.pid

@@ -636,7 +636,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         master = self.runtime.block_manager_master
         for data in list(self.executors.values()):
             data.ref.send(RecycleTaskProcesses(
-                [s for s in range(data.cores) if master.holds_memory(data.executor_id, s)]))
+                sorted(master.slots_holding_memory(data.executor_id))))
 
     def unpersist_rdd(self, rdd_id: int) -> None:
         for data in list(self.executors.values()):

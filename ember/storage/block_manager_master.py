@@ -99,12 +99,12 @@ class BlockManagerMaster:
             for name in [n for n in self._blocks if n.startswith(prefix)]:
                 del self._blocks[name]
 
-    def holds_memory(self, executor_id: str, slot: int) -> bool:
-        """Does that task process hold a block in memory?"""
-        key = (executor_id, slot)
+    def slots_holding_memory(self, executor_id: str) -> set[int]:
+        """The executor's task processes that hold a block in memory."""
         with self._lock:
-            return any(st.where == "memory" for locs in self._blocks.values()
-                       if (st := locs.get(key)) is not None)
+            return {slot for locs in self._blocks.values()
+                    for (ex, slot), st in locs.items()
+                    if ex == executor_id and st.where == "memory"}
 
     def remove_slot(self, executor_id: str, slot: int) -> None:
         """A task process died: its memory blocks are gone (disk blocks stay)."""
