@@ -447,7 +447,7 @@ class TaskProcessPool:
         pass (round 38 in the README); a fresh process allocates in order."""
         recycled = []
         with self._lock:
-            if self._stopped:
+            if self._stopped or self._block_requests:    # a process may owe an answer
                 return recycled
             for slot in self.slots:
                 if (slot.tid is not None or slot.waiting or slot.abandoned or slot.dead
