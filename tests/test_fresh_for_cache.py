@@ -72,3 +72,69 @@ def test_off_keeps_the_processes(fresh_sc):
     busy = set(sc.parallelize(range(4), 4).map(_burn).collect())
     cached = _cached_with_pids(sc, sc.accumulator(0), 4)
     assert {pid for _, pid in cached.collect()} <= busy
+
+
+def _sleep_reporting_pid(path):
+    def sleep(_):
+        with open(path + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.replace(path + ".tmp", path)
+        time.sleep(100)
+    return sleep
+
+
+def _cancelled_task_pid(sc, tmp_path, name: str) -> int:
+    """Run one task that sleeps, cancel its job once it runs; the task's process id."""
+    import threading
+    path = str(tmp_path / name)
+    t = threading.Thread(target=lambda: _quietly(
+        lambda: sc.parallelize(range(1), 1).foreach(_sleep_reporting_pid(path))), daemon=True)
+    t.start()
+    deadline = time.monotonic() + 30
+    while not os.path.exists(path):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    sc.cancelAllJobs()
+    t.join(15)
+    assert not t.is_alive()
+    with open(path) as f:
+        return int(f.read())
+
+
+def _quietly(job):
+    try:
+        job()
+    except Exception:
+        pass
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("master", ["local[1]", "local-cluster[1,1,1024]"])
+def test_the_process_of_a_cancelled_task_is_replaced(fresh_sc, tmp_path, master):
+    """PySpark's test_cancel_task: the Python worker of a task interrupted by a cancel is
+    gone within 5 s, and the next job runs."""
+    sc = fresh_sc(master)
+    pid = _cancelled_task_pid(sc, tmp_path, "pid")
+    assert _gone_within(pid, 5)
+    assert sc.parallelize(range(100), 1).map(str).count() == 100
+    assert pid not in _pids(sc)
+
+
+def test_a_cancelled_tasks_process_that_holds_a_block_stays(fresh_sc, tmp_path):
+    sc = fresh_sc("local[1]")
+    computed = sc.accumulator(0)
+    cached = _cached_with_pids(sc, computed, 1)
+    (holder,) = {pid for _, pid in cached.collect()}
+    assert _cancelled_task_pid(sc, tmp_path, "pid") == holder
+    assert not _gone_within(holder, 1)
+    assert cached.count() == 40 and computed.value == 40

@@ -447,24 +447,40 @@ class TaskProcessPool:
         pass (round 38 in the README); a fresh process allocates in order."""
         recycled = []
         with self._lock:
-            if self._stopped or self._block_requests:    # a process may owe an answer
-                return recycled
             for slot in self.slots:
-                if (slot.tid is not None or slot.waiting or slot.abandoned or slot.dead
-                        or not slot.pid or slot.sock is None or slot.index in keep
-                        or _cpu_seconds(slot.pid) < RECYCLE_AFTER_CPU_S):
-                    continue
-                old, pid = slot.sock, slot.pid
-                self._unwatch(old)
-                try:
-                    send_msg(old, ("stop",))
-                except OSError:
-                    pass
-                old.close()
-                self._forks.forget(pid)
-                self._spawn(slot)
-                recycled.append(slot.index)
+                if (slot.index not in keep and self._replaceable(slot)
+                        and _cpu_seconds(slot.pid) >= RECYCLE_AFTER_CPU_S):
+                    self._replace(slot)
+                    recycled.append(slot.index)
         return recycled
+
+    def _replaceable(self, slot: _Slot) -> bool:
+        """Under the lock: may the slot's process be stopped now? Not while it runs or holds
+        a task, nor while a block request awaits answers (it may owe one)."""
+        return not (self._stopped or self._block_requests or slot.tid is not None
+                    or slot.waiting or slot.abandoned or slot.dead or not slot.pid
+                    or slot.sock is None)
+
+    def _replace(self, slot: _Slot) -> None:
+        """Under the lock: stop the slot's idle process and give the slot a fresh one."""
+        old, pid = slot.sock, slot.pid
+        self._unwatch(old)
+        try:
+            send_msg(old, ("stop",))
+        except OSError:
+            pass
+        old.close()
+        self._forks.forget(pid)
+        self._spawn(slot)
+
+    def _on_retire(self, slot: _Slot, sock: socket.socket) -> None:
+        """A process whose running task was killed, and that holds no memory block, offers
+        to go: a fresh one takes the slot if nothing was sent to it since (PySpark's JVM
+        destroys the Python worker of a task it interrupts; user state the interrupted code
+        left half made goes with it)."""
+        with self._lock:
+            if sock is slot.sock and self._replaceable(slot):
+                self._replace(slot)
 
     def export_blocks(self, timeout: float = 120.0) -> bool:
         """Every task process writes its in-memory cached blocks to the block dir (for a
@@ -523,6 +539,8 @@ class TaskProcessPool:
                     self._exported.notify_all()
             elif msg[0] == "barrier":
                 self._on_barrier(slot, msg[1], msg[2])
+            elif msg[0] == "retire":
+                self._on_retire(slot, sock)
             elif msg[0] == "fetch_block":
                 self._on_fetch_block(slot, msg[1], msg[2])
             elif msg[0] == "block_exported":

@@ -4,7 +4,8 @@ Started by a TaskProcessPool (in the driver for local mode, in an executor other
 stage's closure arrives once per process and stays cached; each task message then only
 carries its partition. User exceptions come back as type, message and traceback text; a
 SIGUSR1 from the pool kills the running task (cancellation) without killing the process,
-if the slot's kill file lists that task.
+if the slot's kill file lists that task; the process then offers to retire (a fresh one
+takes its slot, as PySpark's worker of an interrupted task goes) unless it holds blocks.
 """
 from __future__ import annotations
 
@@ -91,6 +92,9 @@ class TaskEnv:
 
 
 _running: list[int | None] = [None]     # the task whose user code runs now
+# a running task was killed: the process offers to retire once it has reported the end (as
+# PySpark's JVM destroys the Python worker of a task it interrupts), unless it holds blocks
+_interrupted = [False]
 _KILL_ID = struct.Struct("<q")          # an entry of the kill file, as process_pool writes it
 
 
@@ -221,6 +225,7 @@ def run_task(env: TaskEnv, stage: _Stage, task: tuple, tid: int) -> tuple:
         payload: Any = value
     except TaskKilledException:
         state, payload = "KILLED", "Task killed"
+        _interrupted[0] = True
     except FetchFailedError as e:
         st = e.status
         state, payload = "FETCH_FAILED", (e.shuffle_id, e.map_index, e.reduce_id,
@@ -434,6 +439,12 @@ def serve(sock: socket.socket, env: TaskEnv) -> None:
                     return
                 continue
             held.append(_run(env, msg, stages, files))
+            if _interrupted[0]:
+                _interrupted[0] = False
+                flush()
+                if not env.block_manager.memory:
+                    send_msg(sock, ("retire",))   # the pool replaces this process if idle
+                continue
             if len(held) == 1:
                 held_since = time.perf_counter()
             nxt = next_in_hand()
