@@ -642,7 +642,7 @@ class TaskProcessPool:
 
     def _on_death(self, slot: _Slot, sock: socket.socket) -> None:
         with self._lock:
-            if sock is not slot.sock:       # a process recycle_idle replaced
+            if sock is not slot.sock:       # a process _replace stopped
                 return
             self._unwatch(slot.sock)
             slot.sock.close()
