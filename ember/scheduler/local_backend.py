@@ -103,8 +103,8 @@ class LocalSchedulerBackend(SchedulerBackend):
         """Busy task processes that hold no memory block start afresh
         (TaskProcessPool.recycle_idle)."""
         master = self.scheduler.block_master
-        keep = master.slots_holding_memory(EXECUTOR_ID) if master is not None else set()
-        self.pool.recycle_idle(keep)
+        held = master.slots_holding_memory() if master is not None else {}
+        self.pool.recycle_idle(held.get(EXECUTOR_ID, set()))
 
     def kill_task(self, task_id: int, executor_id: str, slot: int, reason: str) -> None:
         self.pool.kill(slot, task_id)

@@ -633,10 +633,9 @@ class StandaloneSchedulerBackend(SchedulerBackend):
     def before_cache_build(self) -> None:
         """Each executor replaces its busy task processes that hold no memory block
         (TaskProcessPool.recycle_idle); sent before the job's tasks, so it comes first."""
-        master = self.runtime.block_manager_master
+        held = self.runtime.block_manager_master.slots_holding_memory()
         for data in list(self.executors.values()):
-            data.ref.send(RecycleTaskProcesses(
-                sorted(master.slots_holding_memory(data.executor_id))))
+            data.ref.send(RecycleTaskProcesses(sorted(held.get(data.executor_id, ()))))
 
     def unpersist_rdd(self, rdd_id: int) -> None:
         for data in list(self.executors.values()):

@@ -99,12 +99,15 @@ class BlockManagerMaster:
             for name in [n for n in self._blocks if n.startswith(prefix)]:
                 del self._blocks[name]
 
-    def slots_holding_memory(self, executor_id: str) -> set[int]:
-        """The executor's task processes that hold a block in memory."""
+    def slots_holding_memory(self) -> dict[str, set[int]]:
+        """executor id -> its task processes that hold a block in memory."""
+        held: dict[str, set[int]] = {}
         with self._lock:
-            return {slot for locs in self._blocks.values()
-                    for (ex, slot), st in locs.items()
-                    if ex == executor_id and st.where == "memory"}
+            for locs in self._blocks.values():
+                for (ex, slot), st in locs.items():
+                    if st.where == "memory":
+                        held.setdefault(ex, set()).add(slot)
+        return held
 
     def remove_slot(self, executor_id: str, slot: int) -> None:
         """A task process died: its memory blocks are gone (disk blocks stay)."""
