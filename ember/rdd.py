@@ -45,6 +45,7 @@ from ember.statcounter import StatCounter
 from ember.held_partitions import hold_partition
 from ember.storage.block_manager import block_name, load_batches, read_batches
 from ember.storagelevel import StorageLevel
+from ember.util.after_reply import keep_until_reply
 from ember.util.compressed import codec_extension
 from ember.util.user_code import (consume_whole, fail_on_stopiteration, filter_checked,
                                   flat_map_checked, map_checked, reduce_checked,
@@ -1473,6 +1474,7 @@ def _partition_sorter(rdd: RDD, ascending: bool, keyfunc: Callable[[Any], Any]
 
     def sort_partition(iterator: Iterable) -> Iterator:
         sorter = ExternalSorter(int(memory * 0.9), local_dirs=local_dirs)
+        sorter.free_after_reply = True
         return iter(sorter.sorted(iterator, key=key, reverse=not ascending))
     return sort_partition
 
@@ -1708,7 +1710,10 @@ class HeldRDD(RDD):
         if self.holding:
             return iter(hold_partition(self.compute(split, context), env, name))
         values = env.block_manager.take(name)
-        return iter(values) if values is not None else self.compute(split, context)
+        if values is None:
+            return self.compute(split, context)
+        keep_until_reply(values)        # freed after the task's result, not when read out
+        return iter(values)
 
 
 def held_for_reread(rdd: RDD) -> RDD:

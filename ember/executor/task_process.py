@@ -32,7 +32,7 @@ from ember.shuffle import spilled
 from ember.shuffle.base import FetchFailedError
 from ember.storage.block_manager import BlockManager
 from ember.taskcontext import BarrierTaskContext, TaskContext
-from ember.util import pickling
+from ember.util import after_reply, pickling
 from ember.util.user_code import escaped_stop_iteration, stop_iteration_error
 
 RESULT, MAP = "result", "map"
@@ -416,6 +416,7 @@ def serve(sock: socket.socket, env: TaskEnv) -> None:
         return True     # also a late "barrier_reply" for a task that was killed meanwhile
 
     channel = _channel[0] = _PoolChannel(sock, inbox, control)
+    after_reply.enable()
     env.block_manager.fetch_from_sibling = channel.fetch_block
     held: list[tuple] = []          # results not sent yet (HOLD_RESULTS)
     held_since = 0.0
@@ -442,6 +443,7 @@ def serve(sock: socket.socket, env: TaskEnv) -> None:
             if _interrupted[0]:
                 _interrupted[0] = False
                 flush()
+                after_reply.release()
                 if not env.block_manager.memory:
                     send_msg(sock, ("retire",))   # the pool replaces this process if idle
                 continue
@@ -451,6 +453,7 @@ def serve(sock: socket.socket, env: TaskEnv) -> None:
             if nxt is None or nxt[0] != "task" or nxt[2] != msg[2] or report_now(
                     len(held), len(channel.tasks) + len(inbox.ready), held_since):
                 flush()
+            after_reply.release()       # sent, or held behind the next task
     except (EOFError, OSError):
         return
     finally:

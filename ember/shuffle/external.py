@@ -45,6 +45,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ember.shuffle import spilled as _spilled
 from ember.util import pickling
+from ember.util.after_reply import keep_until_reply
 from ember.util.files import unlink_quietly
 from ember.util.user_code import flat_map_checked, stop_iteration_error
 
@@ -1044,6 +1045,9 @@ class ExternalSorter:
         self.memory_bytes_spilled = 0
         self.disk_bytes_spilled = 0
         self.spill_every = 0  # test hook: spill a run every this many records
+        # the task's one sort (sortByKey's): its list is freed after the task's result is
+        # sent (ember.util.after_reply); not for sorts a task may run many of
+        self.free_after_reply = False
         self._pid = os.getpid()
         self._roots: list[str] = []
         self._nfiles = 0
@@ -1123,6 +1127,8 @@ class ExternalSorter:
                 n = max(1, min(n, every - since))
         sort_list(chunk, key, reverse)
         if not runs:
+            if self.free_after_reply:
+                keep_until_reply(chunk)
             return iter(chunk)
         return self._merge_runs(runs, chunk, key, reverse)
 
