@@ -19,6 +19,11 @@ def _kept_lengths(it):
     yield n, sorted(len(x) for x in kept._kept)
 
 
+def _kept_count(_it):
+    from ember.util import after_reply as kept
+    yield len(kept._kept)
+
+
 def test_outside_a_task_process_nothing_is_kept():
     sorter = ExternalSorter(512)
     sorter.free_after_reply = True
@@ -34,8 +39,7 @@ def test_sort_by_key_keeps_its_sorted_partition_until_the_reply(sc):
     # each task's one sorted list, whole; nothing from the task before it in that process
     assert all(kept == [n] for n, kept in got if n)
     # released once the result went out: the next tasks find nothing kept
-    leftover = sc.parallelize(range(8), 8).mapPartitions(
-        lambda _: [len(__import__("ember.util.after_reply").util.after_reply._kept)]).collect()
+    leftover = sc.parallelize(range(8), 8).mapPartitions(_kept_count).collect()
     assert leftover == [0] * 8
 
 
@@ -49,7 +53,6 @@ def test_sorts_a_task_runs_itself_are_not_kept(sc):
     def many_sorts(it):
         for x in it:
             list(ExternalSorter(64).sorted(range(x, 0, -1)))
-        from ember.util import after_reply as kept
-        yield len(kept._kept)
+        yield from _kept_count(())
 
     assert sc.parallelize(range(100, 120), 2).mapPartitions(many_sorts).collect() == [0, 0]
