@@ -78,15 +78,12 @@ def _scatter_partition(it):
     return scattered(list(it))
 
 
-def test_a_cached_rdd_of_scattered_floats_reads_the_same_every_time():
-    sc = ember.SparkContext("local[2]", "scattered",
-                            conf=ember.SparkConf().set("spark.ui.enabled", "false"))
-    try:
-        rdd = sc.parallelize(range(N), 2).map(lambda i: i / 3) \
-            .mapPartitions(_scatter_partition).cache()
-        first = rdd.collect()
-        assert sorted(first) == [i / 3 for i in range(N)]
-        assert rdd.collect() == first and rdd.map(lambda x: x * 2).collect() == [x * 2 for x in first]
-        assert {type(x) for x in rdd.collect()} == {float}
-    finally:
-        sc.stop()
+def test_a_cached_rdd_of_scattered_floats_reads_the_same_every_time(fresh_sc):
+    sc = fresh_sc("local[2]", "scattered",
+                  conf=ember.SparkConf().set("spark.ui.enabled", "false"))
+    rdd = sc.parallelize(range(N), 2).map(lambda i: i / 3) \
+        .mapPartitions(_scatter_partition).cache()
+    first = rdd.collect()
+    assert sorted(first) == [i / 3 for i in range(N)]
+    assert rdd.collect() == first and rdd.map(lambda x: x * 2).collect() == [x * 2 for x in first]
+    assert {type(x) for x in rdd.collect()} == {float}
