@@ -1328,6 +1328,29 @@ def test_rdds_are_rdd_instances(sc):
     assert isinstance(sc.emptyRDD(), pyspark.RDD)
 
 
+def test_a_shipped_rdd_leaves_out_defaults_and_reads_them_back(sc):
+    """A stage's pickle leaves out what holds its class default and what only the driver
+    uses; the RDD a task unpickles reads the defaults, and what was set comes along."""
+    import pickle
+
+    from ember.rdd import serialize_stage
+    from ember.storagelevel import StorageLevel
+    plain = sc.parallelize(range(4), 2)
+    plain.partitions()
+    blob = serialize_stage("result", plain, len)
+    for name in (b"is_cached", b"_storage_level", b"_partitions_cache", b"partitioner"):
+        assert name not in blob
+    _kind, shipped, _func = pickle.loads(blob[1 + blob[0]:])
+    assert (shipped.is_cached, shipped.partitioner, shipped._name) == (False, None, None)
+    assert shipped._storage_level == StorageLevel.NONE and shipped._partitions_cache is None
+    kept = sc.parallelize([(1, 2)], 2).partitionBy(2).setName("named").cache()
+    _kind, shipped, _func = pickle.loads(serialize_stage("result", kept, len)[1 + blob[0]:])
+    assert shipped.is_cached and shipped.name() == "named"
+    assert shipped._storage_level == StorageLevel.MEMORY_ONLY
+    assert shipped.partitioner == kept.partitioner and shipped._partitions_cache is None
+    assert kept.count() == 1 and plain.sum() == 6
+
+
 def test_narrow_steps_pickle_by_reference_and_still_pipeline(sc):
     """map, filter, flatMap and mapPartitions hand their RDD instances of module-level
     classes: a stage of builtins-only steps pickles no code object (a nested function would
