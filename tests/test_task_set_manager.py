@@ -427,6 +427,33 @@ def test_a_queued_task_is_launched_for_listeners_when_it_starts_on_its_slot():
     assert len(bus.started) == 6
 
 
+def test_a_slot_that_took_no_queued_task_is_not_offered_again_further_back_in_its_queue():
+    """A cache held 5/3 by two task processes, its tasks short: every place behind both busy
+    slots is offered, slot by slot, and each slot queues only its own blocks' tasks. Once a
+    place of a slot takes nothing, the places behind it are skipped in that pass (they
+    could take nothing either), and every task is still queued on its own slot."""
+    held = [TaskLocation("host1", "exec1", s) for s in (0, 0, 0, 0, 0, 1, 1, 1)]
+    sched, tsm = make([[loc] for loc in held])
+    sched.register_executor_resources("exec1", 2, {})
+    for td in sched.resource_offers(_slots(False)):
+        sched.clock.advance(0.001)
+        sched.status_update(td.task_id, "FINISHED", None, {}, {}, [])
+    running = sched.resource_offers(_slots(False))
+    assert tsm.queueable and len(running) == 2
+    calls = []
+    real_offer = tsm.resource_offer
+
+    def counted(*args, **kwargs):
+        calls.append(args[2])
+        return real_offer(*args, **kwargs)
+    tsm.resource_offer = counted
+    places = [WorkerOffer("exec1", "host1", s, None, n) for s in (0, 1) for n in range(1, 32)]
+    waiting = sched.resource_offers(places)
+    assert sorted((td.slot, held[td.index].slot) for td in waiting) == \
+        [(0, 0)] * 3 + [(1, 1)] * 1
+    assert len(calls) <= len(waiting) + 2         # one refusal per slot, not one per place
+
+
 def test_a_slow_task_stops_the_queueing_until_short_ones_are_seen_again():
     sched, tsm = make([[]] * 8)
     sched.register_executor_resources("exec1", 2, {})

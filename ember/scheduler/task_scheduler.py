@@ -344,10 +344,19 @@ class TaskSchedulerImpl:
                 while free and tsm.has_pending:
                     progress = False
                     rest = []
+                    # a slot whose queued offer took nothing takes nothing further back in
+                    # its queue in this pass either: the task it could take does not depend
+                    # on the place, which queueable_at only makes stricter further back
+                    refused: set[tuple[str, int]] = set()
                     for i, o in enumerate(free):
+                        if o.queued and (o.executor_id, o.slot) in refused:
+                            rest.append(o)
+                            continue
                         td = self._offer(tsm, o, level, req)
                         if td is None:
                             rest.append(o)
+                            if o.queued:
+                                refused.add((o.executor_id, o.slot))
                             continue
                         self._launched(tsm, td, o, launched)
                         progress = True
