@@ -425,6 +425,22 @@ class TurnLoop:
         pass
 
 
+def test_a_caller_woken_before_it_waits_blocks_on_nothing() -> None:
+    """The usual warm job: the caller drove the loop itself, so the job is done and its
+    wake-up ran before wait(); no Event is made for it."""
+    h = Harness()
+    h.dag.loop = loop = TurnLoop()
+    waiter, results = h.run_job(FakeRDD(2))
+    for fn, args in loop.posted:
+        fn(*args)
+    loop.posted.clear()
+    h.complete(h.ts.task_sets[0])
+    for fn, args in loop.posted:             # the rest of the loop's turn, the wake-up
+        fn(*args)
+    waiter.wait()
+    assert waiter._woken and waiter._event is None and results == {0: "r0", 1: "r1"}
+
+
 def test_the_caller_is_woken_when_the_loop_s_turn_ends_and_never_lost() -> None:
     """The job's end is known at once (completed), but the waiting caller is woken only
     after the rest of the loop's turn, when the loop no longer holds the GIL; if that
@@ -440,9 +456,9 @@ def test_the_caller_is_woken_when_the_loop_s_turn_ends_and_never_lost() -> None:
     ts = h.ts.task_sets[0]
     h.complete(ts)
     assert waiter.completed and results == {0: "r0", 1: "r1"}
-    assert not waiter._done.is_set() and len(loop.posted) == 1
+    assert not waiter._woken and len(loop.posted) == 1
     t0 = time.monotonic()
     waiter.wait()                            # the posted wake-up never runs here
     assert time.monotonic() - t0 < 2
     loop.posted[0][0]()
-    assert waiter._done.is_set()
+    assert waiter._woken and waiter._event.is_set()

@@ -143,7 +143,11 @@ class ActiveJob:
 
 
 class JobWaiter:
-    """Collects a job's per-partition results; the caller blocks in wait()."""
+    """Collects a job's per-partition results; the caller blocks in wait().
+
+    The Event a caller blocks on is made only if one has to block: a caller that drove the
+    loop itself (DriverRuntime.run_job) finds the job done, and an Event (a Condition and
+    two locks) cost ~5 us of a ~0.4 ms warm job."""
 
     def __init__(self, dag: "DAGScheduler", job_id: int, total: int,
                  result_handler: Callable[[int, Any], None]) -> None:
@@ -153,9 +157,9 @@ class JobWaiter:
         self.result_handler = result_handler
         self.finished = 0
         self.error: BaseException | None = None
-        self._done = threading.Event()
-        if total == 0:
-            self._done.set()
+        self._woken = total == 0
+        self._event: threading.Event | None = None
+        self._event_lock = threading.Lock()
 
     def task_succeeded(self, index: int, result: Any) -> None:
         self.result_handler(index, result)
@@ -174,11 +178,18 @@ class JobWaiter:
         A wake-up lost to a loop shutting down is caught by wait()'s timeout."""
         loop = self.dag.loop
         if loop is not None and loop.in_loop():
-            loop.post_after_turn(self._done.set)
+            loop.post_after_turn(self._wake)
         else:
-            self._done.set()
+            self._wake()
         if loop is not None:
             loop.wake_driver()
+
+    def _wake(self) -> None:
+        with self._event_lock:
+            self._woken = True
+            event = self._event
+        if event is not None:
+            event.set()
 
     @property
     def completed(self) -> bool:
@@ -189,8 +200,13 @@ class JobWaiter:
         self.dag.cancel_job(self.job_id, "")
 
     def wait(self) -> None:
-        while not self._done.wait(0.5) and not self.completed:
-            pass
+        with self._event_lock:
+            if not self._woken and self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        if event is not None:
+            while not event.wait(0.5) and not self.completed:
+                pass
         if self.error is not None:
             raise self.error
 
