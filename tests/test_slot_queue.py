@@ -335,22 +335,24 @@ def test_the_drivers_slot_queues_follow_the_order_the_process_runs_them() -> Non
     now = [0.0]
     q = SlotQueues(depth=2, clock=lambda: now[0])
     q.started(0, 1)
-    assert q.room() == [(0, 1), (0, 2)]             # (slot, tasks ahead of the queued one)
+    assert q.room(8) == [(0, 1), (0, 2)]             # (slot, tasks ahead of the queued one)
     q.queued(0, 2)
-    assert q.room() == [(0, 2)]
+    assert q.room(8) == [(0, 2)]
     q.queued(0, 3)
-    assert q.room() == []
+    assert q.room(8) == []
     assert q.ended(0, 3) == (False, None)           # killed while it waited
     assert q.ended(0, 1) == (False, 2)              # 2 started in its place
     assert q.ended(0, 99) == (False, None)          # not a task of this slot: no change
-    assert q.room() == [(0, 1), (0, 2)]
+    assert q.room(8) == [(0, 1), (0, 2)]
     now[0] += LONG_RUNNING_S * 2                    # task 2 runs long: nothing more behind it
-    assert q.room() == []
+    assert q.room(8) == []
     q.started(1, 4)
-    assert q.room() == [(1, 1), (1, 2)]
+    assert q.room(8) == [(1, 1), (1, 2)]
     assert q.ended(0, 2) == (True, None)
     assert q.ended(1, 4) == (True, None)
-    assert q.room() == [] and not q.running
+    assert q.room(8) == [] and not q.running
+    q.started(0, 5)
+    assert q.room(1) == [(0, 1)]                    # only 1 task left to place: 1 place
 
 
 def test_queue_depth_by_deploy_mode_unless_set() -> None:

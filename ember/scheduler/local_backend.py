@@ -63,10 +63,12 @@ class LocalSchedulerBackend(SchedulerBackend):
                 [WorkerOffer(EXECUTOR_ID, HOST, s) for s in free]) if free else []
             for td in launched:
                 self.slots.started(td.slot, td.task_id)
-            if self.slots.depth and len(launched) == len(free) and sched.queueing():
+            most = self.slots.depth and len(launched) == len(free) and \
+                sched.queueable_tasks()
+            if most:
                 # every free slot took a task: busy ones may take more (see
                 # spark.ember.scheduler.queueShortTasks)
-                room = self.slots.room()
+                room = self.slots.room(most)
                 if room:
                     queued = sched.resource_offers(
                         [WorkerOffer(EXECUTOR_ID, HOST, s, None, n) for s, n in room])

@@ -54,13 +54,18 @@ class SlotQueues:
     def queued(self, slot: int, tid: int) -> None:
         self.waiting.setdefault(slot, deque()).append(tid)
 
-    def room(self) -> list[tuple[int, int]]:
+    def room(self, most: int) -> list[tuple[int, int]]:
         """(busy slot, how many tasks the next one queued on it would wait behind), for
-        each task that may still be queued there: none behind a task that has run longer
-        than LONG_RUNNING_S."""
+        each task that may still be queued there, up to `most` more a slot: none behind a
+        task that has run longer than LONG_RUNNING_S."""
         recent = self.clock() - LONG_RUNNING_S
-        return [(s, n) for s in self.running if self.since[s] >= recent
-                for n in range(len(self.waiting.get(s, ())) + 1, self.depth + 1)]
+        room = []
+        for s in self.running:
+            if self.since[s] >= recent:
+                waiting = len(self.waiting.get(s, ()))
+                room += ((s, n) for n in range(waiting + 1,
+                                               min(self.depth, waiting + most) + 1))
+        return room
 
     def ended(self, slot: int, tid: int) -> tuple[bool, int | None]:
         """Task `tid` of `slot` ended: (the slot is free now, the queued task that started

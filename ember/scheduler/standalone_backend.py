@@ -564,11 +564,13 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             launches: dict[str, list[tuple]] = {}
             launched = sched.resource_offers(offers) if offers else []
             self._add_launches(launched, launches)
-            if self._queue_depth and len(launched) == len(offers) and sched.queueing():
+            most = self._queue_depth and len(launched) == len(offers) and \
+                sched.queueable_tasks()
+            if most:
                 # every free slot took a task: each busy slot may take more, to start one
                 # after another (TaskSetManager.queueable says which sets may)
                 queued = [WorkerOffer(e.executor_id, e.host, s, e.address.host_port, n)
-                          for e in live for s, n in e.slots.room()]
+                          for e in live for s, n in e.slots.room(most)]
                 if queued:
                     self._add_launches(sched.resource_offers(queued), launches, queued=True)
             for eid, tasks in launches.items():

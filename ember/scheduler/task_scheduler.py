@@ -274,12 +274,14 @@ class TaskSchedulerImpl:
                         return True
             return False
 
-    def queueing(self) -> bool:
-        """Does a task set take tasks on busy slots now (TaskSetManager.queueable)? Only
-        then is a round of queued offers (one per place a task may wait) worth building."""
+    def queueable_tasks(self) -> int:
+        """At most how many tasks a round of queued offers could place now: the pending
+        tasks of the task sets that take tasks on busy slots (TaskSetManager.queueable; an
+        upper bound, as pending lists drop launched tasks lazily). 0: no such round is worth
+        building; else no slot needs more places offered than this."""
         with self.lock:
-            return any(tsm.queueable and not tsm.is_zombie
-                       for attempts in self.stage_tsms.values() for tsm in attempts.values())
+            return sum(len(tsm.all_pending) for attempts in self.stage_tsms.values()
+                       for tsm in attempts.values() if tsm.queueable and not tsm.is_zombie)
 
     def resource_offers(self, offers: list[WorkerOffer]) -> list[TaskDescription]:
         with self.lock:
