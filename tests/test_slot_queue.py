@@ -335,7 +335,7 @@ def test_the_drivers_slot_queues_follow_the_order_the_process_runs_them() -> Non
     now = [0.0]
     q = SlotQueues(depth=2, clock=lambda: now[0])
     q.started(0, 1)
-    assert q.room(8) == [(0, 1), (0, 2)]             # (slot, tasks ahead of the queued one)
+    assert q.room(8) == [(0, 1), (0, 2)]            # (slot, tasks ahead of the queued one)
     q.queued(0, 2)
     assert q.room(8) == [(0, 2)]
     q.queued(0, 3)
@@ -352,7 +352,7 @@ def test_the_drivers_slot_queues_follow_the_order_the_process_runs_them() -> Non
     assert q.ended(1, 4) == (True, None)
     assert q.room(8) == [] and not q.running
     q.started(0, 5)
-    assert q.room(1) == [(0, 1)]                    # only 1 task left to place: 1 place
+    assert q.room(1) == [(0, 1)]                    # 1 task left to place: 1 place
 
 
 def test_queue_depth_by_deploy_mode_unless_set() -> None:
