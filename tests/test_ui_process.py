@@ -51,6 +51,46 @@ def test_without_an_event_log_the_ui_loads_when_first_needed(fresh_sc) -> None:
     assert sc.runtime.ui_process.sync()
 
 
+def test_events_wake_the_idle_writer_once(fresh_sc, tmp_path) -> None:
+    """UiProcess.on_event: the first event posted while the writer thread sleeps idle wakes
+    it; the events posted before it runs again (it waits for the posting thread's GIL) do
+    not take the lock to wake it again."""
+    import threading
+    import time
+
+    from ember.scheduler.listener import UnpersistRDD
+    conf = (SparkConf().set("spark.eventLog.enabled", "true")
+            .set("spark.eventLog.dir", str(tmp_path)))
+    sc = fresh_sc("local[2]", "ui-wake-once", conf)
+    ui = sc.runtime.ui_process
+    assert ui.flush(10)
+    deadline = time.monotonic() + 10
+    while not ui._idle and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ui._idle
+    entered = []
+    cv = ui._cv
+
+    class Counting:
+        def __enter__(self) -> None:
+            entered.append(threading.current_thread())
+            cv.__enter__()
+
+        def __exit__(self, *exc: object) -> None:
+            cv.__exit__(*exc)
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(cv, name)
+    ui._cv = Counting()
+    try:
+        for _ in range(1000):
+            ui.on_event(UnpersistRDD(10 ** 6))
+    finally:
+        ui._cv = cv
+    assert 1 <= len(entered) <= 10       # one per BATCH_DELAY at most; 1000 before
+    assert ui.flush(10)
+
+
 def test_a_stalled_ui_process_never_blocks_the_driver(fresh_sc, tmp_path) -> None:
     """ember.ui.ui_process: the posting thread only packs; frames the process has not read
     wait in the driver (here more than its 1 MiB pipe), and nothing is lost."""
