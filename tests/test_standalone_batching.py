@@ -156,6 +156,24 @@ def test_many_tiny_tasks_and_failures_are_each_reported_exactly_once(sc, tmp_pat
     assert flag.exists()
 
 
+def test_a_batch_of_status_updates_asks_for_an_offer_round_once(sc) -> None:
+    """StandaloneSchedulerBackend.status_updates: whether an offer round is wanted is asked
+    once per status message, not once per task it reports (a busy executor's StatusUpdates
+    holds dozens)."""
+    sent, received = _record_traffic(sc)
+    sched = sc.runtime.task_scheduler
+    asked = []
+    wants_offers = sched.wants_offers
+    sched.wants_offers = lambda: (asked.append(1), wants_offers())[1]
+    try:
+        assert sc.parallelize(range(600), 600).count() == 600
+    finally:
+        del sched.wants_offers
+    messages = [m for m in received if isinstance(m, (StatusUpdate, StatusUpdates))]
+    assert max(len(m.taskIds) for m in messages if isinstance(m, StatusUpdates)) > 2
+    assert len(asked) == len(messages) < 600
+
+
 def test_results_cross_the_executor_as_the_task_process_encoded_them(sc) -> None:
     """The executor forwards a task's pickled result without decoding it: results,
     accumulator updates and failures still arrive whole, and a task whose accumulator

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 from ember import config
 from ember.deploy.app_client import parse_master_urls, start_app_client
@@ -143,8 +143,7 @@ class DriverEndpoint(RpcEndpoint):
         if isinstance(msg, StatusUpdate):
             b.status_update(msg.executorId, msg.taskId, msg.state, msg.data)
         elif isinstance(msg, StatusUpdates):
-            for tid, state, data in zip(msg.taskIds, msg.states, msg.data):
-                b.status_update(msg.executorId, tid, state, data)
+            b.status_updates(msg.executorId, zip(msg.taskIds, msg.states, msg.data))
         elif isinstance(msg, TaskProcessLost):
             b.runtime.block_manager_master.remove_slot(msg.executorId, msg.slot)
         elif isinstance(msg, RemoveExecutor):
@@ -483,6 +482,19 @@ class StandaloneSchedulerBackend(SchedulerBackend):
                                      False)
 
     def status_update(self, executor_id: str, task_id: int, state: str, result: bytes) -> None:
+        self.status_updates(executor_id, ((task_id, state, result),))
+
+    def status_updates(self, executor_id: str, updates: Iterable[tuple[int, str, bytes]]
+                       ) -> None:
+        """(task id, state, result) of tasks of one executor, in the order they ended; then
+        one offer round if any task set has tasks to place (asked once, not per task: a
+        StatusUpdates message of a busy executor holds dozens)."""
+        for task_id, state, result in updates:
+            self._task_ended(executor_id, task_id, state, result)
+        if self.scheduler.wants_offers():
+            self.revive_offers()
+
+    def _task_ended(self, executor_id: str, task_id: int, state: str, result: bytes) -> None:
         data = self.executors.get(executor_id)
         payload, accum, metrics, blocks = pickle.loads(result)
         slot = self._slot_of.pop(task_id, None)
@@ -493,8 +505,6 @@ class StandaloneSchedulerBackend(SchedulerBackend):
                 self.scheduler.promote_queued(started)
             if free and not data.slots.running:
                 data.idle_since = time.monotonic()
-        if self.scheduler.wants_offers():
-            self.revive_offers()
 
     def _request_totals(self, totals: list[tuple[int, int]]) -> bool:
         return self.client is not None and self.client.request_total_executors(
