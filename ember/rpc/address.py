@@ -6,6 +6,7 @@ Its own module so the transports and the endpoint API share it without importing
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from urllib.parse import urlsplit
 
 
@@ -49,9 +50,10 @@ class RpcAddress:
             raise err
         return cls(host, int(port_s))
 
-    @property
+    @cached_property
     def host_port(self) -> str:
-        """``host:port`` (IPv6 hosts in brackets)."""
+        """``host:port`` (IPv6 hosts in brackets). Cached: a cluster driver's offer rounds
+        name each executor's address once per slot they offer."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port}"
 
