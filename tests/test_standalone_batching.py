@@ -29,6 +29,25 @@ def test_batched_messages_round_trip_and_mismatched_columns_are_malformed() -> N
         decode(forged)
 
 
+@pytest.mark.parametrize("column, items, error", [
+    ("taskIds", [1, 2, True], r"taskIds: \[2\]: expected int, got bool"),
+    ("taskIds", [1, "2", 3], r"taskIds: \[1\]: expected int, got str"),
+    ("states", ["FINISHED", b"FAILED", "FINISHED"], r"states: \[1\]: expected str"),
+    ("data", [b"a", b"b", "c"], r"data: \[2\]: expected bytes")])
+def test_a_batch_with_one_item_of_the_wrong_type_is_malformed(column, items, error) -> None:
+    """ember.rpc.messages checks a list of ints, strs or bytes in one loop; an item of
+    another type is refused with its position, as the per-item check does."""
+    import msgpack
+    fields = {"executorId": "3", "taskIds": [1, 2, 3], "states": ["FINISHED"] * 3,
+              "data": [b"a", b"b", b"c"]}
+    assert decode(msgpack.packb({"__m__": "StatusUpdates", **fields}, use_bin_type=True)) \
+        == StatusUpdates(**fields)
+    fields[column] = items
+    forged = msgpack.packb({"__m__": "StatusUpdates", **fields}, use_bin_type=True)
+    with pytest.raises(MessageDecodeError, match=error):
+        decode(forged)
+
+
 @pytest.fixture()
 def sc(cluster, request):
     """request.param: more conf (see the cancel test)."""
