@@ -1,7 +1,7 @@
 """Cost curves: each workload at four sizes on every installed engine, as pictures.
 
     python -m benchmarks --curves [--engines ember,serial,pyspark,dask] [--master URL]
-                                  [--curve-scale X] [--out DIR]
+                                  [--curve-scale X] [--curve-limit S] [--out DIR]
 
 Why: one number per workload hides how cost grows with the work; a curve shows whether
 it grows linearly and where fixed costs dominate. Each workload runs once per size and
@@ -11,12 +11,22 @@ workload (seconds against size, log-log, a line per engine) is written to DIR wh
 matplotlib is installed (`pip install '.[curves]'`; without it only the JSON is written).
 An engine whose answer differs from serial's at a size is marked MISMATCH in the log and
 makes the exit status 1.
+
+A point an engine is expected to spend more than --curve-limit seconds on (60 by default) is
+not run but recorded as "skipped" with that projection, and so are that engine's larger
+sizes of the workload: PySpark's tiny tasks (~14 a second here) or Dask's shuffle of
+thousands of partitions (which grows with maps x reducers) would otherwise keep a run of
+every installed engine going for hours. The projection takes the engine's last point on the
+curve and grows it with the size at the rate its last two points show, never slower than
+linearly; the smallest size always runs.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
+import time
 import traceback
 from pathlib import Path
 from typing import Any, Callable
@@ -53,21 +63,41 @@ def _unit(wl: Workload) -> str:
     return "s" if wl.primary == "tasks_per_s" else wl.unit
 
 
-def _point(wl: Workload, engine: Any) -> tuple[str, float | None, Any, str]:
+def _point(wl: Workload, engine: Any) -> tuple[str, float | None, Any, str, float]:
+    """(status, comparable value, result, error, wall seconds of the whole run)."""
+    t0 = time.perf_counter()
     try:
         m = wl.run(engine)
     except Exception as exc:   # noqa: BLE001 - recorded, the curve goes on
         if type(exc).__name__ == "Unsupported":
-            return "unsupported", None, None, str(exc)
+            return "unsupported", None, None, str(exc), time.perf_counter() - t0
         traceback.print_exc()
-        return "error", None, None, f"{type(exc).__name__}: {exc}"
-    return "ok", wl.comparable_time({"seconds": m.seconds, **m.metrics}), m.result, ""
+        return "error", None, None, f"{type(exc).__name__}: {exc}", time.perf_counter() - t0
+    value = wl.comparable_time({"seconds": m.seconds, **m.metrics})
+    return "ok", value, m.result, "", time.perf_counter() - t0
+
+
+def projected_seconds(done: list[tuple[float, float]], size: float) -> float | None:
+    """What a point of `size` should take, from the (size, wall seconds) points already run
+    on the same curve, smallest first; None before the first. The last point grown by
+    (size / its size) ** k, where k is the growth the last two points show, at least 1 (a
+    fixed cost that dominates the small sizes would otherwise project the large ones cheap)
+    and at most 3."""
+    if not done:
+        return None
+    last_size, last_wall = done[-1]
+    k = 1.0
+    if len(done) >= 2:
+        (s0, w0), (s1, w1) = done[-2], done[-1]
+        if s1 > s0 > 0 and w1 > w0 > 0:
+            k = min(3.0, max(1.0, math.log(w1 / w0) / math.log(s1 / s0)))
+    return last_wall * (size / last_size) ** k
 
 
 def run_curves(engine_names: list[str], master: str, scale: float, out_dir: Path,
                dask_workers: int = 2, dask_scheduler: str | None = None,
                only: list[str] | None = None, log: Callable[[str], None] = print,
-               cluster_url: str | None = None) -> int:
+               cluster_url: str | None = None, limit: float = 60.0) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     run_id = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}"
     names = [n for n in CURVES if not only or n in only]
@@ -92,16 +122,25 @@ def run_curves(engine_names: list[str], master: str, scale: float, out_dir: Path
             engines.append(engine)
         # engines alternate point by point, so the machine's load reaches them alike
         for name in names:
+            walls: dict[str, list[tuple[float, float]]] = {e.name: [] for e in engines}
             for size in CURVES[name][1]:
                 wl = workloads[name, size]
                 for engine in engines:
-                    status, value, result, error = _point(wl, engine)
-                    log(f"{name} {size:g} {CURVES[name][0]} on {engine.name}: "
-                        f"{status} {'' if value is None else f'{value:.4g} {_unit(wl)}'}")
+                    projected = projected_seconds(walls[engine.name], size)
+                    if projected is not None and projected > limit:
+                        status, value, result, wall = "skipped", None, None, None
+                        error = f"projected {projected:.0f} s, over --curve-limit {limit:g} s"
+                        shown = error
+                    else:
+                        status, value, result, error, wall = _point(wl, engine)
+                        walls[engine.name].append((size, wall))
+                        shown = "" if value is None else f"{value:.4g} {_unit(wl)}"
+                    log(f"{name} {size:g} {CURVES[name][0]} on {engine.name}: {status} {shown}")
                     points.append({"run_id": run_id, "workload": name, "size": size,
                                    "size_label": CURVES[name][0], "engine": engine.name,
                                    "master": engine.master, "params": wl.params(),
                                    "status": status, "value": value, "unit": _unit(wl),
+                                   "wall_s": wall,
                                    "result": json.loads(json.dumps(result, default=str)),
                                    "error": error, "loadavg": os.getloadavg()[0]})
         for name, cls in SINGLE.items():
@@ -109,7 +148,7 @@ def run_curves(engine_names: list[str], master: str, scale: float, out_dir: Path
                 continue
             wl = cls(1.0)
             for engine in engines:
-                status, value, result, error = _point(wl, engine)
+                status, value, result, error, _wall = _point(wl, engine)
                 points.append({"run_id": run_id, "workload": name, "size": None,
                                "engine": engine.name, "master": engine.master,
                                "status": status, "value": value, "unit": _unit(wl),

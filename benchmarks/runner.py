@@ -69,12 +69,17 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
                    help="cost curves: each workload at 4 sizes per engine, PNG charts + JSON lines")
     p.add_argument("--curve-scale", type=float, default=1.0,
                    help="with --curves: multiply the curves' data sizes")
+    p.add_argument("--curve-limit", type=float, default=60.0,
+                   help="with --curves: skip a point projected to take longer (seconds), and "
+                        "the engine's larger sizes of that workload")
     p.add_argument("--out", default=None, help="with --curves: output dir (default benchmarks/curves)")
     args = p.parse_args(argv)
     if args.runs < 1:
         p.error("--runs must be at least 1")
     if args.scale <= 0:
         p.error("--scale must be positive")
+    if args.curve_limit <= 0:
+        p.error("--curve-limit must be positive")
     args.cluster_url = None     # set once --cluster started one, for ember-cluster
     args.workloads = [w for w in args.only.split(",") if w] or list(WORKLOADS)
     unknown = [w for w in args.workloads if w not in WORKLOADS]
@@ -251,7 +256,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             return run_curves(args.engine_names, args.master, args.curve_scale,
                               Path(args.out) if args.out else DEFAULT_OUT,
                               args.dask_workers, args.dask_scheduler,
-                              [w for w in args.only.split(",") if w], log, args.cluster_url)
+                              [w for w in args.only.split(",") if w], log, args.cluster_url,
+                              args.curve_limit)
         return _run(args, root)
     finally:
         if cluster is not None:

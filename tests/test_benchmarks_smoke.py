@@ -95,6 +95,59 @@ def test_curves_smoke(tmp_path: Path) -> None:
     assert (tmp_path / "pi.png").stat().st_size > 0 and (tmp_path / "sort.png").exists()
 
 
+def test_curve_projection() -> None:
+    from benchmarks.curves import projected_seconds
+    assert projected_seconds([], 10) is None
+    assert projected_seconds([(10, 2.0)], 100) == pytest.approx(20.0)      # linear at least
+    # a fixed cost (flat start) still projects linearly, quadratic growth stays quadratic
+    assert projected_seconds([(10, 1.0), (100, 1.1)], 1000) == pytest.approx(11.0)
+    assert projected_seconds([(10, 0.01), (100, 1.0)], 1000) == pytest.approx(100.0)
+    assert projected_seconds([(10, 0.001), (100, 10.0)], 1000) == pytest.approx(10_000.0)
+
+
+def test_curves_skip_what_would_take_too_long(tmp_path: Path, monkeypatch) -> None:
+    """A point projected past --curve-limit is recorded as skipped, not run, and so are the
+    engine's larger sizes of that workload; the other engines run every size."""
+    import benchmarks.curves as curves
+
+    class FakeEngine:
+        master = "fake"
+
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def unavailable_reason(self) -> None:
+            return None
+
+        def start(self) -> None:
+            pass
+
+        def stop(self) -> None:
+            pass
+
+    seconds = {"fast": lambda p: p / 1e4, "slow": lambda p: (p / 100) ** 2}   # slow: 1 s at 100
+    ran = []
+
+    def point(wl: object, engine: FakeEngine) -> tuple:
+        p = wl.params()["partitions"]
+        ran.append((engine.name, p))
+        return "ok", seconds[engine.name](p), [1], "", seconds[engine.name](p)
+
+    monkeypatch.setattr(curves, "make_engine", lambda name, *a: FakeEngine(name))
+    monkeypatch.setattr(curves, "_point", point)
+    monkeypatch.setattr(curves, "draw", lambda *a: [])
+    logged: list[str] = []
+    assert curves.run_curves(["fast", "slow"], "local[2]", 1.0, tmp_path, only=["partitions"],
+                             log=logged.append, limit=60) == 0
+    assert ran == [("fast", 10), ("slow", 10), ("fast", 100), ("slow", 100), ("fast", 1000),
+                   ("fast", 10000)]
+    points = [json.loads(line) for line in (tmp_path / "curves.jsonl").read_text().splitlines()]
+    skipped = [(p["engine"], p["size"]) for p in points if p["status"] == "skipped"]
+    assert skipped == [("slow", 1000), ("slow", 10000)]
+    assert any("slow: skipped projected 10000 s, over --curve-limit 60 s" in line
+               for line in logged), logged
+
+
 def test_ember_cluster_engine_needs_a_cluster(capsys) -> None:
     from benchmarks.runner import parse_args
     with pytest.raises(SystemExit):
