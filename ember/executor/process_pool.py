@@ -142,8 +142,10 @@ class TaskProcessPool:
         # every process's socket, for take_arrived: fd -> slot
         self._arrivals = select.poll()
         self._slot_of_fd: dict[int, _Slot] = {}
-        # (requesting slot, block) -> [its task id, answers still to come]
-        self._block_requests: dict[tuple[int, str], list[int]] = {}
+        # (requesting slot, its task id, block) -> answers still to come. By task: a task
+        # killed while it waited (handed back, say) leaves its request behind, and the next
+        # task of the slot may ask for the same block before the holder answered the first
+        self._block_requests: dict[tuple[int, int, str], int] = {}
 
     # lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -544,37 +546,40 @@ class TaskProcessPool:
             elif msg[0] == "fetch_block":
                 self._on_fetch_block(slot, msg[1], msg[2])
             elif msg[0] == "block_exported":
-                self._on_block_exported(msg[1], msg[2], msg[3])
+                self._on_block_exported(msg[1], msg[2], msg[3], msg[4])
 
     def _on_fetch_block(self, slot: _Slot, tid: int, name: str) -> None:
         """A task wants a memory block another slot holds: every other live slot is asked
-        to export it (each answers between two tasks); the first copy, or None once all
-        said no, is the answer."""
+        to export it (each answers between two tasks, into a file named for the task); the
+        first copy, or None once all said no, is the answer."""
         with self._lock:
             others = [s for s in self.slots
                       if s is not slot and s.sock is not None and not s.dead]
             if not others:
                 self._reply_block(slot.index, tid, name, None)
                 return
-            self._block_requests[(slot.index, name)] = [tid, len(others)]
+            key = (slot.index, tid, name)
+            self._block_requests[key] = len(others)
             for other in others:
                 try:
-                    send_msg(other.sock, ("export_block", name, slot.index))
+                    send_msg(other.sock, ("export_block", name, slot.index, tid))
                 except OSError:
-                    self._block_requests[(slot.index, name)][1] -= 1
+                    self._block_requests[key] -= 1
 
-    def _on_block_exported(self, requester: int, name: str, path: str | None) -> None:
+    def _on_block_exported(self, requester: int, tid: int, name: str, path: str | None
+                           ) -> None:
         with self._lock:
-            pending = self._block_requests.get((requester, name))
-            if pending is None:         # answered already: a late copy is not needed
+            key = (requester, tid, name)
+            left = self._block_requests.get(key)
+            if left is None:            # answered already: a late copy is not needed
                 if path is not None:
                     unlink_quietly(path)
                 return
-            pending[1] -= 1
-            if path is None and pending[1] > 0:
+            if path is None and left > 1:
+                self._block_requests[key] = left - 1
                 return
-            del self._block_requests[(requester, name)]
-            self._reply_block(requester, pending[0], name, path)
+            del self._block_requests[key]
+            self._reply_block(requester, tid, name, path)
 
     def _reply_block(self, index: int, tid: int, name: str, path: str | None) -> None:
         slot = self.slots[index]
@@ -648,9 +653,9 @@ class TaskProcessPool:
             slot.sock.close()
             if self._stopped:
                 return
-            for (requester, name), (tid, _left) in list(self._block_requests.items()):
+            for requester, tid, name in list(self._block_requests):
                 # its own request ends with it; others' lose the answer it owed them
-                del self._block_requests[(requester, name)]
+                del self._block_requests[requester, tid, name]
                 if requester != slot.index:
                     self._reply_block(requester, tid, name, None)
             code = self._forks.exit_code(slot.pid, timeout=0.2)

@@ -33,6 +33,7 @@ from ember.shuffle.base import FetchFailedError
 from ember.storage.block_manager import BlockManager
 from ember.taskcontext import BarrierTaskContext, TaskContext
 from ember.util import after_reply, pickling
+from ember.util.files import unlink_quietly
 from ember.util.user_code import escaped_stop_iteration, stop_iteration_error
 
 RESULT, MAP = "result", "map"
@@ -369,7 +370,9 @@ class _PoolChannel:
             if msg[0] == "block_reply":
                 if msg[1] == tid and msg[2] == name:
                     return msg[3]
-                continue            # the answer to a killed earlier task's request
+                if msg[3] is not None:      # the copy a killed earlier task asked for
+                    unlink_quietly(msg[3])
+                continue
             self._other(msg)
 
 
@@ -396,9 +399,9 @@ def serve(sock: socket.socket, env: TaskEnv) -> None:
         op = msg[0]
         if op == "unpersist_rdd":
             env.block_manager.remove_rdd(msg[1])
-        elif op == "export_block":          # for a sibling's fetch_block
-            path = env.block_manager.export_for_sibling(msg[1], msg[2])
-            send_msg(sock, ("block_exported", msg[2], msg[1], path))
+        elif op == "export_block":          # for a sibling's fetch_block: name, slot, task
+            path = env.block_manager.export_for_sibling(msg[1], msg[3])
+            send_msg(sock, ("block_exported", msg[2], msg[3], msg[1], path))
         elif op == "export_blocks":
             env.block_manager.export_to_disk()
             send_msg(sock, ("exported",))

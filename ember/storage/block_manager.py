@@ -155,13 +155,16 @@ class BlockManager:
             self.updates.append((name, "disk", 0, size))
         return iter(values)
 
-    def export_for_sibling(self, name: str, requester: int) -> str | None:
-        """Write memory block `name` for another task process of this executor to read
-        (which then deletes the file); its path, or None when not held here."""
+    def export_for_sibling(self, name: str, task_id: int) -> str | None:
+        """Write memory block `name` for task `task_id` in another task process of this
+        executor to read (which then deletes the file); its path, or None when not held
+        here. The file is named for the task and this process: a copy that is not wanted
+        (a second holder's, or one for a task killed while it waited) is deleted when it
+        arrives, and must not be the file the task reads."""
         hit = self.memory.get(name)
         if hit is None:
             return None
-        path = f"{self._disk_path(name)}.for{requester}"
+        path = f"{self._disk_path(name)}.for{task_id}-{os.getpid()}"
         write_batches(path, hit[0])
         return path
 
