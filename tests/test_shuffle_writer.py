@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from ember.errors import TaskKilledException
 from ember.partitioner import portable_hash
 from ember.scheduler.map_output_tracker import MapOutputTracker
 from ember.shuffle.base import FetchFailedError, MapStatus, StageStatuses
@@ -331,6 +332,29 @@ def test_a_reducer_whose_index_was_evicted_meanwhile_still_reads_its_own_files(
         assert [r[1][:2] for r in reader.read_partition(sid, 0, ctx(sid, outputs(sid)))] == [
             (sid, 0), (sid, 1), (sid, 2)]
     assert [r[1][:2] for r in first] == [(7, 1), (7, 2)]
+
+
+def test_a_kill_while_a_reducer_plans_its_reads_caches_no_part_of_the_plan(tmp_path,
+                                                                           monkeypatch):
+    """A task is killed by a signal between any two of its steps; one killed while the
+    process's read plan was half made left the next reducer a plan shorter than the maps
+    (IndexError)."""
+    statuses = [_write(tmp_path, [(0, "s")], 1, map_index=0)]           # inline
+    statuses += [_write(tmp_path, [(0, "x" * 2000)], 1, map_index=m) for m in (1, 2)]
+    assert statuses[0].data is not None and statuses[1].data is None
+    cached_fd = reader._cached_fd
+    killed = []
+
+    def kill_at_the_first_file(fds, path):
+        if not killed:
+            killed.append(path)
+            raise TaskKilledException()
+        return cached_fd(fds, path)
+    monkeypatch.setattr(reader, "_cached_fd", kill_at_the_first_file)
+    with pytest.raises(TaskKilledException):
+        _read(statuses, 0)
+    assert sorted(v for _k, v in _read(statuses, 0)) == ["s", "x" * 2000, "x" * 2000]
+    reader.forget_shuffle(7)
 
 
 def test_peers_are_served_only_map_output_files_and_ranges_inside_them(tmp_path):

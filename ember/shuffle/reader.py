@@ -201,13 +201,19 @@ def _plan(entry: tuple, env: Any) -> list:
     on this host in local mode), or None for the per-segment checks (another executor's
     output, or no descriptor to cache). Made once per shuffle and process: with thousands of
     maps a reducer's segments are mostly a record each, and the checks, repeated per segment,
-    cost as much as the read."""
+    cost as much as the read.
+
+    The plan is cached whole or not at all: a kill (TaskKilledException, raised by a signal
+    between any two steps of the task) that stopped a plan half made left the next task of
+    this process a plan shorter than the maps (IndexError in the last count of
+    examples/transitive_closure.py, where handed-back tasks are killed as they run)."""
     plan = entry[3]
     if plan or not entry[0]:
         return plan
     my_id, my_host = env.executor_id, env.host
     fds = entry[2]
     opened: dict[str, int | None] = {}
+    made = []
     for st in entry[0]:
         src = st.data
         if src is None and (st.executor_id == my_id or (st.host == my_host
@@ -216,7 +222,8 @@ def _plan(entry: tuple, env: Any) -> list:
             if path not in opened:
                 opened[path] = _cached_fd(fds, path)
             src = opened[path]
-        plan.append(src)
+        made.append(src)
+    plan[:] = made          # one step: no signal handler runs inside it
     return plan
 
 

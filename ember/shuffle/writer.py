@@ -96,8 +96,9 @@ def _output_fd(base_path: str) -> tuple[int, int]:
         st = os.fstat(fd)
         if st.st_nlink:
             return fd, st.st_size
-        os.close(fd)                    # removed meanwhile
-        del _outputs[base_path]
+        # removed meanwhile; forgotten before it is closed, so a kill between the two steps
+        # cannot leave a closed descriptor (whose number the next open reuses) to append to
+        os.close(_outputs.pop(base_path))
     while len(_outputs) >= _MAX_OUTPUT_FILES:
         os.close(_outputs.pop(next(iter(_outputs))))
     fd = os.open(f"{base_path}.data", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
