@@ -102,11 +102,15 @@ def run_curves(engine_names: list[str], master: str, scale: float, out_dir: Path
     run_id = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}"
     names = [n for n in CURVES if not only or n in only]
     points: list[dict[str, Any]] = []
+    # keyed by the size as run (--curve-scale applies to the data sizes), which the points,
+    # the log and the charts show
     workloads: dict[tuple[str, float], Workload] = {}
     for name in names:
-        label, sizes, make = CURVES[name]
-        for size in sizes:
-            wl = make(size * (scale if name not in ("partitions", "tiny_tasks") else 1))
+        make = CURVES[name][2]
+        for size in CURVES[name][1]:
+            if name not in ("partitions", "tiny_tasks"):
+                size *= scale
+            wl = make(size)
             wl.prepare()
             workloads[name, size] = wl
     engines = []
@@ -121,28 +125,27 @@ def run_curves(engine_names: list[str], master: str, scale: float, out_dir: Path
             engine.start()
             engines.append(engine)
         # engines alternate point by point, so the machine's load reaches them alike
-        for name in names:
-            walls: dict[str, list[tuple[float, float]]] = {e.name: [] for e in engines}
-            for size in CURVES[name][1]:
-                wl = workloads[name, size]
-                for engine in engines:
-                    projected = projected_seconds(walls[engine.name], size)
-                    if projected is not None and projected > limit:
-                        status, value, result, wall = "skipped", None, None, None
-                        error = f"projected {projected:.0f} s, over --curve-limit {limit:g} s"
-                        shown = error
-                    else:
-                        status, value, result, error, wall = _point(wl, engine)
-                        walls[engine.name].append((size, wall))
-                        shown = "" if value is None else f"{value:.4g} {_unit(wl)}"
-                    log(f"{name} {size:g} {CURVES[name][0]} on {engine.name}: {status} {shown}")
-                    points.append({"run_id": run_id, "workload": name, "size": size,
-                                   "size_label": CURVES[name][0], "engine": engine.name,
-                                   "master": engine.master, "params": wl.params(),
-                                   "status": status, "value": value, "unit": _unit(wl),
-                                   "wall_s": wall,
-                                   "result": json.loads(json.dumps(result, default=str)),
-                                   "error": error, "loadavg": os.getloadavg()[0]})
+        walls: dict[tuple[str, str], list[tuple[float, float]]] = {}   # (size, wall) run
+        for (name, size), wl in workloads.items():      # a workload's sizes in order
+            for engine in engines:
+                done = walls.setdefault((name, engine.name), [])
+                projected = projected_seconds(done, size)
+                if projected is not None and projected > limit:
+                    status, value, result, wall = "skipped", None, None, None
+                    error = shown = (f"projected {projected:.0f} s, over --curve-limit "
+                                     f"{limit:g} s")
+                else:
+                    status, value, result, error, wall = _point(wl, engine)
+                    done.append((size, wall))
+                    shown = "" if value is None else f"{value:.4g} {_unit(wl)}"
+                log(f"{name} {size:g} {CURVES[name][0]} on {engine.name}: {status} {shown}")
+                points.append({"run_id": run_id, "workload": name, "size": size,
+                               "size_label": CURVES[name][0], "engine": engine.name,
+                               "master": engine.master, "params": wl.params(),
+                               "status": status, "value": value, "unit": _unit(wl),
+                               "wall_s": wall,
+                               "result": json.loads(json.dumps(result, default=str)),
+                               "error": error, "loadavg": os.getloadavg()[0]})
         for name, cls in SINGLE.items():
             if only and name not in only:
                 continue
