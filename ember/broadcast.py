@@ -115,8 +115,8 @@ class Broadcast(Generic[T]):
             return self.load(f)
 
     def load(self, file: Any) -> T:
-        gc.disable()           # unpickling a large value: no collections of the half-built graph
-        try:
+        try:        # inside: a task killed by its signal in between leaves the collector on
+            gc.disable()       # unpickling a large value: no collections of the half-built graph
             return pickle.load(file)
         finally:
             gc.enable()
