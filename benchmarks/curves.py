@@ -14,9 +14,9 @@ makes the exit status 1.
 
 A point an engine is expected to spend more than --curve-limit seconds on (60 by default) is
 not run but recorded as "skipped" with that projection, and so are that engine's larger
-sizes of the workload: PySpark's tiny tasks (~14 a second here) or Dask's shuffle of
-thousands of partitions (which grows with maps x reducers) would otherwise keep a run of
-every installed engine going for hours. The projection takes the engine's last point on the
+sizes of the workload: PySpark's tiny tasks (~14 a second here) and its shuffle of
+thousands of partitions, or Dask's tiny tasks, would otherwise keep a run of every
+installed engine going for hours. The projection takes the engine's last point on the
 curve and grows it with the size at the rate its last two points show, never slower than
 linearly; the smallest size always runs.
 """

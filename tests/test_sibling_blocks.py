@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 
 import pytest
 
@@ -119,6 +120,9 @@ def test_a_second_holders_copy_is_deleted_and_the_first_one_kept(pool_of, tmp_pa
         paths[-1].write_bytes(b"copy")
         proc.send("block_exported", 0, 7, BLOCK, str(paths[-1]))
     assert asker.next("block_reply") == ("block_reply", 7, BLOCK, str(paths[0]))
+    deadline = time.monotonic() + 5         # the pool reads the second answer after replying
+    while paths[1].exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert paths[0].exists() and not paths[1].exists()
 
 
