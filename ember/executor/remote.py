@@ -10,6 +10,8 @@ import os
 import threading
 from typing import Any, Callable
 
+from ember.util.kill_guard import kills_deferred
+
 _TIMEOUT = 120.0
 
 
@@ -26,7 +28,7 @@ class RemoteFetcher:
         self._unfetchable: dict[str, str] = {}    # name -> why its fetch failed
 
     def _rpc(self) -> Any:
-        with self._lock:
+        with self._lock, kills_deferred:    # no client left half made, its thread running
             if self._env is None:
                 from ember.rpc import RpcEnv
                 self._env = RpcEnv.create("taskFetcher", "127.0.0.1", 0, self.rpc_conf,

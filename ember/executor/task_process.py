@@ -32,7 +32,8 @@ from ember.shuffle import spilled
 from ember.shuffle.base import FetchFailedError
 from ember.storage.block_manager import BlockManager
 from ember.taskcontext import BarrierTaskContext, TaskContext
-from ember.util import after_reply, pickling
+from ember.util import after_reply, kill_guard, pickling
+from ember.util.kill_guard import kills_deferred
 from ember.util.files import unlink_quietly
 from ember.util.user_code import escaped_stop_iteration, stop_iteration_error
 
@@ -140,7 +141,7 @@ _kills = _Kills()
 
 def _on_kill(signum, frame):
     tid = _running[0]
-    if tid is not None and tid in _kills:
+    if tid is not None and tid in _kills and not kill_guard.defer(signum):
         _running[0] = None
         raise TaskKilledException()
 
@@ -336,6 +337,7 @@ class _PoolChannel:
         self.control = control
         self.stopped = False
         self.tasks: deque[tuple] = deque()
+        self.asked_copy: int | None = None      # the last task that asked for a block copy
 
     def _other(self, msg: tuple) -> None:
         """A message that is not the awaited answer."""
@@ -345,35 +347,48 @@ class _PoolChannel:
             self.stopped = True
             raise TaskKilledException()
 
+    def _answer(self, kind: str, request: tuple) -> tuple:
+        """The pool's (kind, *request, ...) answer to this task's request. Each message is
+        taken off the inbox and filed in one step a kill does not cut (a task written ahead
+        and lost there would never be reported); a late answer to a killed earlier task is
+        dropped (its block copy deleted)."""
+        inbox = self.inbox
+        end = 1 + len(request)
+        while True:
+            inbox.wait_readable()
+            with kills_deferred:
+                msg = inbox.take()
+                if msg is None:
+                    continue
+                if msg[0] != kind:
+                    self._other(msg)
+                elif msg[1:end] == request:
+                    return msg
+                elif kind == "block_reply" and msg[3] is not None:
+                    unlink_quietly(msg[3])
+
+    def _send(self, msg: tuple) -> None:
+        """A request of the running task, sent whole even if it is killed meanwhile (a
+        frame cut short would garble every later message to the pool)."""
+        with kills_deferred:
+            send_msg(self.sock, msg)
+
     def request_to_sync(self, request: Any) -> list[str]:
         from ember.errors import SparkException
-        tid = request.taskAttemptId
-        send_msg(self.sock, ("barrier", tid, request))
-        while True:
-            msg = self.inbox.read()
-            if msg[0] == "barrier_reply":
-                if msg[1] != tid:
-                    continue        # the answer to a killed earlier task's call
-                if msg[2]:
-                    return list(msg[3])
-                raise SparkException(msg[3])
-            self._other(msg)
-
+        self._send(("barrier", request.taskAttemptId, request))
+        msg = self._answer("barrier_reply", (request.taskAttemptId,))
+        if msg[2]:
+            return list(msg[3])
+        raise SparkException(msg[3])
 
     def fetch_block(self, tid: int, name: str) -> str | None:
         """A copy of memory block `name` from another task process of this executor (the
         pool asks them; the holder writes it between two of its tasks): its path, or None
-        when none holds it."""
-        send_msg(self.sock, ("fetch_block", tid, name))
-        while True:
-            msg = self.inbox.read()
-            if msg[0] == "block_reply":
-                if msg[1] == tid and msg[2] == name:
-                    return msg[3]
-                if msg[3] is not None:      # the copy a killed earlier task asked for
-                    unlink_quietly(msg[3])
-                continue
-            self._other(msg)
+        when none holds it. The caller deletes the copy once read (a killed task's copies
+        are swept by the serve loop)."""
+        self.asked_copy = tid
+        self._send(("fetch_block", tid, name))
+        return self._answer("block_reply", (tid, name))[3]
 
 
 _channel: list[_PoolChannel | None] = [None]
@@ -411,6 +426,8 @@ def serve(sock: socket.socket, env: TaskEnv) -> None:
             from ember.shuffle import reader, writer
             writer.close_outputs(msg[1])
             reader.forget_shuffle(msg[1])
+        elif op == "block_reply" and msg[3] is not None:   # for a task killed meanwhile
+            unlink_quietly(msg[3])
         elif op == "forget_stage":
             for k in [k for k in stages if k[0] == msg[1]]:
                 del stages[k]
@@ -445,6 +462,8 @@ def serve(sock: socket.socket, env: TaskEnv) -> None:
             held.append(_run(env, msg, stages, files))
             if _interrupted[0]:
                 _interrupted[0] = False
+                if channel.asked_copy == msg[1]:
+                    env.block_manager.remove_copies_for(msg[1])
                 flush()
                 after_reply.release()
                 if not env.block_manager.memory:

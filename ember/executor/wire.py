@@ -108,6 +108,23 @@ class Inbox:
             self._fill(0)
         return self.ready.popleft()
 
+    def wait_readable(self) -> None:
+        """Until a message is ready or bytes have arrived (then see take)."""
+        if not self.ready:
+            self._readable.poll()
+
+    def take(self) -> Any:
+        """For a running task, inside kills_deferred with what it does with the message:
+        the next whole message, reading what has arrived first; None if there is none yet.
+        What is read off the socket is framed and kept in the same step a kill does not
+        cut (read and poll, used between tasks, are not guarded)."""
+        if not self.ready:
+            try:
+                self._fill(socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return None
+        return self.ready.popleft() if self.ready else None
+
     def poll(self) -> bool:
         """Take in what has arrived; True if a whole message is ready to read."""
         if not self.ready and not self._eof:

@@ -47,6 +47,7 @@ from ember.shuffle import spilled as _spilled
 from ember.util import pickling
 from ember.util.after_reply import keep_until_reply
 from ember.util.files import unlink_quietly
+from ember.util.kill_guard import kills_deferred
 from ember.util.user_code import flat_map_checked, stop_iteration_error
 
 __all__ = [
@@ -106,16 +107,18 @@ def _rss_bytes() -> int:
     global _statm_fd, _statm_pid
     pid = os.getpid()
     if pid != _statm_pid:
-        if _statm_fd >= 0:
+        with kills_deferred:    # a closed descriptor is never left kept (it may be reused)
+            if _statm_fd >= 0:
+                try:
+                    os.close(_statm_fd)
+                except OSError:
+                    pass
             try:
-                os.close(_statm_fd)
+                _statm_fd = os.open("/proc/self/statm",
+                                    os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
             except OSError:
-                pass
-        try:
-            _statm_fd = os.open("/proc/self/statm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        except OSError:
-            _statm_fd = -1
-        _statm_pid = pid
+                _statm_fd = -1
+            _statm_pid = pid
     if _statm_fd >= 0:
         try:
             return int(os.pread(_statm_fd, 128, 0).split()[1]) * _PAGE_SIZE

@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterator
 
 from ember.shuffle.base import FetchFailedError, MapStatus
 from ember.shuffle.writer import OUTPUT_FILE
+from ember.util.kill_guard import kills_deferred
 
 # Spark's defaults of spark.reducer.maxSizeInFlight (the bytes of the fetch requests sent
 # and not yet taken by the reducer) and spark.reducer.maxReqsInFlight; a task process on a
@@ -186,13 +187,14 @@ def forget_shuffle(shuffle_id: int) -> None:
     context cleaner's RemoveShuffle). The dict of descriptors is emptied too: a reducer
     still reading (several shuffles read at once in one task, more than _MAX_INDEXES) holds
     it, and must not use a closed descriptor whose number the next open may reuse."""
-    entry = _indexes.pop(shuffle_id, None)
-    if entry is not None:
-        for fd in entry[2].values():
-            os.close(fd)
-        entry[2].clear()
-        plan = entry[3]
-        plan[:] = [None] * len(plan)      # such a reader takes the checked path from here
+    with kills_deferred:                # no descriptor left open and unlisted
+        entry = _indexes.pop(shuffle_id, None)
+        if entry is not None:
+            for fd in entry[2].values():
+                os.close(fd)
+            entry[2].clear()
+            plan = entry[3]
+            plan[:] = [None] * len(plan)      # such a reader takes the checked path from here
 
 
 def _plan(entry: tuple, env: Any) -> list:
@@ -234,7 +236,8 @@ def _cached_fd(fds: dict[str, int], path: str) -> int | None:
     fd = fds.get(path)
     if fd is None and sum(len(e[2]) for e in _indexes.values()) < _MAX_OPEN_FILES:
         try:
-            fd = fds[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            with kills_deferred:
+                fd = fds[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             return None
     return fd
@@ -246,14 +249,16 @@ def _read_segment(shuffle_id: int, path: str, start: int, end: int) -> bytes:
     fd = fds.get(path) if fds is not None else None
     if fd is not None:
         return os.pread(fd, end - start, start)
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    if fds is not None and sum(len(e[2]) for e in _indexes.values()) < _MAX_OPEN_FILES:
-        fds[path] = fd
-        return os.pread(fd, end - start, start)
-    try:
-        return os.pread(fd, end - start, start)
-    finally:
-        os.close(fd)
+    with kills_deferred:            # opened, then kept or closed
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        if fds is not None and sum(len(e[2]) for e in _indexes.values()) < _MAX_OPEN_FILES:
+            fds[path] = fd
+        else:
+            try:
+                return os.pread(fd, end - start, start)
+            finally:
+                os.close(fd)
+    return os.pread(fd, end - start, start)
 
 
 def read_partition(shuffle_id: int, reduce_id: int, ctx: Any,

@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable
 from ember.partitioner import portable_hash, round_robin_partition
 from ember.shuffle.base import MapStatus
 from ember.util.files import unlink_quietly
+from ember.util.kill_guard import kills_deferred
 
 _BATCH = 1024
 _CHECK_EVERY = 16384
@@ -96,14 +97,15 @@ def _output_fd(base_path: str) -> tuple[int, int]:
         st = os.fstat(fd)
         if st.st_nlink:
             return fd, st.st_size
-        # removed meanwhile; forgotten before it is closed, so a kill between the two steps
-        # cannot leave a closed descriptor (whose number the next open reuses) to append to
-        os.close(_outputs.pop(base_path))
-    while len(_outputs) >= _MAX_OUTPUT_FILES:
-        os.close(_outputs.pop(next(iter(_outputs))))
-    fd = os.open(f"{base_path}.data", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
-                 0o666)
-    _outputs[base_path] = fd
+    # a descriptor is opened and kept, or forgotten and closed, in steps a kill does not cut
+    # (a closed descriptor left kept would append to whatever file next reuses its number)
+    with kills_deferred:
+        if fd is not None:              # removed meanwhile
+            os.close(_outputs.pop(base_path))
+        while len(_outputs) >= _MAX_OUTPUT_FILES:
+            os.close(_outputs.pop(next(iter(_outputs))))
+        fd = _outputs[base_path] = os.open(
+            f"{base_path}.data", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o666)
     return fd, os.fstat(fd).st_size
 
 

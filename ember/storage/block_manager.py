@@ -20,6 +20,8 @@ from typing import Any, Iterable, Iterator
 from ember import fs
 from ember.storage.scattered import packed
 from ember.storagelevel import StorageLevel
+from ember.util.files import unlink_quietly
+from ember.util.kill_guard import kills_deferred
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +33,11 @@ BLOCK_IN_SIBLING = "ember.task.blockInSibling"   # not a configuration key
 # the level of a partition held for the next task of its partition (ember.held_partitions):
 # kept in memory, dropped when evicted, told apart from a cached block by identity
 _HELD = StorageLevel(False, True, False, False, 1)
+
+
+def _copy_tag(task_id: int) -> str:
+    """What names a block's copy for task `task_id` (see export_for_sibling)."""
+    return f".for{task_id}-"
 
 
 def block_name(rdd_id: int, split: int) -> str:
@@ -132,8 +139,10 @@ class BlockManager:
                 ctx.getLocalProperty(BLOCK_IN_SIBLING):
             copy = self.fetch_from_sibling(ctx.taskAttemptId(), name)
             if copy is not None:
-                values = list(read_batches(copy))
-                os.unlink(copy)
+                try:
+                    values = list(read_batches(copy))
+                finally:
+                    unlink_quietly(copy)
                 self._put_memory(name, values, level)
                 return iter(values)
         # (a local checkpoint's block may be in a sibling task process: asked above)
@@ -164,9 +173,21 @@ class BlockManager:
         hit = self.memory.get(name)
         if hit is None:
             return None
-        path = f"{self._disk_path(name)}.for{task_id}-{os.getpid()}"
+        path = f"{self._disk_path(name)}{_copy_tag(task_id)}{os.getpid()}"
         write_batches(path, hit[0])
         return path
+
+    def remove_copies_for(self, task_id: int) -> None:
+        """Delete the copies siblings wrote for task `task_id`, killed before it deleted
+        them (while reading one, or as its answer arrived)."""
+        tag = _copy_tag(task_id)
+        try:
+            names = os.listdir(self.block_dir)
+        except OSError:
+            return
+        for n in names:
+            if tag in n:
+                unlink_quietly(self._disk_path(n))
 
     def export_to_disk(self) -> list[str]:
         """Write every memory block without a disk copy to the block dir (a decommissioning
@@ -188,31 +209,34 @@ class BlockManager:
             log.warning("Not enough space to cache %s in memory! (computed %d bytes so far)",
                         name, size)
             return False
-        while self.memory_used + size > self.memory_budget and self.memory:
-            self._evict_one()
-        self.memory[name] = (values, size, level)
-        self.memory_used += size
-        self.updates.append((name, "memory", size, disk_size))
+        with kills_deferred:    # the blocks, their byte count and the updates change together
+            while self.memory_used + size > self.memory_budget and self.memory:
+                self._evict_one()
+            self.memory[name] = (values, size, level)
+            self.memory_used += size
+            self.updates.append((name, "memory", size, disk_size))
         return True
 
     def hold(self, name: str, values: list, size: int) -> None:
         """Keep a partition the first of two jobs read (ember.held_partitions, which checked that
         it fits without evicting anything); a retried task's copy replaces its own."""
-        old = self.memory.pop(name, None)
-        if old is not None:
-            self.memory_used -= old[1]
-        self.memory[name] = (values, size, _HELD)
-        self.memory_used += size
-        self.updates.append((name, "memory", size, 0))
+        with kills_deferred:
+            old = self.memory.pop(name, None)
+            if old is not None:
+                self.memory_used -= old[1]
+            self.memory[name] = (values, size, _HELD)
+            self.memory_used += size
+            self.updates.append((name, "memory", size, 0))
 
     def take(self, name: str) -> list | None:
         """A held partition, no longer held; None when this process does not hold it."""
-        hit = self.memory.get(name)
-        if hit is None or hit[2] is not _HELD:
-            return None
-        del self.memory[name]
-        self.memory_used -= hit[1]
-        self.updates.append((name, "removed", 0, 0))
+        with kills_deferred:
+            hit = self.memory.get(name)
+            if hit is None or hit[2] is not _HELD:
+                return None
+            del self.memory[name]
+            self.memory_used -= hit[1]
+            self.updates.append((name, "removed", 0, 0))
         return hit[0]
 
     @property
@@ -220,6 +244,7 @@ class BlockManager:
         return sum(size for _values, size, level in self.memory.values() if level is _HELD)
 
     def _evict_one(self) -> None:
+        """(Inside kills_deferred: see _put_memory.)"""
         name, (values, size, level) = self.memory.popitem(last=False)
         self.memory_used -= size
         path = self._disk_path(name)
