@@ -32,9 +32,9 @@ from ember.shuffle import spilled
 from ember.shuffle.base import FetchFailedError
 from ember.storage.block_manager import BlockManager
 from ember.taskcontext import BarrierTaskContext, TaskContext
-from ember.util import after_reply, kill_guard, pickling
-from ember.util.kill_guard import kills_deferred
+from ember.util import after_reply, pickling
 from ember.util.files import unlink_quietly
+from ember.util.kill_guard import defer_kill, kills_deferred
 from ember.util.user_code import escaped_stop_iteration, stop_iteration_error
 
 RESULT, MAP = "result", "map"
@@ -141,7 +141,7 @@ _kills = _Kills()
 
 def _on_kill(signum, frame):
     tid = _running[0]
-    if tid is not None and tid in _kills and not kill_guard.defer(signum):
+    if tid is not None and tid in _kills and not defer_kill(signum):
         _running[0] = None
         raise TaskKilledException()
 

@@ -38,7 +38,7 @@ class _KillsDeferred:
 kills_deferred = _KillsDeferred()
 
 
-def defer(signum: int) -> bool:
+def defer_kill(signum: int) -> bool:
     """Called first by a kill signal's handler: True if the kill must wait (the handler
     returns, and the signal is raised again when the deferred steps end)."""
     if _depth[0]:
