@@ -111,12 +111,15 @@ def test_a_kill_inside_waits_for_the_end(killable):
     assert done == [1, 2] and task_process._running[0] is None
 
 
-def test_an_error_inside_goes_on_and_the_kill_is_dropped(killable):
+def test_the_kill_wins_over_an_error_inside(killable):
+    """(Which Ember's code might catch, and the task would run on.)"""
     task_process._running[0] = TID
-    with pytest.raises(KeyError):
+    with pytest.raises(TaskKilledException) as e:
         with kills_deferred:
             signal.raise_signal(signal.SIGUSR1)
             raise KeyError("x")
+    assert isinstance(e.value.__context__, KeyError)
+    task_process._running[0] = TID
     with kills_deferred:            # nothing left pending
         pass
 

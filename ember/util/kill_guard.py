@@ -9,9 +9,9 @@ next task: a byte count that no longer matches the blocks, a block the driver is
 about, a message read off the socket and lost before it was framed.
 
 Such steps run inside ``with kills_deferred:``; a kill signal arriving there is remembered
-and raised again, to the same handler, when the outermost such block ends, which decides
-afresh whether the task it meant still runs. No user code runs inside one, so a kill waits
-at most for Ember's own bookkeeping.
+and raised again, to the same handler, when the outermost such block ends (whatever
+exception is on its way out then), which decides afresh whether the task it meant still
+runs. No user code runs inside one, so a kill waits at most for Ember's own bookkeeping.
 """
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ class _KillsDeferred:
     def __exit__(self, exc_type, exc, tb) -> None:
         _depth[0] -= 1
         if _pending[0] is not None and not _depth[0]:
+            # also over an exception on its way out, which Ember's code may yet catch
             signum, _pending[0] = _pending[0], None
-            if exc_type is None:        # an exception already on its way ends the task too
-                signal.raise_signal(signum)
+            signal.raise_signal(signum)
 
 
 kills_deferred = _KillsDeferred()
