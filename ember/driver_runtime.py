@@ -475,9 +475,13 @@ class DriverRuntime:
         finally:
             if driving:
                 self.event_loop.release()   # (a no-op once released)
-            if foreign is not None:     # back first: a Ctrl-C from here on is all its own
-                _signal.signal(signal.SIGINT, foreign)
-                self._foreign_sigint = None
+            try:
+                if self._interrupted:       # held while this thread gave the loop back
+                    self.interrupt(*self._interrupted)
+            finally:
+                if foreign is not None:     # back first: a Ctrl-C from here on is all its own
+                    _signal.signal(signal.SIGINT, foreign)
+                    self._foreign_sigint = None
         if any(r._checkpoint_requested and r._checkpoint_dir is None or
                (r._local_checkpointed and not r._truncated) for r in lineage):
             rdd._do_checkpoint()

@@ -10,7 +10,7 @@ import pytest
 from ember import SparkConf, SparkContext
 from ember.driver_runtime import DriverRuntime, parse_local_cluster_master, parse_local_master
 from ember.errors import PySparkRuntimeError, SparkException
-from tests.helpers.ctrl_c import interrupt_a_sleeping_job
+from tests.helpers.ctrl_c import ctrl_c_at_every_step, interrupt_a_sleeping_job
 from tests.helpers.switches import context_switches
 
 
@@ -99,6 +99,13 @@ def test_ctrl_c_cancels_the_running_job_and_raises_keyboard_interrupt(fresh_sc):
     sc = fresh_sc("local[2]")
     assert interrupt_a_sleeping_job(sc, 30) < 20
     assert sc.statusTracker().getJobInfo(0).status == "FAILED"
+
+
+@pytest.mark.timeout(120)
+def test_a_ctrl_c_anywhere_in_a_warm_job_leaves_the_context_working(fresh_sc):
+    sc = fresh_sc("local[2]")
+    rdd = sc.parallelize(range(100), 4)
+    assert ctrl_c_at_every_step(sc, rdd.count) > 100
 
 
 @pytest.mark.timeout(60)

@@ -12,7 +12,7 @@ from ember import SparkConf, SparkContext
 from ember.deploy.messages import (LaunchTask, LaunchTasks, RemoveStage, StatusUpdate,
                                    StatusUpdates)
 from ember.rpc import MessageDecodeError, decode, encode
-from tests.helpers.ctrl_c import interrupt_a_sleeping_job
+from tests.helpers.ctrl_c import ctrl_c_at_every_step, interrupt_a_sleeping_job
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -327,3 +327,8 @@ def test_a_warm_jobs_submission_and_offer_round_run_on_the_calling_thread(sc, mo
 
 def test_ctrl_c_cancels_a_cluster_job_and_raises_keyboard_interrupt(sc) -> None:
     assert interrupt_a_sleeping_job(sc, 60) < 30
+
+
+def test_a_ctrl_c_anywhere_in_a_warm_cluster_job_leaves_the_context_working(sc) -> None:
+    rdd = sc.parallelize(range(100), 4)
+    assert ctrl_c_at_every_step(sc, rdd.count) > 100

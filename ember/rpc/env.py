@@ -220,6 +220,9 @@ class RpcEnv:
         self._selector.keep_here(self.loop._ssock.fileno())     # type: ignore[attr-defined]
         self._loop_tid: int | None = None
         self._driver: int | None = None         # the thread in `drive`, if any
+        # threads taking the turn without blocking, until they have given it back (see
+        # EventLoop._taking)
+        self._taking: set[int] = set()
         self._driver_wake: tuple[socket.socket, socket.socket] | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -376,21 +379,26 @@ class RpcEnv:
         batched writes of a connection) runs here too, as the loop would run it next;
         anything still queued, or a timer due earlier than the loop's wait, wakes the loop."""
         loop = self.loop
-        if not self._turn.acquire(blocking=False):
-            self.call_soon(fn, *args)
-            return
+        me = threading.get_ident()
+        self._taking.add(me)
         try:
-            if self._stopping or self._inbox or loop._ready or loop.get_debug():
+            if not self._turn.acquire(blocking=False):
                 self.call_soon(fn, *args)
                 return
-            saved = self._borrow()
             try:
-                self._safe_call(fn, args)
-                self._run_ready()
+                if self._stopping or self._inbox or loop._ready or loop.get_debug():
+                    self.call_soon(fn, *args)
+                    return
+                saved = self._borrow()
+                try:
+                    self._safe_call(fn, args)
+                    self._run_ready()
+                finally:
+                    self._give_back(saved)
             finally:
-                self._give_back(saved)
+                self._turn.release()
         finally:
-            self._turn.release()
+            self._taking.discard(me)
 
     def _borrow(self) -> tuple:
         """Make the calling thread (which holds the turn) act as the loop thread."""
@@ -433,24 +441,31 @@ class RpcEnv:
         is busy, shutting down, in debug mode or has no sockets (in-process transport).
         Taken before the job's tasks go out, so that their results find no select of the
         loop thread to wake."""
-        if self.rpc_conf.inprocess or not self._turn.acquire(blocking=False):
+        if self.rpc_conf.inprocess:
             return False
+        me = threading.get_ident()
+        self._taking.add(me)
         try:
-            if self._driver is not None or self._stopping or self.loop.get_debug():
+            if not self._turn.acquire(blocking=False):
                 return False
-            if self._driver_wake is None:
-                r, w = socket.socketpair()
-                r.setblocking(False)
-                w.setblocking(False)
-                self.loop.add_reader(r.fileno(), swallow, r)
-                self._driver_wake = (r, w)
-            if not self._selector.nested:
-                self._selector.nest()
-            self._driver = threading.get_ident()
-            self._selector.lend()
-            return True
+            try:
+                if self._driver is not None or self._stopping or self.loop.get_debug():
+                    return False
+                if self._driver_wake is None:
+                    r, w = socket.socketpair()
+                    r.setblocking(False)
+                    w.setblocking(False)
+                    self.loop.add_reader(r.fileno(), swallow, r)
+                    self._driver_wake = (r, w)
+                if not self._selector.nested:
+                    self._selector.nest()
+                self._driver = me
+                self._selector.lend()
+                return True
+            finally:
+                self._turn.release()
         finally:
-            self._turn.release()
+            self._taking.discard(me)
 
     def drive(self, done: Callable[[], bool]) -> None:
         """After claim(), until release(): wait until done() by doing the loop's socket
@@ -489,10 +504,11 @@ class RpcEnv:
                 self._driver = None
 
     def holds_interrupts(self) -> bool:
-        """Whether a Ctrl-C in the calling thread must wait: it runs callbacks now, or it
-        drives (claim to release), which is then made to look at its done() again."""
+        """Whether a Ctrl-C in the calling thread must wait: it runs callbacks now or takes
+        the turn (run_here, claim), or it drives (claim to release), which is then made to
+        look at its done() again."""
         me = threading.get_ident()
-        if me == self._loop_tid:
+        if me == self._loop_tid or me in self._taking:
             return True
         if me == self._driver:
             self._poke_driver()

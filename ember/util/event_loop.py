@@ -57,6 +57,10 @@ class EventLoop:
         self._socks.register(self._driver_wake_r, selectors.EVENT_READ,
                              functools.partial(swallow, self._driver_wake_r))
         self._driver: int | None = None     # the thread in `drive`, if any
+        # threads taking the turn without blocking, until they have given it back: a
+        # Ctrl-C raised between a successful acquire and its try would keep the turn for
+        # good (every later handler, and job, waits for it)
+        self._taking: set[int] = set()
         self._queue: collections.deque = collections.deque()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._stopping = False
@@ -79,19 +83,24 @@ class EventLoop:
         0.6 ms warm job on this host). Handlers still never run two at a time: whoever runs
         them holds the turn, and the loop thread takes it before handling what select
         returned."""
-        if self._queue or not self._turn.acquire(blocking=False):
-            self.post(fn, *args)
-            return
+        me = threading.get_ident()
+        self._taking.add(me)
         try:
-            if self._queue or self._stopping:
+            if self._queue or not self._turn.acquire(blocking=False):
                 self.post(fn, *args)
                 return
-            self._owner = threading.get_ident()
-            self._queue.append((fn, args))
-            self._drain()
+            try:
+                if self._queue or self._stopping:
+                    self.post(fn, *args)
+                    return
+                self._owner = me
+                self._queue.append((fn, args))
+                self._drain()
+            finally:
+                self._owner = None
+                self._turn.release()
         finally:
-            self._owner = None
-            self._turn.release()
+            self._taking.discard(me)
 
     def post(self, fn: Callable[..., Any], *args: Any) -> None:
         self._queue.append((fn, args))
@@ -119,16 +128,21 @@ class EventLoop:
         """Take the sockets' work over for drive(): False if another thread has it, the
         loop thread is busy or stopping. Taken before the job's tasks go out, so that
         their results find no select of the loop thread to wake."""
-        if not self._turn.acquire(blocking=False):
-            return False
+        me = threading.get_ident()
+        self._taking.add(me)
         try:
-            if self._driver is not None or self._stopping:
+            if not self._turn.acquire(blocking=False):
                 return False
-            self._driver = threading.get_ident()
-            self._sel.unregister(self._socks)
-            return True
+            try:
+                if self._driver is not None or self._stopping:
+                    return False
+                self._driver = me
+                self._sel.unregister(self._socks)
+                return True
+            finally:
+                self._turn.release()
         finally:
-            self._turn.release()
+            self._taking.discard(me)
 
     def drive(self, done: Callable[[], bool]) -> None:
         """After claim(), until release(): wait until done() by doing the loop's socket
@@ -166,10 +180,10 @@ class EventLoop:
 
     def holds_interrupts(self) -> bool:
         """Whether a Ctrl-C in the calling thread must wait (DriverRuntime.interrupt): it
-        runs handlers now, or it drives (claim to release), which is then made to look at
-        its done() again at once."""
+        runs handlers now or takes the turn (run_here, claim), or it drives (claim to
+        release), which is then made to look at its done() again at once."""
         me = threading.get_ident()
-        if me == self._owner:
+        if me == self._owner or me in self._taking:
             return True
         if me == self._driver:
             poke(self._driver_wake_w)

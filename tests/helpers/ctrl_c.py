@@ -6,9 +6,11 @@ import os
 import signal
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import pytest
+
+from tests.helpers import signal_steps
 
 
 def interrupt_a_sleeping_job(sc: Any, task_sleep_s: float) -> float:
@@ -24,3 +26,25 @@ def interrupt_a_sleeping_job(sc: Any, task_sleep_s: float) -> float:
     timer.join()
     assert sc.parallelize([1, 2, 3]).count() == 3       # the sleeping tasks were killed
     return time.monotonic() - t0
+
+
+def ctrl_c_at_every_step(sc: Any, job: Callable[[], Any]) -> int:
+    """A Ctrl-C at each point of a warm job where Python could run the handler (on the
+    calling thread: the submission, the results it handles, the event loop's turn taken and
+    given back; tests/helpers/signal_steps.py): each ends the job with KeyboardInterrupt or
+    lets it end right, and a job after it answers right within 20 s. Before, a Ctrl-C
+    between the loop's non-blocking take of its turn and the `try` that gives it back kept
+    the turn for good, and every later job hung. Returns how many Ctrl-C's ended the job."""
+    expected = job()
+
+    def op(_: Any) -> None:
+        assert job() == expected
+
+    def check(_: Any, raised: bool) -> None:
+        out: list = []
+        t = threading.Thread(target=lambda: out.append(job()), daemon=True)
+        t.start()
+        t.join(20)
+        assert out == [expected], "the job after a Ctrl-C hung or answered wrong"
+
+    return signal_steps.every_step(lambda: None, op, check, signal.SIGINT, KeyboardInterrupt)
