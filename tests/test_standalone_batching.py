@@ -331,4 +331,4 @@ def test_ctrl_c_cancels_a_cluster_job_and_raises_keyboard_interrupt(sc) -> None:
 
 def test_a_ctrl_c_anywhere_in_a_warm_cluster_job_leaves_the_context_working(sc) -> None:
     rdd = sc.parallelize(range(100), 4)
-    assert ctrl_c_at_every_step(sc, rdd.count) > 100
+    assert ctrl_c_at_every_step(sc, rdd.count) > 50
