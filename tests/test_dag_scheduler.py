@@ -427,7 +427,7 @@ class TurnLoop:
 
 def test_a_caller_woken_before_it_waits_blocks_on_nothing() -> None:
     """The usual warm job: the caller drove the loop itself, so the job is done and its
-    wake-up ran before wait(); no Event is made for it."""
+    wake-up ran before wait(); no lock is made for it to block on."""
     h = Harness()
     h.dag.loop = loop = TurnLoop()
     waiter, results = h.run_job(FakeRDD(2))
@@ -438,7 +438,7 @@ def test_a_caller_woken_before_it_waits_blocks_on_nothing() -> None:
     for fn, args in loop.posted:             # the rest of the loop's turn, the wake-up
         fn(*args)
     waiter.wait()
-    assert waiter._woken and waiter._event is None and results == {0: "r0", 1: "r1"}
+    assert waiter._woken and waiter._done is None and results == {0: "r0", 1: "r1"}
 
 
 def test_the_caller_is_woken_when_the_loop_s_turn_ends_and_never_lost() -> None:
@@ -461,4 +461,4 @@ def test_the_caller_is_woken_when_the_loop_s_turn_ends_and_never_lost() -> None:
     waiter.wait()                            # the posted wake-up never runs here
     assert time.monotonic() - t0 < 2
     loop.posted[0][0]()
-    assert waiter._woken and waiter._event.is_set()
+    assert waiter._woken and not waiter._done.locked()     # released, once

@@ -555,8 +555,8 @@ class RpcEnv:
         self._wake_pending = True
         try:
             self.loop.call_soon_threadsafe(self._drain_inbox)
-        except RuntimeError:
-            self._wake_pending = False
+        except BaseException:   # a closed loop; or a Ctrl-C in the calling thread, which
+            self._wake_pending = False  # left pending would keep every later call asleep
             raise
 
     def _drain_inbox(self) -> None:
