@@ -332,3 +332,13 @@ def test_ctrl_c_cancels_a_cluster_job_and_raises_keyboard_interrupt(sc) -> None:
 def test_a_ctrl_c_anywhere_in_a_warm_cluster_job_leaves_the_context_working(sc) -> None:
     rdd = sc.parallelize(range(100), 4)
     assert ctrl_c_at_every_step(sc, rdd.count) > 50
+
+
+def test_a_ctrl_c_anywhere_in_a_job_with_a_broadcast_leaves_the_context_working(sc) -> None:
+    """Also where the caller sends (the broadcast's removal), and waits for its job."""
+    def job() -> int:
+        b = sc.broadcast([1, 2, 3])
+        total = sc.parallelize(range(4), 2).map(lambda x: b.value[x % 3]).sum()
+        b.unpersist()
+        return total
+    assert ctrl_c_at_every_step(sc, job) > 50
