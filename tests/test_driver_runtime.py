@@ -10,7 +10,8 @@ import pytest
 from ember import SparkConf, SparkContext
 from ember.driver_runtime import DriverRuntime, parse_local_cluster_master, parse_local_master
 from ember.errors import PySparkRuntimeError, SparkException
-from tests.helpers.ctrl_c import ctrl_c_at_every_step, interrupt_a_sleeping_job
+from tests.helpers.ctrl_c import (IGNORED_IN_FINALIZERS, ctrl_c_at_every_step,
+                                  interrupt_a_sleeping_job)
 from tests.helpers.switches import context_switches
 
 
@@ -102,6 +103,7 @@ def test_ctrl_c_cancels_the_running_job_and_raises_keyboard_interrupt(fresh_sc):
 
 
 @pytest.mark.timeout(120)
+@IGNORED_IN_FINALIZERS
 def test_a_ctrl_c_anywhere_in_a_warm_job_leaves_the_context_working(fresh_sc):
     sc = fresh_sc("local[2]")
     rdd = sc.parallelize(range(100), 4)

@@ -12,7 +12,8 @@ from ember import SparkConf, SparkContext
 from ember.deploy.messages import (LaunchTask, LaunchTasks, RemoveStage, StatusUpdate,
                                    StatusUpdates)
 from ember.rpc import MessageDecodeError, decode, encode
-from tests.helpers.ctrl_c import ctrl_c_at_every_step, interrupt_a_sleeping_job
+from tests.helpers.ctrl_c import (IGNORED_IN_FINALIZERS, ctrl_c_at_every_step,
+                                  interrupt_a_sleeping_job)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -329,11 +330,13 @@ def test_ctrl_c_cancels_a_cluster_job_and_raises_keyboard_interrupt(sc) -> None:
     assert interrupt_a_sleeping_job(sc, 60) < 30
 
 
+@IGNORED_IN_FINALIZERS
 def test_a_ctrl_c_anywhere_in_a_warm_cluster_job_leaves_the_context_working(sc) -> None:
     rdd = sc.parallelize(range(100), 4)
     assert ctrl_c_at_every_step(sc, rdd.count) > 50
 
 
+@IGNORED_IN_FINALIZERS
 def test_a_ctrl_c_anywhere_in_a_job_with_a_broadcast_leaves_the_context_working(sc) -> None:
     """Also where the caller sends (the broadcast's removal), and waits for its job."""
     def job() -> int:
