@@ -350,8 +350,9 @@ class _PoolChannel:
     def _answer(self, kind: str, request: tuple) -> tuple:
         """The pool's (kind, *request, ...) answer to this task's request. Each message is
         taken off the inbox and filed in one step a kill does not cut (a task written ahead
-        and lost there would never be reported); a late answer to a killed earlier task is
-        dropped (its block copy deleted)."""
+        and lost there would never be reported); any other, a late answer to a killed
+        earlier task among them, goes where the serve loop sends it (control deletes a late
+        block copy)."""
         inbox = self.inbox
         end = 1 + len(request)
         while True:
@@ -360,12 +361,9 @@ class _PoolChannel:
                 msg = inbox.take()
                 if msg is None:
                     continue
-                if msg[0] != kind:
-                    self._other(msg)
-                elif msg[1:end] == request:
+                if msg[0] == kind and msg[1:end] == request:
                     return msg
-                elif kind == "block_reply" and msg[3] is not None:
-                    unlink_quietly(msg[3])
+                self._other(msg)
 
     def _send(self, msg: tuple) -> None:
         """A request of the running task, sent whole even if it is killed meanwhile (a
