@@ -267,6 +267,9 @@ _entry("spark.redaction.regex", "(?i)secret|password|token|access[.]?key", STRIN
        "Configuration keys (and values) matching this are redacted in the UI and event log.",
        by=(DRIVER, MASTER, WORKER, HISTORY, SUBMIT))
 _entry("spark.locality.wait", 3.0, SECONDS, "Delay-scheduling wait per locality level.")
+_entry("spark.scheduler.revive.interval", 1.0, SECONDS,
+       "How often tasks waiting to launch are offered the free slots again when nothing "
+       "else does (a task held back by delay scheduling launches once its wait is over).")
 _entry("spark.python.task.killTimeout", 2.0, SECONDS,
        "Time a killed task gets to stop before its task process is killed and replaced.",
        by=(DRIVER, EXECUTOR))

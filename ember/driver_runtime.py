@@ -300,6 +300,7 @@ class DriverRuntime:
         self.event_loop.on_error = self._on_loop_failure
         self.event_loop.start()
         backend.start()
+        sched.start_revive(config.read(conf, "spark.scheduler.revive.interval"))
         sched.start_speculation()
         self.app_id = backend.application_id() if local is None else f"local-{self.start_time}"
         if local is not None:       # Spark's LocalSchedulerBackend announces its executor

@@ -56,7 +56,7 @@ class TaskSchedulerImpl:
         self.clock = clock or SystemClock()
         self.speculation = speculation
         self.health_tracker = health_tracker
-        self._speculation_stop = threading.Event()
+        self._timers_stop = threading.Event()   # the revive and speculation threads
         self.executor_hosts: dict[str, str] = {}          # from offers: executor -> host
         self.unschedulable_expiry: dict[TaskSetManager, float] = {}
         self.kill_reasons: dict[int, str] = {}     # tid -> why the driver killed it
@@ -135,28 +135,48 @@ class TaskSchedulerImpl:
         """No job needs the stage any more: its closure may be dropped everywhere."""
         self.backend.forget_stage(stage_id)
 
-    # --- speculation ----------------------------------------------------------------------
+    # --- timers ---------------------------------------------------------------------------
+    def start_revive(self, interval: float) -> None:
+        """Spark's periodic ReviveOffers (spark.scheduler.revive.interval): an offer round
+        every `interval` while a task set has tasks waiting. Offers otherwise come only
+        when something happens (a task ends, an executor registers, a job is submitted), and
+        a task held back by delay scheduling then waited for the next event, which may never
+        come: a task whose preferred executor was lost, with the other executors idle, hung
+        its job (the locality wait expired with nobody offering)."""
+        def run() -> None:
+            while not self._timers_stop.wait(interval):
+                try:
+                    if self.wants_offers():
+                        self._revive_on_backend_thread()
+                except Exception:
+                    log.exception("Reviving offers failed")
+        threading.Thread(target=run, name="task-scheduler-revive", daemon=True).start()
+
     def start_speculation(self) -> None:
         """Spark's task-scheduler-speculation thread: every spark.speculation.interval, mark
         stragglers speculatable and revive offers so their copies launch."""
         if self.speculation is None:
             return
         def run() -> None:
-            while not self._speculation_stop.wait(self.speculation.interval):
+            while not self._timers_stop.wait(self.speculation.interval):
                 try:
                     if self.check_speculatable_tasks():
-                        # on the backend's own thread when it has one (its executors map)
-                        loop = getattr(self.backend, "loop", None)
-                        if loop is not None:
-                            loop.post(self.backend.revive_offers)
-                        else:
-                            self.backend.revive_offers()
+                        self._revive_on_backend_thread()
                 except Exception:
                     log.exception("Speculation check failed")
         threading.Thread(target=run, name="task-scheduler-speculation", daemon=True).start()
 
+    def _revive_on_backend_thread(self) -> None:
+        """An offer round from a timer thread: on the backend's own thread when it has one
+        (its executors map is that thread's)."""
+        loop = getattr(self.backend, "loop", None)
+        if loop is not None:
+            loop.post(self.backend.revive_offers)
+        else:
+            self.backend.revive_offers()
+
     def stop(self) -> None:
-        self._speculation_stop.set()
+        self._timers_stop.set()
 
     def check_speculatable_tasks(self) -> bool:
         with self.lock:
