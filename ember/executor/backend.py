@@ -89,6 +89,7 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
         self.pool: TaskProcessPool | None = None
         self.stage_blobs: dict[tuple, tuple[bytes, bytes]] = {}
         self.task_slots: dict[int, int] = {}
+        self._early: list[tuple] = []    # launches that came before the pool (_launch)
         self._ended: list[tuple[int, str, bytes]] = []   # (task id, state, result) to report
         self.exited = threading.Event()
         self.exit_code = 0
@@ -331,20 +332,40 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
 
     def _launch(self, tasks: list[tuple]) -> None:
         """Tasks of a LaunchTask(s): (task id, slot, stage key, stage closure and metadata
-        (only the first time this executor sees the stage), task bytes)."""
-        if self.pool is None:
-            # RegisteredExecutor and the first LaunchTask can race the pool's start
-            self.rpc_env.schedule(0.01, self._launch, tasks)
-            return
+        (only the first time this executor sees the stage), task bytes). Those that come
+        before the pool is up (RegisteredExecutor and the first LaunchTask can race its
+        start) wait in `_early`, and so do any after them: a later LaunchTask names the
+        stage by its key only, and before, it could run first and miss the closure (the
+        task was lost and its job hung)."""
         launches = []
         for tid, slot, stage_key, blob, meta, task_bytes in tasks:
             stage_key = tuple(stage_key)
             if blob is not None:
                 self.stage_blobs[stage_key] = (blob, meta)   # kept until RemoveStage
-            else:
+            elif stage_key in self.stage_blobs:
                 blob, meta = self.stage_blobs[stage_key]
+            else:                   # never sent, or forgotten: a failure, never a lost task
+                self.task_slots[tid] = slot
+                self._on_task_end(slot, tid, "FAILED", pickle.dumps((
+                    ("SparkException", f"Executor {self.executor_id} has no closure of "
+                     f"stage {stage_key[0]}.{stage_key[1]}", "", True), {}, {}, []), protocol=5))
+                continue
             self.task_slots[tid] = slot
             launches.append((slot, tid, stage_key, blob, meta, task_bytes))
+        if not launches:
+            return
+        if self.pool is None or self._early:
+            if not self._early:
+                self.rpc_env.schedule(0.01, self._launch_early)
+            self._early.extend(launches)
+            return
+        self.pool.launch_all(launches)
+
+    def _launch_early(self) -> None:
+        if self.pool is None:
+            self.rpc_env.schedule(0.01, self._launch_early)
+            return
+        launches, self._early = self._early, []
         self.pool.launch_all(launches)
 
     def _forget_stage(self, stage_id: int) -> None:
