@@ -105,6 +105,34 @@ def test_a_level_with_nothing_pending_is_skipped_without_waiting():
     assert offer(tsm, "exec9", "host9") == (2, NO_PREF)
 
 
+def test_a_lost_executor_is_no_preference_at_once():
+    cached = TaskLocation("host1", "exec1", 0)
+    sched, tsm = make([[cached], [cached]])
+    first = offer(tsm, "exec1", "host1")
+    assert first is not None and first[1] == PROCESS_LOCAL
+    sched.executor_lost("exec1", "killed")
+    fail(tsm, first[0])                         # pending again, and nothing waits for exec1
+    assert tsm.levels == [NODE_LOCAL, ANY]     # (it never comes back)
+    assert {offer(tsm, "exec2", "host1", s) for s in (0, 1)} == \
+        {(0, NODE_LOCAL), (1, NODE_LOCAL)}
+
+
+def test_levels_recomputed_keep_the_level_reached():
+    cached = TaskLocation("host1", "exec1", 0)
+    sched, tsm = make([[cached], [cached], [TaskLocation("host2")]])
+    first = offer(tsm, "exec1", "host1")
+    assert first[1] == PROCESS_LOCAL
+    sched.clock.advance(WAIT)
+    assert offer(tsm, "exec9", "host1")[1] == NODE_LOCAL     # PROCESS_LOCAL waited out
+    sched.executor_lost("exec1", "killed")
+    fail(tsm, first[0])
+    # PROCESS_LOCAL is gone; the set stays at NODE_LOCAL (Spark's recomputeLocality), not
+    # one level further on: an offer from a host no task prefers still waits
+    assert tsm.levels[tsm.current_level_index] == NODE_LOCAL
+    assert offer(tsm, "exec9", "host9") is None
+    assert offer(tsm, "exec9", "host1", 1)[1] == NODE_LOCAL
+
+
 def test_tasks_without_preferences_never_wait():
     sched, tsm = make([[], [], []])
     assert tsm.levels == [NO_PREF, ANY]

@@ -127,13 +127,15 @@ class TaskSetManager:
 
     def _add_pending(self, i: int) -> None:
         locs = self.tasks[i].locations
+        dead = self.sched.dead_executors        # a lost executor never comes back
         for loc in locs:
-            if loc.executor_id is not None and loc.slot is not None:
-                self.for_process.setdefault((loc.executor_id, loc.slot), []).append(i)
-            if loc.executor_id is not None and loc.slot is None:
-                self.for_executor_cache.setdefault(loc.executor_id, []).append(i)
-            if loc.executor_id is not None:
-                self.for_executor.setdefault(loc.executor_id, []).append(i)
+            eid = loc.executor_id
+            if eid is not None and eid not in dead:
+                if loc.slot is not None:
+                    self.for_process.setdefault((eid, loc.slot), []).append(i)
+                else:
+                    self.for_executor_cache.setdefault(eid, []).append(i)
+                self.for_executor.setdefault(eid, []).append(i)
             self.for_host.setdefault(loc.host, []).append(i)
         if not locs:
             self.no_prefs.append(i)
@@ -151,8 +153,19 @@ class TaskSetManager:
                 self.for_executor_cache.setdefault(new_executor, []).append(i)
                 self.for_executor.setdefault(new_executor, []).append(i)
                 self.for_host.setdefault(new_host, []).append(i)
+        self._recompute_levels()
+
+    def _recompute_levels(self) -> None:
+        """Spark's recomputeLocality: the valid levels again, staying at the level reached
+        (or the next less local one still valid), or back at the most local one if that is
+        more local than before."""
+        before_index = self.current_level_index
+        before = _LEVEL_ORDER[self.levels[before_index]]
         self.levels = self._valid_levels()
-        self.current_level_index = min(self.current_level_index, len(self.levels) - 1)
+        index = 0
+        while _LEVEL_ORDER[self.levels[index]] < before:
+            index += 1
+        self.current_level_index = 0 if index > before_index else index
 
     def _valid_levels(self) -> list[str]:
         levels = []
@@ -506,8 +519,7 @@ class TaskSetManager:
                 return
         if not self.is_zombie:
             self._add_pending(index)
-            self.levels = self._valid_levels()
-            self.current_level_index = min(self.current_level_index, len(self.levels) - 1)
+            self._recompute_levels()
         self._maybe_finish()
 
     def _abort_after_failures(self, index: int, info: TaskInfo, reason: Any, n: int) -> None:
@@ -616,5 +628,15 @@ class TaskSetManager:
                    f"can be configured via spark.excludeOnFailure.*.\n", None)
 
     def executor_lost(self, executor_id: str) -> list[int]:
+        """Forget the lost executor as a preference: the tasks that waited for it (their
+        cached blocks died with it) take their host, or any executor, at once, rather than
+        after a locality wait (Spark waits it out when another executor is preferred too).
+        Returns its running tasks."""
         self.seen_executors.discard(executor_id)
+        for key in [k for k in self.for_process if k[0] == executor_id]:
+            del self.for_process[key]
+        self.for_executor_cache.pop(executor_id, None)
+        self.for_executor.pop(executor_id, None)
+        if not self.is_zombie:
+            self._recompute_levels()
         return [tid for tid in self.running if self.task_infos[tid].executor_id == executor_id]
