@@ -107,11 +107,11 @@ def test_a_task_sent_while_the_task_processes_start_and_one_sent_after_both_run(
                              td.encode()), protocol=5)
     driver_env = RpcEnv.create("driver", "127.0.0.1", 0, CONF)
     executor_env = RpcEnv.create("sparkExecutor", "127.0.0.1", 0, CONF)
+    backend = CoarseGrainedExecutorBackend("7", "127.0.0.1", 2, "app-1", driver_env.address,
+                                           None, {}, str(tmp_path))
     try:
         driver = LaunchingDriver(task(1, 0, True))
         driver_env.setup_endpoint("CoarseGrainedScheduler", driver)
-        backend = CoarseGrainedExecutorBackend("7", "127.0.0.1", 2, "app-1",
-                                               driver_env.address, None, {}, str(tmp_path))
         executor_env.setup_endpoint(ENDPOINT_NAME, backend)
         deadline = time.monotonic() + 20
         while backend.pool is None and time.monotonic() < deadline:
@@ -122,5 +122,6 @@ def test_a_task_sent_while_the_task_processes_start_and_one_sent_after_both_run(
         ended = {driver.ended.get(timeout=20), driver.ended.get(timeout=20)}
         assert ended == {(1, "FINISHED"), (2, "FINISHED")}
     finally:
+        backend.shutdown()              # its task processes and their fork server
         executor_env.shutdown()
         driver_env.shutdown()

@@ -140,9 +140,9 @@ class TaskSchedulerImpl:
         """Spark's periodic ReviveOffers (spark.scheduler.revive.interval): an offer round
         every `interval` while a task set has tasks waiting. Offers otherwise come only
         when something happens (a task ends, an executor registers, a job is submitted), and
-        a task held back by delay scheduling then waited for the next event, which may never
-        come: a task whose preferred executor was lost, with the other executors idle, hung
-        its job (the locality wait expired with nobody offering)."""
+        a task held back by delay scheduling waited for the next event after its wait, which
+        might never come (a job hung so when the executor a task preferred was lost with the
+        others idle; a cached task whose task process stays busy waits for that process)."""
         def run() -> None:
             while not self._timers_stop.wait(interval):
                 try:
