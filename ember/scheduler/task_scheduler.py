@@ -10,7 +10,7 @@ import itertools
 import logging
 import random
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from ember.clock import Clock, SystemClock
 from ember.scheduler.backend import SchedulerBackend, WorkerOffer
@@ -143,37 +143,30 @@ class TaskSchedulerImpl:
         a task held back by delay scheduling waited for the next event after its wait, which
         might never come (a job hung so when the executor a task preferred was lost with the
         others idle; a cached task whose task process stays busy waits for that process)."""
-        def run() -> None:
-            while not self._timers_stop.wait(interval):
-                try:
-                    if self.wants_offers():
-                        self._revive_on_backend_thread()
-                except Exception:
-                    log.exception("Reviving offers failed")
-        threading.Thread(target=run, name="task-scheduler-revive", daemon=True).start()
+        self._revive_when(interval, self.wants_offers, "task-scheduler-revive")
 
     def start_speculation(self) -> None:
         """Spark's task-scheduler-speculation thread: every spark.speculation.interval, mark
         stragglers speculatable and revive offers so their copies launch."""
-        if self.speculation is None:
-            return
-        def run() -> None:
-            while not self._timers_stop.wait(self.speculation.interval):
-                try:
-                    if self.check_speculatable_tasks():
-                        self._revive_on_backend_thread()
-                except Exception:
-                    log.exception("Speculation check failed")
-        threading.Thread(target=run, name="task-scheduler-speculation", daemon=True).start()
+        if self.speculation is not None:
+            self._revive_when(self.speculation.interval, self.check_speculatable_tasks,
+                              "task-scheduler-speculation")
 
-    def _revive_on_backend_thread(self) -> None:
-        """An offer round from a timer thread: on the backend's own thread when it has one
-        (its executors map is that thread's)."""
-        loop = getattr(self.backend, "loop", None)
-        if loop is not None:
-            loop.post(self.backend.revive_offers)
-        else:
-            self.backend.revive_offers()
+    def _revive_when(self, interval: float, due: Callable[[], bool], name: str) -> None:
+        """A timer thread: every `interval` until stop, an offer round if `due()`, on the
+        backend's own thread when it has one (its executors map is that thread's)."""
+        def run() -> None:
+            while not self._timers_stop.wait(interval):
+                try:
+                    if due():
+                        loop = getattr(self.backend, "loop", None)
+                        if loop is not None:
+                            loop.post(self.backend.revive_offers)
+                        else:
+                            self.backend.revive_offers()
+                except Exception:
+                    log.exception("%s failed", name)
+        threading.Thread(target=run, name=name, daemon=True).start()
 
     def stop(self) -> None:
         self._timers_stop.set()
