@@ -26,6 +26,8 @@ from ember.util.files import unlink_quietly
 from ember.util.kill_guard import kills_deferred
 from tests.helpers import signal_steps
 
+pytestmark = signal_steps.IGNORED_IN_FINALIZERS
+
 TID = 77
 
 

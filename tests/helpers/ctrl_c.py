@@ -11,6 +11,7 @@ from typing import Any, Callable
 import pytest
 
 from tests.helpers import signal_steps
+from tests.helpers.signal_steps import IGNORED_IN_FINALIZERS  # noqa: F401 (the tests' marker)
 
 
 def interrupt_a_sleeping_job(sc: Any, task_sleep_s: float) -> float:
@@ -27,11 +28,6 @@ def interrupt_a_sleeping_job(sc: Any, task_sleep_s: float) -> float:
     assert sc.parallelize([1, 2, 3]).count() == 3       # the sleeping tasks were killed
     return time.monotonic() - t0
 
-
-# a Ctrl-C that lands in a weakref finalizer run by the collector is printed and ignored by
-# Python itself (pytest reports that as a warning); the job goes on, as it would
-IGNORED_IN_FINALIZERS = pytest.mark.filterwarnings(
-    "ignore::pytest.PytestUnraisableExceptionWarning")
 
 
 def ctrl_c_at_every_step(sc: Any, job: Callable[[], Any]) -> int:

@@ -13,7 +13,15 @@ import signal
 import sys
 from typing import Any, Callable
 
+import pytest
+
 _HANDLED_AFTER = {"CALL", "CALL_FUNCTION_EX", "JUMP_BACKWARD", "RESUME"}
+
+# a signal's exception raised in code the collector runs (a weakref finalizer, a gc callback
+# such as hypothesis's, once a test imported it) is printed and ignored by Python itself, and
+# pytest reports that as a warning; what was running goes on, as it would
+IGNORED_IN_FINALIZERS = pytest.mark.filterwarnings(
+    "ignore::pytest.PytestUnraisableExceptionWarning")
 
 
 def raised_at(step: int, op: Callable[[], Any], signum: int,
