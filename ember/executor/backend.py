@@ -38,7 +38,7 @@ from ember.deploy.resources import (ResourceError, ResourceRequest, discover_res
 from ember.executor.batch_scheduling import TASK_POLICY_ENV, batch_threads, task_policy
 from ember.executor.decommission import (migrate_blocks, migrated_block_path,
                                          store_migrated_chunk)
-from ember.executor.process_pool import TaskProcessPool
+from ember.executor.process_pool import TaskProcessPool, raw_end_without_result
 from ember.executor.pyspark_memory import pyspark_worker_memory_mb
 from ember.util import thread_dump
 from ember.util.event_loop import RpcLoop
@@ -329,44 +329,39 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
                                    conf, "spark.ember.scheduler.handBackAfter"))
         pool.start()
         self.pool = pool                  # published only once its slots exist
+        self.rpc_env.call_soon(self._launch_early)
 
     def _launch(self, tasks: list[tuple]) -> None:
         """Tasks of a LaunchTask(s): (task id, slot, stage key, stage closure and metadata
         (only the first time this executor sees the stage), task bytes). Those that come
         before the pool is up (RegisteredExecutor and the first LaunchTask can race its
-        start) wait in `_early`, and so do any after them: a later LaunchTask names the
-        stage by its key only, and before, it could run first and miss the closure (the
-        task was lost and its job hung)."""
+        start) wait in `_early` until _start_pool launches them, and so do any after them:
+        a later LaunchTask names the stage by its key only, and before, it could run first
+        and miss the closure (the task was lost and its job hung)."""
         launches = []
         for tid, slot, stage_key, blob, meta, task_bytes in tasks:
             stage_key = tuple(stage_key)
+            self.task_slots[tid] = slot
             if blob is not None:
                 self.stage_blobs[stage_key] = (blob, meta)   # kept until RemoveStage
             elif stage_key in self.stage_blobs:
                 blob, meta = self.stage_blobs[stage_key]
             else:                   # never sent, or forgotten: a failure, never a lost task
-                self.task_slots[tid] = slot
-                self._on_task_end(slot, tid, "FAILED", pickle.dumps((
-                    ("SparkException", f"Executor {self.executor_id} has no closure of "
-                     f"stage {stage_key[0]}.{stage_key[1]}", "", True), {}, {}, []), protocol=5))
+                self._on_task_end(slot, tid, "FAILED", raw_end_without_result((
+                    "SparkException", f"Executor {self.executor_id} has no closure of "
+                    f"stage {stage_key[0]}.{stage_key[1]}", "", True)))
                 continue
-            self.task_slots[tid] = slot
             launches.append((slot, tid, stage_key, blob, meta, task_bytes))
-        if not launches:
-            return
         if self.pool is None or self._early:
-            if not self._early:
-                self.rpc_env.schedule(0.01, self._launch_early)
             self._early.extend(launches)
-            return
-        self.pool.launch_all(launches)
+        elif launches:
+            self.pool.launch_all(launches)
 
     def _launch_early(self) -> None:
-        if self.pool is None:
-            self.rpc_env.schedule(0.01, self._launch_early)
-            return
+        """On the loop, once the pool is up: the tasks that came before it, in order."""
         launches, self._early = self._early, []
-        self.pool.launch_all(launches)
+        if launches:
+            self.pool.launch_all(launches)
 
     def _forget_stage(self, stage_id: int) -> None:
         for key in [k for k in self.stage_blobs if k[0] == stage_id]:

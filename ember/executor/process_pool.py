@@ -106,6 +106,12 @@ class _Slot:
         self.dead = False
 
 
+def raw_end_without_result(reason: Any) -> bytes:
+    """A task's end with no result frame from its process, as an executor forwards a task
+    process's pickled result to the driver: (reason, accumulator updates, metrics, blocks)."""
+    return pickle.dumps((reason, {}, {}, []), protocol=5)
+
+
 class TaskProcessPool:
     def __init__(self, num_slots: int, env_conf: dict, on_task_end: TaskEndCallback,
                  extra_env: dict[str, str] | None = None, kill_timeout: float = 2.0,
@@ -640,8 +646,7 @@ class TaskProcessPool:
     def _end_without_result(self, slot: _Slot, tid: int, state: str, reason: Any) -> None:
         """A task that ended with its process (killed, crashed): no result frame exists."""
         if self.raw_results:
-            self.on_task_end(slot.index, tid, state,
-                             pickle.dumps((reason, {}, {}, []), protocol=5))
+            self.on_task_end(slot.index, tid, state, raw_end_without_result(reason))
         else:
             self.on_task_end(slot.index, tid, state, reason, {}, {}, [])
 

@@ -627,11 +627,11 @@ class TaskSetManager:
                    f"{self.excludelist.latest_failure_reason}\n\nExcludeOnFailure behavior "
                    f"can be configured via spark.excludeOnFailure.*.\n", None)
 
-    def executor_lost(self, executor_id: str) -> list[int]:
+    def executor_lost(self, executor_id: str) -> None:
         """Forget the lost executor as a preference: the tasks that waited for it (their
         cached blocks died with it) take their host, or any executor, at once, rather than
         after a locality wait (Spark waits it out when another executor is preferred too).
-        Returns its running tasks."""
+        Its running tasks end through the scheduler's status updates."""
         self.seen_executors.discard(executor_id)
         for key in [k for k in self.for_process if k[0] == executor_id]:
             del self.for_process[key]
@@ -639,4 +639,3 @@ class TaskSetManager:
         self.for_executor.pop(executor_id, None)
         if not self.is_zombie:
             self._recompute_levels()
-        return [tid for tid in self.running if self.task_infos[tid].executor_id == executor_id]
