@@ -185,30 +185,33 @@ def test_the_channel_to_the_pool_loses_and_garbles_nothing(killable, tmp_path):
 
 
 def test_map_output_files_kept_open_stay_right(killable, tmp_path):
-    """The output file of a shuffle removed meanwhile is reopened, and the oldest of the
-    eight kept is closed to make room: every kept descriptor is open and on its file, and
-    none is left open unkept."""
-    base = str(tmp_path / "shuffle_1_1_1")
+    """The output file of a shuffle removed meanwhile is replaced by a new one, and the
+    oldest of the eight kept is closed to make room: every kept descriptor is open and on
+    its file, and none is left open unkept."""
+    base = str(tmp_path / "shuffle_1_")
+
+    def kept_fds():
+        return {fd for _path, fd in writer._outputs.values()}
 
     def setup():
-        for fd in writer._outputs.values():
+        for fd in kept_fds():
             os.close(fd)
         writer._outputs.clear()
         for i in range(writer._MAX_OUTPUT_FILES):
             writer._output_fd(f"{base}{i}")
-        os.unlink(f"{base}0.data")
-        return open_fds() - set(writer._outputs.values())   # the others'
+        os.unlink(f"{writer._outputs[f'{base}0'][0]}.data")
+        return open_fds() - kept_fds()   # the others'
 
     def check(others, killed):
-        for path, fd in writer._outputs.items():     # (a removed one is replaced at next use)
+        for path, fd in writer._outputs.values():    # (a removed one is replaced at next use)
             st = os.fstat(fd)
             assert st.st_nlink == 0 or st.st_ino == os.stat(f"{path}.data").st_ino
-        assert open_fds() - others <= set(writer._outputs.values())
+        assert open_fds() - others <= kept_fds()
 
     try:
         assert every_step(setup, lambda _: writer._output_fd(f"{base}0"), check) >= 5
     finally:
-        for fd in writer._outputs.values():
+        for fd in kept_fds():
             os.close(fd)
         writer._outputs.clear()
 

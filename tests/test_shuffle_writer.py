@@ -408,3 +408,32 @@ def test_migration_takes_only_map_output_files_and_never_overwrites(tmp_path):
     with pytest.raises(FileExistsError):       # a peer's file of the same name stays intact
         store_migrated_chunk(None, st.path + ".data", PutMigratedBlock(name, 0, b"z", True))
     assert _read([st], 1) == [(1, "y" * 3000)]
+
+
+def test_an_output_file_changed_by_another_hand_is_never_appended_to_again(tmp_path):
+    """The outputs a truncated or removed file held read short or not at all (a fetch
+    failure naming their map, so the driver recomputes them), never a later output's bytes:
+    appended at the truncated end, the next output of the same size sat exactly where the
+    lost one's status pointed, and a reducer read its records as the lost map's."""
+    def records(m):
+        return [(i % 10, (m, i)) for i in range(500)]
+
+    def expected(maps, r):
+        return [(r, (m, i)) for m in maps for i in range(500) if i % 10 == r]
+
+    a, b = _write(tmp_path, records(0), 10, 0), _write(tmp_path, records(1), 10, 1)
+    assert a.path == b.path
+    os.truncate(a.path + ".data", a.bytes_written)          # b's bytes gone
+    c = _write(tmp_path, records(2), 10, 2)
+    assert c.bytes_written == b.bytes_written
+    with pytest.raises(FetchFailedError) as e:
+        _read([a, b, c], 3)
+    assert e.value.map_index == 1
+    assert c.path != a.path and _read([a, c], 3) == expected([0, 2], 3)
+    os.unlink(c.path + ".data")
+    d = _write(tmp_path, records(3), 10, 3)
+    assert d.path not in (a.path, c.path)
+    with pytest.raises(FetchFailedError) as e:
+        _read([a, c, d], 3)
+    assert e.value.map_index == 1
+    assert _read([a, d], 3) == expected([0, 3], 3)

@@ -11,7 +11,11 @@ index would make a shuffle cost maps x reducers.
 Where the output goes: one .data file per task process and shuffle, appended to by every
 map task of that shuffle the process runs (creating a file costs more than a whole small
 map task); a MapStatus is only sent once its bytes are written, so readers never see a
-partial range, and bytes a failed attempt left behind are simply never referenced. An
+partial range, and bytes a failed attempt left behind are simply never referenced. A file
+changed by anything but those appends (removed, truncated) is never written again: the
+statuses of the outputs it held still name their ranges, which must keep their bytes or end
+short (a fetch failure, so the driver recomputes them), never hold a later output's bytes;
+the next output starts a file of a new name. An
 output of at most INLINE_BYTES travels inside its MapStatus and touches no file at all.
 With spark.io.encryption.enabled every batch is sealed on its own, so any segment (a run of
 whole batches) decrypts alone.
@@ -36,16 +40,15 @@ _CHECK_EVERY = 16384
 # the driver ships every inline output to each reduce task process once per stage, so this
 # bounds that copy at 1 KB per map task
 INLINE_BYTES = 1024
-# per task process: the descriptor of each recent shuffle's output file (see the module
-# docstring), written to with writev: a buffered file copied every piece once more and
-# cost a seek and two writes per map task
-_outputs: dict[str, int] = {}
+# per task process, by output_file_base: the path (without .data) and descriptor of each
+# recent shuffle's output file (see the module docstring), written to with writev: a
+# buffered file copied every piece once more and cost a seek and two writes per map task
+_outputs: dict[str, tuple[str, int]] = {}
 _MAX_OUTPUT_FILES = 8
 _IOV_MAX = 1024      # the most pieces one writev takes (Linux: UIO_MAXIOV)
-# a map output file's name: shuffle id, writing process id and a per-process random number
+# a map output file's name: shuffle id, writing process id and a random number of the file
 # (a migrated file keeps its name on the peer, whose own processes' ids may be the same)
 OUTPUT_FILE = re.compile(r"shuffle_(\d+)_(\d+)_(\d+)\.data")
-_PROCESS_TAG = int.from_bytes(os.urandom(4), "big")
 
 
 def used_memory_mb() -> int:
@@ -64,8 +67,9 @@ def spill_prefix(local_dir: str, shuffle_id: int) -> str:
 
 
 def output_file_base(local_dir: str, shuffle_id: int) -> str:
-    """Base path (without .data) of this process's output file of a shuffle."""
-    return os.path.join(local_dir, f"shuffle_{shuffle_id}_{os.getpid()}_{_PROCESS_TAG}")
+    """What names this process's output files of a shuffle (each file's path adds a random
+    number and .data)."""
+    return os.path.join(local_dir, f"shuffle_{shuffle_id}_{os.getpid()}")
 
 
 def remove_shuffle_files(local_dir: str, shuffle_id: int) -> None:
@@ -86,27 +90,36 @@ def close_outputs(shuffle_id: int) -> None:
     the deleted file's space)."""
     prefix = f"shuffle_{shuffle_id}_"
     for base in [b for b in _outputs if os.path.basename(b).startswith(prefix)]:
-        os.close(_outputs.pop(base))
+        os.close(_outputs.pop(base)[1])
 
 
-def _output_fd(base_path: str) -> tuple[int, int]:
-    """This process's output file of a shuffle, opened for appending, and its size: where
-    the next append starts, as no other process writes to it."""
-    fd = _outputs.get(base_path)
-    if fd is not None:
+def _output_fd(base_path: str) -> tuple[str, int, int]:
+    """This process's output file of a shuffle, opened for appending: its path (without
+    .data), descriptor and size, where the next append starts. The file is used only while
+    it ends where this process's last append left it (it is not removed, and only this
+    process writes to it); otherwise a new file is made, under a name never used before."""
+    kept = _outputs.get(base_path)
+    if kept is not None:
+        fd = kept[1]
         st = os.fstat(fd)
-        if st.st_nlink:
-            return fd, st.st_size
+        if st.st_nlink and st.st_size == os.lseek(fd, 0, os.SEEK_CUR):
+            return kept[0], fd, st.st_size
     # a descriptor is opened and kept, or forgotten and closed, in steps a kill does not cut
     # (a closed descriptor left kept would append to whatever file next reuses its number)
     with kills_deferred:
-        if fd is not None:              # removed meanwhile
-            os.close(_outputs.pop(base_path))
+        if kept is not None:              # removed or changed meanwhile
+            os.close(_outputs.pop(base_path)[1])
         while len(_outputs) >= _MAX_OUTPUT_FILES:
-            os.close(_outputs.pop(next(iter(_outputs))))
-        fd = _outputs[base_path] = os.open(
-            f"{base_path}.data", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o666)
-    return fd, os.fstat(fd).st_size
+            os.close(_outputs.pop(next(iter(_outputs)))[1])
+        while True:
+            path = f"{base_path}_{int.from_bytes(os.urandom(4), 'big')}"
+            try:
+                fd = os.open(f"{path}.data", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
+                             | os.O_CLOEXEC, 0o666)
+            except FileExistsError:
+                continue
+            _outputs[base_path] = (path, fd)
+            return path, fd, 0
 
 
 def _write_all(fd: int, pieces: list[bytes]) -> int:
@@ -180,8 +193,8 @@ def write_map_output(records: Iterable, num_partitions: int,
         for _path, segs in spills:
             parts.update(segs)
         blocks = array("q")
-        written = _append_spilled(output_base, sorted(parts), chunks, spills, blocks)
-        status = MapStatus(executor_id, host, output_base, written, count, address, endpoint,
+        path, written = _append_spilled(output_base, sorted(parts), chunks, spills, blocks)
+        status = MapStatus(executor_id, host, path, written, count, address, endpoint,
                            blocks.tobytes())
     else:
         # what a map output usually is with many reducers: a few records per partition, so
@@ -202,7 +215,8 @@ def write_map_output(records: Iterable, num_partitions: int,
         if total <= INLINE_BYTES:
             path, first, data = "", 0, b"".join(pieces)
         else:
-            path, first, data = output_base, _append_output(output_base, pieces), None
+            path, first = _append_output(output_base, pieces)
+            data = None
         bounds = list(accumulate(lengths, initial=first))
         blocks = array("q", chain.from_iterable(zip(parts, bounds, islice(bounds, 1, None))))
         status = MapStatus(executor_id, host, path, total, count, address, endpoint,
@@ -217,22 +231,24 @@ def write_map_output(records: Iterable, num_partitions: int,
     return status
 
 
-def _append_output(base_path: str, pieces: list[bytes]) -> int:
-    """Append an output's pieces to the process's file; returns the offset they start at.
-    Unbuffered: the status may be read as soon as it is sent."""
-    fd, first = _output_fd(base_path)
+def _append_output(base_path: str, pieces: list[bytes]) -> tuple[str, int]:
+    """Append an output's pieces to the process's file; returns the file's path (without
+    .data) and the offset they start at. Unbuffered: the status may be read as soon as it
+    is sent."""
+    path, fd, first = _output_fd(base_path)
     _write_all(fd, pieces)
-    return first
+    return path, first
 
 
 def _append_spilled(base_path: str, parts: list[int], chunks: dict[int, list[bytes]],
-                    spills: list[tuple[str, dict[int, tuple[int, int]]]], blocks: array) -> int:
+                    spills: list[tuple[str, dict[int, tuple[int, int]]]], blocks: array
+                    ) -> tuple[str, int]:
     """Append an output that spilled, partition by partition (its spilled segments, then what
-    stayed in memory), recording each segment in `blocks`; returns the bytes appended. The
-    spill files are removed."""
-    fd, first = _output_fd(base_path)
+    stayed in memory), recording each segment in `blocks`; returns the file's path (without
+    .data) and the bytes appended. The spill files are removed."""
+    path, fd, first = _output_fd(base_path)
     pos = first
-    handles = [open(path, "rb") for path, _ in spills]
+    handles = [open(spill, "rb") for spill, _ in spills]
     try:
         for p in parts:
             pieces = []
@@ -248,9 +264,9 @@ def _append_spilled(base_path: str, parts: list[int], chunks: dict[int, list[byt
     finally:
         for h in handles:
             h.close()
-        for path, _ in spills:
-            os.unlink(path)
-    return pos - first
+        for spill, _ in spills:
+            os.unlink(spill)
+    return path, pos - first
 
 
 def batch_dumps(serializer: Any) -> Callable[[list, int], bytes]:
