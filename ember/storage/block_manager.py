@@ -5,7 +5,9 @@ re-reads them with no deserialization, and the scheduler sends the task to that 
 plain numbers scattered in memory as an array, see scattered.py);
 disk blocks live in the executor's block dir, readable by every process of that executor.
 Every change is recorded as a block update that travels back with the task result, which is
-how the driver learns where blocks are (its BlockManagerMaster).
+how the driver learns where blocks are (its BlockManagerMaster). A disk block is written once
+and checked whole (its end record) before it is read; one that is gone or not whole is
+computed again, and the driver told it is not on this executor's disk any more.
 """
 from __future__ import annotations
 
@@ -62,6 +64,23 @@ def estimate_size(values: list | array) -> int:
     return size + int(total * n / len(sample))
 
 
+# the last pickle of a block or checkpoint file: this tag and the bytes before it, so that a
+# file cut short (a cut between two batches reads as fewer records) or written to by another
+# hand is told from a whole one
+_END_TAG = b"ember.end"
+
+
+def _end_record(length: int) -> bytes:
+    return pickle.dumps(_END_TAG + length.to_bytes(8, "little"), protocol=5)
+
+
+_END_LEN = len(_end_record(0))
+
+
+class UnreadableBlockError(IOError):
+    """A block or checkpoint file that is not as it was written."""
+
+
 def write_batches(path: str, values: Iterable, batch_size: int = _BATCH) -> int:
     """Pickle values in batches to path (atomically: a temp file renamed); its size."""
     tmp = f"{path}.tmp{os.getpid()}"
@@ -72,33 +91,61 @@ def write_batches(path: str, values: Iterable, batch_size: int = _BATCH) -> int:
 
 
 def dump_batches(f: Any, values: Iterable, batch_size: int = _BATCH) -> None:
-    """Pickle values to an open binary file, `batch_size` per pickle."""
+    """Pickle values to an open binary file, `batch_size` per pickle, then the end record."""
+    write = f.write
+    length = 0
     batch: list = []
     for v in values:
         batch.append(v)
         if len(batch) >= batch_size:
-            pickle.dump(batch, f, protocol=5)
+            length += write(pickle.dumps(batch, protocol=5))
             batch = []
     if batch:
-        pickle.dump(batch, f, protocol=5)
+        length += write(pickle.dumps(batch, protocol=5))
+    write(_end_record(length))
 
 
 def read_batches(path: str) -> Iterator:
-    """The values written by write_batches (also the format of Ember's older pickle files,
-    which may be URLs)."""
+    """The values written by write_batches (a file of a URL too); UnreadableBlockError once
+    the file ends without its end record."""
     with fs.open_file(path, "rb") as f:
-        yield from load_batches(f)
+        yield from load_batches(f, path)
 
 
-def load_batches(f: Any) -> Iterator:
-    """The values of the pickled batches in the stream `f`."""
+def load_batches(f: Any, path: str | None = None) -> Iterator:
+    """The values of the pickled batches in the stream `f`. With `path`, the stream must end
+    with dump_batches' end record (else UnreadableBlockError naming it); without, it may
+    end at any batch (the files Ember wrote before it wrote end records)."""
     load = pickle.load
     while True:
         try:
             batch = load(f)
         except EOFError:
+            if path is not None:
+                raise UnreadableBlockError(f"{path} is cut short: it ends without its end "
+                                           "record") from None
+            return
+        if batch.__class__ is bytes and batch.startswith(_END_TAG):
             return
         yield from batch
+
+
+def _open_whole(path: str) -> Any:
+    """The block file at `path` opened, None if there is none; UnreadableBlockError if it is
+    not as write_batches left it (its end record names its length)."""
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return None
+    size = os.fstat(f.fileno()).st_size
+    try:
+        if size >= _END_LEN and os.pread(f.fileno(), _END_LEN, size - _END_LEN) == \
+                _end_record(size - _END_LEN):
+            return f
+    except OSError:
+        pass
+    f.close()
+    raise UnreadableBlockError(f"{path} is not whole: {size} bytes without its end record")
 
 
 class BlockManager:
@@ -128,13 +175,23 @@ class BlockManager:
         level = rdd._storage_level
         path = self._disk_path(name)
         # a disk copy: this level's own, or a block migrated here from a decommissioned
-        # executor (whatever its level)
-        if os.path.exists(path):
+        # executor (whatever its level); one that is not whole is computed again
+        try:
+            f = _open_whole(path)
+        except UnreadableBlockError as e:
+            self._drop_unreadable(name, path, e)
+            f = None
+        if f is not None:
             if not level.useMemory:
-                return read_batches(path)
-            values = list(read_batches(path))
-            self._put_memory(name, values, level, disk_size=os.path.getsize(path))
-            return iter(values)
+                return self._disk_values(name, path, f)
+            try:
+                with f:
+                    values = list(load_batches(f, path))
+            except Exception as e:
+                self._drop_unreadable(name, path, e)
+            else:
+                self._put_memory(name, values, level, disk_size=os.path.getsize(path))
+                return iter(values)
         if level.useMemory and self.fetch_from_sibling is not None and \
                 ctx.getLocalProperty(BLOCK_IN_SIBLING):
             copy = self.fetch_from_sibling(ctx.taskAttemptId(), name)
@@ -153,6 +210,10 @@ class BlockManager:
                 "unpersisted. If this problem persists, you may consider using "
                 "`rdd.checkpoint()` instead, which is slower than local checkpointing but "
                 "more fault-tolerant.")
+        if level.useDisk:
+            # the driver may still count a copy that was here (removed or found unreadable
+            # above): it must not, or a stage would skip the parents this compute reads
+            self.updates.append((name, "no_disk_copy", 0, 0))
         computed = rdd.compute(split, ctx)
         if not level.useMemory:
             size = write_batches(path, computed)
@@ -163,6 +224,23 @@ class BlockManager:
             size = write_batches(path, values)
             self.updates.append((name, "disk", 0, size))
         return iter(values)
+
+    def _disk_values(self, name: str, path: str, f: Any) -> Iterator:
+        """A disk block's values as the task reads them. If they fail to load (the file was
+        damaged after its end record was checked) the block is dropped as the task fails,
+        so that its retry computes the partition again."""
+        with f:
+            try:
+                yield from load_batches(f, path)
+            except Exception as e:
+                self._drop_unreadable(name, path, e)
+                raise
+
+    @staticmethod
+    def _drop_unreadable(name: str, path: str, reason: Any) -> None:
+        log.warning("Block %s cannot be read (%s): removed, its partition is computed again",
+                    name, reason)
+        unlink_quietly(path)
 
     def export_for_sibling(self, name: str, task_id: int) -> str | None:
         """Write memory block `name` for task `task_id` in another task process of this

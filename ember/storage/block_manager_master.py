@@ -7,7 +7,7 @@ released), which is how the UI's storage page and the event log learn about cach
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ember.scheduler.listener import BlockUpdated
@@ -19,7 +19,8 @@ class BlockStatus:
     executor_id: str
     slot: int
     host: str
-    where: str          # "memory" | "disk"
+    where: str          # "memory" | "disk" (an update may also say "removed" from the
+    #                     process or "no_disk_copy": none on its executor's disk)
     mem_size: int
     disk_size: int
 
@@ -82,10 +83,16 @@ class BlockManagerMaster:
                 key = (executor_id, slot)
                 if where == "removed":
                     locs.pop(key, None)
-                    if not locs:
-                        del self._blocks[name]
+                elif where == "no_disk_copy":     # whichever process wrote it, it is gone
+                    for k, st in list(locs.items()):
+                        if k[0] == executor_id and st.where == "disk":
+                            del locs[k]
+                        elif k[0] == executor_id and st.disk_size:
+                            locs[k] = replace(st, disk_size=0)
                 else:
                     locs[key] = BlockStatus(executor_id, slot, host, where, mem, disk)
+                if not locs:
+                    del self._blocks[name]
             events = self._changes(executor_id, host, before)
         self._post(events)
 
