@@ -16,7 +16,7 @@ import traceback
 from typing import Any, Callable, Generic, TypeVar
 
 from ember.errors import PySparkRuntimeError
-from ember.util.files import unlink_quietly
+from ember.util.files import created, unlink_quietly
 
 T = TypeVar("T")
 
@@ -80,18 +80,24 @@ class Broadcast(Generic[T]):
             return
         bid = sc.runtime.new_broadcast_id()
         self._path = sc.runtime.broadcast_path(bid)
-        tmp = self._path + ".tmp"
-        try:
-            self.dump(value, open(tmp, "wb"))
-        except BaseException:
-            unlink_quietly(tmp)
-            raise
-        os.replace(tmp, self._path)
+        self._write(value)
         self._bid = bid
         self._value = value
         cleaner = sc.runtime.cleaner
         if cleaner is not None:
             cleaner.register_broadcast_for_cleanup(self)
+
+    def _write(self, value: T) -> None:
+        """The driver's file of the value (a temp file renamed), where tasks and executors
+        read it; written again from the driver's value when a task is sent and the file is
+        gone (a temp-directory cleaner)."""
+        tmp = self._path + ".tmp"
+        try:
+            self.dump(value, created(tmp, lambda p: open(p, "wb")))
+        except BaseException:
+            unlink_quietly(tmp)
+            raise
+        os.replace(tmp, self._path)
 
     def dump(self, value: T, f: Any) -> None:
         """Pickle `value` to the open binary file `f` and close it; a value that cannot be
@@ -163,6 +169,8 @@ class Broadcast(Generic[T]):
             raise RuntimeError(f"Attempted to use broadcast variable {self._bid} after it was destroyed")
         if self._pickle_registry is not None:
             self._pickle_registry.add(self)
+        if self._sc is not None and not os.path.exists(self._path):
+            self._write(self._value)
         return (_from_id, (self._bid, self._path))
 
     def __repr__(self) -> str:

@@ -5,11 +5,15 @@ batches read as fewer records, one cut inside a batch failed every retry of its 
 output appended after its file was cut short sat where the lost outputs' statuses pointed
 (read as theirs), and a cluster job whose cached blocks and map outputs were removed
 failed its stage four times: the driver still counted the blocks cached, so the map stage
-the recomputation needed was never run again."""
+the recomputation needed was never run again. And an application whose local directories a
+temp-directory cleaner removed failed every later task that wrote a file (as Spark's
+executors do): the directories are made again, a broadcast's file written again from the
+driver's value."""
 from __future__ import annotations
 
 import os
 import pickle
+import shutil
 from operator import add
 from types import SimpleNamespace
 
@@ -136,3 +140,22 @@ def test_a_cluster_job_whose_cached_blocks_and_map_outputs_were_damaged_answers_
                 os.truncate(f, os.path.getsize(f) // 2)
         assert dict(rdd.collect()) == expected
         assert rdd.map(lambda kv: len(kv[1])).reduce(add) == sum(map(len, expected.values()))
+
+
+@pytest.mark.parametrize("master", ["local[2]", "local-cluster[2,1,1024]"])
+def test_an_application_whose_local_directories_were_removed_runs_on(fresh_sc, tmp_path,
+                                                                     master):
+    sc = fresh_sc(master, conf=SparkConf().set("spark.local.dir", str(tmp_path)))
+    before = sc.broadcast(list(range(10_000)))
+    for _ in range(2):
+        rdd = sc.parallelize(range(2_000), 4).map(lambda x: (x % 10, x)) \
+            .reduceByKey(add).persist(StorageLevel.DISK_ONLY)
+        assert sorted(rdd.collect()) == [(k, sum(range(k, 2_000, 10))) for k in range(10)]
+        assert sc.parallelize(range(4), 4).map(lambda x: len(before.value) + x).sum() == 40_006
+        for d in os.listdir(tmp_path):      # the driver's, the executors' and the workers'
+            shutil.rmtree(tmp_path / d)
+        after = sc.broadcast("x" * 5_000)
+        assert sorted(rdd.collect()) == [(k, sum(range(k, 2_000, 10))) for k in range(10)]
+        assert sc.parallelize(range(4), 4).map(
+            lambda x: len(before.value) + len(after.value)).sum() == 60_000
+        assert sc.parallelize(range(100), 4).persist(StorageLevel.DISK_ONLY).sum() == 4_950

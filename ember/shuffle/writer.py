@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable
 
 from ember.partitioner import portable_hash, round_robin_partition
 from ember.shuffle.base import MapStatus
-from ember.util.files import unlink_quietly
+from ember.util.files import created, unlink_quietly
 from ember.util.kill_guard import kills_deferred
 
 _BATCH = 1024
@@ -114,12 +114,16 @@ def _output_fd(base_path: str) -> tuple[str, int, int]:
         while True:
             path = f"{base_path}_{int.from_bytes(os.urandom(4), 'big')}"
             try:
-                fd = os.open(f"{path}.data", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
-                             | os.O_CLOEXEC, 0o666)
+                fd = created(f"{path}.data", _new_output_file)
             except FileExistsError:
                 continue
             _outputs[base_path] = (path, fd)
             return path, fd, 0
+
+
+def _new_output_file(path: str) -> int:
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC,
+                   0o666)
 
 
 def _write_all(fd: int, pieces: list[bytes]) -> int:
@@ -281,7 +285,7 @@ def _spill(base_path: str, seq: int, chunks: dict[int, list[bytes]]
            ) -> tuple[str, dict[int, tuple[int, int]]]:
     path = f"{base_path}.spill{seq}"
     segs = {}
-    with open(path, "wb") as f:
+    with created(path, lambda p: open(p, "wb")) as f:
         for p, part in chunks.items():
             start = f.tell()
             for data in part:
