@@ -328,6 +328,11 @@ class DriverRuntime:
         # command line: it goes in their environment
         daemon_conf = {k: v for k, v in conf.getAll()
                        if not k.startswith(_NOT_FOR_LOCAL_CLUSTER_DAEMONS)}
+        if config.read(conf, "spark.shuffle.service.enabled"):
+            # every worker runs a shuffle service on this one host: on Spark's fixed 7337
+            # the second could not bind, so each takes a free port unless one is set
+            # (executors learn their worker's from it)
+            daemon_conf.setdefault("spark.shuffle.service.port", "0")
         secret = conf.get("spark.authenticate.secret")
         self.local_cluster = LocalCluster(os.path.join(self.local_dir, "local-cluster"),
                                           workers, cores, f"{memory_mb}m", daemon_conf,

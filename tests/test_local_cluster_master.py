@@ -139,3 +139,18 @@ def test_a_killed_driver_takes_its_local_cluster_down(tmp_path):
             pass
     _gone, alive = psutil.wait_procs(procs, timeout=30)
     assert not alive, f"leaked: {[p.cmdline() for p in alive]}"
+
+
+def test_each_worker_of_a_local_cluster_runs_its_own_shuffle_service(fresh_sc):
+    """On one host Spark's fixed port 7337 fits one service: the second worker could not
+    bind it and exited, and the context failed to start. Each takes a free port unless
+    spark.shuffle.service.port says."""
+    from ember import SparkConf
+    sc = fresh_sc("local-cluster[2,1,1024]", "shuffle-services",
+                  conf=SparkConf().set("spark.shuffle.service.enabled", "true"))
+    assert sc.runtime.local_cluster.json()["aliveworkers"] == 2
+    pairs = sc.parallelize(range(100), 4).map(lambda x: (x % 3, "v" * 400 + str(x)))
+    assert pairs.groupByKey().mapValues(len).collectAsMap() == {0: 34, 1: 33, 2: 33}
+    served = {(st.address, st.endpoint) for sid in sc.runtime.map_output_tracker.shuffle_ids()
+              for st in sc.runtime.map_output_tracker.statuses(sid) if st is not None}
+    assert len(served) == 2 and {e for _a, e in served} == {"ExternalShuffleService"}
