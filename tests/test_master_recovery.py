@@ -4,6 +4,7 @@ fencing of a deposed master's epoch; recovery mode NONE's clear failure."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -428,3 +429,49 @@ def test_a_master_that_cannot_read_its_records_does_not_lead_without_them(tmp_pa
         env.shutdown()
         env.await_termination(10)
         engine.close()
+
+
+def test_a_recovery_directory_removed_under_the_master_is_written_again(tmp_path):
+    """Removed under a running master (a temp-directory cleaner), the store's journal took
+    every later write into a file no restart reads, so a restart recovered nothing: not
+    the running driver, not one completed app. The master writes its records there again."""
+    recovery = str(tmp_path / "recovery")
+    out = tmp_path / "out"
+    out.mkdir()
+    with LocalCluster(str(tmp_path / "c"), workers=1, cores=2, memory="1g",
+                      conf=recovery_conf(recovery)) as c:
+        def quick(name: str) -> None:
+            app = write_app(tmp_path, f"{name}.py", f"""
+                from ember import SparkContext
+                sc = SparkContext(appName="{name}")
+                print("SUM", sc.parallelize(range(10), 2).sum())
+                sc.stop()
+            """)
+            r = ember("submit", "--master", c.url, "--executor-memory", "256m", app)
+            assert r.returncode == 0 and "SUM 45" in r.stdout, r.stderr
+
+        quick("before")
+        running_app = write_app(tmp_path, "running.py", """
+            import os, sys, time
+            open(sys.argv[1], "a").write("started\\n")
+            deadline = time.time() + 200
+            while not os.path.exists(sys.argv[2]) and time.time() < deadline:
+                time.sleep(0.2)
+        """)
+        release = str(out / "release")
+        running = submit(c, "--driver-memory", "128m", running_app, str(out / "running"),
+                         release).stdout.split()[0]
+        wait_driver(c, running, {"RUNNING"})
+        shutil.rmtree(recovery)
+        quick("after")
+        c.wait_for(lambda j: len(j["completedapps"]) == 2)
+        assert "The recovery journal in" in c.log("master.log")
+
+        c.kill_master()
+        c.start_master()
+        j = c.wait_for(lambda j: j.get("status") == "ALIVE" and j["aliveworkers"] == 1, 30)
+        assert sorted(a["name"] for a in j["completedapps"]) == ["after", "before"]
+        assert active_driver(j, running)["state"] == "RUNNING"
+        open(release, "w").close()
+        assert wait_driver(c, running, timeout=60)["state"] == "FINISHED"
+        assert (out / "running").read_text() == "started\n"      # never relaunched

@@ -502,3 +502,38 @@ def test_a_full_journal_is_compacted_into_record_files(tmp_path):
     reopened = FileSystemPersistenceEngine(str(tmp_path), journal_capacity=4096)
     assert reopened.read_all() == expected
     assert not [n for n in os.listdir(tmp_path) if n.endswith((".compact", ".new"))]
+
+
+def test_live_records_are_what_the_instructions_left_in_the_store():
+    """A store removed under the master is written again from MasterState.live_records:
+    the records the Persist / Unpersist instructions left there (the completed lists'
+    sequence numbers aside), so a restart from either recovers the same."""
+    store = MemoryStore()
+    conf = {"spark.deploy.retainedApplications": "2"}
+    m = leader(1, conf)
+    store.apply(register_worker(m, "worker-1", cores=2, memory=2048)[1])
+    store.apply(register_worker(m, "worker-2", host="10.0.0.2")[1])
+    for i in range(3):
+        app_id, out = register_app(m, f"driver-{i}", app_desc(f"a{i}"))
+        store.apply(out)
+        store.apply(m.handle(UnregisterApplication(app_id), NOW))
+    store.apply(register_app(m, "driver-L", app_desc(max_cores=1))[1])
+    drivers = []
+    for mem in (512, 4096, 256):
+        d, out = submit_driver(m, driver_desc(mem=mem))
+        store.apply(out)
+        drivers.append(d.driverId)
+    store.apply(m.handle(DriverStateChanged(drivers[2], DriverState.FINISHED, None, 0, 1), NOW))
+    rebuilt = MemoryStore()
+    rebuilt.data = {k: encode_record(r) for k, r in m.live_records()}
+    assert rebuilt.data.keys() == store.data.keys()
+    assert {k: v for k, v in rebuilt.data.items() if not k.startswith("completed_")} == \
+        {k: v for k, v in store.data.items() if not k.startswith("completed_")}
+    a, _ = restarted(store, 2, conf=conf)
+    b, _ = restarted(rebuilt, 2, conf=conf)
+    for m2 in (a, b):
+        assert [x.id for x in m2.completed_apps] == [x.id for x in m.completed_apps]
+        assert [x.id for x in m2.completed_drivers] == [drivers[2]]
+        assert sorted(m2.drivers) == sorted(drivers[:2])
+        assert sorted(x.id for x in m2.apps) == sorted(x.id for x in m.apps)
+        assert sorted(m2.id_to_worker) == ["worker-1", "worker-2"]

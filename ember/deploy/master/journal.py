@@ -110,6 +110,11 @@ class RecordJournal:
         self.compacted = self.seq
         self.offset = HEADER_SIZE
 
+    def removed(self) -> bool:
+        """The journal file was unlinked (its directory deleted, say): appends would still
+        succeed, into a file no restart reads."""
+        return os.fstat(self.fd).st_nlink == 0
+
     def close(self) -> None:
         os.close(self.fd)
 

@@ -173,6 +173,7 @@ class Master(RpcEndpoint):
         self.state = MasterState(self.conf, host=rpc_env.address.host, port=rpc_env.address.port,
                                  self_ref=ref, web_ui_url=web_ui_url, web_ui_port=web_ui_port,
                                  rest_port=rest_port)
+        self.engine.live_records = self.state.live_records
         self.web_ui_url = web_ui_url
         self.ready = threading.Event()    # set when on_start has run (ALIVE unless failed)
         self.start_error: Optional[BaseException] = None

@@ -109,6 +109,10 @@ class PersistenceEngine(abc.ABC):
     """Spark's PersistenceEngine: named records and uploaded blobs. Thread-safe (the master's
     loop persists records, upload threads put blobs)."""
 
+    # set by the master: every record the store should hold now, by name, for an engine
+    # whose store was lost under it (FileSystemPersistenceEngine)
+    live_records: Optional[Callable[[], list[tuple[str, dict]]]] = None
+
     @abc.abstractmethod
     def persist(self, name: str, record: dict) -> None:
         """Write `record` under `name` atomically (replacing an older one)."""
@@ -295,6 +299,8 @@ class FileSystemPersistenceEngine(_DirectoryBlobsEngine):
 
     def _write(self, name: str, data: Optional[bytes]) -> None:
         with self._lock:
+            if self._journal.removed():
+                self._start_over()
             try:
                 self._journal.append(name, data)
             except JournalFull:
@@ -306,6 +312,21 @@ class FileSystemPersistenceEngine(_DirectoryBlobsEngine):
                     write_atomically(os.path.join(self.dir, name), data)
                     return
             self._pending[name] = data
+
+    def _start_over(self) -> None:
+        """The journal was removed under the master (with its directory, say): what the
+        store held is gone and the next writes would go to a file no restart reads. The
+        directory and journal are made again and hold every record the master holds now;
+        uploads made before are lost (a relaunch of such a driver fails, naming them)."""
+        log.error("The recovery journal in %s was removed: writing the master's records "
+                  "there again (uploaded driver files stored before are lost)", self.dir)
+        self._journal.close()
+        check_writable_dir(self.dir)
+        self._journal = RecordJournal(os.path.join(self.dir, JOURNAL), self._journal.capacity)
+        self._pending.clear()
+        for name, record in self.live_records() if self.live_records is not None else []:
+            write_atomically(os.path.join(self.dir, check_record_name(name)),
+                             encode_record(record))
 
     def _compact(self) -> None:
         """The pending entries become files (no flush each: one file-system flush and one

@@ -373,6 +373,20 @@ class MasterState:
             self._handlers[type(msg)](msg, request)
         self._out = []
 
+    def live_records(self) -> list[tuple[str, dict]]:
+        """Every record the Persist and Unpersist instructions so far leave in the store, for
+        a store that lost them. The retained completed apps and drivers get sequence numbers
+        in their lists' order, none above the one the next completion takes."""
+        out = [(worker_key(w.id), worker_record(w)) for w in self.workers
+               if w.state not in (WorkerState.DEAD, WorkerState.DECOMMISSIONED)]
+        out += [(app_key(a.id), app_record(a)) for a in self.apps]
+        out += [(driver_key(d.id), driver_record(d)) for d in self.drivers.values()]
+        out += [(completed_app_key(a.id), completed_app_record(a, seq))
+                for seq, a in enumerate(self.completed_apps, 1)]
+        out += [(completed_driver_key(d.id), completed_driver_record(d, seq))
+                for seq, d in enumerate(self.completed_drivers, len(self.completed_apps) + 1)]
+        return out
+
     # -- instruction helpers ----------------------------------------------------------------
 
     def _send(self, target: Any, msg: Any) -> None:
