@@ -17,6 +17,7 @@ import pickle
 import sys
 from array import array
 from collections import OrderedDict
+from itertools import islice
 from typing import Any, Iterable, Iterator
 
 from ember import fs
@@ -92,17 +93,13 @@ def write_batches(path: str, values: Iterable, batch_size: int = _BATCH) -> int:
 
 def dump_batches(f: Any, values: Iterable, batch_size: int = _BATCH) -> None:
     """Pickle values to an open binary file, `batch_size` per pickle, then the end record."""
-    write = f.write
+    values = iter(values)
     length = 0
-    batch: list = []
-    for v in values:
-        batch.append(v)
-        if len(batch) >= batch_size:
-            length += write(pickle.dumps(batch, protocol=5))
-            batch = []
-    if batch:
-        length += write(pickle.dumps(batch, protocol=5))
-    write(_end_record(length))
+    while batch := list(islice(values, batch_size)):
+        data = pickle.dumps(batch, protocol=5)
+        f.write(data)
+        length += len(data)
+    f.write(_end_record(length))
 
 
 def read_batches(path: str) -> Iterator:
