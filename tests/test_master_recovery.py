@@ -48,6 +48,23 @@ def active_driver(j: dict, driver_id: str) -> dict | None:
     return next((d for d in j["activedrivers"] if d["id"] == driver_id), None)
 
 
+def running_driver(c: LocalCluster, tmp_path, out) -> tuple[str, str]:
+    """A cluster-mode driver (1 core) that writes "started" to out/running and runs until
+    the file it returns (out/release) exists; its id once it is RUNNING."""
+    app = write_app(tmp_path, "running.py", """
+        import os, sys, time
+        open(sys.argv[1], "a").write("started\\n")
+        deadline = time.time() + 200
+        while not os.path.exists(sys.argv[2]) and time.time() < deadline:
+            time.sleep(0.2)
+    """)
+    release = str(out / "release")
+    driver = submit(c, "--driver-memory", "128m", app, str(out / "running"),
+                    release).stdout.split()[0]
+    wait_driver(c, driver, {"RUNNING"})
+    return driver, release
+
+
 def test_filesystem_recovery_after_kill_9_of_the_only_master(tmp_path):
     recovery = str(tmp_path / "recovery")
     out = tmp_path / "out"
@@ -66,17 +83,7 @@ def test_filesystem_recovery_after_kill_9_of_the_only_master(tmp_path):
         finished_app = done["completedapps"][0]["id"]
 
         # 1. a cluster-mode driver that runs until released (1 core)
-        running_app = write_app(tmp_path, "running.py", """
-            import os, sys, time
-            open(sys.argv[1], "a").write("started\\n")
-            deadline = time.time() + 200
-            while not os.path.exists(sys.argv[2]) and time.time() < deadline:
-                time.sleep(0.2)
-        """)
-        release = str(out / "release")
-        running = submit(c, "--driver-memory", "128m", running_app, str(out / "running"),
-                         release).stdout.split()[0]
-        wait_driver(c, running, {"RUNNING"})
+        running, release = running_driver(c, tmp_path, out)
         wait_file(str(out / "running"))
 
         # 2. a client-mode job that is still running when the master dies
@@ -451,17 +458,7 @@ def test_a_recovery_directory_removed_under_the_master_is_written_again(tmp_path
             assert r.returncode == 0 and "SUM 45" in r.stdout, r.stderr
 
         quick("before")
-        running_app = write_app(tmp_path, "running.py", """
-            import os, sys, time
-            open(sys.argv[1], "a").write("started\\n")
-            deadline = time.time() + 200
-            while not os.path.exists(sys.argv[2]) and time.time() < deadline:
-                time.sleep(0.2)
-        """)
-        release = str(out / "release")
-        running = submit(c, "--driver-memory", "128m", running_app, str(out / "running"),
-                         release).stdout.split()[0]
-        wait_driver(c, running, {"RUNNING"})
+        running, release = running_driver(c, tmp_path, out)
         shutil.rmtree(recovery)
         quick("after")
         c.wait_for(lambda j: len(j["completedapps"]) == 2)
