@@ -15,8 +15,8 @@ partial range, and bytes a failed attempt left behind are simply never reference
 changed by anything but those appends (removed, truncated) is never written again: the
 statuses of the outputs it held still name their ranges, which must keep their bytes or end
 short (a fetch failure, so the driver recomputes them), never hold a later output's bytes;
-the next output starts a file of a new name. An
-output of at most INLINE_BYTES travels inside its MapStatus and touches no file at all.
+the next output starts a file of a new name. An output of at most INLINE_BYTES travels
+inside its MapStatus and touches no file at all.
 With spark.io.encryption.enabled every batch is sealed on its own, so any segment (a run of
 whole batches) decrypts alone.
 """

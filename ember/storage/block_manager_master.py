@@ -19,8 +19,7 @@ class BlockStatus:
     executor_id: str
     slot: int
     host: str
-    where: str          # "memory" | "disk" (an update may also say "removed" from the
-    #                     process or "no_disk_copy": none on its executor's disk)
+    where: str          # "memory" | "disk"
     mem_size: int
     disk_size: int
 
@@ -74,6 +73,9 @@ class BlockManagerMaster:
                 self._bus.post(event)
 
     def update(self, executor_id: str, slot: int, host: str, updates: list) -> None:
+        """A task process's block updates, (name, where, mem, disk) each: where is "memory"
+        or "disk" (it holds the block there), "removed" (it holds it no more) or
+        "no_disk_copy" (its executor's disk has none, whichever process wrote one)."""
         with self._lock:
             before: dict[str, tuple | None] = {}
             for name, where, mem, disk in updates:
@@ -83,7 +85,7 @@ class BlockManagerMaster:
                 key = (executor_id, slot)
                 if where == "removed":
                     locs.pop(key, None)
-                elif where == "no_disk_copy":     # whichever process wrote it, it is gone
+                elif where == "no_disk_copy":
                     for k, st in list(locs.items()):
                         if k[0] == executor_id and st.where == "disk":
                             del locs[k]
