@@ -135,6 +135,29 @@ def test_single_stage_job_runs_one_task_set_and_collects_results() -> None:
     assert h.ts.removed == [ts.stage_id], "backends may now drop the stage's closure"
 
 
+def test_a_result_task_s_accumulator_updates_count_once_as_in_spark() -> None:
+    """A second success of a result task (an attempt of an earlier stage attempt, a copy)
+    counts neither its result nor its accumulator updates; a map task's updates count each
+    time (Spark's guarantee covers actions only)."""
+    from ember.accumulators import INT_ACCUMULATOR_PARAM, Accumulator
+    acc = Accumulator(987_654, 0, INT_ACCUMULATOR_PARAM)
+    h = Harness()
+    parent = FakeRDD(1)
+    waiter, results = h.run_job(shuffle(parent, 2))
+    (map_task,) = h.ts.task_sets[0].tasks
+    status = MapStatus("exec-0", "host1", "/tmp/x0", 1, 1)
+    for _ in range(2):
+        h.dag.handle_task_completion(map_task, SUCCESS, status, {987_654: 1}, {}, None)
+    assert acc.value == 2
+    first, second = h.ts.task_sets[1].tasks
+    h.dag.handle_task_completion(first, SUCCESS, "r0", {987_654: 10}, {}, None)
+    h.dag.handle_task_completion(first, SUCCESS, "again", {987_654: 10}, {}, None)
+    assert acc.value == 12 and results == {0: "r0"}
+    h.dag.handle_task_completion(second, SUCCESS, "r1", {987_654: 100}, {}, None)
+    h.dag.handle_task_completion(second, SUCCESS, "late", {987_654: 100}, {}, None)
+    assert waiter.completed and acc.value == 112 and results == {0: "r0", 1: "r1"}
+
+
 def test_stages_are_cut_at_shuffles_and_children_wait_for_parents() -> None:
     h = Harness()
     base = FakeRDD(4)
