@@ -16,7 +16,7 @@ import traceback
 from typing import Any, Callable, Generic, TypeVar
 
 from ember.errors import PySparkRuntimeError
-from ember.util.files import created, unlink_quietly
+from ember.util.files import open_created, unlink_quietly
 
 T = TypeVar("T")
 
@@ -93,7 +93,7 @@ class Broadcast(Generic[T]):
         gone (a temp-directory cleaner)."""
         tmp = self._path + ".tmp"
         try:
-            self.dump(value, created(tmp, lambda p: open(p, "wb")))
+            self.dump(value, open_created(tmp))
         except BaseException:
             unlink_quietly(tmp)
             raise

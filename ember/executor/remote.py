@@ -10,7 +10,7 @@ import os
 import threading
 from typing import Any, Callable
 
-from ember.util.files import created
+from ember.util.files import open_created
 from ember.util.kill_guard import kills_deferred
 
 _TIMEOUT = 120.0
@@ -141,6 +141,6 @@ def _unpack_directory(path: str, data: bytes) -> None:
 
 def _write_atomically(path: str, data: bytes) -> None:
     tmp = f"{path}.{os.getpid()}.tmp"
-    with created(tmp, lambda p: open(p, "wb")) as f:
+    with open_created(tmp) as f:
         f.write(data)
     os.replace(tmp, path)

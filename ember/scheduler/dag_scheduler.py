@@ -695,9 +695,11 @@ class DAGScheduler:
         if stage is None:
             return
         if isinstance(reason, Success):
-            job = stage.active_job if isinstance(stage, ResultStage) else None
-            if isinstance(stage, ResultStage) and (job is None or job.finished[task.output_id]):
-                return      # as Spark: a result task's accumulator updates count once
+            job = None
+            if isinstance(stage, ResultStage):
+                job = stage.active_job
+                if job is None or job.finished[task.output_id]:
+                    return      # as Spark: a result task's accumulator updates count once
             if accum_updates:
                 from ember.accumulators import merge_updates
                 merge_updates(accum_updates, task.partition_id)

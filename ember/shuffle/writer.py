@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable
 
 from ember.partitioner import portable_hash, round_robin_partition
 from ember.shuffle.base import MapStatus
-from ember.util.files import created, unlink_quietly
+from ember.util.files import created, open_created, unlink_quietly
 from ember.util.kill_guard import kills_deferred
 
 _BATCH = 1024
@@ -285,7 +285,7 @@ def _spill(base_path: str, seq: int, chunks: dict[int, list[bytes]]
            ) -> tuple[str, dict[int, tuple[int, int]]]:
     path = f"{base_path}.spill{seq}"
     segs = {}
-    with created(path, lambda p: open(p, "wb")) as f:
+    with open_created(path) as f:
         for p, part in chunks.items():
             start = f.tell()
             for data in part:

@@ -23,7 +23,7 @@ from typing import Any, Iterable, Iterator
 from ember import fs
 from ember.storage.scattered import packed
 from ember.storagelevel import StorageLevel
-from ember.util.files import created, unlink_quietly
+from ember.util.files import open_created, unlink_quietly
 from ember.util.kill_guard import kills_deferred
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ class UnreadableBlockError(IOError):
 def write_batches(path: str, values: Iterable, batch_size: int = _BATCH) -> int:
     """Pickle values in batches to path (atomically: a temp file renamed); its size."""
     tmp = f"{path}.tmp{os.getpid()}"
-    with created(tmp, lambda p: open(p, "wb")) as f:
+    with open_created(tmp) as f:
         dump_batches(f, values, batch_size)
     os.replace(tmp, path)
     return os.path.getsize(path)

@@ -9,7 +9,7 @@ removed under it (a temp-directory cleaner): the files it makes there next make 
 from __future__ import annotations
 
 import os
-from typing import Callable, TypeVar
+from typing import BinaryIO, Callable, TypeVar
 
 T = TypeVar("T")
 
@@ -30,3 +30,8 @@ def created(path: str, make: Callable[[str], T]) -> T:
     except FileNotFoundError:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         return make(path)
+
+
+def open_created(path: str) -> BinaryIO:
+    """open(path, "wb"), made by `created`."""
+    return created(path, lambda p: open(p, "wb"))
