@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import pickle
 import select
@@ -121,7 +122,8 @@ class TaskProcessPool:
                  on_barrier: BarrierCallback | None = None,
                  raw_results: bool = False, hand_back_s: float | None = None) -> None:
         self.num_slots = num_slots
-        # at least 1 ms: the watch over waiting tasks wakes every hand_back_s / 2
+        # at least 1 ms: the watch over waiting tasks wakes every hand_back_s / 2; math.inf:
+        # nothing is handed back (no watch)
         self.hand_back_s = max(0.001, config.read({}, "spark.ember.scheduler.handBackAfter")
                                if hand_back_s is None else hand_back_s)
         self.raw_results = raw_results
@@ -170,8 +172,9 @@ class TaskProcessPool:
         except BaseException:
             self.stop()
             raise
-        threading.Thread(target=self._watch_queues, name="task-queue-watch",
-                         daemon=True).start()
+        if self.hand_back_s != math.inf:
+            threading.Thread(target=self._watch_queues, name="task-queue-watch",
+                             daemon=True).start()
 
     def _kill_file(self, slot: _Slot) -> str:
         return os.path.join(self.env_conf["local_dir"], f"task-slot-{slot.index}.kills")

@@ -257,7 +257,8 @@ def run_task(env: TaskEnv, stage: _Stage, task: tuple, tid: int) -> tuple:
         metrics["diskBytesSpilled"] = (metrics.get("diskBytesSpilled", 0)
                                        + spilled.DiskBytesSpilled)
     updates = {a.aid: a._value for a in stage.accumulators} if state == "FINISHED" else {}
-    return ("done", tid, state, payload, updates, metrics, env.block_manager.take_updates())
+    return ("done", tid, state, payload, updates, metrics,
+            env.block_manager.end_task(state == "FINISHED"))
 
 
 def result_frame(reply: tuple) -> tuple:

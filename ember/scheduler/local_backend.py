@@ -8,6 +8,7 @@ ones, which its process starts without waiting for that round trip
 """
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -43,6 +44,10 @@ class LocalSchedulerBackend(SchedulerBackend):
                     "cwd": os.getcwd(), "fs_conf": dict(fs_conf or {}),
                     "pyspark_memory_mb": pyspark_memory_mb,
                     "io_key": io_key.hex() if io_key else None, "fault_handler": fault_handler}
+        if num_slots == 1:
+            # a task handed back could only come back to the same process, after the work
+            # it did there (a held partition it took, say) was thrown away
+            hand_back_s = math.inf
         self.pool = TaskProcessPool(num_slots, env_conf, self._on_task_end, extra_env,
                                     kill_timeout, on_slot_restarted=self._on_slot_restarted,
                                     loop=loop, forks=forks, on_barrier=self._on_barrier,

@@ -152,6 +152,8 @@ class BlockManager:
         self.memory: OrderedDict[str, tuple[list | array, int, Any]] = OrderedDict()
         self.memory_used = 0
         self.updates: list[tuple[str, str, int, int]] = []  # (block, where, mem, disk)
+        # the held partitions the running task took: (name, values, size); see end_task
+        self.taken: list[tuple[str, list, int]] = []
         # fetch_from_sibling(task id, block) -> path of a copy another task process of this
         # executor wrote, or None (the task process sets it: its line to the pool)
         self.fetch_from_sibling: Any = None
@@ -162,6 +164,17 @@ class BlockManager:
     def take_updates(self) -> list:
         u, self.updates = self.updates, []
         return u
+
+    def end_task(self, succeeded: bool) -> list:
+        """The ended task's block updates. A task that did not succeed (killed, failed)
+        holds again the partitions it took: its next attempt is sent to this process, which
+        the driver still names as their place, and would otherwise compute them again."""
+        if self.taken:
+            taken, self.taken = self.taken, []
+            if not succeeded:
+                for name, values, size in taken:
+                    self.hold(name, values, size)
+        return self.take_updates()
 
     def get_or_compute(self, rdd: Any, split: Any, ctx: Any) -> Iterator:
         name = block_name(rdd.id(), split.index)
@@ -312,6 +325,7 @@ class BlockManager:
             del self.memory[name]
             self.memory_used -= hit[1]
             self.updates.append((name, "removed", 0, 0))
+            self.taken.append((name, hit[0], hit[1]))
         return hit[0]
 
     @property
