@@ -528,6 +528,32 @@ def test_executors_failing_to_start_on_a_worker_back_off_past_the_retry_limit():
     assert not m._launch_backoff                        # running again: forgiven
 
 
+def test_an_executor_that_failed_to_start_is_replaced_on_another_worker_first():
+    """A young app's executors, one on a worker whose disk is full: Spark relaunches each on
+    that worker (its cores are free again) and removes the app after maxExecutorRetries
+    failures in the same second, while its other executor is still starting elsewhere
+    (seen in the chaos run: 3 client jobs of 615 stopped). Ember tries the other workers
+    first, and the one that failed only when no other can take the executor."""
+    m = new_master()
+    workers = {f"worker-{i}": register_worker(m, f"worker-{i}", cores=2)[0] for i in (1, 2, 3)}
+    app_id, out = register_app(m, "driver-A", app_desc(max_cores=2, cores=1))
+    placed = {x.execId: t for t, x in ((i.target, i.message) for i in out
+                                        if isinstance(i, Send)
+                                        and isinstance(i.message, LaunchExecutor))}
+    (bad, bad_ref), (starting, _) = placed.items()
+    full_disk = next(w for w, ref in workers.items() if ref == bad_ref)
+    (launch,) = msgs(fail_executor(m, app_id, bad), LaunchExecutor)
+    assert m.id_to_app[app_id].executors[launch.execId].worker.id != full_disk
+    for e in (starting, launch.execId):
+        m.handle(Ask("r", ExecutorStateChanged(app_id, e, ExecutorState.RUNNING)), NOW)
+    assert m.id_to_app[app_id].state == ApplicationState.RUNNING
+    # the only worker with room is the one that failed: used again, at once
+    m2 = new_master({"spark.deploy.maxExecutorRetries": "3"})
+    w, _ = register_worker(m2, "worker-1", cores=1)
+    app2, _ = register_app(m2, "driver-B", app_desc(max_cores=1, cores=1))
+    assert len(msgs(fail_executor(m2, app2, 0), LaunchExecutor, w)) == 1
+
+
 def test_executor_retries_disabled_and_decommissioned_exits_do_not_count():
     m = new_master({"spark.deploy.maxExecutorRetries": "-1"})
     register_worker(m, "worker-1")

@@ -748,9 +748,10 @@ class MasterState:
 
     def _back_off_launches(self, app: ApplicationInfo, worker: WorkerInfo) -> None:
         """Ember: an executor that failed before it ever ran (a full disk, a broken
-        environment) is replaced at once like Spark's, but past spark.deploy.maxExecutorRetries
-        consecutive failures on one worker the next launch there waits 1 s, 2 s, 4 s ... up
-        to 60 s (Spark relaunches in a tight loop while the app runs elsewhere: thousands of
+        environment) is replaced at once like Spark's (on another worker if one can take it:
+        _usable_after_failed_starts), but past spark.deploy.maxExecutorRetries consecutive
+        failures on one worker the next launch there waits 1 s, 2 s, 4 s ... up to 60 s
+        (Spark relaunches in a tight loop while the app runs elsewhere: thousands of
         launches a minute)."""
         key = (app.id, worker.id)
         failures = self._launch_backoff.get(key, (0, 0))[0] + 1
@@ -763,6 +764,20 @@ class MasterState:
                                 f"row on {worker.id}; backing off launches there")
             self._out.append(ScheduleTimer(delay, LaunchBackoffExpired(app.id, worker.id),
                                            None))
+
+    def _usable_after_failed_starts(self, app: ApplicationInfo, usable: list[WorkerInfo]
+                                    ) -> list[WorkerInfo]:
+        """Ember: the workers where the app's executors failed to start since one last ran
+        there are left out while they back off, and used only when no other usable worker
+        is left. Spark relaunches on the worker that just failed (its cores are free
+        again), so one worker with a full disk failed spark.deploy.maxExecutorRetries
+        executors in a row in the same second and the master removed a young application
+        whose other executors were still starting on healthy workers."""
+        backoff = self._launch_backoff
+        now = self._now
+        usable = [w for w in usable if backoff.get((app.id, w.id), (0, 0))[1] <= now]
+        clean = [w for w in usable if (app.id, w.id) not in backoff]
+        return clean or usable
 
     def _on_request_executors(self, m: RequestExecutors, request: Any) -> None:
         pairs = list(m.resourceProfileToTotalExecs.items()
@@ -1343,8 +1358,7 @@ class MasterState:
                     ordered = WorkerOrder(alive, policy)
                 usable = usable_workers(app, ordered, policy, rp_id, presorted=True)
                 if self._launch_backoff:
-                    usable = [w for w in usable if self._launch_backoff.get(
-                        (app.id, w.id), (0, 0))[1] <= self._now]
+                    usable = self._usable_after_failed_starts(app, usable)
                 if (len(self.waiting_apps) == 1 and not self.waiting_apps[0].executors
                         and not usable):
                     self._log(WARN, app_warning(app.id))
