@@ -11,7 +11,7 @@ injected and later healed: link down of a worker host, a one-way cut (in or out)
 of a worker host, kill -9 of an executor, of a worker (restarted), of the master (restarted
 with recovery), and a worker disk that fills up (freed later).
 
-    python -m benchmarks.chaos [--minutes 10] [--seed N]
+    python -m benchmarks.chaos [--minutes 10] [--seed N] [--keep DIR]
 
 Tally: ok / failed with a clear error / wrong result (must be 0) / duplicated driver runs
 (must be 0) / leaked processes (must be 0).
@@ -43,8 +43,10 @@ def say(text: str) -> None:
 
 
 class Chaos:
-    def __init__(self, workdir: str, minutes: float, seed: int) -> None:
+    def __init__(self, workdir: str, minutes: float, seed: int,
+                 keep_dir: str | None = None) -> None:
         self.lab = Lab(workdir, len(HOSTS), names=HOSTS)
+        self.keep_dir = keep_dir
         self.minutes = minutes
         self.rng = random.Random(seed)
         self.tally = {"ok": 0, "failed": 0, "wrong": 0, "duplicated": 0, "leaked": 0}
@@ -79,6 +81,9 @@ class Chaos:
             if r.returncode != 0:
                 reason = _first_cause(r.stderr or r.stdout) or f"exit {r.returncode}"
                 self.count("failed", reason)
+                if self.keep_dir:
+                    with open(os.path.join(self.keep_dir, f"{host.name}-{n}.log"), "w") as f:
+                        f.write(f"{r.stdout or ''}\n{r.stderr or ''}")
                 say(f"job {host.name}#{n}: FAILED: {reason}")
                 continue
             import json
@@ -256,21 +261,35 @@ class Chaos:
             else:
                 self.count("failed", f"driver {state}")
                 say(f"driver {token} ({driver_id}): {state}, {len(copies)} run(s)")
-        # no app is running now: anything but the daemons on a worker host is leaked
+        # no app is running now: anything but the daemons on a worker host is leaked (a
+        # worker's executor zygote is the worker's; its forked executors are not)
         time.sleep(TIMEOUT)
         for h in self.worker_hosts():
-            for p in lab.processes(h):
-                if "ember.cli worker" not in _cmd(p):
+            procs = lab.processes(h)
+            workers = {p.pid for p in procs if "ember.cli worker" in _cmd(p)}
+            for p in procs:
+                if p.pid not in workers and not (
+                        "executor_zygote" in _cmd(p) and _ppid(p) in workers):
                     self.count("leaked")
                     say(f"LEAKED on {h.name}: pid {p.pid} {_cmd(p)[:120]}")
 
 
 def _first_cause(output: str) -> str:
-    """The line that says why a job failed: the first ERROR log line (the cause, e.g.
-    "Master removed our application"), else the last line (the exception)."""
+    """Why a job failed: the first ERROR log line (the cause, e.g. "Master removed our
+    application") and the last line (the exception), or whichever there is."""
     lines = [x.strip() for x in output.splitlines() if x.strip()]
     errors = [x for x in lines if " ERROR " in x]
-    return (errors[0] if errors else lines[-1] if lines else "")[:200]
+    last = lines[-1][:200] if lines else ""
+    if errors and errors[0] != lines[-1]:
+        return f"{errors[0][:200]} ... {last}"
+    return last
+
+
+def _ppid(p: psutil.Process) -> int | None:
+    try:
+        return p.ppid()
+    except psutil.Error:
+        return None
 
 
 def _cmd(p: psutil.Process) -> str:
@@ -284,13 +303,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--seed", type=int, default=int(time.time()))
+    ap.add_argument("--keep", metavar="DIR",
+                    help="write each failed client job's output to DIR/<host>-<n>.log")
     args = ap.parse_args()
     reason = unavailable_reason()
     if reason:
         raise SystemExit(f"chaos: {reason}")
     say(f"seed {args.seed}")
     with tempfile.TemporaryDirectory(prefix="ember-chaos-") as d:
-        chaos = Chaos(d, args.minutes, args.seed)
+        if args.keep:
+            os.makedirs(args.keep, exist_ok=True)
+        chaos = Chaos(d, args.minutes, args.seed, args.keep)
         t = chaos.run()
     print(f"\nTALLY ok={t['ok']} failed-with-clear-error={t['failed']} "
           f"wrong-result={t['wrong']} duplicated-driver-runs={t['duplicated']} "

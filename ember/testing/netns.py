@@ -316,9 +316,12 @@ class Lab:
             except psutil.NoSuchProcess:
                 pass
 
+        # a process that exited before its stop stays a zombie while its parent is stopped
+        done = (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+
         def stopped() -> bool:
             try:
-                return all(p.status() == psutil.STATUS_STOPPED for p in procs if p.is_running())
+                return all(p.status() in done for p in procs if p.is_running())
             except psutil.NoSuchProcess:
                 return False
         self.wait_until(stopped, 5, f"every process of {host.name} stopped", interval=0.02)
