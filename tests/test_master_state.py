@@ -488,17 +488,24 @@ def test_executor_retries_spare_an_app_with_a_running_executor():
     register_worker(m, "worker-2")
     app_id, _ = register_app(m, "driver-A")
     m.handle(Ask("r", ExecutorStateChanged(app_id, 0, ExecutorState.RUNNING)), NOW)
+    failed_on = m.id_to_app[app_id].executors[1].worker.id
     out = fail_executor(m, app_id, 1)
     assert m.id_to_app[app_id].retry_count == 1
     assert not msgs(out, ApplicationRemoved)
-    # RUNNING resets the count
-    m.handle(Ask("r", ExecutorStateChanged(app_id, 2, ExecutorState.RUNNING)), NOW)
+    # RUNNING resets the count (the replacement is launched once that worker's back-off is
+    # over: the app has an executor running meanwhile)
+    (launch,) = msgs(m.handle(LaunchBackoffExpired(app_id, failed_on), NOW + 1000),
+                     LaunchExecutor)
+    m.handle(Ask("r", ExecutorStateChanged(app_id, launch.execId, ExecutorState.RUNNING)),
+             NOW + 1000)
     assert m.id_to_app[app_id].retry_count == 0
 
 
-def test_executors_failing_to_start_on_a_worker_back_off_past_the_retry_limit():
+def test_executors_failing_to_start_on_a_worker_back_off_while_the_app_runs_elsewhere():
     """Spark relaunches at once forever while the app runs elsewhere (a full disk made
-    thousands of launches a minute); Ember backs off that worker after the retry limit."""
+    thousands of launches a minute); Ember backs off that worker from the first failure
+    then, and past the retry limit otherwise (test_executor_retries_remove_the_application:
+    at once)."""
     m = new_master({"spark.deploy.maxExecutorRetries": "2"})
     w1, _ = register_worker(m, "worker-1")
     w2, _ = register_worker(m, "worker-2")
@@ -509,13 +516,10 @@ def test_executors_failing_to_start_on_a_worker_back_off_past_the_retry_limit():
     bad = next(e for e, t in placed.items() if t == w1)
     good = next(e for e, t in placed.items() if t == w2)
     m.handle(Ask("r", ExecutorStateChanged(app_id, good, ExecutorState.RUNNING)), NOW)
-    for _ in range(2):                                   # within the limit: at once
-        (launch,) = msgs(fail_executor(m, app_id, bad), LaunchExecutor, w1)
-        bad = launch.execId
-    out = fail_executor(m, app_id, bad)                  # third in a row: wait 1 s
+    out = fail_executor(m, app_id, bad)                  # the app runs on worker-2: wait 1 s
     assert not msgs(out, LaunchExecutor)
     assert ScheduleTimer(1000, LaunchBackoffExpired(app_id, "worker-1"), None) in out
-    assert "failed to start 3 times in a row on worker-1" in logs(out, "WARN")[0]
+    assert "failed to start 1 times in a row on worker-1" in logs(out, "WARN")[0]
     (launch,) = msgs(m.handle(LaunchBackoffExpired(app_id, "worker-1"), NOW + 1000),
                      LaunchExecutor, w1)
     out = m.handle(Ask("r", ExecutorStateChanged(app_id, launch.execId, ExecutorState.FAILED,
@@ -526,6 +530,14 @@ def test_executors_failing_to_start_on_a_worker_back_off_past_the_retry_limit():
     m.handle(Ask("r", ExecutorStateChanged(app_id, launch.execId, ExecutorState.RUNNING)),
              NOW + 3000)
     assert not m._launch_backoff                        # running again: forgiven
+    # two executors on one worker: the second's failure keeps the first one's back-off
+    m = new_master()
+    w, _ = register_worker(m, "worker-1", cores=2)
+    app_id, _ = register_app(m, "driver-A", app_desc(max_cores=2, cores=1))
+    assert not msgs(fail_executor(m, app_id, 0), LaunchExecutor)
+    assert not msgs(fail_executor(m, app_id, 1), LaunchExecutor)
+    assert len(msgs(m.handle(LaunchBackoffExpired(app_id, "worker-1"), NOW + 1000),
+                    LaunchExecutor, w)) == 2
 
 
 def test_an_executor_that_failed_to_start_is_replaced_on_another_worker_first():

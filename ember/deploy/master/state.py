@@ -748,18 +748,23 @@ class MasterState:
 
     def _back_off_launches(self, app: ApplicationInfo, worker: WorkerInfo) -> None:
         """Ember: an executor that failed before it ever ran (a full disk, a broken
-        environment) is replaced at once like Spark's (on another worker if one can take it:
-        _usable_after_failed_starts), but past spark.deploy.maxExecutorRetries consecutive
-        failures on one worker the next launch there waits 1 s, 2 s, 4 s ... up to 60 s
-        (Spark relaunches in a tight loop while the app runs elsewhere: thousands of
-        launches a minute)."""
+        environment) is replaced at once like Spark's while the app has no other executor
+        (on another worker if one can take it: _usable_after_failed_starts). While it has
+        one starting or running, and past spark.deploy.maxExecutorRetries consecutive
+        failures on the worker in any case, the next launch there waits 1 s, 2 s, 4 s ... up
+        to 60 s. Spark relaunches on that worker at once: thousands of launches a minute
+        while the app runs elsewhere, and a young app removed after maxExecutorRetries
+        failures in the same second while its other executor was still starting."""
         key = (app.id, worker.id)
-        failures = self._launch_backoff.get(key, (0, 0))[0] + 1
-        over = failures - max(self.conf.max_executor_retries, 0)
-        delay = 0 if over <= 0 else min(60_000, 1000 * 2 ** min(over - 1, 6))
-        self._launch_backoff[key] = (failures, self._now + delay)
+        failures, until = self._launch_backoff.get(key, (0, 0))
+        failures += 1
+        others = any(e.state in (ExecutorState.LAUNCHING, ExecutorState.RUNNING)
+                     for e in app.executors.values())
+        steps = failures if others else failures - max(self.conf.max_executor_retries, 0)
+        delay = 0 if steps <= 0 else min(60_000, 1000 * 2 ** min(steps - 1, 6))
+        self._launch_backoff[key] = (failures, max(until, self._now + delay))
         if delay:
-            if over == 1:
+            if steps == 1:
                 self._log(WARN, f"Executors of {app.id} failed to start {failures} times in a "
                                 f"row on {worker.id}; backing off launches there")
             self._out.append(ScheduleTimer(delay, LaunchBackoffExpired(app.id, worker.id),
