@@ -504,8 +504,8 @@ def test_executor_retries_spare_an_app_with_a_running_executor():
 def test_executors_failing_to_start_on_a_worker_back_off_while_the_app_runs_elsewhere():
     """Spark relaunches at once forever while the app runs elsewhere (a full disk made
     thousands of launches a minute); Ember backs off that worker from the first failure
-    then, and past the retry limit otherwise (test_executor_retries_remove_the_application:
-    at once)."""
+    when the app can run elsewhere, and past the retry limit otherwise (alone on one
+    worker: at once, test_executor_retries_remove_the_application)."""
     m = new_master({"spark.deploy.maxExecutorRetries": "2"})
     w1, _ = register_worker(m, "worker-1")
     w2, _ = register_worker(m, "worker-2")
@@ -564,6 +564,25 @@ def test_an_executor_that_failed_to_start_is_replaced_on_another_worker_first():
     w, _ = register_worker(m2, "worker-1", cores=1)
     app2, _ = register_app(m2, "driver-B", app_desc(max_cores=1, cores=1))
     assert len(msgs(fail_executor(m2, app2, 0), LaunchExecutor, w)) == 1
+
+
+def test_a_young_app_whose_only_room_is_a_failing_worker_is_not_removed_at_once():
+    """The chaos run's case: the other workers busy, both executors of a new app on the
+    worker whose disk is full. Spark fails 10 launches there in the same second and removes
+    the app; Ember waits between them, so capacity elsewhere has time to free up."""
+    m = new_master()
+    for i in (1, 2):
+        register_worker(m, f"worker-{i}", cores=1)
+    register_app(m, "driver-A", app_desc(max_cores=2, cores=1))
+    w3, _ = register_worker(m, "worker-3", cores=2)
+    app_id, out = register_app(m, "driver-B", app_desc(max_cores=2, cores=1))
+    assert [i.target for i in sends(out, LaunchExecutor)] == [w3, w3]
+    for e in (0, 1):
+        out = fail_executor(m, app_id, e)
+        assert not msgs(out, LaunchExecutor) and not msgs(out, ApplicationRemoved)
+    assert ScheduleTimer(2000, LaunchBackoffExpired(app_id, "worker-3"), None) in out
+    out = m.handle(LaunchBackoffExpired(app_id, "worker-3"), NOW + 2000)
+    assert [i.target for i in sends(out, LaunchExecutor)] == [w3, w3]
 
 
 def test_executor_retries_disabled_and_decommissioned_exits_do_not_count():

@@ -747,20 +747,23 @@ class MasterState:
         self._reply(request, True)
 
     def _back_off_launches(self, app: ApplicationInfo, worker: WorkerInfo) -> None:
-        """Ember: an executor that failed before it ever ran (a full disk, a broken
-        environment) is replaced at once like Spark's while the app has no other executor
-        (on another worker if one can take it: _usable_after_failed_starts). While it has
-        one starting or running, and past spark.deploy.maxExecutorRetries consecutive
-        failures on the worker in any case, the next launch there waits 1 s, 2 s, 4 s ... up
-        to 60 s. Spark relaunches on that worker at once: thousands of launches a minute
-        while the app runs elsewhere, and a young app removed after maxExecutorRetries
-        failures in the same second while its other executor was still starting."""
+        """Ember: after an executor failed before it ever ran (a full disk, a broken
+        environment), the next launch on that worker waits 1 s, 2 s, 4 s ... up to 60 s
+        whenever the app can run elsewhere (another worker is alive, or another of its
+        executors is starting or running), and past spark.deploy.maxExecutorRetries
+        consecutive failures there in any case; meanwhile a replacement goes to another
+        worker that can take it (_usable_after_failed_starts). Spark relaunches on that
+        worker at once: thousands of launches a minute while the app runs elsewhere, and a
+        young app removed after maxExecutorRetries failures in the same second on the one
+        worker with free cores, a full one. Alone on one worker, the app's executor is
+        replaced at once, as Spark's (so a broken app is removed as soon)."""
         key = (app.id, worker.id)
         failures, until = self._launch_backoff.get(key, (0, 0))
         failures += 1
-        others = any(e.state in (ExecutorState.LAUNCHING, ExecutorState.RUNNING)
-                     for e in app.executors.values())
-        steps = failures if others else failures - max(self.conf.max_executor_retries, 0)
+        elsewhere = any(e.state in (ExecutorState.LAUNCHING, ExecutorState.RUNNING)
+                        for e in app.executors.values()) or \
+            sum(w.state == WorkerState.ALIVE for w in self.workers) > 1
+        steps = failures if elsewhere else failures - max(self.conf.max_executor_retries, 0)
         delay = 0 if steps <= 0 else min(60_000, 1000 * 2 ** min(steps - 1, 6))
         self._launch_backoff[key] = (failures, max(until, self._now + delay))
         if delay:
