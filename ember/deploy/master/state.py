@@ -776,11 +776,9 @@ class MasterState:
     def _usable_after_failed_starts(self, app: ApplicationInfo, usable: list[WorkerInfo]
                                     ) -> list[WorkerInfo]:
         """Ember: the workers where the app's executors failed to start since one last ran
-        there are left out while they back off, and used only when no other usable worker
-        is left. Spark relaunches on the worker that just failed (its cores are free
-        again), so one worker with a full disk failed spark.deploy.maxExecutorRetries
-        executors in a row in the same second and the master removed a young application
-        whose other executors were still starting on healthy workers."""
+        there are left out while they back off (_back_off_launches), and used only when no
+        other usable worker is left; Spark takes the worker that just failed again first,
+        its cores being free."""
         backoff = self._launch_backoff
         now = self._now
         usable = [w for w in usable if backoff.get((app.id, w.id), (0, 0))[1] <= now]
