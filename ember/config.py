@@ -553,8 +553,9 @@ _entry("spark.ember.scheduler.queueDepth", None, INT,
        "5 ms in all.", by=(DRIVER,))
 _entry("spark.ember.scheduler.handBackAfter", 0.05, MILLIS,
        "Ember only: a task waiting behind a busy slot (spark.ember.scheduler.queueShortTasks) "
-       "is handed back unstarted once the slot's running task has run this long, or once it "
-       "has waited this long itself: it ends KILLED (not counted as a failure) and the "
+       "is handed back unstarted once the slot's running task has run this long (as far as "
+       "the pool has heard) and its process has not reached it, or once it has waited this "
+       "long itself: it ends KILLED (not counted as a failure) and the "
        "driver runs it on a free slot. Never on local[1], whose one slot is the one it "
        "waits for.", by=(DRIVER, EXECUTOR))
 

@@ -20,7 +20,7 @@ import pytest
 from ember.errors import TaskKilledException
 from ember.executor import task_process
 from ember.executor.process_pool import MAX_WAITING, SEND_AHEAD_BYTES, TaskProcessPool
-from ember.executor.wire import read_msg, send_msg
+from ember.executor.wire import read_msg, send_msgs
 from ember.scheduler.slot_queues import (CLUSTER_DEPTH, LOCAL_DEPTH, LONG_RUNNING_S, MAX_DEPTH,
                                          SlotQueues, queue_depth)
 from tests.helpers.slot_queue import (cancel_a_job_with_waiting_tasks,
@@ -29,12 +29,14 @@ from tests.helpers.slot_queue import (cancel_a_job_with_waiting_tasks,
 
 class FakeProcess:
     """Reads the pool's messages like a task process; `finish(tid)` ends a task, `die()`
-    closes the socket as a crash would. A task its kill file lists ends unstarted."""
+    closes the socket as a crash would. A task its kill file lists ends unstarted. The ends
+    of the tasks in `hold` are sent with the next end, as a task process holds results."""
 
     def __init__(self, sock) -> None:
         self.sock = sock
         self.started: "queue.Queue[int]" = queue.Queue()
         self.release: dict[int, threading.Event] = {}
+        self.hold: set[int] = set()
         self.f = sock.makefile("rb")
         threading.Thread(target=self._serve, daemon=True).start()
 
@@ -42,18 +44,24 @@ class FakeProcess:
         kills = task_process._Kills()
         try:
             kills.open(read_msg(self.f)["kill_file"])       # the slot's conf
+            held: list[tuple] = []
             while True:
                 msg = read_msg(self.f)
                 if msg[0] != "task":
                     continue
                 tid = msg[1]
+                kills.reached(tid)
                 if tid in kills:
-                    send_msg(self.sock, ("done", tid, "KILLED", b"unstarted"))
-                    continue
-                gate = self.release.setdefault(tid, threading.Event())
-                self.started.put(tid)
-                gate.wait(10)
-                send_msg(self.sock, ("done", tid, "FINISHED", f"result {tid}".encode()))
+                    end = ("done", tid, "KILLED", b"unstarted")
+                else:
+                    gate = self.release.setdefault(tid, threading.Event())
+                    self.started.put(tid)
+                    gate.wait(10)
+                    end = ("done", tid, "FINISHED", f"result {tid}".encode())
+                held.append(end)
+                if tid not in self.hold:
+                    send_msgs(self.sock, held)
+                    held.clear()
         except (OSError, EOFError, ValueError):
             pass
         finally:
@@ -300,6 +308,30 @@ def test_tasks_waiting_behind_a_long_task_are_handed_back_while_it_runs(pool) ->
     assert pool.ends.empty() and pool.free_slots() == [0]
 
 
+@pytest.mark.parametrize("pool", [0.05], indirect=True)
+def test_a_hand_back_leaves_the_tasks_the_process_has_reached(pool) -> None:
+    """Task 1 has ended but the process holds its end while it runs task 2, so the pool
+    counts task 1 running past the hand-back time: only task 3, which the process has not
+    reached, is handed back; task 2 runs on and ends once, with task 1's end."""
+    from ember.errors import TASK_HANDED_BACK
+    pool.fake.hold.add(1)
+    for tid in (1, 2, 3):
+        launch(pool, tid)
+    assert pool.fake.started.get(timeout=5) == 1
+    pool.fake.finish(1)
+    assert pool.fake.started.get(timeout=5) == 2
+    tid, state, data = ended(pool)
+    assert (tid, state, pickle.loads(data)[0]) == (3, "KILLED", TASK_HANDED_BACK)
+    time.sleep(0.2)                     # four hand-back periods: task 2 stays
+    assert pool.ends.empty()
+    pool.fake.finish(2)
+    assert [ended(pool), ended(pool)] == [(1, "FINISHED", b"result 1"),
+                                          (2, "FINISHED", b"result 2")]
+    time.sleep(0.1)
+    assert pool.fake.started.empty() and pool.ends.empty()
+    assert pool.free_slots() == [0]
+
+
 def test_a_dying_process_hands_the_waiting_task_to_its_replacement(pool) -> None:
     launch(pool, 1)
     launch(pool, 2)
@@ -410,6 +442,23 @@ def test_tasks_queued_behind_a_slow_one_each_run_once(fresh_sc):
     assert sorted(tid for tid, state, _ in ends if state == "FINISHED") == \
         sorted({tid for tid, state, _ in ends if state == "FINISHED"})
     assert sum(state == "FINISHED" for _, state, _ in ends) == 600
+
+
+def test_long_tasks_among_short_ones_run_once_each(fresh_sc, tmp_path):
+    """Every 20th task sleeps 0.2 s: queued behind a short one whose end its process holds,
+    it was handed back (killed, run again) while it ran; each task's function now runs once
+    (counted by a line per call in a file, which killed calls write too)."""
+    sc = fresh_sc("local[2]")
+    calls = str(tmp_path / "calls")
+
+    def f(x):
+        with open(calls, "a") as out:
+            out.write(f"{x}\n")
+        time.sleep(0.2 if x % 20 == 19 else 0.0005)
+        return x
+    assert sc.parallelize(range(200), 200).map(f).sum() == sum(range(200))
+    with open(calls) as f_in:
+        assert sorted(map(int, f_in.read().split())) == list(range(200))
 
 
 def test_a_task_sent_to_a_given_up_slot_fails_at_once_instead_of_waiting_for_ever(pool):

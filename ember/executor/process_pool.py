@@ -11,8 +11,8 @@ once, so each starts the moment the one before it ends, without a round trip thr
 loop. Several tasks can then be in one process, so a kill names its task: the pool writes
 the task id into the slot's kill file before it sends SIGUSR1, and the process stops (or
 never starts) only a task listed there. Tasks still waiting when the slot's running task
-has run spark.ember.scheduler.handBackAfter are handed back (_watch_queues): a long task
-holds none of them.
+has run spark.ember.scheduler.handBackAfter are handed back (_watch_queues), but for those
+its process has reached: a long task holds none of them.
 """
 from __future__ import annotations
 
@@ -58,9 +58,11 @@ SEND_AHEAD_BYTES = 64 << 10
 MAX_WAITING = 63
 # the kill file: the last KILL_SLOTS task ids killed in a slot; -1 is no task. A process
 # holds at most 1 + MAX_WAITING tasks, and for a moment as many handed-back ones it skips
-# (_hand_back), so older entries no longer matter
+# (_hand_back), so older entries no longer matter. After them, at REACHED_AT, the process
+# writes the id of the task it last reached (task_process._Kills.reached)
 KILL_SLOTS = 2 * (1 + MAX_WAITING)
 _KILL_ID = struct.Struct("<q")
+REACHED_AT = KILL_SLOTS * _KILL_ID.size
 # recycle_idle replaces idle processes that have spent this much CPU
 RECYCLE_AFTER_CPU_S = 0.5
 # the most of a crashed process's faulthandler output that goes into its task's error
@@ -167,7 +169,7 @@ class TaskProcessPool:
             for slot in self.slots:
                 slot.kill_fd = os.open(self._kill_file(slot),
                                        os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-                os.write(slot.kill_fd, _KILL_ID.pack(-1) * KILL_SLOTS)
+                os.write(slot.kill_fd, _KILL_ID.pack(-1) * (KILL_SLOTS + 1))
                 self._spawn(slot)
         except BaseException:
             self.stop()
@@ -213,6 +215,7 @@ class TaskProcessPool:
         slot.tid = None
         slot.abandoned = {}
         slot.started_at = time.monotonic()
+        os.pwrite(slot.kill_fd, _KILL_ID.pack(-1), REACHED_AT)  # not the last process's
         self.loop.register(parent, functools.partial(self._on_readable, slot, parent))
         self._arrivals.register(parent, select.POLLIN)
         self._slot_of_fd[parent.fileno()] = slot
@@ -412,21 +415,31 @@ class TaskProcessPool:
                         self._hand_back(slot)
 
     def _hand_back(self, slot: _Slot) -> None:
-        """Under the lock: every task waiting behind the slot's running one ends KILLED
-        (TASK_HANDED_BACK) now, for the driver to run elsewhere. Those already written to
-        the process are listed in its kill file, which ends them unstarted (or stops one
-        that started: the pool may count a task running whose result the process holds
-        while it runs the next), and their ends from the process are not reported."""
+        """Under the lock: every task waiting behind the one the process last reached ends
+        KILLED (TASK_HANDED_BACK) now, for the driver to run elsewhere. Those already
+        written to the process are listed in its kill file, which ends them unstarted (or
+        stops one that started in the moment since the pool looked), and their ends from
+        the process are not reported. Why the pool asks the process: it counts a task
+        running until it reads its end, and a process holds the ends of short tasks while
+        it runs the next ones (task_process.report_now), so the tasks it counts waiting may
+        have run already, or be running; handed back, they would run twice."""
+        reached = _KILL_ID.unpack(os.pread(slot.kill_fd, _KILL_ID.size, REACHED_AT))[0]
+        kept = next((i + 1 for i, w in enumerate(slot.waiting) if w.tid == reached), 0)
+        if kept == len(slot.waiting):
+            return
+        back = list(slot.waiting)[kept:]
         written = False
-        for w in slot.waiting:
+        for w in back:
             if w.sent:
                 slot.abandoned[w.tid] = w.size
                 self._list_killed(slot, w.tid)
                 written = True
             self.loop.post(self._end_without_result, slot, w.tid, "KILLED", TASK_HANDED_BACK)
-        log.info("Handed back %d task(s) waiting behind task %d, which has run %.0f ms",
-                 len(slot.waiting), slot.tid, (time.monotonic() - slot.since) * 1000)
-        slot.waiting.clear()
+        log.info("Handed back %d task(s) waiting behind task %d; no task has ended here "
+                 "for %.0f ms", len(back), reached if kept else slot.tid,
+                 (time.monotonic() - slot.since) * 1000)
+        for _ in back:
+            slot.waiting.pop()
         if written:
             self._signal(slot)
 

@@ -101,33 +101,44 @@ _KILL_ID = struct.Struct("<q")          # an entry of the kill file, as process_
 
 
 class _Kills:
-    """The slot's kill file (see process_pool): the ids of tasks the pool killed. The pool
-    may have written the next task ahead of the running one, so SIGUSR1 alone does not say
-    which task it meant."""
+    """The slot's kill file (see process_pool): the ids of tasks the pool killed, then the
+    id of the task this process last reached. The pool may have written the next task
+    ahead of the running one, so SIGUSR1 alone does not say which task it meant; and the
+    pool, which hears of a task's end only when the results held here are sent, reads the
+    last entry before it hands back tasks it thinks wait (process_pool._hand_back)."""
 
     def __init__(self) -> None:
         self._map: mmap.mmap | None = None
+        self._reached_at = 0
 
     def open(self, path: str) -> None:
         """Mapped shared: the pool's pwrites show in it at once, and a check (every task,
-        and every SIGUSR1) costs no system call."""
-        fd = os.open(path, os.O_RDONLY)
+        and every SIGUSR1) costs no system call, nor does saying which task is reached."""
+        fd = os.open(path, os.O_RDWR)
         try:
-            self._map = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+            self._map = mmap.mmap(fd, 0)
         finally:
             os.close(fd)
+        self._reached_at = len(self._map) - _KILL_ID.size
+
+    def reached(self, tid: int) -> None:
+        """The task is about to run (or end unstarted) here: the pool hands back only the
+        tasks behind it."""
+        if self._map is not None:
+            _KILL_ID.pack_into(self._map, self._reached_at, tid)
 
     def __contains__(self, tid: int) -> bool:
-        """A search for the id's 8 bytes at an 8-byte boundary: 0.36 us over 128 entries,
-        where unpacking them all to look took 1.4 us."""
+        """A search for the id's 8 bytes at an 8-byte boundary of the kill entries: 0.36 us
+        over 128 entries, where unpacking them all to look took 1.4 us."""
         if self._map is None:
             return False
         key = _KILL_ID.pack(tid)
-        at = self._map.find(key)
+        end = self._reached_at
+        at = self._map.find(key, 0, end)
         while at >= 0:
             if at % 8 == 0:
                 return True
-            at = self._map.find(key, at + 1)
+            at = self._map.find(key, at + 1, end)
         return False
 
     def close(self) -> None:
@@ -489,6 +500,7 @@ def _run(env: TaskEnv, msg: tuple, stages: dict, files: list) -> tuple:
     """One ("task", ...) message run: the result message to send. `files`: [files dir,
     its mtime when added .py files were last put on sys.path]."""
     _, tid, key, blob, meta, task_bytes, sent_at = msg
+    _kills.reached(tid)
     if sent_at is not None and time.monotonic() - sent_at > env.hand_back_s:  # CLOCK_MONOTONIC
         reply: tuple = ("done", tid, "KILLED", TASK_HANDED_BACK, {}, {}, [])
         return result_frame(reply) if env.raw_results else reply
