@@ -322,7 +322,7 @@ def test_a_hand_back_leaves_the_tasks_the_process_has_reached(pool) -> None:
     assert pool.fake.started.get(timeout=5) == 2
     tid, state, data = ended(pool)
     assert (tid, state, pickle.loads(data)[0]) == (3, "KILLED", TASK_HANDED_BACK)
-    time.sleep(0.2)                     # four hand-back periods: task 2 stays
+    time.sleep(0.2)                     # four times the hand-back time: task 2 stays
     assert pool.ends.empty()
     pool.fake.finish(2)
     assert [ended(pool), ended(pool)] == [(1, "FINISHED", b"result 1"),
