@@ -36,6 +36,11 @@ def _child(conn: socket.socket, ctrl: socket.socket, wake: tuple[int, int]) -> N
 
 def serve(ctrl: socket.socket) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # a child inherits this until task_process installs its handler: the pool may signal a
+    # process the moment it hears its pid (a kill, a hand-back), and SIGUSR1's default
+    # would end it as a crash (its task lost, counted a failure). Ignored, nothing is lost:
+    # the signal only says "read the kill file", which the process does before each task
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     # a child's exit writes to this pipe (SIGCHLD's wakeup fd), so the loop below sleeps
     # until there is a request or a child to reap, and reports an exit at once
     wake = child_exit_wakeups()
