@@ -356,6 +356,34 @@ def test_stop_leaves_no_processes_behind(fresh_sc):
     assert not os.path.exists(sc.runtime.local_dir)
 
 
+
+def test_stop_ends_a_task_process_still_sending_a_result(fresh_sc, monkeypatch):
+    """A task that ignores its kill can end after its job failed and the context began to
+    stop, and send a result larger than the socket holds. Nobody reads it any more: the
+    process must end by itself (the pool's sockets are shut), not block until it is
+    SIGKILLed."""
+    from ember.executor import process_pool
+    left: list[int] = []
+
+    def wait_gone(pids: list[int], timeout: float) -> list[int]:
+        out = real_wait_gone(pids, timeout)
+        left.extend(out)
+        return out
+    real_wait_gone = process_pool.wait_gone
+    monkeypatch.setattr(process_pool, "wait_gone", wait_gone)
+    sc = fresh_sc("local[2]", conf=SparkConf().set("spark.driver.maxResultSize", "1m"))
+
+    def part(i, it):
+        if i == 1:
+            import signal
+            signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+            time.sleep(1.0)
+        return [b"x" * (8 << 20)]
+    with pytest.raises(SparkException, match="maxResultSize"):
+        sc.parallelize(range(2), 2).mapPartitionsWithIndex(part).collect()
+    sc.stop()
+    assert left == []
+
 def test_bad_inputs_leave_the_context_usable(sc, tmp_path):
     with pytest.raises(Exception, match="Input path does not exist"):
         sc.textFile(str(tmp_path / "nope")).count()

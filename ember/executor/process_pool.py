@@ -239,6 +239,10 @@ class TaskProcessPool:
                     self._unwatch(slot.sock)
                     try:
                         send_msg(slot.sock, ("stop",))
+                        # a process blocked sending a result nobody reads now gets EPIPE
+                        # and ends, instead of waiting out the SIGKILL below; an idle one
+                        # still reads the "stop" first
+                        slot.sock.shutdown(socket.SHUT_RDWR)
                     except OSError:
                         pass
         pids = wait_gone([s.pid for s in self.slots if s.pid], 2.0)
