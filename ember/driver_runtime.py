@@ -29,6 +29,7 @@ from ember.call_site import call_site
 from ember.conf import SparkConf
 from ember.errors import PySparkRuntimeError, SparkException
 from ember.scheduler.task_function import SerializedResult, WithoutContext
+from ember.storage.block_manager import is_block_file_of
 from ember.util.files import unlink_quietly
 
 log = logging.getLogger(__name__)
@@ -547,7 +548,7 @@ class DriverRuntime:
         block_dir = os.path.join(self.local_dir, "blocks")
         if os.path.isdir(block_dir):
             for f in os.listdir(block_dir):
-                if f.startswith(f"rdd_{rdd_id}_"):
+                if is_block_file_of(f, rdd_id):
                     unlink_quietly(os.path.join(block_dir, f))
 
     def release_blocks(self, rdd_id: int) -> None:

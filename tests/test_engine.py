@@ -542,6 +542,40 @@ def test_a_local_checkpoint_spread_unevenly_is_copied_not_lost(fresh_sc):
         assert data.map(lambda x: x).sum() == 3 * sum(range(800))
 
 
+
+@pytest.mark.parametrize("master", ["local[2]", "local-cluster[1,1,1024]"])
+def test_an_unpersist_while_a_task_writes_the_block_leaves_the_task_alone(fresh_sc, master,
+                                                                          tmp_path):
+    """rdd.unpersist() deletes the RDD's block files. A task writing one at that moment (a
+    DISK_ONLY partition streams into a temp file) lost its temp file and failed at the
+    rename; as in Spark, the job goes on. Only whole blocks are deleted (is_block_file_of).
+    One attempt per task, so that a cluster's retry does not hide the failure."""
+    sc = fresh_sc(master, conf=SparkConf().set("spark.task.maxFailures", "1"))
+    assert sc.parallelize(range(2), 2).count() == 2     # executors up
+    reached, go = tmp_path / "reached", tmp_path / "go"
+
+    def slow(it):
+        for x in it:
+            if x == 5:
+                reached.touch()
+                deadline = time.monotonic() + 20
+                while not go.exists() and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            yield x
+    rdd = sc.parallelize(range(10), 1).mapPartitions(slow).persist(StorageLevel.DISK_ONLY)
+    out: dict = {}
+    job = threading.Thread(target=lambda: out.update(sum=rdd.sum()))
+    job.start()
+    deadline = time.monotonic() + 20
+    while not reached.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    rdd.unpersist()
+    time.sleep(0.5)                     # an executor deletes its files on its own time
+    go.touch()
+    job.join(30)
+    assert out == {"sum": 45}
+    assert sc.parallelize(range(10), 2).sum() == 45
+
 def test_an_uneven_cache_evens_out_by_copies_from_the_holding_process(fresh_sc):
     """The first job caches partition 0 in one task process (a slow partition keeps it
     busy) and 1-7 in the other. The next job lets the idle process take over part of the

@@ -47,6 +47,7 @@ from ember.rpc import (RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv, RpcRemot
                        UnsupportedMessageError)
 from ember.shuffle.crypto import key_from_conf
 from ember.shuffle.reader import serve_fetch
+from ember.storage.block_manager import is_block_file_of
 from ember.util.logs import configure_logging
 
 log = logging.getLogger("ember.executor")
@@ -146,8 +147,8 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
             if self.pool is not None:
                 self.pool.recycle_idle(set(msg.keepSlots))
         elif isinstance(msg, RemoveRdd):
-            prefix = f"rdd_{msg.rddId}_"
-            self._remove_blocks(lambda n: n.startswith(prefix), ("unpersist_rdd", msg.rddId))
+            self._remove_blocks(lambda n: is_block_file_of(n, msg.rddId),
+                                ("unpersist_rdd", msg.rddId))
         elif isinstance(msg, RemoveBroadcast):
             name = f"broadcast_{msg.broadcastId}"
             self._remove_blocks(lambda n: n == name, ("unpersist_broadcast", msg.broadcastId))

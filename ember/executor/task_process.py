@@ -10,6 +10,7 @@ takes its slot, as PySpark's worker of an interrupted task goes) unless it holds
 from __future__ import annotations
 
 import gc
+import logging
 import mmap
 import os
 import pickle
@@ -36,6 +37,8 @@ from ember.util import after_reply, pickling
 from ember.util.files import unlink_quietly
 from ember.util.kill_guard import defer_kill, kills_deferred
 from ember.util.user_code import escaped_stop_iteration, stop_iteration_error
+
+log = logging.getLogger(__name__)
 
 RESULT, MAP = "result", "map"
 _PYTHON_VERSION = "%d.%d" % sys.version_info[:2]
@@ -162,9 +165,10 @@ class _Stage:
 
 
 class _Unloaded:
-    """A stage whose bytes failed to load here (a module not importable yet, say). The pool
-    sends a stage's bytes to a process once, so they are kept for its next task to load
-    again rather than lost."""
+    """A stage's bytes not loaded yet. The pool sends them once, with the first of the
+    stage's tasks this process gets, and that task may end without loading them (handed
+    back unstarted) or fail to (a module not importable yet, say): they wait here for the
+    next one rather than being lost."""
     __slots__ = ("blob", "meta")
 
     def __init__(self, blob: bytes, meta: bytes) -> None:
@@ -336,6 +340,11 @@ def _add_py_files(files_dir: str) -> None:
     importlib.invalidate_caches()
 
 
+# pool messages that change what a task finds here (see _PoolChannel._other)
+_AFTER_TASKS = frozenset(("forget_stage", "unpersist_rdd", "unpersist_broadcast",
+                          "remove_shuffle"))
+
+
 class _PoolChannel:
     """The running task's line to the driver's BarrierCoordinator: a ("barrier", tid,
     RequestToSync) message to the pool, which forwards it (to the coordinator in local mode,
@@ -352,8 +361,11 @@ class _PoolChannel:
         self.asked_copy: int | None = None      # the last task that asked for a block copy
 
     def _other(self, msg: tuple) -> None:
-        """A message that is not the awaited answer."""
-        if msg[0] == "task":
+        """A message that is not the awaited answer. A task waits in `tasks` for the serve
+        loop, and so, behind it, does a message that changes what such a task finds: the
+        pool wrote it after that task (a stage forgotten ahead of it left the task
+        without its closure)."""
+        if msg[0] == "task" or (self.tasks and msg[0] in _AFTER_TASKS):
             self.tasks.append(msg)
         elif not self.control(msg):
             self.stopped = True
@@ -425,7 +437,11 @@ def serve(sock: socket.socket, env: TaskEnv) -> None:
         if op == "unpersist_rdd":
             env.block_manager.remove_rdd(msg[1])
         elif op == "export_block":          # for a sibling's fetch_block: name, slot, task
-            path = env.block_manager.export_for_sibling(msg[1], msg[3])
+            try:
+                path = env.block_manager.export_for_sibling(msg[1], msg[3])
+            except OSError as e:    # a full disk, say: the sibling computes the block
+                log.warning("Could not copy block %s for task %s: %s", msg[1], msg[3], e)
+                path = None
             send_msg(sock, ("block_exported", msg[2], msg[3], msg[1], path))
         elif op == "export_blocks":
             env.block_manager.export_to_disk()
@@ -501,6 +517,8 @@ def _run(env: TaskEnv, msg: tuple, stages: dict, files: list) -> tuple:
     its mtime when added .py files were last put on sys.path]."""
     _, tid, key, blob, meta, task_bytes, sent_at = msg
     _kills.reached(tid)
+    if blob is not None:    # the pool sends a stage's closure once: kept before anything fails
+        stages[key] = _Unloaded(blob, meta)
     if sent_at is not None and time.monotonic() - sent_at > env.hand_back_s:  # CLOCK_MONOTONIC
         reply: tuple = ("done", tid, "KILLED", TASK_HANDED_BACK, {}, {}, [])
         return result_frame(reply) if env.raw_results else reply
@@ -523,15 +541,10 @@ def _run(env: TaskEnv, msg: tuple, stages: dict, files: list) -> tuple:
                     files[1] = m
                     _add_py_files(files[0])
         stage = stages.get(key)
-        if stage is None or type(stage) is _Unloaded:
-            if stage is not None:
-                blob, meta = stage.blob, stage.meta
-            try:
-                stage = _load_stage(blob, meta)
-            except BaseException:
-                stages[key] = _Unloaded(blob, meta)
-                raise
-            stages[key] = stage       # kept until the pool says "forget_stage"
+        if type(stage) is _Unloaded:
+            stage = stages[key] = _load_stage(stage.blob, stage.meta)  # until forget_stage
+        elif stage is None:
+            raise RuntimeError(f"Stage {key} was never sent to this task process")
         reply = run_task(env, stage, task, tid)
     except BaseException as e:  # closure failed to unpickle etc.
         _running[0] = None

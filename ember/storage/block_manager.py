@@ -47,6 +47,14 @@ def block_name(rdd_id: int, split: int) -> str:
     return f"rdd_{rdd_id}_{split}"
 
 
+def is_block_file_of(name: str, rdd_id: int) -> bool:
+    """Whether a file in a block dir is one of the RDD's whole blocks, which an unpersist
+    deletes; not a file a running task still writes or reads (a block's temp file, a copy
+    for a sibling), whose deletion failed that task, and killed the process writing a copy."""
+    prefix = f"rdd_{rdd_id}_"
+    return name.startswith(prefix) and name[len(prefix):].isdigit()
+
+
 def estimate_size(values: list | array) -> int:
     """Rough deep size of a list of records, from a sample (Spark's SizeEstimator idea); an
     array's own size."""
@@ -85,9 +93,13 @@ class UnreadableBlockError(IOError):
 def write_batches(path: str, values: Iterable, batch_size: int = _BATCH) -> int:
     """Pickle values in batches to path (atomically: a temp file renamed); its size."""
     tmp = f"{path}.tmp{os.getpid()}"
-    with open_created(tmp) as f:
-        dump_batches(f, values, batch_size)
-    os.replace(tmp, path)
+    try:
+        with open_created(tmp) as f:
+            dump_batches(f, values, batch_size)
+        os.replace(tmp, path)
+    except BaseException:
+        unlink_quietly(tmp)
+        raise
     return os.path.getsize(path)
 
 
