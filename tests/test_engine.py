@@ -544,35 +544,51 @@ def test_a_local_checkpoint_spread_unevenly_is_copied_not_lost(fresh_sc):
 
 
 @pytest.mark.parametrize("master", ["local[2]", "local-cluster[1,1,1024]"])
-def test_an_unpersist_while_a_task_writes_the_block_leaves_the_task_alone(fresh_sc, master,
-                                                                          tmp_path):
-    """rdd.unpersist() deletes the RDD's block files. A task writing one at that moment (a
+@pytest.mark.parametrize("waits", ["writing", "reading"])
+def test_an_unpersist_while_a_task_uses_the_block_leaves_the_task_alone(fresh_sc, master,
+                                                                        waits, tmp_path):
+    """rdd.unpersist() deletes the RDD's block files. A task that was writing one then (a
     DISK_ONLY partition streams into a temp file) lost its temp file and failed at the
-    rename; as in Spark, the job goes on. Only whole blocks are deleted (is_block_file_of).
-    One attempt per task, so that a cluster's retry does not hide the failure."""
+    rename; one that had written it and was about to read it back failed to open it. As in
+    Spark, the job goes on: only whole blocks are deleted (is_block_file_of), and a task
+    reads back the file it wrote, not its name. One attempt per task, so that a cluster's
+    retry does not hide a failure."""
     sc = fresh_sc(master, conf=SparkConf().set("spark.task.maxFailures", "1"))
     assert sc.parallelize(range(2), 2).count() == 2     # executors up
     reached, go = tmp_path / "reached", tmp_path / "go"
 
-    def slow(it):
+    def wait():
+        reached.touch()
+        deadline = time.monotonic() + 20
+        while not go.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def wait_at_5(it):          # while the block is written
         for x in it:
             if x == 5:
-                reached.touch()
-                deadline = time.monotonic() + 20
-                while not go.exists() and time.monotonic() < deadline:
-                    time.sleep(0.01)
+                wait()
             yield x
-    rdd = sc.parallelize(range(10), 1).mapPartitions(slow).persist(StorageLevel.DISK_ONLY)
+
+    def wait_first(it):         # the block written, before it is read
+        wait()
+        yield from it
+    rdd = sc.parallelize(range(10), 1)
+    if waits == "writing":
+        rdd = rdd.mapPartitions(wait_at_5).persist(StorageLevel.DISK_ONLY)
+        job = rdd
+    else:
+        rdd = rdd.persist(StorageLevel.DISK_ONLY)
+        job = rdd.mapPartitions(wait_first)
     out: dict = {}
-    job = threading.Thread(target=lambda: out.update(sum=rdd.sum()))
-    job.start()
+    thread = threading.Thread(target=lambda: out.update(sum=job.sum()))
+    thread.start()
     deadline = time.monotonic() + 20
     while not reached.exists() and time.monotonic() < deadline:
         time.sleep(0.01)
     rdd.unpersist()
     time.sleep(0.5)                     # an executor deletes its files on its own time
     go.touch()
-    job.join(30)
+    thread.join(30)
     assert out == {"sum": 45}
     assert sc.parallelize(range(10), 2).sum() == 45
 

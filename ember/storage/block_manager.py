@@ -18,12 +18,12 @@ import sys
 from array import array
 from collections import OrderedDict
 from itertools import islice
-from typing import Any, Iterable, Iterator
+from typing import Any, BinaryIO, Iterable, Iterator
 
 from ember import fs
 from ember.storage.scattered import packed
 from ember.storagelevel import StorageLevel
-from ember.util.files import open_created, unlink_quietly
+from ember.util.files import created, unlink_quietly
 from ember.util.kill_guard import kills_deferred
 
 log = logging.getLogger(__name__)
@@ -92,15 +92,29 @@ class UnreadableBlockError(IOError):
 
 def write_batches(path: str, values: Iterable, batch_size: int = _BATCH) -> int:
     """Pickle values in batches to path (atomically: a temp file renamed); its size."""
+    size, f = written_batches(path, values, batch_size)
+    f.close()
+    return size
+
+
+def written_batches(path: str, values: Iterable, batch_size: int = _BATCH
+                    ) -> tuple[int, BinaryIO]:
+    """write_batches, and the file it wrote, open at its start: a task that reads back the
+    block it wrote reads it whatever becomes of the name (an unpersist may delete it the
+    moment it is in place)."""
     tmp = f"{path}.tmp{os.getpid()}"
+    f = created(tmp, lambda p: open(p, "w+b"))
     try:
-        with open_created(tmp) as f:
-            dump_batches(f, values, batch_size)
+        dump_batches(f, values, batch_size)
+        f.flush()
         os.replace(tmp, path)
     except BaseException:
+        f.close()
         unlink_quietly(tmp)
         raise
-    return os.path.getsize(path)
+    size = f.tell()
+    f.seek(0)
+    return size, f
 
 
 def dump_batches(f: Any, values: Iterable, batch_size: int = _BATCH) -> None:
@@ -238,9 +252,9 @@ class BlockManager:
             self.updates.append((name, "no_disk_copy", 0, 0))
         computed = rdd.compute(split, ctx)
         if not level.useMemory:
-            size = write_batches(path, computed)
+            size, f = written_batches(path, computed)
             self.updates.append((name, "disk", 0, size))
-            return read_batches(path)
+            return self._disk_values(name, path, f)
         values = computed if isinstance(computed, list) else list(computed)
         if not self._put_memory(name, values, level) and level.useDisk:
             size = write_batches(path, values)
