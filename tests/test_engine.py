@@ -666,6 +666,24 @@ def test_partitions_cached_in_a_killed_task_process_are_computed_again_the_rest_
     data.unpersist()
 
 
+
+@pytest.mark.parametrize("master", ["local[2]", "local-cluster[1,2,1024]"])
+def test_a_local_checkpoint_outlives_the_task_processes_that_made_it(fresh_sc, master):
+    """A local checkpoint cuts the RDD's lineage, so its blocks cannot be computed again.
+    Spark keeps them in the executor, which a Python worker's crash leaves alone; Ember
+    kept them only in the task process that computed them, and once that process was
+    killed (the OOM killer, say) every later job on the RDD failed with "Checkpoint block
+    not found". A local checkpoint's blocks now have a disk copy as well."""
+    sc = fresh_sc(master)
+    data = sc.parallelize(range(100), 4).map(lambda x: (x, random.random()))
+    data.localCheckpoint()
+    first = data.collect()
+    assert data.isCheckpointed()
+    for pid in set(data.mapPartitions(lambda it: [os.getpid()]).collect()):
+        psutil.Process(pid).kill()
+    time.sleep(0.5)
+    assert data.collect() == first          # the same values: read, not computed again
+
 def test_an_ember_directory_in_the_working_directory_does_not_shadow_ember(tmp_path):
     """Processes the driver starts (task processes' fork server, the UI process) run in the
     user's working directory; one holding a directory named `ember` must not replace the

@@ -256,8 +256,14 @@ class BlockManager:
             self.updates.append((name, "disk", 0, size))
             return self._disk_values(name, path, f)
         values = computed if isinstance(computed, list) else list(computed)
-        if not self._put_memory(name, values, level) and level.useDisk:
-            size = write_batches(path, values)
+        disk_size = 0
+        if getattr(rdd, "_local_checkpointed", False) and level.useDisk:
+            # on disk as well: Spark keeps a local checkpoint in its executor, which a
+            # Python worker's crash leaves alone, and its lineage is cut, so a copy in this
+            # process alone would die with it and fail every later job reading it
+            disk_size = write_batches(path, values)
+        if not self._put_memory(name, values, level, disk_size) and level.useDisk:
+            size = disk_size or write_batches(path, values)
             self.updates.append((name, "disk", 0, size))
         return iter(values)
 
