@@ -183,6 +183,7 @@ class BlockManager:
         # fetch_from_sibling(task id, block) -> path of a copy another task process of this
         # executor wrote, or None (the task process sets it: its line to the pool)
         self.fetch_from_sibling: Any = None
+        self._copies = 0            # copies written for siblings (see export_for_sibling)
 
     def _disk_path(self, name: str) -> str:
         return os.path.join(self.block_dir, name)
@@ -293,7 +294,11 @@ class BlockManager:
         hit = self.memory.get(name)
         if hit is None:
             return None
-        path = f"{self._disk_path(name)}{_copy_tag(task_id)}{os.getpid()}"
+        # and for this request: a task whose process died is run again under the same id
+        # by the process that replaces it, and asks again, while the pool may still delete
+        # the first copy (late, not needed); a second copy by that name went with it
+        self._copies += 1
+        path = f"{self._disk_path(name)}{_copy_tag(task_id)}{os.getpid()}-{self._copies}"
         write_batches(path, hit[0])
         return path
 
