@@ -356,7 +356,6 @@ def test_stop_leaves_no_processes_behind(fresh_sc):
     assert not os.path.exists(sc.runtime.local_dir)
 
 
-
 def test_stop_ends_a_task_process_still_sending_a_result(fresh_sc, monkeypatch):
     """A task that ignores its kill can end after its job failed and the context began to
     stop, and send a result larger than the socket holds. Nobody reads it any more: the
@@ -383,6 +382,7 @@ def test_stop_ends_a_task_process_still_sending_a_result(fresh_sc, monkeypatch):
         sc.parallelize(range(2), 2).mapPartitionsWithIndex(part).collect()
     sc.stop()
     assert left == []
+
 
 def test_bad_inputs_leave_the_context_usable(sc, tmp_path):
     with pytest.raises(Exception, match="Input path does not exist"):
@@ -542,7 +542,6 @@ def test_a_local_checkpoint_spread_unevenly_is_copied_not_lost(fresh_sc):
         assert data.map(lambda x: x).sum() == 3 * sum(range(800))
 
 
-
 @pytest.mark.parametrize("master", ["local[2]", "local-cluster[1,1,1024]"])
 @pytest.mark.parametrize("waits", ["writing", "reading"])
 def test_an_unpersist_while_a_task_uses_the_block_leaves_the_task_alone(fresh_sc, master,
@@ -591,6 +590,7 @@ def test_an_unpersist_while_a_task_uses_the_block_leaves_the_task_alone(fresh_sc
     thread.join(30)
     assert out == {"sum": 45}
     assert sc.parallelize(range(10), 2).sum() == 45
+
 
 def test_an_uneven_cache_evens_out_by_copies_from_the_holding_process(fresh_sc):
     """The first job caches partition 0 in one task process (a slow partition keeps it
@@ -666,7 +666,6 @@ def test_partitions_cached_in_a_killed_task_process_are_computed_again_the_rest_
     data.unpersist()
 
 
-
 @pytest.mark.parametrize("master", ["local[2]", "local-cluster[1,2,1024]"])
 def test_a_local_checkpoint_outlives_the_task_processes_that_made_it(fresh_sc, master):
     """A local checkpoint cuts the RDD's lineage, so its blocks cannot be computed again.
@@ -683,6 +682,7 @@ def test_a_local_checkpoint_outlives_the_task_processes_that_made_it(fresh_sc, m
         psutil.Process(pid).kill()
     time.sleep(0.5)
     assert data.collect() == first          # the same values: read, not computed again
+
 
 def test_an_ember_directory_in_the_working_directory_does_not_shadow_ember(tmp_path):
     """Processes the driver starts (task processes' fork server, the UI process) run in the
