@@ -332,6 +332,67 @@ def test_a_hand_back_leaves_the_tasks_the_process_has_reached(pool) -> None:
     assert pool.free_slots() == [0]
 
 
+@pytest.mark.parametrize("pool", [0.05], indirect=True)
+def test_a_task_reached_while_the_pool_hands_back_is_kept(pool, monkeypatch) -> None:
+    """The process reaches task 2 after the pool's first look and before task 2 is listed
+    killed (it passed its kill check first): the pool's second look keeps task 2 and takes
+    its entry back, and hands back task 3 only; task 2 runs and ends once. On a loaded
+    host this moment let a running long task be killed and run again."""
+    from ember.errors import TASK_HANDED_BACK
+    from ember.executor.process_pool import _KILL_ID, REACHED_AT
+    real = pool._list_killed
+
+    def list_killed(slot, tid: int) -> int:
+        if tid == 2:        # the process starts task 2 now
+            os.pwrite(slot.kill_fd, _KILL_ID.pack(2), REACHED_AT)
+        return real(slot, tid)
+    monkeypatch.setattr(pool, "_list_killed", list_killed)
+    pool.fake.hold.add(1)
+    for tid in (1, 2, 3):
+        launch(pool, tid)
+    assert pool.fake.started.get(timeout=5) == 1
+    tid, state, data = ended(pool)
+    assert (tid, state, pickle.loads(data)[0]) == (3, "KILLED", TASK_HANDED_BACK)
+    pool.fake.finish(1)
+    assert pool.fake.started.get(timeout=5) == 2      # not listed killed any more
+    pool.fake.finish(2)
+    assert [ended(pool), ended(pool)] == [(1, "FINISHED", b"result 1"),
+                                          (2, "FINISHED", b"result 2")]
+    time.sleep(0.1)
+    assert pool.fake.started.empty() and pool.ends.empty()
+
+
+@pytest.mark.parametrize("pool", [0.05], indirect=True)
+def test_a_task_handed_back_and_reached_does_not_hand_back_those_before_it(pool) -> None:
+    """Task 1's and task 2's ends are held while the process goes on to task 3, handed
+    back already, which it reaches only to end unstarted (its end held too). The pool,
+    still counting task 1 running and task 2 waiting, looks again: the process names task 3
+    as reached, which is not waiting any more, so task 2 was handed back as well and ran
+    twice. A task handed back and reached means every one written before it was reached."""
+    from ember.errors import TASK_HANDED_BACK
+    pool.fake.hold.update({1, 2, 3})
+    for tid in (1, 2, 3):
+        launch(pool, tid)
+    launch(pool, 4, size=SEND_AHEAD_BYTES)      # held in the pool, not written
+    assert pool.fake.started.get(timeout=5) == 1
+    pool.fake.finish(1)
+    assert pool.fake.started.get(timeout=5) == 2
+    back = [ended(pool), ended(pool)]
+    assert [(tid, state, pickle.loads(data)[0]) for tid, state, data in back] == \
+        [(3, "KILLED", TASK_HANDED_BACK), (4, "KILLED", TASK_HANDED_BACK)]
+    pool.fake.finish(2)                 # the process reaches task 3, ends it unstarted
+    time.sleep(0.2)                     # four times the hand-back time: task 2 stays
+    assert pool.ends.empty()
+    launch(pool, 5)
+    assert pool.fake.started.get(timeout=5) == 5
+    pool.fake.finish(5)
+    assert [ended(pool) for _ in range(3)] == [(1, "FINISHED", b"result 1"),
+                                               (2, "FINISHED", b"result 2"),
+                                               (5, "FINISHED", b"result 5")]
+    time.sleep(0.1)
+    assert pool.fake.started.empty() and pool.ends.empty()
+
+
 def test_a_dying_process_hands_the_waiting_task_to_its_replacement(pool) -> None:
     launch(pool, 1)
     launch(pool, 2)

@@ -71,12 +71,13 @@ FAULT_REPORT_CHARS = 64 << 10
 
 class _Waiting:
     """A launch waiting behind its slot's running task."""
-    __slots__ = ("launch", "size", "sent")
+    __slots__ = ("launch", "size", "sent", "seq")
 
     def __init__(self, launch: tuple) -> None:
         self.launch = launch          # (tid, stage key, blob, meta, task bytes)
         self.size = 0                 # bytes it takes in the process's socket, once sent
         self.sent = False             # already written to the process
+        self.seq = 0                  # its place among the tasks written ahead, once sent
 
     @property
     def tid(self) -> int:
@@ -86,7 +87,7 @@ class _Waiting:
 class _Slot:
     __slots__ = ("index", "sock", "buf", "tid", "since", "waiting", "abandoned", "seen",
                  "forgotten", "kills", "kill_count", "kill_fd", "pid", "started_at",
-                 "quick_deaths", "dead")
+                 "quick_deaths", "dead", "sent_ahead")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -96,8 +97,9 @@ class _Slot:
         self.since = 0.0                           # when `tid` started, as seen from here
         self.waiting: deque[_Waiting] = deque()   # to run when `tid` ends, in order
         # handed back after they were written to the process: their ends are not reported
-        # again; task id -> bytes it takes in the process's socket
-        self.abandoned: dict[int, int] = {}
+        # again (task id -> its launch)
+        self.abandoned: dict[int, _Waiting] = {}
+        self.sent_ahead = 0                        # tasks written ahead so far (their seq)
         self.seen: set = set()
         self.forgotten: list[int] = []     # stages to drop, told with the next task
         self.kills: deque[int] = deque(maxlen=KILL_SLOTS)   # what the kill file lists
@@ -316,7 +318,7 @@ class TaskProcessPool:
         one write."""
         if not slot.waiting or slot.waiting[-1].sent:
             return      # the written ones are a prefix (written in order): none left
-        budget = SEND_AHEAD_BYTES - sum(slot.abandoned.values())
+        budget = SEND_AHEAD_BYTES - sum(w.size for w in slot.abandoned.values())
         msgs: list[tuple] = []
         for w in slot.waiting:
             if not w.sent:      # its closure goes along if the process lacks it so far
@@ -327,7 +329,8 @@ class TaskProcessPool:
             if budget < 0:
                 break
             if not w.sent:
-                w.sent = True
+                w.sent, w.seq = True, slot.sent_ahead
+                slot.sent_ahead += 1
                 msgs += self._task_msgs(slot, *w.launch, queued=True)
         self._write(slot, msgs)
 
@@ -384,13 +387,14 @@ class TaskProcessPool:
         t.daemon = True
         t.start()
 
-    def _list_killed(self, slot: _Slot, tid: int) -> None:
+    def _list_killed(self, slot: _Slot, tid: int) -> int:
         """Under the lock: one aligned 8-byte write per kill, so a reader never sees half
-        an id."""
-        os.pwrite(slot.kill_fd, _KILL_ID.pack(tid),
-                  _KILL_ID.size * (slot.kill_count % KILL_SLOTS))
+        an id; where it went."""
+        at = _KILL_ID.size * (slot.kill_count % KILL_SLOTS)
+        os.pwrite(slot.kill_fd, _KILL_ID.pack(tid), at)
         slot.kill_count += 1
         slot.kills.append(tid)
+        return at
 
     @staticmethod
     def _signal(slot: _Slot) -> None:
@@ -421,31 +425,53 @@ class TaskProcessPool:
     def _hand_back(self, slot: _Slot) -> None:
         """Under the lock: every task waiting behind the one the process last reached ends
         KILLED (TASK_HANDED_BACK) now, for the driver to run elsewhere. Those already
-        written to the process are listed in its kill file, which ends them unstarted (or
-        stops one that started in the moment since the pool looked), and their ends from
-        the process are not reported. Why the pool asks the process: it counts a task
-        running until it reads its end, and a process holds the ends of short tasks while
-        it runs the next ones (task_process.report_now), so the tasks it counts waiting may
-        have run already, or be running; handed back, they would run twice."""
-        reached = _KILL_ID.unpack(os.pread(slot.kill_fd, _KILL_ID.size, REACHED_AT))[0]
-        kept = next((i + 1 for i, w in enumerate(slot.waiting) if w.tid == reached), 0)
-        if kept == len(slot.waiting):
+        written to the process are listed in its kill file, which ends them unstarted, and
+        their ends from the process are not reported. Why the pool asks the process: it
+        counts a task running until it reads its end, and a process holds the ends of short
+        tasks while it runs the next ones (task_process.report_now), so the tasks it counts
+        waiting may have run already, or be running; handed back, they would run twice.
+        The pool looks again after listing them, and keeps a task the process reached in
+        between, its entry taken back: the process says it reached a task before it checks
+        the kill file (task_process._Kills.reached), so the one task it could have started
+        unseen by the first look is seen by the second."""
+        waiting = list(slot.waiting)
+        kept = self._reached_in(slot, waiting)
+        if kept == len(waiting):
             return
-        back = list(slot.waiting)[kept:]
-        written = False
-        for w in back:
+        listed: dict[int, int] = {}     # task id -> its kill file entry
+        for w in waiting[kept:]:
             if w.sent:
-                slot.abandoned[w.tid] = w.size
-                self._list_killed(slot, w.tid)
-                written = True
+                listed[w.tid] = self._list_killed(slot, w.tid)
+        keep = max(kept, self._reached_in(slot, waiting))
+        for w in waiting[kept:keep]:        # started since the first look: running, kept
+            if w.tid in listed:
+                os.pwrite(slot.kill_fd, _KILL_ID.pack(-1), listed.pop(w.tid))
+                slot.kills.remove(w.tid)
+        back = waiting[keep:]
+        for w in back:
+            if w.tid in listed:
+                slot.abandoned[w.tid] = w
             self.loop.post(self._end_without_result, slot, w.tid, "KILLED", TASK_HANDED_BACK)
-        log.info("Handed back %d task(s) waiting behind task %d; no task has ended here "
-                 "for %.0f ms", len(back), reached if kept else slot.tid,
-                 (time.monotonic() - slot.since) * 1000)
-        for _ in back:
             slot.waiting.pop()
-        if written:
+        if back:
+            log.info("Handed back %d task(s) waiting behind task %d; no task has ended here "
+                     "for %.0f ms", len(back), waiting[keep - 1].tid if keep else slot.tid,
+                     (time.monotonic() - slot.since) * 1000)
+        if listed:
             self._signal(slot)
+
+    @staticmethod
+    def _reached_in(slot: _Slot, waiting: list[_Waiting]) -> int:
+        """How many of the waiting tasks the process has reached: up to the one its kill
+        file's last entry names; those written before it when that is one handed back
+        earlier (which it reached to end unstarted: the tasks it passed on the way, run
+        since, their ends held, must not be handed back and run again); else none."""
+        reached = _KILL_ID.unpack(os.pread(slot.kill_fd, _KILL_ID.size, REACHED_AT))[0]
+        at = next((i + 1 for i, w in enumerate(waiting) if w.tid == reached), 0)
+        handed = slot.abandoned.get(reached)
+        if at or handed is None:
+            return at
+        return sum(1 for w in waiting if w.sent and w.seq < handed.seq)
 
     def _force_kill(self, index: int, tid: int) -> None:
         with self._lock:

@@ -126,7 +126,9 @@ class _Kills:
 
     def reached(self, tid: int) -> None:
         """The task is about to run (or end unstarted) here: the pool hands back only the
-        tasks behind it."""
+        tasks behind it. Said before the task's kill check, while the pool lists the tasks
+        it hands back before it looks here: of two sides that each write, then read what
+        the other wrote, one sees the other, so a task runs or is handed back, not both."""
         if self._map is not None:
             _KILL_ID.pack_into(self._map, self._reached_at, tid)
 
