@@ -342,6 +342,10 @@ _entry("spark.storage.decommission.shuffleBlocks.enabled", True, BOOL,
 _entry("spark.storage.decommission.rddBlocks.enabled", True, BOOL,
        "Migrate cached RDD blocks when decommissioning (needs storage decommission).",
        by=(DRIVER, EXECUTOR))
+_entry("spark.storage.decommission.maxReplicationFailuresPerBlock", 3, INT,
+       "Failed uploads of one block (to peers that accept blocks) before a decommissioning "
+       "executor gives it up; it is then recomputed where it is needed.",
+       by=(DRIVER, EXECUTOR))
 
 _entry("spark.ember.executor.driverLease", 120.0, SECONDS,
        "Ember only (fencing): an executor whose driver has not answered its heartbeat for "

@@ -2,6 +2,7 @@
 shuffle services, graceful decommission (real master, worker, driver, executor processes)."""
 from __future__ import annotations
 
+import glob
 import json
 import operator
 import os
@@ -13,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from ember import SparkConf
+from ember import SparkConf, TaskContext
 from ember.deploy.local_cluster import LocalCluster, _env
 
 
@@ -263,7 +264,8 @@ class StageAttempts:
             self.attempts.append((event.stage_info.stage_id, event.stage_info.attempt_id))
 
 
-def test_decommissioned_worker_migrates_shuffle_and_cache_mid_job(elastic_cluster, fresh_sc):
+def test_decommissioned_worker_migrates_shuffle_and_cache_mid_job(elastic_cluster, fresh_sc,
+                                                                  tmp_path):
     conf = (SparkConf().set("spark.executor.cores", "1").set("spark.executor.memory", "512m")
             .set("spark.cores.max", "4").set("spark.decommission.enabled", "true")
             .set("spark.storage.decommission.enabled", "true")
@@ -280,8 +282,12 @@ def test_decommissioned_worker_migrates_shuffle_and_cache_mid_job(elastic_cluste
         map_runs.add(1)
         return ((x % 400, x) for x in it)      # > INLINE_BYTES per map: shuffle files
 
+    computed = tmp_path / "computed"
+
     def cached(it):
         cache_runs.add(1)
+        with open(computed, "a") as f:      # where: the executor's directory
+            f.write(f"partition {TaskContext.get().partitionId()} in {os.getcwd()}\n")
         return list(it)
 
     data = (sc.parallelize(range(4000), 8).mapPartitions(mapper)
@@ -304,9 +310,21 @@ def test_decommissioned_worker_migrates_shuffle_and_cache_mid_job(elastic_cluste
     wait_until(lambda: len(backend.executors) == 2, 60, "the drained executors to exit")
     assert data.map(lambda kv: kv[1]).sum() == expected
     assert map_runs.value == 8, "no map output was recomputed"
-    assert cache_runs.value == 8, "migrated cached blocks were read, not recomputed"
+    assert cache_runs.value == 8, ("migrated cached blocks were read, not recomputed\n"
+                                   + computed.read_text() + migration_log(elastic_cluster, sc))
     assert all(attempt == 0 for _, attempt in stages.attempts), stages.attempts
     assert len(set(backend.executors) & before) == 2
+
+
+def migration_log(cluster, sc) -> str:
+    """What the application's executors logged of their decommissioning."""
+    lines = []
+    for path in sorted(glob.glob(os.path.join(cluster.workdir, "work-*", sc.applicationId,
+                                              "*", "stderr"))):
+        with open(path, errors="replace") as f:
+            lines += [f"{path}: {line}" for line in f if "ecommission" in line
+                      or "igrat" in line]
+    return "".join(lines)
 
 
 def test_decommission_worker_cli_drains_a_worker_daemon(elastic_cluster, tmp_path, monkeypatch,

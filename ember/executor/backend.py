@@ -36,7 +36,8 @@ from ember.deploy.resource_messages import (DEFAULT_RESOURCE_PROFILE_ID, Resourc
 from ember.deploy.resources import (ResourceError, ResourceRequest, discover_resource,
                                     parse_allocated)
 from ember.executor.batch_scheduling import TASK_POLICY_ENV, batch_threads, task_policy
-from ember.executor.decommission import (migrate_blocks, migrated_block_path,
+from ember.executor.decommission import (BlockSavedOnDecommissionedBlockManagerException,
+                                         migrate_blocks, migrated_block_path,
                                          store_migrated_chunk)
 from ember.executor.process_pool import TaskProcessPool, raw_end_without_result
 from ember.executor.pyspark_memory import pyspark_worker_memory_mb
@@ -95,6 +96,8 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
         self.exited = threading.Event()
         self.exit_code = 0
         self.decommissioning = False
+        self._arriving = threading.Condition()   # counts migrated blocks being written here
+        self._blocks_arriving = 0
         self.lease = MasterLease(float(config.read(spark_conf,
                                                    "spark.ember.executor.driverLease")))
 
@@ -231,16 +234,21 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
 
     # --- graceful decommission ----------------------------------------------------------
     def _decommission(self) -> None:
-        """Off the loop: wait for running tasks, migrate blocks (Spark's
-        BlockManagerDecommissioner), then exit 0."""
+        """Off the loop: wait for running tasks and for blocks other executors are migrating
+        here (refused from now on), migrate blocks (Spark's BlockManagerDecommissioner),
+        then exit 0."""
         while self.task_slots and not self.exited.is_set():
             time.sleep(0.05)
+        with self._arriving:
+            self._arriving.wait_for(lambda: not self._blocks_arriving, 120.0)
         conf = self.conf
         if config.read(conf, "spark.storage.decommission.enabled"):
             try:
                 migrate_blocks(
                     self, config.read(conf, "spark.storage.decommission.shuffleBlocks.enabled"),
-                    config.read(conf, "spark.storage.decommission.rddBlocks.enabled"))
+                    config.read(conf, "spark.storage.decommission.rddBlocks.enabled"),
+                    config.read(conf,
+                                "spark.storage.decommission.maxReplicationFailuresPerBlock"))
             except Exception as e:   # what did not move is recomputed: log, still exit
                 log.error("Block migration of executor %s failed: %s", self.executor_id, e)
         self.exit(0, "Executor decommission: finished, exiting")
@@ -262,6 +270,8 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
         return f"{addr.host}:{addr.port}", ENDPOINT_NAME
 
     def _receive_migrated_block(self, msg: PutMigratedBlock, context: RpcCallContext) -> None:
+        """A chunk of a block a decommissioning executor moves here. Refused once this one
+        drains too: it has listed, or is about to list, the blocks it migrates itself."""
         try:
             path = migrated_block_path(self.work_dir, msg.blockId)
         except ValueError as e:
@@ -269,11 +279,24 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
             return
 
         def write() -> None:
+            with self._arriving:
+                refused = self.decommissioning
+                if not refused:
+                    self._blocks_arriving += 1
+            if refused:
+                self.rpc_env.call_soon(context.send_failure,
+                                       BlockSavedOnDecommissionedBlockManagerException(
+                                           msg.blockId))
+                return
             try:
                 reply = store_migrated_chunk(self, path, msg)
             except Exception as e:
                 self.rpc_env.call_soon(context.send_failure, e)
                 return
+            finally:
+                with self._arriving:
+                    self._blocks_arriving -= 1
+                    self._arriving.notify_all()
             self.rpc_env.call_soon(context.reply, reply)
         self.rpc_env.run_in_executor(write)
 

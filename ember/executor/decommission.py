@@ -12,6 +12,13 @@ every map output in that file in the tracker (Spark's updateMapOutput) or adds t
 block's new location. So by the time this executor exits, every migrated output already has
 its new home and nothing is recomputed. Outputs small enough to travel inside their
 MapStatus have no file and need no migration.
+
+A peer may start draining itself after it was named (the driver decommissions executors one
+by one): it refuses blocks from then on (BlockSavedOnDecommissionedBlockManagerException,
+Spark's name), since it has listed what it will migrate and a block landing later would be
+lost with it. The block goes to the next peer, and a refusing or failing peer gets no more
+blocks; other failures count, up to spark.storage.decommission.maxReplicationFailuresPerBlock
+a block, as Spark's decommissioner. When no peer is left, the driver is asked again.
 """
 from __future__ import annotations
 
@@ -22,6 +29,7 @@ import time
 from typing import Any
 
 from ember.deploy.executor_messages import GetPeers, PutMigratedBlock, UpdateBlockInfo
+from ember.errors import SparkException
 from ember.rpc import RpcAddress
 from ember.shuffle.writer import OUTPUT_FILE
 
@@ -31,6 +39,13 @@ CHUNK = 4 << 20
 _TIMEOUT = 120.0
 PEER_WAIT = 30.0
 _BLOCK = re.compile(rf"({OUTPUT_FILE.pattern}|rdd_\d+_\d+)")
+
+
+class BlockSavedOnDecommissionedBlockManagerException(SparkException):
+    """A migrated block offered to an executor that is draining itself."""
+
+    def __init__(self, block_id: str) -> None:
+        super().__init__(f"Block {block_id} cannot be saved on decommissioned executor")
 
 
 def migrated_block_path(work_dir: str, block_id: str) -> str:
@@ -66,11 +81,14 @@ def store_migrated_chunk(backend: Any, path: str, msg: PutMigratedBlock) -> bool
 
 
 def _peers(backend: Any) -> list[Any]:
+    """Endpoint refs of the executors the driver names as peers (waiting up to PEER_WAIT
+    for one)."""
     deadline = time.monotonic() + PEER_WAIT
     while True:
         peers = backend.driver.ask_sync(GetPeers(backend.executor_id), _TIMEOUT)
         if peers or time.monotonic() >= deadline:
-            return list(peers)
+            return [backend.rpc_env.endpoint_ref(RpcAddress(p.host, p.port), "Executor")
+                    for p in peers]
         time.sleep(0.5)
 
 
@@ -91,29 +109,59 @@ def blocks_to_migrate(backend: Any, shuffle: bool, rdd: bool) -> list[tuple[str,
     return out
 
 
-def migrate_blocks(backend: Any, shuffle: bool, rdd: bool) -> None:
+def migrate_blocks(backend: Any, shuffle: bool, rdd: bool, max_failures: int = 3) -> None:
     blocks = blocks_to_migrate(backend, shuffle, rdd)
     if not blocks:
         return
     peers = _peers(backend)
-    if not peers:
-        log.warning("No peer to migrate %d blocks of executor %s to; they will be "
-                    "recomputed", len(blocks), backend.executor_id)
-        return
     started = time.monotonic()
     moved = 0
     total = 0
-    refs = [backend.rpc_env.endpoint_ref(RpcAddress(p.host, p.port), "Executor")
-            for p in peers]
     for i, (block_id, path) in enumerate(blocks):
-        ref = refs[i % len(refs)]
-        try:
-            total += _upload(ref, block_id, path)
+        size = _upload_somewhere(backend, peers, i, block_id, path, max_failures) \
+            if peers else None
+        if size is not None:
+            total += size
             moved += 1
-        except Exception as e:
-            log.warning("Failed to migrate block %s to %s: %s", block_id, ref.address, e)
+        elif not peers:
+            log.warning("No peer to migrate %d blocks of executor %s to; they will be "
+                        "recomputed", len(blocks) - i, backend.executor_id)
+            return
     log.info("Migrated %d of %d blocks (%d bytes) of executor %s in %.2f s", moved,
              len(blocks), total, backend.executor_id, time.monotonic() - started)
+
+
+def _upload_somewhere(backend: Any, peers: list[Any], turn: int, block_id: str, path: str,
+                      max_failures: int) -> int | None:
+    """Upload the block to a peer, round robin from `turn`; its size, or None once it failed
+    max_failures times or no peer is left. A peer that refuses or fails leaves `peers`;
+    when none is left the driver is asked once for peers again."""
+    failures = 0
+    asked_again = False
+    while failures < max(1, max_failures):
+        if not peers:
+            if asked_again:
+                return None
+            asked_again = True
+            peers.extend(_peers(backend))
+            continue
+        ref = peers[turn % len(peers)]
+        try:
+            return _upload(ref, block_id, path)
+        except Exception as e:
+            if not os.path.exists(path):     # deleted meanwhile (its RDD unpersisted)
+                log.info("Skipping block %s: deleted", block_id)
+                return None
+            peers.remove(ref)
+            if getattr(e, "remote_type", None) == \
+                    BlockSavedOnDecommissionedBlockManagerException.__name__:
+                log.info("Executor at %s is decommissioned too; migrating %s elsewhere",
+                         ref.address, block_id)
+                continue
+            failures += 1
+            log.warning("Failed to migrate block %s to %s (%d / %d): %s", block_id,
+                        ref.address, failures, max_failures, e)
+    return None
 
 
 def _upload(ref: Any, block_id: str, path: str) -> int:
