@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import glob
 import json
+import logging
 import operator
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -265,7 +267,7 @@ class StageAttempts:
 
 
 def test_decommissioned_worker_migrates_shuffle_and_cache_mid_job(elastic_cluster, fresh_sc,
-                                                                  tmp_path):
+                                                                  tmp_path, caplog):
     conf = (SparkConf().set("spark.executor.cores", "1").set("spark.executor.memory", "512m")
             .set("spark.cores.max", "4").set("spark.decommission.enabled", "true")
             .set("spark.storage.decommission.enabled", "true")
@@ -314,6 +316,15 @@ def test_decommissioned_worker_migrates_shuffle_and_cache_mid_job(elastic_cluste
                                    + computed.read_text() + migration_log(elastic_cluster, sc))
     assert all(attempt == 0 for _, attempt in stages.attempts), stages.attempts
     assert len(set(backend.executors) & before) == 2
+    # a master's report of a drained executor's exit, after it went, is no error (this
+    # master sends none once it decommissioned the worker; dynamic allocation's drains get one)
+    gone = before - set(backend.executors)
+    for eid in gone:
+        backend.executor_removed(eid, "EXITED: Command exited with code 0", 0, None)
+    handled = threading.Event()
+    backend.loop.post(handled.set)                 # after the reports, on the same loop
+    assert handled.wait(10)
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 def migration_log(cluster, sc) -> str:

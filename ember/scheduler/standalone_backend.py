@@ -222,6 +222,9 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         # executor -> host: gone (disconnected, or exited saying why) before the master's
         # report of it arrives
         self._disassociated: dict[str, str] = {}
+        # executors removed as we asked (drained, released): the master's report of their
+        # exit, which comes after, is no error
+        self._let_go: set[str] = set()
         self._io_key: str | None = None
         self._revive_pending = False      # an offer round is queued on the loop
         self._forget_flush: Any = None    # the timer sending RemoveStage not sent yet
@@ -439,6 +442,10 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             self._allocation.executor_removed(exec_id)
         if data is None:
             earlier = self._disassociated.pop(exec_id, None)
+            if exec_id in self._let_go:     # the master's report of an exit we asked for
+                self._let_go.discard(exec_id)
+                log.info("Executor %s removed: %s", exec_id, reason)
+                return
             if earlier is not None and reason:
                 # the connection dropped before the master's report: its reason is the real
                 # one (e.g. the worker killed the executor for exceeding its memory limit)
@@ -450,6 +457,9 @@ class StandaloneSchedulerBackend(SchedulerBackend):
             return
         with self._registered:
             self.total_cores -= data.cores
+        if (decommissioned is not None or released is not None) and \
+                exec_id in self._disassociated:
+            self._let_go.add(exec_id)
         if decommissioned is not None:
             reason = f"Executor decommission: {decommissioned}"
             log.warning("Removed executor %s on %s: %s", exec_id, data.host, reason)
