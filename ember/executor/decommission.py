@@ -114,6 +114,7 @@ def migrate_blocks(backend: Any, shuffle: bool, rdd: bool, max_failures: int = 3
     if not blocks:
         return
     peers = _peers(backend)
+    max_failures = max(1, max_failures)
     started = time.monotonic()
     moved = 0
     total = 0
@@ -138,7 +139,7 @@ def _upload_somewhere(backend: Any, peers: list[Any], turn: int, block_id: str, 
     when none is left the driver is asked once for peers again."""
     failures = 0
     asked_again = False
-    while failures < max(1, max_failures):
+    while failures < max_failures:
         if not peers:
             if asked_again:
                 return None
