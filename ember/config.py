@@ -114,7 +114,9 @@ PREFIX = ConfType("prefix", str, "a string")
 @dataclass(frozen=True)
 class ConfigEntry:
     """One key. `unsupported` marks a Spark key Ember does not implement whose non-default
-    value a user relies on for safety; `prefix` a family of keys (`spark.executorEnv.*`)."""
+    value a user relies on for safety; `prefix` a family of keys (`spark.executorEnv.*`);
+    `fallback` the key whose value an unset one takes (Spark's fallbackConf: every timeout
+    follows spark.network.timeout unless set itself)."""
     key: str
     default: Any
     type: ConfType
@@ -122,6 +124,7 @@ class ConfigEntry:
     read_by: tuple[str, ...] = ()
     unsupported: bool = False
     prefix: bool = False
+    fallback: str | None = None
 
     def parse_value(self, raw: Any) -> Any:
         """`raw` parsed; ValueError in Spark's words: "<key> should be int, but was 'x'"."""
@@ -133,9 +136,11 @@ class ConfigEntry:
 
     def read(self, conf: Mapping[str, Any] | Any, default: Any = None) -> Any:
         """The typed value in `conf` (a dict or SparkConf), else `default`, else the
-        registry's default."""
+        fallback key's value, else the registry's default."""
         raw = conf.get(self.key, None)
         if raw is None:
+            if default is None and self.fallback is not None:
+                return REGISTRY[self.fallback].read(conf)
             return self.default if default is None else default
         return self.parse_value(raw)
 
@@ -152,11 +157,14 @@ def _section(*read_by: str) -> None:
 
 
 def _entry(key: str, default: Any, conf_type: ConfType, doc: str, *,
-           by: Iterable[str] | None = None, unsupported: bool = False) -> ConfigEntry:
+           by: Iterable[str] | None = None, unsupported: bool = False,
+           fallback: str | None = None) -> ConfigEntry:
     if key in REGISTRY:
         raise ValueError(f"{key} is declared twice")
+    if fallback is not None and fallback not in REGISTRY:
+        raise ValueError(f"{key} falls back to {fallback}, which is not declared before it")
     e = ConfigEntry(key, default, conf_type, doc, tuple(by) if by is not None else _readers,
-                    unsupported)
+                    unsupported, fallback=fallback)
     REGISTRY[key] = e
     return e
 
@@ -267,6 +275,16 @@ _entry("spark.redaction.regex", "(?i)secret|password|token|access[.]?key", STRIN
        "Configuration keys (and values) matching this are redacted in the UI and event log.",
        by=(DRIVER, MASTER, WORKER, HISTORY, SUBMIT))
 _entry("spark.locality.wait", 3.0, SECONDS, "Delay-scheduling wait per locality level.")
+_entry("spark.locality.wait.process", None, SECONDS,
+       "Delay-scheduling wait for a task process that holds the partition's cached block "
+       "(or, on a cluster, its executor) before a task goes to a node-local slot.",
+       fallback="spark.locality.wait")
+_entry("spark.locality.wait.node", None, SECONDS,
+       "Delay-scheduling wait for a node-local slot (the executor or host holding the "
+       "task's input) before it goes anywhere.", fallback="spark.locality.wait")
+_entry("spark.locality.wait.rack", None, SECONDS,
+       "Accepted for Spark's configurations; Ember knows no racks, so there is no "
+       "rack-local level to wait at.", fallback="spark.locality.wait")
 _entry("spark.scheduler.revive.interval", 1.0, SECONDS,
        "How often tasks waiting to launch are offered the free slots again when nothing "
        "else does (a task held back by delay scheduling launches once its wait is over).")
@@ -565,8 +583,23 @@ _entry("spark.ember.scheduler.handBackAfter", 0.05, MILLIS,
 
 # --- networking and RPC ---------------------------------------------------------------------
 _section(*RPC)
-_entry("spark.rpc.askTimeout", 120.0, SECONDS, "Default timeout of an RPC ask.",
+_entry("spark.network.timeout", 120.0, SECONDS,
+       "Default timeout for all network interactions: spark.rpc.askTimeout and "
+       "spark.storage.blockManagerHeartbeatTimeoutMs take it when unset.",
        by=(*RPC, SUBMIT, REST))
+_entry("spark.rpc.askTimeout", None, SECONDS, "Default timeout of an RPC ask.",
+       by=(*RPC, SUBMIT, REST), fallback="spark.network.timeout")
+_entry("spark.executor.heartbeatInterval", 10.0, MILLIS,
+       "How often an executor tells the driver it is alive (less than spark.network.timeout, "
+       "as Spark requires).", by=(DRIVER, EXECUTOR))
+_entry("spark.storage.blockManagerHeartbeatTimeoutMs", None, MILLIS,
+       "The driver removes (and the master replaces) an executor it has not heard a "
+       "heartbeat from for this long: a stopped or hung executor process, whose connection "
+       "stays open, no longer holds its tasks forever.", by=(DRIVER,),
+       fallback="spark.network.timeout")
+_entry("spark.network.timeoutInterval", 60.0, MILLIS,
+       "How often the driver looks for executors whose heartbeats stopped (at most "
+       "spark.network.timeout, as Spark requires).", by=(DRIVER,))
 _entry("spark.rpc.message.maxSize", 128, FLOAT,
        "Largest RPC message, in MiB (at most 2047).")
 _entry("spark.rpc.connect.timeout", 10.0, SECONDS, "Timeout of opening an RPC connection.")
@@ -818,6 +851,8 @@ def check_unsupported(conf: Mapping[str, Any] | Any) -> None:
 
 def _format_default(e: ConfigEntry) -> str:
     d = e.default
+    if e.fallback is not None:
+        return f"(value of {e.fallback})"
     if e.prefix or d is None or d == "":
         return "(none)"
     if isinstance(d, bool):

@@ -220,8 +220,11 @@ class DriverRuntime:
         from ember.errors import IllegalArgumentException
         from ember.scheduler.health_tracker import ExcludeSettings, HealthTracker
         from ember.scheduler.speculation import SpeculationSettings
+        from ember.scheduler.task_set_manager import NODE_LOCAL, PROCESS_LOCAL
+        from ember.scheduler.heartbeat_receiver import HeartbeatSettings
         try:
             exclude = ExcludeSettings.from_conf(conf)
+            self.heartbeat_settings = HeartbeatSettings.from_conf(conf)
         except ValueError as e:
             raise IllegalArgumentException(str(e)) from None
         clock = SystemClock()
@@ -234,7 +237,8 @@ class DriverRuntime:
             max_failures, config.read(conf, "spark.scheduler.mode"),
             conf.get("spark.scheduler.allocation.file"), self.bus, self.block_manager_master,
             config.read(conf, "spark.ember.worker.maxCrashes"),
-            config.read(conf, "spark.locality.wait"),
+            {PROCESS_LOCAL: config.read(conf, "spark.locality.wait.process"),
+             NODE_LOCAL: config.read(conf, "spark.locality.wait.node")},
             config.read(conf, "spark.barrier.sync.timeout"),
             clock, speculation, health_tracker,
             config.read(conf, "spark.driver.maxResultSize"))

@@ -105,7 +105,29 @@ def test_spark_defaults():
                 10.0, "spark.executor.memory": 1024, "spark.task.maxFailures": 4,
                 "spark.history.ui.port": 18080, "spark.shuffle.service.port": 7337,
                 "spark.scheduler.maxRegisteredResourcesWaitingTime": 30.0}
-    assert {k: REGISTRY[k].default for k in expected} == expected
+    assert {k: config.read({}, k) for k in expected} == expected
+
+
+def test_an_unset_key_takes_its_fallbacks_value_as_spark_does():
+    """Spark's fallbackConf: spark.rpc.askTimeout follows spark.network.timeout, each
+    locality level's wait follows spark.locality.wait, unless set itself."""
+    net = {"spark.network.timeout": "7s"}
+    assert config.read(net, "spark.rpc.askTimeout") == 7.0
+    assert config.read({**net, "spark.rpc.askTimeout": "3"}, "spark.rpc.askTimeout") == 3.0
+    assert config.read(net, "spark.storage.blockManagerHeartbeatTimeoutMs") == 7.0
+    assert config.read({"spark.storage.blockManagerHeartbeatTimeoutMs": "1500"},
+                       "spark.storage.blockManagerHeartbeatTimeoutMs") == 1.5
+    waits = {"spark.locality.wait": "1s", "spark.locality.wait.node": "0"}
+    assert [config.read(waits, f"spark.locality.wait.{level}")
+            for level in ("process", "node", "rack")] == [1.0, 0.0, 1.0]
+    assert config.read({}, "spark.locality.wait.process") == 3.0
+    # the RPC layer's ask timeout and the reference page follow it too
+    from ember.rpc.config import RpcConf
+    assert RpcConf.from_conf(net).ask_timeout == 7.0
+    assert "| `spark.rpc.askTimeout` | (value of spark.network.timeout) |" in config.markdown()
+    with pytest.raises(ValueError, match="not declared before it"):
+        config._entry("spark.test.fallsBackToNothing", None, config.SECONDS, "x",
+                      fallback="spark.test.undeclared")
 
 
 # ---------------------------------------------------------------------------------------------

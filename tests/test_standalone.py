@@ -177,6 +177,53 @@ def test_worker_killed_mid_job_job_completes_and_worker_goes_dead(tmp_path):
             sc.stop()
 
 
+def test_a_stopped_executor_is_removed_after_the_network_timeout_and_replaced(tmp_path,
+                                                                              caplog):
+    """Spark's HeartbeatReceiver: an executor process stopped mid-job (SIGSTOP: its
+    connection stays open, it answers nothing) held its tasks until it was continued. Now
+    the driver removes it once spark.network.timeout passes without a heartbeat, its tasks
+    run elsewhere, the master kills it and launches a replacement."""
+    with LocalCluster(str(tmp_path / "c"), workers=2, cores=1,
+                      conf={"spark.ember.worker.executorTerminateTimeout": "1"}) as cluster:
+        sc = _context(cluster, "stopped-executor", spark_network_timeout="3s",
+                      spark_network_timeoutInterval="500ms",
+                      spark_executor_heartbeatInterval="500ms")
+        victim = None
+        try:
+            backend = sc.runtime.scheduler_backend
+            _wait(lambda: len(backend.executors) == 2)
+            first = set(backend.executors)
+
+            def slow(x):
+                time.sleep(0.05)
+                return x
+            import threading
+            result = []
+            job = threading.Thread(target=lambda: result.append(
+                sc.parallelize(range(200), 20).map(slow).sum()))
+            with caplog.at_level("WARNING", logger="ember.scheduler.standalone"):
+                job.start()
+                time.sleep(0.5)
+                victim = next(p for p in _cluster_children(cluster) if _is_executor(p))
+                victim.send_signal(signal.SIGSTOP)
+                job.join(60)
+                assert not job.is_alive() and result == [sum(range(200))]
+                _wait(lambda: len(backend.executors) == 2 and set(backend.executors) != first,
+                      timeout=30)
+            assert any("with no recent heartbeats" in r.getMessage()
+                       and "exceeds timeout 3000 ms" in r.getMessage()
+                       for r in caplog.records)
+            # the master killed it (SIGKILL after the worker's 1 s grace: it cannot run its
+            # SIGTERM handler while stopped)
+            _wait(lambda: not victim.is_running() or victim.status() == psutil.STATUS_ZOMBIE,
+                  timeout=30)
+            assert sc.parallelize(range(10), 4).sum() == 45
+        finally:
+            if victim is not None and victim.is_running():
+                victim.send_signal(signal.SIGCONT)
+            sc.stop()
+
+
 def test_auth_refuses_peers_without_the_secret(tmp_path):
     secret = "s3cr3t-for-tests-long-enough-to-be-accepted"
     conf = {"spark.authenticate": "true", "spark.authenticate.secret": secret}

@@ -147,6 +147,20 @@ def test_the_offer_cap_bounds_the_level_whatever_the_wait():
     assert offer(tsm, "exec1", "host1", max_level=ANY) == (0, ANY)
 
 
+def test_each_level_waits_its_own_spark_locality_wait():
+    """spark.locality.wait.process=0 and .node=WAIT: an offer from another host of the
+    cached block's executor goes on at once to NODE_LOCAL, where it waits the node wait."""
+    in_process = TaskLocation("host1", "exec1", 0)
+    sched = TaskSchedulerImpl(4, locality_wait={PROCESS_LOCAL: 0.0, NODE_LOCAL: WAIT},
+                              clock=ManualClock(1000.0))
+    sched.initialize(RecordingBackend(), RecordingDag())
+    _, tsm = make([[in_process], [TaskLocation("host2")]], sched=sched)
+    assert offer(tsm, "exec3", "host2") == (1, NODE_LOCAL)
+    assert offer(tsm, "exec3", "host2") is None
+    sched.clock.advance(WAIT)
+    assert offer(tsm, "exec3", "host2") == (0, ANY)
+
+
 def test_zero_locality_wait_schedules_anywhere_at_once():
     sched, tsm = make([[TaskLocation("host1", "exec1", 0)]], locality_wait=0.0)
     assert offer(tsm, "exec2", "host2") == (0, ANY)

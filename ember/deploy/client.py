@@ -113,7 +113,7 @@ class RpcGateway:
         self.url = master
         rpc_conf = {k: v for k, v in conf.items()
                     if k.startswith(("spark.authenticate", "spark.rpc.", "spark.port.",
-                                     "spark.network.crypto.", "spark.ember.rpc.",
+                                     "spark.network.", "spark.ember.rpc.",
                                      "spark.ember.network."))}
         rpc_conf.setdefault("spark.rpc.askTimeout", "10s")   # ClientApp's default
         self.env = RpcEnv.create("driverClient", "127.0.0.1", 0, rpc_conf, client_mode=True)

@@ -130,7 +130,8 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
             log.info("Successfully registered with driver")
             self.rpc_env.run_in_executor(self._start_pool_or_exit)
             self.lease.renew(time.monotonic())
-            every = min(10.0, self.lease.lease_s / 4.0)   # Spark's heartbeatInterval: 10 s
+            every = min(config.read(self.conf, "spark.executor.heartbeatInterval"),
+                        self.lease.lease_s / 4.0)
             self.rpc_env.schedule_periodic(every, every, self._heartbeat)
         elif isinstance(msg, RegisterExecutorFailed):
             self.exit(1, f"Slave registration failed: {msg.message}")
@@ -339,7 +340,7 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
                     "max_bytes_in_flight": config.read(conf, "spark.reducer.maxSizeInFlight") << 20,
                     "max_reqs_in_flight": config.read(conf, "spark.reducer.maxReqsInFlight"),
                     "rpc_conf": {k: v for k, v in conf.items() if k.startswith(
-                        ("spark.authenticate", "spark.rpc.", "spark.network.crypto."))},
+                        ("spark.authenticate", "spark.rpc.", "spark.network."))},
                     "fs_conf": fs.hadoop_conf(conf)}
         extra = {k[len("spark.executorEnv."):]: v for k, v in conf.items()
                  if k.startswith("spark.executorEnv.")}

@@ -33,6 +33,7 @@ from ember.deploy.messages import (DEFAULT_RESOURCE_PROFILE_ID, ApplicationDescr
                                    StatusUpdate, StatusUpdates, StopExecutor, TaskProcessLost)
 from ember.rpc import RpcAddress, RpcCallContext, RpcEndpoint, RpcEnv, UnsupportedMessageError
 from ember.scheduler.backend import SchedulerBackend, WorkerOffer
+from ember.scheduler.heartbeat_receiver import HeartbeatReceiver
 from ember.scheduler.slot_queues import SlotQueues, queue_depth
 from ember.util.event_loop import RpcLoop
 from ember.scheduler.executor_allocation import (SCHEDULE_INTERVAL, AllocationSettings,
@@ -82,8 +83,11 @@ class DriverEndpoint(RpcEndpoint):
                 self._channels[msg.executorId] = context.sender.channel_id
         elif isinstance(msg, ExecutorHeartbeat):
             # the driver lease is renewed only on the executor's own registered connection
-            context.reply(msg.executorId in b.executors
-                          and self.speaks_for(msg.executorId, context.sender))
+            known = msg.executorId in b.executors and self.speaks_for(msg.executorId,
+                                                                     context.sender)
+            if known:
+                b.heartbeats.heartbeat(msg.executorId, time.monotonic())
+            context.reply(known)
         elif isinstance(msg, RetrieveSparkAppConfig):
             context.reply(SparkAppConfig(sorted(b.app_conf().items()),
                                          resourceProfile=b.profile_message(msg.resourceProfileId)))
@@ -209,7 +213,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         port = config.read(self.conf, "spark.driver.port")
         rpc_conf = {k: v for k, v in self.conf.getAll()
                     if k.startswith(("spark.authenticate", "spark.rpc.", "spark.port.",
-                                     "spark.network.crypto.", "spark.ember.rpc.",
+                                     "spark.network.", "spark.ember.rpc.",
                                      "spark.ember.network."))}
         self.rpc_env = RpcEnv.create("sparkDriver", bind, port, rpc_conf, advertise=host)
         self.loop = RpcLoop(self.rpc_env)
@@ -229,6 +233,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self._revive_pending = False      # an offer round is queued on the loop
         self._forget_flush: Any = None    # the timer sending RemoveStage not sent yet
         self._queue_depth = queue_depth(self.conf, cluster=True)
+        self.heartbeats = HeartbeatReceiver(runtime.heartbeat_settings, time.monotonic())
 
     # --- configuration shared with executors --------------------------------------------
     def app_conf(self) -> dict[str, str]:
@@ -298,6 +303,8 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         if self._allocation is not None:
             self.rpc_env.schedule_periodic(SCHEDULE_INTERVAL, SCHEDULE_INTERVAL,
                                            self._allocation_tick)
+        check = self.heartbeats.settings.check_interval_s
+        self.rpc_env.schedule_periodic(check, check, self._expire_dead_executors)
         starvation = config.read(self.conf, "spark.starvation.timeout")
         self._starvation = self.rpc_env.schedule_periodic(starvation, starvation,
                                                           self._warn_if_starved)
@@ -414,6 +421,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
                             rp_id=msg.resourceProfileId,
                             idle_since=time.monotonic(), slots=SlotQueues(self._queue_depth))
         self.executors[eid] = data
+        self.heartbeats.executor_added(eid, time.monotonic())
         with self._registered:
             self.total_cores += msg.cores
             self._registered.notify_all()
@@ -436,6 +444,7 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         """`worker_host`: set when the executor went with its worker (its host's shuffle
         files, external shuffle service included, are gone too)."""
         data = self.executors.pop(exec_id, None)
+        self.heartbeats.executor_removed(exec_id)
         released = self._releasing.pop(exec_id, None)
         decommissioned = self._decommissioning.pop(exec_id, None)
         if self._allocation is not None:
@@ -471,6 +480,20 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         self.runtime.bus.post(ExecutorRemoved(exec_id, reason))
         self.scheduler.executor_lost(exec_id, reason, caused_by_app, worker_host)
         self.revive_offers()
+
+    def _expire_dead_executors(self) -> None:
+        """Spark's expireDeadHosts: an executor silent past the timeout is killed (the
+        master replaces it) and removed at once, so its tasks run elsewhere."""
+        timeout_ms = round(self.heartbeats.settings.timeout_s * 1000)
+        for exec_id, silent in self.heartbeats.expire(time.monotonic()):
+            if exec_id not in self.executors:
+                continue
+            silent_ms = round(silent * 1000)
+            log.warning("Removing executor %s with no recent heartbeats: %d ms exceeds "
+                        "timeout %d ms", exec_id, silent_ms, timeout_ms)
+            self.kill_executors([exec_id])   # the master drops it from the app: no report
+            self.remove_executor(exec_id, f"Executor heartbeat timed out after {silent_ms} ms",
+                                 True)
 
     def executor_exiting(self, exec_id: str, reason: str) -> None:
         """The executor's RemoveExecutor (Spark's exitExecutor): it says why it goes; the

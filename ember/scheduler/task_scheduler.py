@@ -22,7 +22,7 @@ from ember.scheduler.resource_profiles import ExecutorResources, TaskRequirement
 from ember.scheduler.speculation import SpeculationSettings
 from ember.scheduler.task import (ExceptionFailure, ExecutorLostFailure, FetchFailed,
                                   TaskDescription, TaskKilled, TaskProcessCrashed, TaskSet)
-from ember.scheduler.task_set_manager import TaskSetManager
+from ember.scheduler.task_set_manager import NODE_LOCAL, PROCESS_LOCAL, TaskSetManager
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,8 @@ class TaskSchedulerImpl:
     def __init__(self, max_task_failures: int, scheduling_mode: str = "FIFO",
                  allocation_file: str | None = None, bus: Any = None,
                  block_master: Any = None, max_crashes: int = 4,
-                 locality_wait: float = 3.0, barrier_sync_timeout: float = 31536000.0,
+                 locality_wait: float | dict[str, float] = 3.0,
+                 barrier_sync_timeout: float = 31536000.0,
                  clock: Clock | None = None, speculation: SpeculationSettings | None = None,
                  health_tracker: HealthTracker | None = None,
                  max_result_size: int = 0) -> None:
@@ -62,7 +63,10 @@ class TaskSchedulerImpl:
         self.kill_reasons: dict[int, str] = {}     # tid -> why the driver killed it
         self.max_task_failures = max_task_failures
         self.max_crashes = max_crashes
-        self.locality_wait = locality_wait
+        # level -> its delay-scheduling wait (spark.locality.wait.process / .node); one
+        # number: the wait at every level that waits
+        self.locality_waits = (dict(locality_wait) if isinstance(locality_wait, dict) else
+                               {PROCESS_LOCAL: locality_wait, NODE_LOCAL: locality_wait})
         self.builder = SchedulableBuilder(scheduling_mode, allocation_file)
         self.root_pool = self.builder.root
         self.bus = bus
@@ -105,7 +109,7 @@ class TaskSchedulerImpl:
                 if self.bus is not None:
                     self.bus.add_sync(self.barrier_coordinator)
             tsm = TaskSetManager(self, task_set, self.max_task_failures, self.max_crashes,
-                                 self.locality_wait, self.clock, self.speculation,
+                                 self.locality_waits, self.clock, self.speculation,
                                  self.health_tracker)
             attempts = self.stage_tsms.setdefault(task_set.stage_id, {})
             for other in attempts.values():
