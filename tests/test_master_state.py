@@ -241,6 +241,32 @@ def test_heartbeat():
                                "re-register."), Send(ref, ReconnectWorker(MASTER_URL))]
 
 
+def test_a_master_that_was_stopped_removes_no_worker_for_its_own_silence():
+    """Stopped (SIGSTOP, a paused VM) longer than spark.worker.timeout, the master's first
+    check ran before it read the heartbeats waiting in its sockets, and removed every
+    worker, and every executor of every application with them. A check that runs more than
+    half an interval late removes nobody; a worker that stays silent after is removed one
+    timeout later."""
+    m = new_master()
+    register_worker(m, "worker-1", cores=4, memory=8192)
+    w2, _ = register_worker(m, "worker-2", cores=4, memory=8192)
+    app_id, _ = register_app(m, "driver-A", app_desc(max_cores=2))
+    executors = dict(m.id_to_app[app_id].executors)
+    assert m.handle(CheckForWorkerTimeOut(), NOW + 30_000) == []
+    out = m.handle(CheckForWorkerTimeOut(), NOW + 300_000)          # due at 90 s
+    assert logs(out, "WARN") == ["Checked for dead workers 270000 ms after the last check "
+                                 "(every 60000 ms): this master was stopped or starved, so no "
+                                 "worker is removed for that silence"]
+    assert not msgs(out) and m.id_to_worker.keys() == {"worker-1", "worker-2"}
+    assert m.id_to_app[app_id].executors == executors
+    m.handle(Heartbeat("worker-2", w2), NOW + 301_000)
+    assert m.handle(CheckForWorkerTimeOut(), NOW + 360_000) == []
+    m.handle(Heartbeat("worker-2", w2), NOW + 415_000)
+    out = m.handle(CheckForWorkerTimeOut(), NOW + 420_000)
+    assert logs(out, "WARN") == ["Removing worker-1 because we got no heartbeat in 60000 ms"]
+    assert m.id_to_worker.keys() == {"worker-2"}
+
+
 def test_worker_timeout_loses_executors_and_drivers():
     m = new_master()
     w1, _ = register_worker(m, "worker-1", cores=4, memory=8192)

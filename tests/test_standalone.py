@@ -224,6 +224,31 @@ def test_a_stopped_executor_is_removed_after_the_network_timeout_and_replaced(tm
             sc.stop()
 
 
+def test_a_master_stopped_longer_than_the_worker_timeout_removes_no_worker(tmp_path):
+    """Continued after 6 s stopped (spark.worker.timeout 2 s), the master checked for dead
+    workers before reading the heartbeats waiting in its sockets and removed both, and the
+    application's executors with them. Now the late check removes nobody."""
+    with LocalCluster(str(tmp_path / "c"), workers=2, cores=1,
+                      conf={"spark.worker.timeout": "2"}) as cluster:
+        sc = _context(cluster, "stopped-master")
+        try:
+            backend = sc.runtime.scheduler_backend
+            _wait(lambda: len(backend.executors) == 2)
+            executors = set(backend.executors)
+            cluster.master.send_signal(signal.SIGSTOP)
+            try:
+                time.sleep(6)
+            finally:
+                cluster.master.send_signal(signal.SIGCONT)
+            time.sleep(3)               # a check on time after the late one
+            assert set(backend.executors) == executors
+            assert cluster.json()["aliveworkers"] == 2
+            assert "this master was stopped or starved" in cluster.log("master.log")
+            assert sc.parallelize(range(10), 4).sum() == 45
+        finally:
+            sc.stop()
+
+
 def test_auth_refuses_peers_without_the_secret(tmp_path):
     secret = "s3cr3t-for-tests-long-enough-to-be-accepted"
     conf = {"spark.authenticate": "true", "spark.authenticate.secret": secret}

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ember import config
+from ember.util.liveness import ran_late
 
 TIMEOUT = "spark.storage.blockManagerHeartbeatTimeoutMs"
 NETWORK_TIMEOUT = "spark.network.timeout"
@@ -52,10 +53,8 @@ class HeartbeatSettings:
 
 
 class HeartbeatReceiver:
-    """Silence is measured only over time the driver itself ran: a check that comes late
-    (the driver was stopped, or its loop busy) moves every executor's last-heard time on by
-    the delay, so the heartbeats that waited in the sockets meanwhile are not taken for
-    silence and a frozen driver does not remove every executor as it wakes."""
+    """A check that runs late removes nobody (ember.util.liveness): the heartbeats that
+    waited in the driver's sockets meanwhile are not read yet."""
 
     def __init__(self, settings: HeartbeatSettings, now: float) -> None:
         self.settings = settings
@@ -75,11 +74,11 @@ class HeartbeatReceiver:
     def expire(self, now: float) -> list[tuple[str, float]]:
         """(executor, seconds silent) of those silent longer than the timeout, forgotten
         here; called every check interval."""
-        late = now - self._last_check - self.settings.check_interval_s
+        late = ran_late(self._last_check, now, self.settings.check_interval_s)
         self._last_check = now
-        if late > 0:
-            for executor_id, seen in self.last_seen.items():
-                self.last_seen[executor_id] = min(seen + late, now)
+        if late:
+            self.last_seen = dict.fromkeys(self.last_seen, now)
+            return []
         expired = [(executor_id, now - seen) for executor_id, seen in self.last_seen.items()
                    if now - seen > self.settings.timeout_s]
         for executor_id, _ in expired:

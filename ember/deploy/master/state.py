@@ -82,6 +82,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Optional
 
 from ember.deploy.fencing import relaunch_not_before_ms
+from ember.util.liveness import ran_late
 from ember.deploy.instructions import (
     ERROR, INFO, WARN, Ask, DeleteUpload, Disconnected, Instruction, Log, Persist, Reply,
     ReplyFailure, ScheduleTimer, Send, Unpersist,
@@ -312,6 +313,7 @@ class MasterState:
         self._completed_seq = 0  # orders the retained lists' records across restarts
         # Recovered workers whose executors and drivers are not re-attached yet.
         self._awaiting_worker_state: set[str] = set()
+        self._last_worker_check_ms: int | None = None   # when CheckForWorkerTimeOut last ran
 
     # -- driving ----------------------------------------------------------------------------
 
@@ -522,6 +524,15 @@ class MasterState:
     def _time_out_dead_workers(self) -> None:
         timeout = self.conf.worker_timeout_ms
         now = self._now
+        previous, self._last_worker_check_ms = self._last_worker_check_ms, now
+        if ran_late(previous, now, timeout):
+            self._log(WARN, f"Checked for dead workers {now - previous} ms after the last "
+                            f"check (every {timeout} ms): this master was stopped or "
+                            "starved, so no worker is removed for that silence")
+            for worker in self.workers:
+                if worker.state != WorkerState.DEAD:
+                    worker.last_heartbeat = max(worker.last_heartbeat, now)
+            return
         for worker in [w for w in self.workers if w.last_heartbeat < now - timeout]:
             if worker.state != WorkerState.DEAD:
                 self._log(WARN, f"Removing {worker.id} because we got no heartbeat in "
