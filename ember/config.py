@@ -597,6 +597,10 @@ _entry("spark.storage.blockManagerHeartbeatTimeoutMs", None, MILLIS,
        "heartbeat from for this long: a stopped or hung executor process, whose connection "
        "stays open, no longer holds its tasks forever.", by=(DRIVER,),
        fallback="spark.network.timeout")
+_entry("spark.shuffle.io.connectionTimeout", None, SECONDS,
+       "How long a reducer waits for another executor or shuffle service to answer a fetch "
+       "of map output before the fetch fails (a FetchFailed: the map stage runs again).",
+       by=(EXECUTOR,), fallback="spark.network.timeout")
 _entry("spark.network.timeoutInterval", 60.0, MILLIS,
        "How often the driver looks for executors whose heartbeats stopped (at most "
        "spark.network.timeout, as Spark requires).", by=(DRIVER,))

@@ -198,7 +198,7 @@ def test_independent_parent_stages_are_submitted_together() -> None:
     assert sorted(len(ts.tasks) for ts in h.ts.task_sets) == [2, 3]
 
 
-def test_fetch_failure_resubmits_the_lost_map_output_then_the_reducer() -> None:
+def test_fetch_failure_resubmits_the_lost_map_output_then_the_reducer(caplog) -> None:
     h = Harness()
     reduced = shuffle(FakeRDD(3), 2)
     waiter, results = h.run_job(reduced)
@@ -207,8 +207,15 @@ def test_fetch_failure_resubmits_the_lost_map_output_then_the_reducer() -> None:
     res_ts = h.ts.task_sets[1]
     sid = reduced.dependencies()[0].shuffle_id
     task = res_ts.tasks[0]
-    h.dag.handle_task_completion(task, FetchFailed(sid, 1, 0, "exec-1", "gone"), None, {}, {},
-                                 None)
+    with caplog.at_level("INFO", logger="ember.scheduler.dag_scheduler"):
+        h.dag.handle_task_completion(task, FetchFailed(sid, 1, 0, "exec-1", "gone"), None, {},
+                                     {}, None)
+    # Spark's two lines: which stage failed, and what runs again
+    said = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("Marking ResultStage 1 (") and "as failed due to a fetch failure "
+               "from ShuffleMapStage 0 (" in m for m in said), said
+    assert any(m.startswith("Resubmitting ShuffleMapStage 0 (") and m.endswith(
+        "due to fetch failure") for m in said), said
     assert h.tracker.missing(sid) == [1]
     assert (res_ts.stage_id, res_ts.stage_attempt) in h.ts.zombies
     assert len(h.timers) == 1, "resubmission is delayed (RESUBMIT_TIMEOUT)"

@@ -12,7 +12,7 @@ from ember.deploy.messages import FetchShuffleBlocks, RegisterExecutorShuffleInf
 from ember.deploy.worker.shuffle_service import (ENDPOINT_NAME, MULTIPLE_WORKERS_ERROR,
                                                  ExternalShuffleService)
 from ember.partitioner import portable_hash
-from ember.rpc import RpcAddress, RpcEnv
+from ember.rpc import RpcAddress, RpcEndpoint, RpcEnv
 from ember.shuffle.reader import _batches_from_bytes
 from ember.shuffle.writer import output_file_base, write_map_output
 
@@ -171,3 +171,38 @@ def test_a_lost_worker_takes_the_outputs_its_service_served():
     t.register_map_output(0, 2, MapStatus("3", "127.0.0.1", "/c", 1, 1, w2, ENDPOINT_NAME))
     assert t.remove_outputs_served_with("2") == 2
     assert t.missing(0) == [0, 1]
+
+
+class _Stopped(RpcEndpoint):
+    """An executor or shuffle service that takes the fetch and never answers (its process
+    stopped after the kernel accepted the connection)."""
+
+    def receive_and_reply(self, msg, context) -> None:
+        pass
+
+
+@pytest.mark.parametrize("conf, quiet_ms", [({"spark.network.timeout": "1s"}, 1000),
+                                            ({"spark.network.timeout": "60s",
+                                              "spark.shuffle.io.connectionTimeout": "500ms"},
+                                             500)])
+def test_a_fetch_nobody_answers_fails_after_the_connection_timeout(tmp_path, conf, quiet_ms):
+    """A reducer's fetch from a stopped peer fails after spark.shuffle.io.connectionTimeout
+    (else spark.network.timeout; a fixed 120 s before) in Spark's words, so the stage's
+    FetchFailed runs the map stage again."""
+    from ember.executor.remote import RemoteFetcher
+    server = RpcEnv.create("stopped", "127.0.0.1", 0, {})
+    server.setup_endpoint("silent", _Stopped())
+    fetcher = RemoteFetcher(("127.0.0.1", 1), conf, str(tmp_path), str(tmp_path))
+    try:
+        wait = fetcher.fetch_shuffle(f"127.0.0.1:{server.address.port}", "silent", 0,
+                                     [("shuffle_0_0", 0, 10)])
+        with pytest.raises(OSError) as e:
+            wait()
+        assert str(e.value) == (
+            f"Connection from 127.0.0.1:{server.address.port} has been quiet for {quiet_ms} "
+            "ms while there are outstanding requests. Assuming connection is dead; please "
+            "adjust spark.shuffle.io.connectionTimeout if this is wrong.")
+    finally:
+        if fetcher._env is not None:
+            fetcher._env.shutdown()
+        server.shutdown()

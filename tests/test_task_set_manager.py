@@ -349,12 +349,17 @@ def test_a_new_stage_attempt_makes_the_old_task_set_a_zombie_that_still_takes_re
     assert sched.stage_tsms[0] == {1: new}, "the zombie finished once nothing ran"
 
 
-def test_a_fetch_failure_makes_the_task_set_a_zombie():
+def test_a_fetch_failure_makes_the_task_set_a_zombie(caplog):
     sched, tsm = make([[], []])
     offer(tsm, "exec1", "host1", 0)
     offer(tsm, "exec1", "host1", 1)
     tid = tsm.attempts[0][0].task_id
-    tsm.handle_failure(tid, "FETCH_FAILED", FetchFailed(3, 0, 0, "exec9", "gone"), {})
+    with caplog.at_level(logging.WARNING, logger="ember.scheduler.task_set_manager"):
+        tsm.handle_failure(tid, "FETCH_FAILED", FetchFailed(3, 0, 0, "exec9", "gone"), {})
+    # logged as Spark's TaskSetManager logs every lost task, a fetch failure included
+    assert [r.getMessage() for r in caplog.records] == [
+        f"Lost task 0.0 in stage 0.0 (TID {tid}) (host1 executor exec1): "
+        f"{FetchFailed(3, 0, 0, 'exec9', 'gone').to_error_string()}"]
     assert tsm.is_zombie and sched.dag.failed == []
     assert 0 in sched.stage_tsms, "still running its other task"
     succeed(tsm, 1)

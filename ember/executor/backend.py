@@ -340,7 +340,8 @@ class CoarseGrainedExecutorBackend(RpcEndpoint):
                     "max_bytes_in_flight": config.read(conf, "spark.reducer.maxSizeInFlight") << 20,
                     "max_reqs_in_flight": config.read(conf, "spark.reducer.maxReqsInFlight"),
                     "rpc_conf": {k: v for k, v in conf.items() if k.startswith(
-                        ("spark.authenticate", "spark.rpc.", "spark.network."))},
+                        ("spark.authenticate", "spark.rpc.", "spark.network.",
+                         "spark.shuffle.io."))},
                     "fs_conf": fs.hadoop_conf(conf)}
         extra = {k[len("spark.executorEnv."):]: v for k, v in conf.items()
                  if k.startswith("spark.executorEnv.")}

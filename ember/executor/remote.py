@@ -10,10 +10,9 @@ import os
 import threading
 from typing import Any, Callable
 
+from ember import config
 from ember.util.files import open_created
 from ember.util.kill_guard import kills_deferred
-
-_TIMEOUT = 120.0
 
 
 class RemoteFetcher:
@@ -21,6 +20,7 @@ class RemoteFetcher:
                  files_dir: str) -> None:
         self.driver = tuple(driver)
         self.rpc_conf = dict(rpc_conf)
+        self.fetch_timeout = config.read(rpc_conf, "spark.shuffle.io.connectionTimeout")
         self.local_dir = local_dir
         self.files_dir = files_dir
         self._env: Any = None
@@ -47,16 +47,23 @@ class RemoteFetcher:
         reply and gives one buffer per segment (so a reducer can have several requests in
         flight while it merges what came first)."""
         from ember.deploy.executor_messages import FetchShuffleBlocks
-        from ember.rpc import RpcAddress
+        from ember.rpc import RpcAddress, RpcTimeoutError
         host, _, port = address.rpartition(":")
         ref = self._rpc().endpoint_ref(RpcAddress(host, int(port)), endpoint)
         paths = [p for p, _s, _e in segments]
         starts = [s for _p, s, _e in segments]
         ends = [e for _p, _s, e in segments]
-        reply = ref.ask(FetchShuffleBlocks(shuffle_id, paths, starts, ends), _TIMEOUT)
+        reply = ref.ask(FetchShuffleBlocks(shuffle_id, paths, starts, ends),
+                        self.fetch_timeout)
 
         def wait() -> list[memoryview]:
-            data = memoryview(reply.result())
+            try:
+                data = memoryview(reply.result())
+            except RpcTimeoutError:
+                raise OSError(f"Connection from {address} has been quiet for "
+                              f"{round(self.fetch_timeout * 1000)} ms while there are "
+                              "outstanding requests. Assuming connection is dead; please adjust "
+                              "spark.shuffle.io.connectionTimeout if this is wrong.") from None
             asked = sum(e - s for s, e in zip(starts, ends))
             if len(data) != asked:
                 raise OSError(f"{address} sent {len(data)} bytes of shuffle {shuffle_id}, "
@@ -73,7 +80,7 @@ class RemoteFetcher:
         from ember.deploy.executor_messages import FetchBroadcast
         local = os.path.join(self.local_dir, f"broadcast_{bid}")
         if not os.path.exists(local):
-            data = self._driver_ref().ask_sync(FetchBroadcast(bid), _TIMEOUT)
+            data = self._driver_ref().ask_sync(FetchBroadcast(bid))
             _write_atomically(local, data)
         return local
 
@@ -113,7 +120,7 @@ class RemoteFetcher:
     def _fetch_file(self, entry: str) -> None:
         from ember.deploy.executor_messages import FetchFile
         name = entry.rstrip("/")
-        data = self._driver_ref().ask_sync(FetchFile(name), _TIMEOUT)
+        data = self._driver_ref().ask_sync(FetchFile(name))
         local = os.path.join(self.files_dir, name)
         if entry.endswith("/"):
             _unpack_directory(local, data)

@@ -741,6 +741,8 @@ class DAGScheduler:
             stage.failed_attempt_ids.add(task.stage_attempt)
             should_abort = len(stage.failed_attempt_ids) >= self.max_consecutive_attempts
             if stage in self.running_stages:
+                log.info("Marking %s (%s) as failed due to a fetch failure from %s (%s)",
+                         stage, stage.name, map_stage, getattr(map_stage, "name", ""))
                 self.mark_stage_finished(stage, reason.message, not should_abort)
                 self.task_scheduler.zombify(stage.id, task.stage_attempt)
             if map_stage is not None:
@@ -761,6 +763,8 @@ class DAGScheduler:
                     f"{reason.to_error_string()}", None)
             else:
                 if not self.failed_stages:
+                    log.info("Resubmitting %s (%s) and %s (%s) due to fetch failure", map_stage,
+                             getattr(map_stage, "name", ""), stage, stage.name)
                     self.timer(RESUBMIT_TIMEOUT, self.handle_resubmit_failed_stages)
                 self.failed_stages.add(stage)
                 if map_stage is not None:

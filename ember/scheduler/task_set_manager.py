@@ -476,23 +476,21 @@ class TaskSetManager:
         self.quick_streak = 0       # queue no more tasks until short ones are seen again
         task = self.tasks[index]
         host = info.host
+        info.error_message = reason.to_error_string()
+        handed_back = isinstance(reason, TaskKilled) and reason.reason == TASK_HANDED_BACK
+        (log.info if handed_back else log.warning)(
+            "Lost task %d.%d in stage %s (TID %d) (%s executor %s): %s", index,
+            info.attempt_number, self.task_set.id, tid, host, info.executor_id,
+            info.error_message)
         if isinstance(reason, FetchFailed):
             if not self.successful[index]:
                 self.successful[index] = True
                 self.tasks_successful += 1
             self.is_zombie = True
-            info.error_message = reason.to_error_string()
             host_of_map = self.sched.executor_hosts.get(reason.executor_id or "")
             if self.health_tracker is not None and host_of_map is not None:
                 self.health_tracker.update_excluded_for_fetch_failure(host_of_map,
                                                                       reason.executor_id)
-        else:
-            info.error_message = reason.to_error_string()
-            handed_back = isinstance(reason, TaskKilled) and reason.reason == TASK_HANDED_BACK
-            (log.info if handed_back else log.warning)(
-                "Lost task %d.%d in stage %s (TID %d) (%s executor %s): %s", index,
-                info.attempt_number, self.task_set.id, tid, host, info.executor_id,
-                info.error_message)
         if self.is_barrier:
             # the DAG scheduler fails the whole stage attempt and retries it as one
             self.is_zombie = True
