@@ -198,6 +198,34 @@ def test_a_dead_zygote_is_replaced_a_few_times_then_executors_are_spawned(tmp_pa
                psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, what="the orphan to go")
 
 
+def test_a_zygote_that_stops_answering_is_killed_and_the_next_executor_starts_a_new_one(
+        tmp_path) -> None:
+    """A stopped (or hung) zygote made every executor on its worker wait out the answer
+    timeout, for the worker's life; now it is killed after one such wait."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [REPO_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    z = ExecutorZygote(env, main=SLEEPER, answer_timeout=1.0).start()
+    stopped = z.pid
+    try:
+        os.kill(stopped, signal.SIGSTOP)
+        runner, reports, info = launch(tmp_path / "a", z, EMBER_SLEEPER_EXIT_AFTER="0.2")
+        assert psutil.Process(read_info(info)["pid"]).ppid() == os.getpid()   # spawned
+        assert finished(runner, reports)[-1][0] == ExecutorState.EXITED
+        wait_until(lambda: not psutil.pid_exists(stopped)
+                   or psutil.Process(stopped).status() == psutil.STATUS_ZOMBIE,
+                   what="the silent zygote to be killed")
+        runner, reports, info = launch(tmp_path / "b", z, exec_id=1,
+                                       EMBER_SLEEPER_EXIT_AFTER="0.2")
+        assert psutil.Process(read_info(info)["pid"]).ppid() == z.pid != stopped
+        assert z.restarts == 1
+        assert finished(runner, reports)[-1][0] == ExecutorState.EXITED
+    finally:
+        if psutil.pid_exists(stopped):
+            os.kill(stopped, signal.SIGCONT)
+        z.stop()
+
+
 def test_a_kill_that_overtakes_the_fork_kills_the_fork(tmp_path) -> None:
     """kill() returns at once while the zygote is still busy (here: importing a slow main
     module), and the executor it forks afterwards is killed: KILLED, never RUNNING."""

@@ -16,8 +16,9 @@ module run as __main__. What an interpreter fixes at its start cannot change aft
 so the worker forks only when every interpreter variable (PYTHON* but PYTHONPATH, LANG,
 LC_*) equals the zygote's, and the zygote forks only when every module it has imported
 would be found at the same file on the executor's sys.path (an app's PYTHONPATH that shadows
-one gets a spawned executor); otherwise the runner spawns as before. A zygote that dies is
-started again when the next executor is asked for, MAX_RESTARTS times; after that every
+one gets a spawned executor); otherwise the runner spawns as before. A zygote that dies, or
+stops answering (then it is killed), is started again when the next executor is asked for,
+MAX_RESTARTS times; after that every
 executor is spawned.
 
 The zygote reports each child's exit status as it happens (waitid WNOWAIT, woken by
@@ -107,8 +108,10 @@ class ExecutorZygote:
     """The worker's end: `start()`, then `spawn(...)` per executor (None: spawn it yourself),
     `stop()` with the worker."""
 
-    def __init__(self, env: Mapping[str, str], main: str = EXECUTOR_MAIN) -> None:
+    def __init__(self, env: Mapping[str, str], main: str = EXECUTOR_MAIN,
+                 answer_timeout: float = 30.0) -> None:
         self.main = main
+        self.answer_timeout = answer_timeout
         self.env = dict(env)
         # what apps send by default (the driver's or "0"), so that their executors fit
         self.env.setdefault("PYTHONHASHSEED", "0")
@@ -176,10 +179,11 @@ class ExecutorZygote:
                 and _interpreter_env(env) == self._interp)
 
     def spawn(self, cmd: Sequence[str], env: Mapping[str, str], cwd: str, stdout: int,
-              stderr: int, timeout: float = 30.0) -> Optional[ZygoteChild]:
+              stderr: int) -> Optional[ZygoteChild]:
         """Fork `cmd` (python -m <main> args) there; None when the zygote cannot (gone,
-        silent for `timeout` s - what it forks later is killed at once -, or the command or
-        its paths do not fit: see the module doc)."""
+        silent for `answer_timeout` s, or the command or its paths do not fit: see the
+        module doc). A zygote that stays silent (stopped, or hung) is killed, so the next
+        executor starts a new one instead of waiting out the timeout again."""
         if not self.fits(cmd, env):
             return None
         with self._lock:
@@ -195,9 +199,11 @@ class ExecutorZygote:
                 return None
             with self._cond:
                 if not self._cond.wait_for(lambda: rid in self._replies or not self.alive,
-                                           timeout):
-                    log.warning("The executor zygote did not answer in %.0f s", timeout)
-                    self._abandoned.add(rid)
+                                           self.answer_timeout):
+                    log.warning("The executor zygote did not answer in %.0f s: killed (the "
+                                "next executor starts a new one)", self.answer_timeout)
+                    self._abandoned.add(rid)    # what it forks after all is killed at once
+                    self._proc.kill()
                     return None
                 reply = self._replies.pop(rid, None)
         if reply is None:
