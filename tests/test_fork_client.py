@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import time
+from types import SimpleNamespace
 
 import psutil
 import pytest
@@ -59,4 +61,32 @@ def test_a_fork_server_that_cannot_start_ends_each_request_at_once():
             assert parent.recv(1) == b""     # no process will come: the slot sees an end
             parent.close()
     finally:
+        client.stop()
+
+
+def test_a_fork_server_that_stops_answering_is_killed_and_started_again():
+    """A stopped (or hung) fork server left the tasks waiting for a slot's new process
+    waiting for ever; a request unanswered for answer_timeout now kills it."""
+    client = ForkServerClient(task_process_env(), answer_timeout=1.0)
+    client.start()
+    stopped = psutil.Process(client._proc.pid)
+    try:
+        stopped.suspend()
+        parent, child = socket.socketpair()
+        parent.settimeout(20)
+        client.fork(child, SimpleNamespace(pid=None))
+        assert parent.recv(1) == b""     # the request ends: its slot sees its process end
+        parent.close()
+        stopped.wait(20)
+        parent, child = socket.socketpair()
+        slot = SimpleNamespace(pid=None)
+        client.fork(child, slot)         # a new fork server answers
+        deadline = time.monotonic() + 20
+        while slot.pid is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert slot.pid is not None and psutil.Process(slot.pid).ppid() == client._proc.pid
+        parent.close()
+    finally:
+        if stopped.is_running():
+            stopped.resume()
         client.stop()

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import socket
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 from ember.executor.wire import FrameBuffer
@@ -32,14 +34,19 @@ def task_process_env(extra_env: dict[str, str] | None = None) -> dict[str, str]:
 
 
 class ForkServerClient:
-    """Owns the fork server process: asks it for task processes, learns their exit codes."""
+    """Owns the fork server process: asks it for task processes, learns their exit codes.
+    A fork server that leaves a request unanswered for `answer_timeout` s (stopped, or
+    hung: a fork takes milliseconds) is killed, which ends its pending requests (their
+    slots see their processes end) and has the next request start a new one; before, the
+    tasks waiting for such a slot's process waited for ever."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], answer_timeout: float = 30.0) -> None:
         self.env = env
+        self.answer_timeout = answer_timeout
         self.started = False
         self._proc: subprocess.Popen | None = None
         self._ctrl: socket.socket | None = None
-        self._pending: list[tuple[socket.socket, Any]] = []
+        self._pending: list[tuple[socket.socket, Any, float]] = []   # (socket, slot, asked at)
         self._exit_codes: dict[int, int] = {}
         self._forgotten: set[int] = set()     # processes whose exit code nobody will ask
         self._cond = threading.Condition()
@@ -73,26 +80,31 @@ class ForkServerClient:
                 self._abandon_pending()
                 self._close_ctrl()
                 self.start()
-            self._pending.append((child, slot))
+            request = (child, slot, time.monotonic())
+            self._pending.append(request)
             try:
                 socket.send_fds(self._ctrl, [b"f"], [child.fileno()])
             except OSError:
                 log.error("fork server is gone; cannot start a task process")
-                self._pending.remove((child, slot))
+                self._pending.remove(request)
                 child.close()
 
     def _abandon_pending(self) -> None:
         """Under the lock: requests the gone server will never answer end their sockets."""
-        for child, _slot in self._pending:
+        for child, _slot, _asked in self._pending:
             child.close()
         self._pending.clear()
 
     def _read_loop(self, ctrl: socket.socket) -> None:
         buf = FrameBuffer()
+        check_every = min(1.0, self.answer_timeout / 2)
         while True:
             try:
+                if not select.select([ctrl], [], [], check_every)[0]:
+                    self._kill_if_silent(ctrl)
+                    continue
                 data = ctrl.recv(65536)
-            except OSError:
+            except (OSError, ValueError):      # ValueError: closed meanwhile (a restart)
                 data = b""
             if not data:
                 with self._cond:
@@ -104,7 +116,7 @@ class ForkServerClient:
             for msg in buf.feed(data):
                 with self._cond:
                     if msg[0] == "forked":
-                        child, slot = self._pending.pop(0)
+                        child, slot, _asked = self._pending.pop(0)
                         child.close()
                         slot.pid = msg[1]
                     elif msg[0] == "exit":
@@ -113,6 +125,14 @@ class ForkServerClient:
                         else:
                             self._exit_codes[msg[1]] = msg[2]
                     self._cond.notify_all()
+
+    def _kill_if_silent(self, ctrl: socket.socket) -> None:
+        with self._cond:
+            if (ctrl is self._ctrl and not self._stopped and self._pending and
+                    time.monotonic() - self._pending[0][2] > self.answer_timeout):
+                log.warning("fork server did not answer in %.0f s: killed (the next task "
+                            "process starts a new one)", self.answer_timeout)
+                self._proc.kill()
 
     def forget(self, pid: int) -> None:
         """Nobody will ask for this process's exit code (it was told to stop)."""
