@@ -43,12 +43,11 @@ def test_sparks_checks_in_sparks_words(conf, message):
     assert str(e.value) == message
 
 
-def test_a_context_with_a_heartbeat_longer_than_the_network_timeout_does_not_start():
-    conf = SparkConf().setMaster("local[1]").setAppName("hb") \
-        .set("spark.executor.heartbeatInterval", "200s")
+def test_a_context_with_a_heartbeat_longer_than_the_network_timeout_does_not_start(fresh_sc):
+    conf = SparkConf().set("spark.executor.heartbeatInterval", "200s")
     with pytest.raises(IllegalArgumentException, match="must be no less than the value of "
                        "spark.executor.heartbeatInterval=200000ms"):
-        SparkContext(conf=conf)
+        fresh_sc("local[1]", "hb", conf)
     assert SparkContext._active_spark_context is None
 
 
