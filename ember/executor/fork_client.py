@@ -37,8 +37,8 @@ class ForkServerClient:
     """Owns the fork server process: asks it for task processes, learns their exit codes.
     A fork server that leaves a request unanswered for `answer_timeout` s (stopped, or
     hung: a fork takes milliseconds) is killed, which ends its pending requests (their
-    slots see their processes end) and has the next request start a new one; before, the
-    tasks waiting for such a slot's process waited for ever."""
+    slots see their processes end) and has the next request start a new one, so the tasks
+    waiting for such a slot's process do not wait for ever."""
 
     def __init__(self, env: dict[str, str], answer_timeout: float = 30.0) -> None:
         self.env = env

@@ -82,7 +82,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Optional
 
 from ember.deploy.fencing import relaunch_not_before_ms
-from ember.util.liveness import ran_late
 from ember.deploy.instructions import (
     ERROR, INFO, WARN, Ask, DeleteUpload, Disconnected, Instruction, Log, Persist, Reply,
     ReplyFailure, ScheduleTimer, Send, Unpersist,
@@ -117,6 +116,7 @@ from ember.deploy.master.records import (
     app_key, app_record, completed_app_key, completed_app_record, completed_driver_key,
     completed_driver_record, driver_key, driver_record, worker_key, worker_record,
 )
+from ember.util.liveness import ran_late
 from ember.util.units import bytes_to_string, megabytes_to_string
 
 _TRAILING_NUMBER = re.compile(r"(\d+)$")

@@ -18,8 +18,7 @@ LC_*) equals the zygote's, and the zygote forks only when every module it has im
 would be found at the same file on the executor's sys.path (an app's PYTHONPATH that shadows
 one gets a spawned executor); otherwise the runner spawns as before. A zygote that dies, or
 stops answering (then it is killed), is started again when the next executor is asked for,
-MAX_RESTARTS times; after that every
-executor is spawned.
+MAX_RESTARTS times; after that every executor is spawned.
 
 The zygote reports each child's exit status as it happens (waitid WNOWAIT, woken by
 SIGCHLD) and reaps the child only when the runner says so, after a kill in progress has
