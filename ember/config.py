@@ -336,8 +336,8 @@ _entry("spark.dynamicAllocation.cachedExecutorIdleTimeout", float("inf"), SECOND
 _entry("spark.dynamicAllocation.schedulerBacklogTimeout", 1.0, SECONDS,
        "Pending tasks backlogged this long make the first executor request.")
 _entry("spark.dynamicAllocation.sustainedSchedulerBacklogTimeout", None, SECONDS,
-       "Interval of the following (doubling) requests while the backlog lasts (default: "
-       "schedulerBacklogTimeout).")
+       "Interval of the following (doubling) requests while the backlog lasts.",
+       fallback="spark.dynamicAllocation.schedulerBacklogTimeout")
 _entry("spark.dynamicAllocation.shuffleTracking.enabled", True, BOOL,
        "Keep executors holding live shuffle output (without an external shuffle service).")
 _entry("spark.dynamicAllocation.shuffleTracking.timeout", float("inf"), SECONDS,
@@ -696,6 +696,9 @@ _entry("spark.user.groups.mapping", "org.apache.spark.security.ShellBasedGroupsM
 
 # --- standalone master ------------------------------------------------------------------------
 _section(MASTER)
+_entry("spark.worker.timeout", 60.0, SECONDS,
+       "Seconds without a heartbeat before the master drops a worker; the worker sends a "
+       "heartbeat every timeout/4.", by=(MASTER, WORKER))
 _entry("spark.deploy.retainedApplications", 200, INT, "Finished applications the UI keeps.")
 _entry("spark.deploy.retainedDrivers", 200, INT, "Finished drivers the UI keeps.")
 _entry("spark.deploy.maxDrivers", 2147483647, INT, "Drivers the master runs at once.")
@@ -706,13 +709,15 @@ _entry("spark.deploy.recoveryMode", "NONE", STRING,
 _entry("spark.deploy.recoveryDirectory", "", STRING,
        "Directory of the master's state with recoveryMode=FILESYSTEM.")
 _entry("spark.deploy.recoveryTimeout", None, SECONDS,
-       "Time a recovering master waits for workers and apps (default spark.worker.timeout).")
+       "Time a recovering master waits for workers and apps.", by=(MASTER,),
+       fallback="spark.worker.timeout")
 _entry("spark.deploy.maxExecutorRetries", 10, INT,
        "Consecutive executor failures before an application without executors is removed.")
 _entry("spark.deploy.spreadOutDrivers", True, BOOL, "Spread drivers over workers.")
-_entry("spark.deploy.spreadOutApps", True, BOOL,
-       "Spread an application's executors over workers (else consolidate).")
 _entry("spark.deploy.spreadOut", True, BOOL, "Legacy name of spark.deploy.spreadOutApps.")
+_entry("spark.deploy.spreadOutApps", None, BOOL,
+       "Spread an application's executors over workers (else consolidate).",
+       fallback="spark.deploy.spreadOut")
 _entry("spark.deploy.workerSelectionPolicy", "CORES_FREE_DESC", STRING,
        "Order in which workers are offered executors (CORES_FREE_ASC/DESC, MEMORY_FREE_ASC/DESC,"
        " WORKER_ID).")
@@ -756,14 +761,11 @@ _entry("spark.ember.submit.maxTotalUploadSize", 1024 * MiB, SIZE_BYTES,
 
 # --- standalone worker ------------------------------------------------------------------------
 _section(WORKER)
-_entry("spark.worker.timeout", 60.0, SECONDS,
-       "Seconds without a heartbeat before the master drops a worker; the worker sends a "
-       "heartbeat every timeout/4.", by=(MASTER, WORKER))
 _entry("spark.ember.worker.masterLease", None, SECONDS,
        "Ember only (driver fencing, SPARK-19900): a worker that no master has answered for "
        "this many seconds kills the drivers it runs, and a master relaunches a lost worker's "
-       "supervised driver only after it (plus 2 s). Default: spark.worker.timeout. Set the "
-       "same value on masters and workers.", by=(MASTER, WORKER))
+       "supervised driver only after it (plus 2 s). Set the same value on masters and "
+       "workers.", by=(MASTER, WORKER), fallback="spark.worker.timeout")
 _entry("spark.worker.initialRegistrationRetries", 6, INT,
        "Registration retries at the short (INITIAL, 5-15 s) interval.")
 _entry("spark.worker.maxRegistrationRetries", 16, INT,

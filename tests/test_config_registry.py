@@ -125,6 +125,18 @@ def test_an_unset_key_takes_its_fallbacks_value_as_spark_does():
     from ember.rpc.config import RpcConf
     assert RpcConf.from_conf(net).ask_timeout == 7.0
     assert "| `spark.rpc.askTimeout` | (value of spark.network.timeout) |" in config.markdown()
+    # and the daemons' keys that follow another (the legacy spreadOut included)
+    from ember.deploy.master.config import MasterConfig
+    from ember.deploy.worker.config import WorkerConf
+    master = MasterConfig.from_conf({"spark.worker.timeout": "5", "spark.deploy.spreadOut":
+                                     "false"})
+    assert (master.recovery_timeout_ms, master.worker_lease_ms, master.spread_out_apps) == \
+        (5000, 5000, False)
+    assert MasterConfig.from_conf({"spark.deploy.spreadOut": "false",
+                                   "spark.deploy.spreadOutApps": "true"}).spread_out_apps
+    assert WorkerConf.from_conf({"spark.worker.timeout": "5"}).master_lease == 5.0
+    assert config.read({"spark.dynamicAllocation.schedulerBacklogTimeout": "2s"},
+                       "spark.dynamicAllocation.sustainedSchedulerBacklogTimeout") == 2.0
     with pytest.raises(ValueError, match="not declared before it"):
         config._entry("spark.test.fallsBackToNothing", None, config.SECONDS, "x",
                       fallback="spark.test.undeclared")

@@ -80,8 +80,7 @@ class AllocationSettings:
         minimum = read("spark.dynamicAllocation.minExecutors")
         maximum = read("spark.dynamicAllocation.maxExecutors")
         backlog = read("spark.dynamicAllocation.schedulerBacklogTimeout")
-        sustained = config.read(conf, "spark.dynamicAllocation.sustainedSchedulerBacklogTimeout",
-                                backlog)
+        sustained = read("spark.dynamicAllocation.sustainedSchedulerBacklogTimeout")
         idle = read("spark.dynamicAllocation.executorIdleTimeout")
         cached = read("spark.dynamicAllocation.cachedExecutorIdleTimeout")
         ratio = read("spark.dynamicAllocation.executorAllocationRatio")

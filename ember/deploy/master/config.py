@@ -70,10 +70,10 @@ class MasterConfig:
                 raise ValueError(f"{key} must be at least {low}.")
         recovery_timeout = _seconds_ms(conf, "spark.deploy.recoveryTimeout")
         lease = _seconds_ms(conf, "spark.ember.worker.masterLease")
-        if lease is not None and lease <= 0:
+        if lease <= 0:
             raise ValueError(f"Invalid value for spark.ember.worker.masterLease: "
                              f"{conf.get('spark.ember.worker.masterLease')!r} (must be > 0)")
-        if recovery_timeout is not None and recovery_timeout <= 0:
+        if recovery_timeout <= 0:
             raise ValueError("spark.deploy.recoveryTimeout must be positive.")
         default_cores = _int(conf, "spark.deploy.defaultCores")
         if default_cores < 1:
@@ -85,8 +85,6 @@ class MasterConfig:
         if modulo_n is not None and modulo_n < 1000:
             raise ValueError("spark.deploy.appNumberModulo should be at least 1000, "
                              f"but was {modulo_n}.")
-        spread_key = ("spark.deploy.spreadOutApps" if "spark.deploy.spreadOutApps" in conf
-                      else "spark.deploy.spreadOut")
         return MasterConfig(
             worker_timeout_ms=timeout,
             retained_applications=_int(conf, "spark.deploy.retainedApplications"),
@@ -94,11 +92,11 @@ class MasterConfig:
             max_drivers=max_drivers,
             reaper_iterations=_int(conf, "spark.dead.worker.persistence"),
             recovery_mode=config.read(conf, "spark.deploy.recoveryMode"),
-            recovery_timeout_ms=recovery_timeout if recovery_timeout is not None else timeout,
-            worker_lease_ms=lease if lease is not None else timeout,
+            recovery_timeout_ms=recovery_timeout,
+            worker_lease_ms=lease,
             max_executor_retries=_int(conf, "spark.deploy.maxExecutorRetries"),
             spread_out_drivers=config.read(conf, "spark.deploy.spreadOutDrivers"),
-            spread_out_apps=config.read(conf, spread_key),
+            spread_out_apps=config.read(conf, "spark.deploy.spreadOutApps"),
             worker_selection_policy=parse_worker_selection_policy(
                 config.read(conf, "spark.deploy.workerSelectionPolicy")),
             default_cores=default_cores,

@@ -78,10 +78,10 @@ class WorkerConf:
             ask_timeout=_get(conf, "spark.rpc.askTimeout"),
         )
         lease = _get(conf, "spark.ember.worker.masterLease")
-        if lease is not None and lease <= 0:
+        if lease <= 0:
             raise ValueError(f"Invalid value for spark.ember.worker.masterLease: {lease!r} "
                              "(must be positive)")
-        c = replace(c, master_lease=c.timeout if lease is None else lease)
+        c = replace(c, master_lease=lease)
         if c.timeout <= 0:
             raise ValueError(f"Invalid value for spark.worker.timeout: {c.timeout!r} "
                              "(must be positive)")
