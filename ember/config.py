@@ -832,6 +832,15 @@ def read(conf: Mapping[str, Any] | Any, key: str, default: Any = None) -> Any:
     return REGISTRY[key].read(conf, default)
 
 
+def source_key(conf: Mapping[str, Any] | Any, key: str) -> str:
+    """The key whose value `read(conf, key)` returns: `key`, or the fallback it follows while
+    unset (what an error about that value should name)."""
+    entry = REGISTRY[key]
+    while conf.get(entry.key, None) is None and entry.fallback is not None:
+        entry = REGISTRY[entry.fallback]
+    return entry.key
+
+
 def check_unsupported(conf: Mapping[str, Any] | Any) -> None:
     """Fail fast on a safety key Ember does not implement, set to a non-default value (also
     spark.ssl.<namespace>.<name> forms of the spark.ssl.* ones). ValueError, one line."""

@@ -137,6 +137,10 @@ def test_an_unset_key_takes_its_fallbacks_value_as_spark_does():
     assert WorkerConf.from_conf({"spark.worker.timeout": "5"}).master_lease == 5.0
     assert config.read({"spark.dynamicAllocation.schedulerBacklogTimeout": "2s"},
                        "spark.dynamicAllocation.sustainedSchedulerBacklogTimeout") == 2.0
+    # an error about a value names the key it came from
+    with pytest.raises(ValueError, match="spark.network.timeout should be a duration like "
+                       "120s, 500ms or 2min, but was '-5'"):
+        RpcConf.from_conf({"spark.network.timeout": "-5"})
     with pytest.raises(ValueError, match="not declared before it"):
         config._entry("spark.test.fallsBackToNothing", None, config.SECONDS, "x",
                       fallback="spark.test.undeclared")

@@ -120,6 +120,7 @@ class RpcConf:
                              "(its keys are derived from the authentication handshake)")
         for key in (HANDSHAKE_TIMEOUT, STALLED_FRAME_TIMEOUT, ASK_TIMEOUT, CONNECT_TIMEOUT):
             if config.read(conf, key) < 0:
+                key = config.source_key(conf, key)
                 raise ValueError(f"{key} should be {config.SECONDS.expected}, but was "
                                  f"{conf.get(key)!r}")
         budget_mb = config.read(conf, INBOUND_BUDGET)
