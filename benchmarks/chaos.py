@@ -8,8 +8,10 @@ side from the client hosts: client-mode wordcount/sortByKey jobs checked against
 and supervised cluster-mode drivers that write start/beat/stop timestamps (two copies alive
 at the same instant = a duplicated run). Every few seconds one fault from the list is
 injected and later healed: link down of a worker host, a one-way cut (in or out), SIGSTOP
-of a worker host, kill -9 of an executor, of a worker (restarted), of the master (restarted
-with recovery), and a worker disk that fills up (freed later).
+of a worker host, of one executor or of the master (SIGCONT later), kill -9 of an executor,
+of a worker (restarted), of the master (restarted with recovery), and a worker disk that
+fills up (freed later). Client jobs run with spark.network.timeout=8s, so a stopped
+executor is replaced mid-job.
 
     python -m benchmarks.chaos [--minutes 10] [--seed N] [--keep DIR]
 
@@ -22,6 +24,7 @@ import argparse
 import concurrent.futures
 import os
 import random
+import signal
 import tempfile
 import threading
 import time
@@ -36,6 +39,13 @@ from ember.testing.netns import Lab, leftovers, unavailable_reason
 
 HOSTS = ["master", "worker1", "worker2", "worker3", "client1", "client2"]
 TIMEOUT = 4
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:     # killed meanwhile (a stopped executor the master replaced)
+        pass
 
 
 def say(text: str) -> None:
@@ -72,7 +82,11 @@ class Chaos:
                 r = self.cluster.submit(host, self.wc_app, out, self.text, deploy_mode="client",
                                         conf={"spark.task.maxFailures": "8",
                                               "spark.cores.max": "2",
-                                              "spark.executor.cores": "1"},
+                                              "spark.executor.cores": "1",
+                                              # a stopped executor is replaced mid-job
+                                              "spark.network.timeout": "8s",
+                                              "spark.network.timeoutInterval": "1s",
+                                              "spark.executor.heartbeatInterval": "1s"},
                                         env={"LAB_EXECUTORS": "2"}, timeout=240)
             except TimeoutError:
                 self.count("failed", "client job ran over 240 s (killed)")
@@ -157,6 +171,24 @@ class Chaos:
                 say("FAULT kill -9 executor: none running")
             return lambda: None
 
+        def stop_executor() -> Callable[[], None]:
+            procs = [p for h in self.worker_hosts() for p in lab.processes(h)
+                     if "ember.executor.backend" in _cmd(p)]
+            if not procs:
+                say("FAULT SIGSTOP executor: none running")
+                return lambda: None
+            p = self.rng.choice(procs)
+            os.kill(p.pid, signal.SIGSTOP)
+            say(f"FAULT SIGSTOP executor pid {p.pid}")
+            return lambda: (_signal(p.pid, signal.SIGCONT),
+                            say(f"heal  SIGCONT executor pid {p.pid}"))
+
+        def stop_master() -> Callable[[], None]:
+            pid = c.master.pid
+            os.kill(pid, signal.SIGSTOP)
+            say("FAULT SIGSTOP master")
+            return lambda: (_signal(pid, signal.SIGCONT), say("heal  SIGCONT master"))
+
         def kill_worker() -> Callable[[], None]:
             h = self.rng.choice(self.worker_hosts())
             lab.kill9(c.workers[h.name].pid)
@@ -183,8 +215,9 @@ class Chaos:
             return lambda: (os.remove(filler), say("heal  worker3's disk freed"))
 
         return [("link_down", link_down), ("one_way", one_way), ("pause", pause),
-                ("kill_executor", kill_executor), ("kill_worker", kill_worker),
-                ("kill_master", kill_master), ("full_disk", full_disk)]
+                ("kill_executor", kill_executor), ("stop_executor", stop_executor),
+                ("kill_worker", kill_worker), ("kill_master", kill_master),
+                ("stop_master", stop_master), ("full_disk", full_disk)]
 
     def inject(self, until: float) -> None:
         faults = self.faults()
