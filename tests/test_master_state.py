@@ -259,6 +259,7 @@ def test_a_master_that_was_stopped_removes_no_worker_for_its_own_silence():
                                  "worker is removed for that silence"]
     assert not msgs(out) and m.id_to_worker.keys() == {"worker-1", "worker-2"}
     assert m.id_to_app[app_id].executors == executors
+    assert m.id_to_worker["worker-1"].last_heartbeat == NOW     # what /json shows stays true
     m.handle(Heartbeat("worker-2", w2), NOW + 301_000)
     assert m.handle(CheckForWorkerTimeOut(), NOW + 360_000) == []
     m.handle(Heartbeat("worker-2", w2), NOW + 415_000)

@@ -314,6 +314,7 @@ class MasterState:
         # Recovered workers whose executors and drivers are not re-attached yet.
         self._awaiting_worker_state: set[str] = set()
         self._last_worker_check_ms: int | None = None   # when CheckForWorkerTimeOut last ran
+        self._silence_counts_from_ms = 0     # a late check's time: no silence before it counts
 
     # -- driving ----------------------------------------------------------------------------
 
@@ -529,16 +530,16 @@ class MasterState:
             self._log(WARN, f"Checked for dead workers {now - previous} ms after the last "
                             f"check (every {timeout} ms): this master was stopped or "
                             "starved, so no worker is removed for that silence")
-            for worker in self.workers:
-                if worker.state != WorkerState.DEAD:
-                    worker.last_heartbeat = max(worker.last_heartbeat, now)
+            self._silence_counts_from_ms = now
             return
+        excused = self._silence_counts_from_ms >= now - timeout
         for worker in [w for w in self.workers if w.last_heartbeat < now - timeout]:
             if worker.state != WorkerState.DEAD:
-                self._log(WARN, f"Removing {worker.id} because we got no heartbeat in "
-                                f"{timeout} ms")
-                self._remove_worker(worker,
-                                    f"Not receiving heartbeat for {timeout // 1000} seconds")
+                if not excused:
+                    self._log(WARN, f"Removing {worker.id} because we got no heartbeat in "
+                                    f"{timeout} ms")
+                    self._remove_worker(worker, "Not receiving heartbeat for "
+                                                f"{timeout // 1000} seconds")
             elif worker.last_heartbeat < now - (self.conf.reaper_iterations + 1) * timeout:
                 self._forget_worker(worker)  # seen DEAD in the UI long enough; cull it
 
