@@ -584,8 +584,9 @@ _entry("spark.ember.scheduler.handBackAfter", 0.05, MILLIS,
 # --- networking and RPC ---------------------------------------------------------------------
 _section(*RPC)
 _entry("spark.network.timeout", 120.0, SECONDS,
-       "Default timeout for all network interactions: spark.rpc.askTimeout and "
-       "spark.storage.blockManagerHeartbeatTimeoutMs take it when unset.",
+       "Default timeout for all network interactions: spark.rpc.askTimeout, "
+       "spark.storage.blockManagerHeartbeatTimeoutMs and spark.shuffle.io.connectionTimeout "
+       "take it when unset.",
        by=(*RPC, SUBMIT, REST))
 _entry("spark.rpc.askTimeout", None, SECONDS, "Default timeout of an RPC ask.",
        by=(*RPC, SUBMIT, REST), fallback="spark.network.timeout")

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import zipfile
 from operator import add
@@ -164,7 +165,6 @@ def test_worker_killed_mid_job_job_completes_and_worker_goes_dead(tmp_path):
                 time.sleep(1.0)
                 cluster.kill_worker(0)
                 killer_done.append(True)
-            import threading
             t = threading.Thread(target=kill_later)
             t.start()
             result = dict(summed.map(slow).collect())
@@ -197,7 +197,6 @@ def test_a_stopped_executor_is_removed_after_the_network_timeout_and_replaced(tm
             def slow(x):
                 time.sleep(0.05)
                 return x
-            import threading
             result = []
             job = threading.Thread(target=lambda: result.append(
                 sc.parallelize(range(200), 20).map(slow).sum()))

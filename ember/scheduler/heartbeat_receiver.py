@@ -41,9 +41,8 @@ class HeartbeatSettings:
                              f"{_ms(network)}ms must be no less than the value of "
                              f"{HEARTBEAT_INTERVAL}={_ms(heartbeat)}ms.")
         if check > timeout:
-            named = TIMEOUT if conf.get(TIMEOUT) is not None else NETWORK_TIMEOUT
             raise ValueError(f"requirement failed: {CHECK_INTERVAL} should be less than or "
-                             f"equal to {named}.")
+                             f"equal to {config.source_key(conf, TIMEOUT)}.")
         if heartbeat > timeout:
             raise ValueError(f"requirement failed: {HEARTBEAT_INTERVAL} should be less than "
                              f"or equal to {TIMEOUT}")
