@@ -486,8 +486,6 @@ class StandaloneSchedulerBackend(SchedulerBackend):
         master replaces it) and removed at once, so its tasks run elsewhere."""
         timeout_ms = round(self.heartbeats.settings.timeout_s * 1000)
         for exec_id, silent in self.heartbeats.expire(time.monotonic()):
-            if exec_id not in self.executors:
-                continue
             silent_ms = round(silent * 1000)
             log.warning("Removing executor %s with no recent heartbeats: %d ms exceeds "
                         "timeout %d ms", exec_id, silent_ms, timeout_ms)

@@ -109,7 +109,7 @@ class TaskSchedulerImpl:
                 if self.bus is not None:
                     self.bus.add_sync(self.barrier_coordinator)
             tsm = TaskSetManager(self, task_set, self.max_task_failures, self.max_crashes,
-                                 self.locality_waits, self.clock, self.speculation,
+                                 self.clock, self.speculation,
                                  self.health_tracker)
             attempts = self.stage_tsms.setdefault(task_set.stage_id, {})
             for other in attempts.values():

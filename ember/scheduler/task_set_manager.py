@@ -40,8 +40,7 @@ MIN_RUN_S = 0.0001
 
 class TaskSetManager:
     def __init__(self, sched: Any, task_set: TaskSet, max_task_failures: int,
-                 max_crashes: int = 4, locality_waits: dict[str, float] | None = None,
-                 clock: Clock | None = None,
+                 max_crashes: int = 4, clock: Clock | None = None,
                  speculation: SpeculationSettings | None = None,
                  health_tracker: HealthTracker | None = None) -> None:
         self.sched = sched
@@ -117,8 +116,7 @@ class TaskSetManager:
         else:       # what _add_pending makes of tasks without preferences, in one go
             self.no_prefs = list(range(self.num_tasks - 1, -1, -1))
             self.all_pending = self.no_prefs.copy()
-        self.locality_waits = locality_waits if locality_waits is not None else \
-            {PROCESS_LOCAL: 3.0, NODE_LOCAL: 3.0}
+        self.locality_waits: dict[str, float] = sched.locality_waits
         self.levels = self._valid_levels()
         self.current_level_index = 0
         self.last_reset = self.clock.time()
