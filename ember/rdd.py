@@ -66,10 +66,16 @@ def serialize_stage(kind: str, rdd: "RDD", func: Any) -> bytes:
     version = str(rdd.ctx.pythonVer).encode()[:255]
     _pickle_scope.ids = {r.id() for r in stage_rdds(rdd)}
     try:
-        return bytes((len(version),)) + version + dumps_closure((kind, rdd, func))
+        # a lineage too deep to pickle in one recursion (a thousand cached passes, where
+        # PySpark's JVM fails with a StackOverflowError) goes one RDD at a time
+        return bytes((len(version),)) + version + dumps_closure((kind, rdd, func), _is_rdd)
     finally:
         _pickle_scope.ids = None
         rdd.ctx._pickled_broadcast_vars.clear()
+
+
+def _is_rdd(obj: Any) -> bool:
+    return isinstance(obj, RDD)
 
 
 def _rdd_off_driver() -> PySparkRuntimeError:
@@ -120,17 +126,29 @@ def _whole_partition(f: Callable[[Iterable], Iterable], iterator: Iterable) -> I
 
 
 class _Pipelined:
-    """Two narrow steps as one (PySpark's pipeline_func): `f` over `prev`'s output."""
-    __slots__ = ("f", "prev")
+    """Narrow steps as one (PySpark's pipeline_func), each over the previous one's output.
+    A flat tuple, not one step nested in the next: a chain of thousands of maps pickles
+    without a level of recursion per step (PySpark's nested closures fail at a few
+    hundred)."""
+    __slots__ = ("steps",)
 
     def __init__(self, f: Callable, prev: Callable) -> None:
-        self.f, self.prev = f, prev
+        before = prev.steps if type(prev) is _Pipelined else (prev,)
+        self.steps = before + (f,)
 
     def __call__(self, split: int, iterator: Iterable) -> Iterable:
-        return self.f(split, self.prev(split, iterator))
+        for step in self.steps:
+            iterator = step(split, iterator)
+        return iterator
 
     def __reduce__(self) -> tuple:
-        return _Pipelined, (self.f, self.prev)
+        return _pipelined_from_steps, (self.steps,)
+
+
+def _pipelined_from_steps(steps: tuple) -> _Pipelined:
+    pipelined = _Pipelined.__new__(_Pipelined)
+    pipelined.steps = steps
+    return pipelined
 
 
 class BoundedFloat(float):
@@ -1679,9 +1697,20 @@ class MapPartitionsRDD(RDD):
         return self.prev.partitions()
 
     def partitions(self) -> list[Partition]:
-        if self._checkpoint_dir is not None:
+        """The first parent's, kept once asked for (Spark's partitions_); found down a
+        chain of cached maps in a loop, not a recursion a level deep per map."""
+        if self._partitions_cache is not None or self._checkpoint_dir is not None:
             return super().partitions()
-        return self.prev.partitions()
+        chain: list[MapPartitionsRDD] = []
+        r: RDD = self
+        while isinstance(r, MapPartitionsRDD) and r._partitions_cache is None \
+                and r._checkpoint_dir is None:
+            chain.append(r)
+            r = r.prev
+        parts = r.partitions()
+        for m in chain:
+            m._partitions_cache = parts
+        return parts
 
     def _get_dependencies(self) -> list[Dependency]:
         return [OneToOneDependency(self.prev)]
@@ -1885,11 +1914,21 @@ class CoGroupedRDD(RDD):
 
 
 def union_of(ctx: Any, rdds: list[RDD]) -> RDD:
-    """Spark's SparkContext.union: partitioner-aware when all parents share a partitioner."""
+    """Spark's SparkContext.union: partitioner-aware when all parents share a partitioner.
+    A parent that is itself a plain union of the same kind (not cached or checkpointed) is
+    replaced by its parents, in their order: the same partitions, and `u = u.union(x)` in a
+    loop of thousands builds one flat union instead of a lineage thousands deep (where
+    PySpark fails at 300 with a StackOverflowError)."""
     first = rdds[0].partitioner
-    if first is not None and all(r.partitioner == first for r in rdds[1:]):
-        return PartitionerAwareUnionRDD(ctx, rdds)
-    return UnionRDD(ctx, rdds)
+    aware = first is not None and all(r.partitioner == first for r in rdds[1:])
+    kind = PartitionerAwareUnionRDD if aware else UnionRDD
+    parents: list[RDD] = []
+    for r in rdds:
+        if type(r) is kind and r._is_pipelinable():
+            parents.extend(r.rdds)
+        else:
+            parents.append(r)
+    return kind(ctx, parents)
 
 
 class PartitionerAwareUnionRDD(RDD):

@@ -25,7 +25,7 @@ import struct
 import sys
 import types
 import zlib
-from typing import IO, Any, Iterable, Iterator, List, Optional, Tuple
+from typing import IO, Any, Callable, Iterable, Iterator, List, Optional, Tuple
 
 import cloudpickle
 
@@ -625,8 +625,9 @@ def _remember_by_reference(obj: Any) -> None:
     _by_reference[id(obj)] = (obj, namespace, name)
 
 
-def dumps_closure(obj: Any) -> bytes:
-    """``cloudpickle.dumps(obj)`` for shipping functions (and what they capture).
+def dumps_closure(obj: Any, is_node: Optional[Callable[[Any], bool]] = None) -> bytes:
+    """``cloudpickle.dumps(obj)`` for shipping functions (and what they capture); with
+    ``is_node``, a pickle that fails for its depth is made again by dumps_node_by_node.
 
     On failure raises :class:`ember.errors.PicklingError` with PySpark's
     message, ``"Could not serialize object: <ExcType>: <message>"``, followed,
@@ -641,6 +642,8 @@ def dumps_closure(obj: Any) -> bytes:
         return buf.getvalue()
     except Exception as e:  # noqa: BLE001 - everything becomes a PicklingError
         err = e
+    if is_node is not None and _too_deep(err):
+        return dumps_node_by_node(obj, is_node)
     emsg = str(err)
     if "'i' format requires" in emsg or (
         isinstance(err, OverflowError) and "larger than" in emsg
@@ -659,6 +662,134 @@ def dumps_closure(obj: Any) -> bytes:
     # Outermost step first, e.g. ["closure variable 'obj' of function f", "attribute 'lock' ..."].
     exc.failed_path = list(reversed(path))  # type: ignore[attr-defined]
     raise exc from err
+
+
+def _too_deep(error: Optional[BaseException]) -> bool:
+    while error is not None:
+        if isinstance(error, RecursionError):
+            return True
+        error = error.__cause__
+    return False
+
+
+def dumps_node_by_node(obj: Any, is_node: Callable[[Any], bool]) -> bytes:
+    """``obj`` cloudpickled with no recursion through the nodes it reaches (the RDDs of a
+    lineage thousands deep, which fail dumps_closure as "excessively deep recursion"):
+    each node is pickled on its own, its references to other nodes as persistent ids,
+    after every node it refers to. One pickler writes them all, so what two nodes share
+    stays one object. The result is an ordinary pickle: ``pickle.loads`` rebuilds ``obj``.
+    Failures raise PicklingError in dumps_closure's words (a node that reaches itself
+    through another node, a cycle, among them)."""
+    try:
+        return _dumps_node_by_node(obj, is_node)
+    except Exception as err:  # noqa: BLE001 - everything becomes a PicklingError
+        raise PicklingError("Could not serialize object: %s: %s"
+                            % (type(err).__name__, err)) from err
+
+
+def _dumps_node_by_node(obj: Any, is_node: Callable[[Any], bool]) -> bytes:
+    nodes: List[Any] = []
+    index: dict = {}
+    refs: List[List[int]] = []
+
+    def number(node: Any) -> int:
+        i = index.get(id(node))
+        if i is None:
+            i = index[id(node)] = len(nodes)
+            nodes.append(node)
+        return i
+
+    finder = _NodePickler(io.BytesIO(), is_node, number)
+    for i, current in enumerate(itertools.chain((obj,), _growing(nodes))):
+        finder.current, finder.found = current, []
+        finder.dump(current)
+        finder.clear_memo()
+        refs.append(finder.found)
+    order = _after_references(refs)            # refs[0] is obj's: it goes last
+    position = {id(nodes[i - 1]): p for p, i in enumerate(order[:-1])}
+    buf = io.BytesIO()
+    writer = _NodePickler(buf, is_node, lambda node: position[id(node)])
+    for i in order[:-1]:
+        writer.current = nodes[i - 1]
+        writer.dump(writer.current)
+    writer.current = obj
+    writer.dump(obj)
+    return pickle.dumps(_NodeByNode(buf.getvalue(), len(order) - 1), PICKLE_PROTOCOL)
+
+
+def _growing(items: List[Any]) -> Iterator[Any]:
+    """The items of a list that grows while it is read."""
+    i = 0
+    while i < len(items):
+        yield items[i]
+        i += 1
+
+
+class _NodePickler(_FilenamePreservingPickler):
+    """Pickles `current`, every other node as a persistent id from `number`."""
+
+    def __init__(self, file: IO[bytes], is_node: Callable[[Any], bool],
+                 number: Callable[[Any], int]) -> None:
+        super().__init__(file, protocol=PICKLE_PROTOCOL)
+        self.is_node, self.number = is_node, number
+        self.current: Any = None
+        self.found: List[int] = []
+
+    def persistent_id(self, obj: Any) -> Optional[int]:
+        if obj is self.current or not self.is_node(obj):
+            return None
+        n = self.number(obj)
+        self.found.append(n + 1)        # in refs' numbering: 0 is the object, 1.. nodes
+        return n
+
+
+def _after_references(refs: List[List[int]]) -> List[int]:
+    """0..len(refs)-1, each after all it refers to (an iterative depth-first post-order
+    from 0, which reaches every node)."""
+    done: List[int] = []
+    state = [0] * len(refs)                  # 0 unseen, 1 on the path, 2 placed
+    stack = [(0, iter(refs[0]))]
+    state[0] = 1
+    while stack:
+        i, pending = stack[-1]
+        for j in pending:
+            if state[j] == 1:
+                raise ValueError("an object refers back to itself through another node")
+            if state[j] == 0:
+                state[j] = 1
+                stack.append((j, iter(refs[j])))
+                break
+        else:
+            stack.pop()
+            state[i] = 2
+            done.append(i)
+    return done
+
+
+class _NodeByNode:
+    __slots__ = ("payload", "count")
+
+    def __init__(self, payload: bytes, count: int) -> None:
+        self.payload, self.count = payload, count
+
+    def __reduce__(self) -> tuple:
+        return _load_node_by_node, (self.payload, self.count)
+
+
+class _NodeUnpickler(pickle.Unpickler):
+    def __init__(self, file: IO[bytes]) -> None:
+        super().__init__(file)
+        self.loaded: List[Any] = []
+
+    def persistent_load(self, pid: Any) -> Any:
+        return self.loaded[pid]
+
+
+def _load_node_by_node(payload: bytes, count: int) -> Any:
+    reader = _NodeUnpickler(io.BytesIO(payload))
+    for _ in range(count):
+        reader.loaded.append(reader.load())
+    return reader.load()
 
 
 _MAX_PROBES = 300

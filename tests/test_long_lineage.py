@@ -1,0 +1,99 @@
+"""Lineages thousands of RDDs long: loops that union, map or cache a pass at a time.
+PySpark fails each of these (nested closures past a few hundred maps, the JVM's
+StackOverflowError past a few hundred unions or a thousand cached passes; Ember fails
+those at about 320)."""
+
+import pickle
+
+import pytest
+
+from ember.errors import PicklingError
+from ember.rdd import UnionRDD
+from ember.serializers import dumps_node_by_node
+
+
+class Node:
+    def __init__(self, parent, payload=None):
+        self.parent, self.payload = parent, payload
+
+
+def _is_node(obj):
+    return isinstance(obj, Node)
+
+
+def test_a_chain_too_deep_for_one_pickle_goes_node_by_node():
+    shared = ["shared"]
+    node = None
+    for i in range(5000):
+        node = Node(node, shared if i % 2 else i)
+    with pytest.raises(RecursionError):
+        pickle.dumps(node)
+    back = pickle.loads(dumps_node_by_node(("top", node), _is_node))
+    assert back[0] == "top"
+    walked, n = [], back[1]
+    while n is not None:
+        walked.append(n.payload)
+        n = n.parent
+    assert len(walked) == 5000 and walked[-1] == 0 and walked[-2] == ["shared"]
+    # what two nodes shared is one object after loading too
+    assert walked[0] is walked[2]
+
+
+def test_node_by_node_keeps_a_diamond_one_object_and_refuses_a_cycle():
+    base = Node(None, "base")
+    left, right = Node(base, "left"), Node(base, "right")
+    top = Node(left, right)
+    back = pickle.loads(dumps_node_by_node(top, _is_node))
+    assert back.parent.parent is back.payload.parent
+    a = Node(None)
+    b = Node(a)
+    a.payload = b
+    with pytest.raises(PicklingError, match="refers back to itself"):
+        dumps_node_by_node(b, _is_node)
+
+
+def test_three_thousand_maps_pipelined_into_one_stage(sc):
+    rdd = sc.parallelize([1, 2, 3], 2)
+    for _ in range(3000):
+        rdd = rdd.map(lambda x: x + 1)
+    assert rdd.collect() == [3001, 3002, 3003]
+
+
+def test_a_union_in_a_loop_stays_one_flat_union(sc):
+    u = sc.parallelize([0], 1)
+    for i in range(1, 3000):
+        u = u.union(sc.parallelize([i], 1))
+    assert type(u) is UnionRDD and len(u.rdds) == 3000
+    assert u.getNumPartitions() == 3000
+    assert u.collect() == list(range(3000))
+
+
+def test_a_cached_union_is_kept_as_a_parent(sc):
+    a, b, c = (sc.parallelize([i], 1) for i in range(3))
+    ab = a.union(b).cache()
+    abc = ab.union(c)
+    assert abc.rdds == [ab, c]
+    assert abc.collect() == [0, 1, 2]
+    ab.unpersist()
+
+
+def test_co_partitioned_unions_in_a_loop_stay_flat(sc):
+    base = sc.parallelize([(i, i) for i in range(8)], 2).partitionBy(2)
+    u = base
+    for i in range(400):
+        u = u.union(base.mapValues(lambda v, i=i: v + i))
+    assert u.getNumPartitions() == 2 and len(u.rdds) == 401
+    assert u.count() == 8 * 401
+
+
+def test_four_hundred_cached_passes_each_unpersisting_the_last(sc):
+    # past about 320 passes the lineage no longer pickles in one recursion
+    rdd = sc.parallelize(range(10), 2).cache()
+    rdd.count()
+    for _ in range(400):
+        new = rdd.map(lambda x: x + 1).cache()
+        new.count()
+        rdd.unpersist()
+        rdd = new
+    assert rdd.sum() == sum(range(400, 410))
+    rdd.unpersist()
