@@ -57,6 +57,8 @@ __all__ = [
     "write_frame",
     "write_with_length",
     "dumps_closure",
+    "dumps_node_by_node",
+    "too_deep",
     "PICKLE_PROTOCOL",
 ]
 
@@ -642,7 +644,7 @@ def dumps_closure(obj: Any, is_node: Optional[Callable[[Any], bool]] = None) -> 
         return buf.getvalue()
     except Exception as e:  # noqa: BLE001 - everything becomes a PicklingError
         err = e
-    if is_node is not None and _too_deep(err):
+    if is_node is not None and too_deep(err):
         return dumps_node_by_node(obj, is_node)
     emsg = str(err)
     if "'i' format requires" in emsg or (
@@ -664,7 +666,8 @@ def dumps_closure(obj: Any, is_node: Optional[Callable[[Any], bool]] = None) -> 
     raise exc from err
 
 
-def _too_deep(error: Optional[BaseException]) -> bool:
+def too_deep(error: Optional[BaseException]) -> bool:
+    """Whether a pickling error came from Python's recursion limit."""
     while error is not None:
         if isinstance(error, RecursionError):
             return True

@@ -97,3 +97,21 @@ def test_four_hundred_cached_passes_each_unpersisting_the_last(sc):
         rdd = new
     assert rdd.sum() == sum(range(400, 410))
     rdd.unpersist()
+
+
+def test_one_job_of_five_hundred_shuffles_in_a_row(sc):
+    # the DAG scheduler submits 500 parent stages with a stack of its own, not a recursion
+    rdd = sc.parallelize([(i, 1) for i in range(6)], 2)
+    for _ in range(500):
+        rdd = rdd.map(lambda kv: (kv[0], kv[1] + 1)).reduceByKey(lambda a, b: a + b, 2)
+    assert sorted(rdd.collect()) == [(i, 501) for i in range(6)]
+
+
+def test_six_hundred_cached_zips_each_task_partition_nested_that_deep(sc):
+    # each task's partition holds its parents' partitions, six hundred levels of them
+    rdd = sc.parallelize(range(4), 2)
+    for i in range(600):
+        rdd = rdd.zip(rdd.map(lambda x: 1)).map(lambda kv: kv[0] + kv[1]).cache()
+        if i % 100 == 99:
+            rdd.count()
+    assert rdd.collect() == [600, 601, 602, 603]

@@ -515,58 +515,67 @@ class DAGScheduler:
             self.handle_job_submitted(job_id, *submission)
 
     def submit_stage(self, stage: Stage) -> None:
-        """Submit the stage, or its missing parents first. A fault below (the task scheduler
-        refusing a task set, say) fails the jobs that need the stage, as Spark fails what its
-        event loop cannot handle, instead of leaving their callers waiting."""
-        try:
-            self._submit_stage(stage)
-        except Exception as e:
-            log.exception("Submitting %s failed", stage)
-            self.abort_stage(stage, f"{stage} could not be submitted: {type(e).__name__}: {e}",
-                             e)
+        """Submit the stage, or its missing parents first (Spark's submitStage, with a stack
+        of its own: a job of a thousand shuffles in a row is not a recursion a thousand
+        deep). A fault below (the task scheduler refusing a task set, say) fails the jobs
+        that need that stage, as Spark fails what its event loop cannot handle, instead of
+        leaving their callers waiting."""
+        stack = [stage]
+        while stack:
+            s = stack.pop()
+            try:
+                stack.extend(reversed(self._submit_stage(s)))
+            except Exception as e:
+                log.exception("Submitting %s failed", s)
+                self.abort_stage(s, f"{s} could not be submitted: {type(e).__name__}: {e}", e)
 
-    def _submit_stage(self, stage: Stage) -> None:
+    def _submit_stage(self, stage: Stage) -> list[Stage]:
+        """Submits the stage's tasks if no parent stage is missing; otherwise makes it wait
+        and returns the missing parents, to be submitted in their order."""
         job_id = self._active_job_for_stage(stage)
         if job_id is None:
             self.abort_stage(stage, f"No active job for stage {stage.id}", None)
-            return
+            return []
         if stage in self.waiting_stages or stage in self.running_stages \
                 or stage in self.failed_stages:
-            return
+            return []
         if stage.next_attempt_id >= self.max_stage_attempts:
             self.abort_stage(
                 stage, f"{stage} (name={stage.name}) has been resubmitted for the maximum "
                 f"allowable number of times: {self.max_stage_attempts}, which is the max "
                 "value of config spark.stage.maxAttempts and "
                 "spark.stage.maxConsecutiveAttempts.", None)
-            return
+            return []
         missing = self._missing_parent_stages(stage)
         if not missing:
             self.submit_missing_tasks(stage, job_id)
         else:
-            for parent in missing:
-                self.submit_stage(parent)
             self.waiting_stages.add(stage)
+        return missing
 
-    def _preferred_locations(self, rdd: Any, partition: int, visited: set | None = None
-                             ) -> list[TaskLocation]:
-        if _persisted(rdd):
-            locs = self.cache_locations(rdd.id(), partition)
-            if locs:
-                return locs
-        prefs = rdd.preferred_locations(partition)
-        if prefs:
-            return [TaskLocation(h) for h in prefs]
-        visited = visited if visited is not None else set()
-        for dep in rdd.dependencies():
-            if isinstance(dep, NarrowDependency):
-                for p in dep.get_parents(partition)[:1]:
-                    if (dep.rdd.id(), p) in visited:
-                        continue
-                    visited.add((dep.rdd.id(), p))
-                    locs = self._preferred_locations(dep.rdd, p, visited)
-                    if locs:
-                        return locs
+    def _preferred_locations(self, rdd: Any, partition: int) -> list[TaskLocation]:
+        """Spark's getPreferredLocs: the first cached or preferred location found depth
+        first through narrow dependencies (the first parent partition of each), with a
+        stack of its own for a lineage thousands deep."""
+        visited: set[tuple[int, int]] = set()
+        stack = [(rdd, partition)]
+        while stack:
+            r, p = stack.pop()
+            if _persisted(r):
+                locs = self.cache_locations(r.id(), p)
+                if locs:
+                    return locs
+            prefs = r.preferred_locations(p)
+            if prefs:
+                return [TaskLocation(h) for h in prefs]
+            parents = [(dep.rdd, parent) for dep in r.dependencies()
+                       if isinstance(dep, NarrowDependency)
+                       for parent in dep.get_parents(p)[:1]]
+            for parent_rdd, parent in reversed(parents):
+                key = (parent_rdd.id(), parent)
+                if key not in visited:
+                    visited.add(key)
+                    stack.append((parent_rdd, parent))
         return []
 
     def _release_held(self, rdd: Any) -> None:
@@ -889,10 +898,18 @@ class DAGScheduler:
                 f"Job {job.job_id} cancelled because SparkContext was shut down"))
 
     # --- failure plumbing ---------------------------------------------------------------
-    def _stage_depends_on(self, stage: Stage, target: Stage) -> bool:
-        if stage is target:
-            return True
-        return any(self._stage_depends_on(p, target) for p in stage.parents)
+    @staticmethod
+    def _stage_depends_on(stage: Stage, target: Stage) -> bool:
+        seen: set[int] = set()
+        stack = [stage]
+        while stack:
+            s = stack.pop()
+            if s is target:
+                return True
+            if s.id not in seen:
+                seen.add(s.id)
+                stack.extend(s.parents)
+        return False
 
     def abort_stage(self, failed: Stage, reason: str, exception: BaseException | None) -> None:
         if failed.id not in self.stage_id_to_stage:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ember.rdd_sources import Partition
+from ember.serializers import dumps_node_by_node, too_deep
 from ember.util.pickling import dumps
 
 
@@ -90,8 +91,20 @@ class TaskDescription:
         part = self.partition
         if type(part) is Partition and part.index == self.partition_id:
             part = None
-        return dumps((part, self.partition_id, self.attempt_number,
-                      self.properties, stage_id, stage_attempt, self.resources))
+        task = (part, self.partition_id, self.attempt_number, self.properties, stage_id,
+                stage_attempt, self.resources)
+        try:
+            return dumps(task)
+        except Exception as e:
+            if not too_deep(e):
+                raise
+            # a partition nested too deep for one recursion (a zip or a coalesce in a loop
+            # of hundreds holds its parents' partitions, and theirs)
+            return dumps_node_by_node(task, _is_partition)
+
+
+def _is_partition(obj: Any) -> bool:
+    return isinstance(obj, Partition)
 
 
 @dataclass(slots=True)
