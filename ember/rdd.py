@@ -300,25 +300,31 @@ class RDD:
         return self
 
     def toDebugString(self) -> bytes:
+        """Spark's lineage tree, walked with a stack of its own (a lineage thousands deep):
+        each entry an RDD to print with its parents, or (None, a shuffle's line)."""
         lines: list[str] = []
-
-        def walk(rdd: RDD, prefix: str, first: bool) -> None:
+        stack: list[tuple[Any, str, bool]] = [(self, "", True)]
+        while stack:
+            rdd, prefix, first = stack.pop()
+            if rdd is None:
+                lines.append(prefix)
+                continue
             level = rdd._storage_level
             cached = ""
             if level.useMemory or level.useDisk:
                 cached = f" [{level}]"
             head = f"({rdd.getNumPartitions()}) " if first else ""
             lines.append(f"{prefix}{head}{rdd!r}{cached} []".rstrip())
-            deps = rdd.dependencies()
-            for dep in deps:
+            below: list[tuple[Any, str, bool]] = []
+            for dep in rdd.dependencies():
                 if isinstance(dep, ShuffleDependency):
-                    lines.append(f"{prefix} +-({dep.rdd.getNumPartitions()}) {dep.rdd!r} []")
-                    for d2 in dep.rdd.dependencies():
-                        walk(d2.rdd, prefix + " |  ", False)
+                    below.append((None, f"{prefix} +-({dep.rdd.getNumPartitions()}) "
+                                  f"{dep.rdd!r} []", False))
+                    below.extend((d2.rdd, prefix + " |  ", False)
+                                 for d2 in dep.rdd.dependencies())
                 else:
-                    walk(dep.rdd, prefix + " |  ", False)
-
-        walk(self, "", True)
+                    below.append((dep.rdd, prefix + " |  ", False))
+            stack.extend(reversed(below))
         return "\n".join(lines).encode("utf-8")
 
     def getStorageLevel(self) -> StorageLevel:

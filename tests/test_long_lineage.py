@@ -115,3 +115,12 @@ def test_six_hundred_cached_zips_each_task_partition_nested_that_deep(sc):
         if i % 100 == 99:
             rdd.count()
     assert rdd.collect() == [600, 601, 602, 603]
+
+
+def test_the_lineage_of_twelve_hundred_cached_maps_prints(sc):
+    rdd = sc.parallelize([1], 1)
+    for _ in range(1200):
+        rdd = rdd.map(lambda x: x).cache()
+    lines = rdd.toDebugString().decode().splitlines()
+    assert len(lines) == 1201 and lines[0].startswith("(1) PythonRDD")
+    assert lines[-1].startswith(" |  " * 1200 + "ParallelCollectionRDD")
