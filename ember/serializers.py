@@ -702,11 +702,14 @@ def _dumps_node_by_node(obj: Any, is_node: Callable[[Any], bool]) -> bytes:
             nodes.append(node)
         return i
 
-    finder = _NodePickler(io.BytesIO(), is_node, number)
-    for i, current in enumerate(itertools.chain((obj,), _growing(nodes))):
+    scratch = io.BytesIO()                     # the first pass only finds the references
+    finder = _NodePickler(scratch, is_node, number)
+    for current in itertools.chain((obj,), _growing(nodes)):
         finder.current, finder.found = current, []
         finder.dump(current)
         finder.clear_memo()
+        scratch.seek(0)
+        scratch.truncate()
         refs.append(finder.found)
     order = _after_references(refs)            # refs[0] is obj's: it goes last
     position = {id(nodes[i - 1]): p for p, i in enumerate(order[:-1])}
