@@ -88,14 +88,24 @@ def test_co_partitioned_unions_in_a_loop_stay_flat(sc):
 
 def test_four_hundred_cached_passes_each_unpersisting_the_last(sc):
     # past about 320 passes the lineage no longer pickles in one recursion
+    acc = sc.accumulator(0)
+
+    def counted(x):
+        acc.add(1)
+        return x + 1
+
     rdd = sc.parallelize(range(10), 2).cache()
     rdd.count()
     for _ in range(400):
-        new = rdd.map(lambda x: x + 1).cache()
+        new = rdd.map(counted).cache()
         new.count()
         rdd.unpersist()
         rdd = new
-    assert rdd.sum() == sum(range(400, 410))
+    assert rdd.sum() == sum(range(400, 410)) and acc.value == 4000
+    # two RDDs of one stage with one accumulator: it stays one object in the task
+    last = rdd.map(counted).cache()
+    assert last.map(counted).sum() == sum(range(402, 412)) and acc.value == 4020
+    last.unpersist()
     rdd.unpersist()
 
 

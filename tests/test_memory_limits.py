@@ -12,24 +12,20 @@ def _hog(it):
     yield len(data)
 
 
-def test_task_past_pyspark_memory_fails_with_the_reason_and_executor_survives(cluster):
-    conf = (SparkConf().setMaster(cluster.url).setAppName("pyspark-memory")
-            .set("spark.executor.pyspark.memory", "500m").set("spark.task.maxFailures", "2")
-            .set("spark.ui.enabled", "false"))
-    sc = SparkContext(conf=conf)
-    try:
-        assert sc.parallelize(range(8), 4).sum() == 28
-        before = {e.executor_id: e.address for e in sc.runtime.scheduler_backend.executors.values()}
-        with pytest.raises(MemoryError) as e:           # a PythonException that is one
-            sc.parallelize([1], 1).mapPartitions(_hog).collect()
-        assert "exceeded its memory limit (spark.executor.pyspark.memory: 500 MiB" in \
-            str(e.value)
-        # the same executors run the next job: nothing was lost
-        assert sc.parallelize(range(100), 4).map(lambda x: x * 2).sum() == 9900
-        after = {e.executor_id: e.address for e in sc.runtime.scheduler_backend.executors.values()}
-        assert after == before
-    finally:
-        sc.stop()
+def test_task_past_pyspark_memory_fails_with_the_reason_and_executor_survives(cluster, fresh_sc):
+    conf = (SparkConf().set("spark.executor.pyspark.memory", "500m")
+            .set("spark.task.maxFailures", "2").set("spark.ui.enabled", "false"))
+    sc = fresh_sc(cluster.url, "pyspark-memory", conf)
+    assert sc.parallelize(range(8), 4).sum() == 28
+    before = {e.executor_id: e.address for e in sc.runtime.scheduler_backend.executors.values()}
+    with pytest.raises(MemoryError) as e:           # a PythonException that is one
+        sc.parallelize([1], 1).mapPartitions(_hog).collect()
+    assert "exceeded its memory limit (spark.executor.pyspark.memory: 500 MiB" in \
+        str(e.value)
+    # the same executors run the next job: nothing was lost
+    assert sc.parallelize(range(100), 4).map(lambda x: x * 2).sum() == 9900
+    after = {e.executor_id: e.address for e in sc.runtime.scheduler_backend.executors.values()}
+    assert after == before
 
 
 def test_local_mode_applies_the_limit_too(fresh_sc):
