@@ -1699,9 +1699,6 @@ class MapPartitionsRDD(RDD):
             self.preserves_partitioning = preservesPartitioning
         self.partitioner = prev.partitioner if self.preserves_partitioning else None
 
-    def _get_partitions(self) -> list[Partition]:
-        return self.prev.partitions()
-
     def partitions(self) -> list[Partition]:
         """The first parent's, kept once asked for (Spark's partitions_); found down a
         chain of cached maps in a loop, not a recursion a level deep per map."""

@@ -691,9 +691,9 @@ def dumps_node_by_node(obj: Any, is_node: Callable[[Any], bool]) -> bytes:
 
 
 def _dumps_node_by_node(obj: Any, is_node: Callable[[Any], bool]) -> bytes:
-    nodes: List[Any] = []
-    index: dict = {}
-    refs: List[List[int]] = []
+    nodes: List[Any] = [obj]                    # obj first, then nodes as found
+    index = {id(obj): 0}
+    refs: List[List[int]] = []                  # refs[i]: the nodes nodes[i] refers to
 
     def number(node: Any) -> int:
         i = index.get(id(node))
@@ -704,31 +704,21 @@ def _dumps_node_by_node(obj: Any, is_node: Callable[[Any], bool]) -> bytes:
 
     scratch = io.BytesIO()                     # the first pass only finds the references
     finder = _NodePickler(scratch, is_node, number)
-    for current in itertools.chain((obj,), _growing(nodes)):
-        finder.current, finder.found = current, []
-        finder.dump(current)
+    while len(refs) < len(nodes):
+        finder.current, finder.found = nodes[len(refs)], []
+        finder.dump(finder.current)
         finder.clear_memo()
         scratch.seek(0)
         scratch.truncate()
         refs.append(finder.found)
-    order = _after_references(refs)            # refs[0] is obj's: it goes last
-    position = {id(nodes[i - 1]): p for p, i in enumerate(order[:-1])}
+    order = _after_references(refs)            # obj, which nothing refers to, goes last
+    position = {id(nodes[i]): p for p, i in enumerate(order)}
     buf = io.BytesIO()
     writer = _NodePickler(buf, is_node, lambda node: position[id(node)])
-    for i in order[:-1]:
-        writer.current = nodes[i - 1]
+    for i in order:
+        writer.current = nodes[i]
         writer.dump(writer.current)
-    writer.current = obj
-    writer.dump(obj)
     return pickle.dumps(_NodeByNode(buf.getvalue(), len(order) - 1), PICKLE_PROTOCOL)
-
-
-def _growing(items: List[Any]) -> Iterator[Any]:
-    """The items of a list that grows while it is read."""
-    i = 0
-    while i < len(items):
-        yield items[i]
-        i += 1
 
 
 class _NodePickler(_FilenamePreservingPickler):
@@ -745,7 +735,7 @@ class _NodePickler(_FilenamePreservingPickler):
         if obj is self.current or not self.is_node(obj):
             return None
         n = self.number(obj)
-        self.found.append(n + 1)        # in refs' numbering: 0 is the object, 1.. nodes
+        self.found.append(n)
         return n
 
 
